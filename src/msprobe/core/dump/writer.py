@@ -1,0 +1,174 @@
+"""DumpWriter: one rank directory of one step — dump.json (or debug.json), stack.json,
+construct.json, dump_tensor_data/, dump_error_info.log.
+
+Records arrive from the capture hot path as plain dicts. dump.json is appended record by record and
+is valid JSON after every append (crash safety, see json_append.py). Work that may be slow — tensor
+files, checksums — runs on a small thread pool; a record waiting for such work is held back so that
+dump.json keeps capture order. Must not import torch or mindspore.
+"""
+
+import json
+import linecache
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from msprobe.core.dump.json_append import JsonAppendFile
+from msprobe.core.errors import MsprobeError
+
+logger = logging.getLogger(__name__)
+
+TENSOR_DIR = "dump_tensor_data"
+# Bytes of tensor data queued for the background writers before the training thread waits.
+MAX_INFLIGHT_BYTES = 512 << 20
+
+
+def rank_dir_name(rank, pid=None):
+    return f"rank{rank}" if rank is not None else f"proc{pid if pid is not None else os.getpid()}"
+
+
+def step_rank_dir(dump_path, step, rank):
+    return os.path.join(dump_path, f"step{step}", rank_dir_name(rank))
+
+
+class DumpWriter:
+    """Writes one `step{N}/rank{R}` directory.
+
+    Args:
+        rank_dir: the directory to write (created).
+        task, level, framework: the dump.json envelope.
+        debug: write debug.json instead of dump.json (level=debug).
+        pool: executor for tensor files and checksums, shared across steps.
+    """
+
+    def __init__(self, rank_dir, *, task, level, framework, debug=False, pool=None, with_tensors=False):
+        self.rank_dir = rank_dir
+        os.makedirs(rank_dir, exist_ok=True)
+        self.tensor_dir = os.path.join(rank_dir, TENSOR_DIR)
+        if with_tensors:
+            os.makedirs(self.tensor_dir, exist_ok=True)
+        data_dir = os.path.abspath(self.tensor_dir) if with_tensors else None
+        head = ("{\n" + f' "task": {json.dumps(task)},\n "level": {json.dumps(level)},\n'
+                f' "framework": {json.dumps(framework)},\n "dump_data_dir": {json.dumps(data_dir)},\n'
+                ' "data": {')
+        self._dump = JsonAppendFile(os.path.join(rank_dir, "debug.json" if debug else "dump.json"),
+                                    head=head, trailer="\n }\n}\n", indent="\n  ")
+        self._construct = JsonAppendFile(os.path.join(rank_dir, "construct.json"))
+        self._stacks = {}  # frames tuple -> index into _stack_keys
+        self._stack_keys = []
+        self._stack_frames = []
+        self._pending = deque()  # [key, record, outstanding-future-count]
+        self._lock = threading.Lock()
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._inflight = 0
+        self._inflight_cv = threading.Condition()
+        self._errors = None
+        self.records = 0
+
+    # -- records -------------------------------------------------------------------------------
+    def add(self, key, record, waits=()):
+        """Queue one record. `waits` are futures that fill parts of `record` in when they finish."""
+        entry = [key, record, len(waits)]
+        with self._lock:
+            self._pending.append(entry)
+        for fut in waits:
+            fut.add_done_callback(lambda f, e=entry: self._one_done(e, f))
+        if not waits:
+            self._drain()
+
+    def _one_done(self, entry, fut):
+        exc = fut.exception()
+        if exc is not None:
+            self.log_error(f"{entry[0]}: {exc!r}")
+        with self._lock:
+            entry[2] -= 1
+        self._drain()
+
+    def _drain(self):
+        with self._lock:
+            while self._pending and self._pending[0][2] == 0:
+                key, record, _ = self._pending.popleft()
+                self._dump.append(key, record)
+                self.records += 1
+
+    def add_construct(self, key, parent):
+        self._construct.append(key, parent)
+
+    def add_stack(self, key, frames):
+        """`frames` is a tuple of (filename, lineno, function) from innermost outward, already filtered."""
+        idx = self._stacks.get(frames)
+        if idx is None:
+            idx = self._stacks[frames] = len(self._stack_frames)
+            self._stack_frames.append(frames)
+            self._stack_keys.append([])
+        self._stack_keys[idx].append(key)
+
+    # -- tensors and slow work -----------------------------------------------------------------
+    def submit(self, fn, nbytes=0):
+        """Run `fn` on the writer pool; the caller blocks while too much data is queued."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
+        with self._inflight_cv:
+            while self._inflight and self._inflight + nbytes > MAX_INFLIGHT_BYTES:
+                self._inflight_cv.wait()
+            self._inflight += nbytes
+
+        def run():
+            try:
+                return fn()
+            finally:
+                with self._inflight_cv:
+                    self._inflight -= nbytes
+                    self._inflight_cv.notify_all()
+        return self._pool.submit(run)
+
+    def tensor_path(self, file_name):
+        return os.path.join(self.tensor_dir, file_name)
+
+    def log_error(self, message):
+        """Append to dump_error_info.log (created on the first error only)."""
+        logger.warning("dump error: %s", message)
+        with self._lock:
+            if self._errors is None:
+                self._errors = open(os.path.join(self.rank_dir, "dump_error_info.log"), "a", encoding="utf-8")
+            self._errors.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+            self._errors.flush()
+
+    # -- closing -------------------------------------------------------------------------------
+    def write_stacks(self):
+        """Write stack.json (deduplicated: one entry per distinct stack, listing the keys sharing it)."""
+        out = {}
+        for i, (frames, keys) in enumerate(zip(self._stack_frames, self._stack_keys)):
+            lines = [f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
+                     for fn, ln, name in frames]
+            out[str(i)] = [list(keys), lines]
+        path = os.path.join(self.rank_dir, "stack.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+        os.replace(tmp, path)
+
+    def flush(self):
+        """Wait for queued tensor files and checksums; write stack.json. Safe to call repeatedly."""
+        deadline = time.monotonic() + 600
+        while True:
+            with self._lock:
+                if not self._pending:
+                    break
+            if time.monotonic() > deadline:
+                raise MsprobeError(f"dump writer: {len(self._pending)} records still pending after 600 s")
+            time.sleep(0.001)
+        self.write_stacks()
+
+    def close(self):
+        self.flush()
+        self._dump.close()
+        self._construct.close()
+        if self._errors is not None:
+            self._errors.close()
+        if self._owns_pool and self._pool is not None:
+            self._pool.shutdown(wait=True)

@@ -1,0 +1,64 @@
+"""Which calls get recorded: `scope`, `list`, `data_mode`, `tensor_list` (msprobe-facts §2.2).
+
+The decision is made once per call, at forward time, on the forward key; the backward record of a
+call follows its forward decision. Must not import torch or mindspore.
+"""
+
+
+class DumpFilter:
+    """Stateful filter for one step (the scope window opens and closes in execution order).
+
+    Args:
+        cfg: the validated DumpConfig.
+    """
+
+    def __init__(self, cfg):
+        self.list = tuple(cfg.list)
+        self.scope = tuple(cfg.scope)
+        self.tensor_list = tuple(cfg.tensor_list)
+        modes = set(cfg.data_mode)
+        every = "all" in modes
+        self.forward = every or "forward" in modes or not modes & {"forward", "backward"}
+        self.backward = every or "backward" in modes or not modes & {"forward", "backward"}
+        self.input = every or "input" in modes or not modes & {"input", "output"}
+        self.output = every or "output" in modes or not modes & {"input", "output"}
+        self.saves_all_tensors = cfg.task == "tensor"
+        self._scope_open = False
+        self._scope_done = False
+
+    @property
+    def passes_everything(self):
+        return not self.list and not self.scope
+
+    def reset(self):
+        self._scope_open = False
+        self._scope_done = False
+
+    def want_call(self, key, enclosing=()):
+        """Record the call whose forward key is `key`? `enclosing` holds the keys of enclosing modules.
+
+        Listed module names (mix) select every call inside that module's span.
+        """
+        if self.scope and not self._in_scope(key):
+            return False
+        if self.list:
+            return _matches(key, self.list) or any(_matches(m, self.list) for m in enclosing)
+        return True
+
+    def _in_scope(self, key):
+        start, end = self.scope
+        if self._scope_done:
+            return False
+        if not self._scope_open and (key == start or key.startswith(start + ".")):
+            self._scope_open = True
+        if self._scope_open and (key == end or key.startswith(end + ".")):
+            self._scope_done = True
+            return True
+        return self._scope_open
+
+    def saves_tensor(self, key):
+        return self.saves_all_tensors or (bool(self.tensor_list) and _matches(key, self.tensor_list))
+
+
+def _matches(key, items):
+    return any(item in key for item in items)

@@ -1,0 +1,81 @@
+"""The dump key grammar (msprobe-facts §3.3). Every key string is built and parsed here, nowhere else.
+
+API call:      {Prefix}.{api}.{n}.{forward|backward}            Functional.linear.0.forward
+Module call:   {Module|Cell}.{path}.{Class}.{forward|backward}.{n}   Module.conv1.Conv2d.forward.0
+Param grads:   {Module|Cell}.{path}.{Class}.parameters_grad.{n}
+Single point:  {name}[_grad].{n}.debug
+Tensor file:   {key}.{input|output}.{i}[.{j}...]{suffix}; parameters: {key}.parameters.{name}{suffix}
+
+Must not import torch or mindspore.
+"""
+
+from collections import defaultdict
+
+FORWARD, BACKWARD = "forward", "backward"
+MODULE_PREFIXES = ("Module", "Cell")
+
+
+def api_key(prefix, api_name, index, direction):
+    return f"{prefix}.{api_name}.{index}.{direction}"
+
+
+def module_key(prefix, path, class_name, direction, index):
+    return f"{prefix}.{path}.{class_name}.{direction}.{index}"
+
+
+def params_grad_key(prefix, path, class_name, index):
+    return f"{prefix}.{path}.{class_name}.parameters_grad.{index}"
+
+
+def debug_key(name, index, grad=False):
+    return f"{name}{'_grad' if grad else ''}.{index}.debug"
+
+
+def tensor_file_name(key, role, index_path, suffix):
+    """`role` is input/output/parameters; `index_path` a tuple of ints or names."""
+    parts = ".".join(str(i) for i in index_path)
+    return f"{key}.{role}.{parts}{suffix}" if parts else f"{key}.{role}{suffix}"
+
+
+def debug_file_name(key, index_path, suffix):
+    parts = ".".join(str(i) for i in index_path)
+    return f"{key}.{parts}{suffix}" if parts else f"{key}{suffix}"
+
+
+def is_module_key(key):
+    return key.split(".", 1)[0] in MODULE_PREFIXES
+
+
+def split_key(key):
+    """Split a key into (base, direction, index) whatever its kind.
+
+    `base` is the key without direction and call index, so forward and backward of one call share it.
+
+    >>> split_key("Functional.linear.3.backward")
+    ('Functional.linear', 'backward', 3)
+    >>> split_key("Module.conv1.Conv2d.forward.0")
+    ('Module.conv1.Conv2d', 'forward', 0)
+    """
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[-1] in (FORWARD, BACKWARD) and parts[-2].isdigit():
+        return ".".join(parts[:-2]), parts[-1], int(parts[-2])
+    if len(parts) >= 3 and parts[-2] in (FORWARD, BACKWARD, "parameters_grad") and parts[-1].isdigit():
+        return ".".join(parts[:-2]), parts[-2], int(parts[-1])
+    if len(parts) >= 2 and parts[-1] == "debug" and parts[-2].isdigit():
+        return ".".join(parts[:-2]), "debug", int(parts[-2])
+    return key, "", -1
+
+
+class CallCounter:
+    """Per-name call counters: the n in `Functional.linear.{n}.forward`. Reset at each step."""
+
+    def __init__(self):
+        self._counts = defaultdict(int)
+
+    def next(self, name):
+        n = self._counts[name]
+        self._counts[name] = n + 1
+        return n
+
+    def reset(self):
+        self._counts.clear()

@@ -1,0 +1,54 @@
+"""Map a torch callable to its dump prefix and name, from `torch.overrides.get_overridable_functions()`.
+
+Prefixes (msprobe-facts §3.3): Torch (torch.*, torch.linalg/fft/special as `linalg_norm` etc.),
+Functional (torch.nn.functional), Tensor (methods and operators). Built once per process.
+"""
+
+import functools
+
+import torch
+
+from msprobe.pytorch.capture.ignored_apis import IGNORED_TENSOR_METHODS, IGNORED_TORCH_FUNCTIONS
+
+_SUBMODULE_PREFIX = {"torch.linalg": "linalg_", "torch.fft": "fft_", "torch.special": "special_"}
+
+
+def _name(func):
+    name = getattr(func, "__name__", None)
+    if name is None and hasattr(func, "__get__"):
+        return None  # a property getter: .shape, .dtype, ... are not computations
+    return name
+
+
+@functools.lru_cache(maxsize=1)
+def build_api_table():
+    """{callable: (prefix, name)} for every capturable public API of this torch installation."""
+    table = {}
+    overridable = torch.overrides.get_overridable_functions()
+    for namespace, funcs in overridable.items():
+        if namespace is torch.Tensor:
+            prefix, ignored, name_prefix = "Tensor", IGNORED_TENSOR_METHODS, ""
+        elif namespace is torch.nn.functional:
+            prefix, ignored, name_prefix = "Functional", (), ""
+        elif getattr(namespace, "__name__", None) in ("torch", "torch.functional"):
+            prefix, ignored, name_prefix = "Torch", IGNORED_TORCH_FUNCTIONS, ""
+        elif getattr(namespace, "__name__", None) in _SUBMODULE_PREFIX:
+            prefix, ignored, name_prefix = "Torch", (), _SUBMODULE_PREFIX[namespace.__name__]
+        else:
+            continue  # property namespaces (Tensor.shape.__get__ ...)
+        for func in funcs:
+            name = _name(func)
+            if not name or name in ignored or (name.startswith("_") and not name.startswith("__")):
+                continue
+            # torch.nn.functional re-exports many torch builtins (conv2d, ...): name them as
+            # Functional, which is how users call them and how msProbe names them.
+            if prefix == "Torch" and func in table:
+                continue
+            table[func] = (prefix, name if name.startswith(name_prefix) else name_prefix + name)
+    return table
+
+
+def is_inplace(name):
+    """In-place by naming convention (add_, __iadd__, __setitem__): output aliases the first input."""
+    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i") and name not in (
+        "__init__", "__invert__", "__index__", "__int__", "__iter__") or name == "__setitem__"

@@ -1,0 +1,146 @@
+"""Backward records without touching the autograd graph's tensors.
+
+For a call (API or module) we find the autograd nodes it created — a walk from its outputs' grad_fn
+back to its inputs' nodes — and hook those nodes: a pre-hook on each output node sees the gradients of
+the outputs (backward `input`), a hook on each node with an edge into an input sees the gradient that
+flows through that edge (backward `output`: this call's contribution to the input's gradient).
+Unlike identity-Function wrapping (what `register_full_backward_hook` does), this creates no views,
+so in-place ops on inputs or outputs keep working, and the numbers are untouched.
+"""
+
+import functools
+
+from msprobe.pytorch import _state
+
+# Safety bound on the nodes one call may have created (a walk that escapes is cut here).
+MAX_NODES = 4096
+
+
+class BackwardTracker:
+    """Gradients of one call, emitted as one backward record when every hooked node has run."""
+
+    __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "in_sums", "waits", "pending",
+                 "fired", "multi")
+
+    def __init__(self, session, key, save, parent, n_out, n_in):
+        self.session, self.key, self.save, self.parent = session, key, save, parent
+        # Gradients are summarised the moment they arrive: autograd may later accumulate into the
+        # very tensors it handed us, so holding them would record the wrong values.
+        self.out_recs = [None] * n_out
+        self.in_recs = [None] * n_in
+        self.in_sums = {}  # pos -> running sum, for inputs reached by several edges
+        self.waits = []
+        self.pending = 0
+        self.fired = False
+        self.multi = {}  # input position -> number of edges reaching it, when more than one
+
+    @classmethod
+    def attach(cls, session, key, inputs, outputs, save, parent):
+        """Hook the nodes of one call. Returns the tracker, or None when no output needs a gradient."""
+        out_nodes = {}
+        for i, o in enumerate(outputs):
+            gf = o.grad_fn if o.requires_grad else None
+            if gf is not None:
+                out_nodes.setdefault(id(gf), (gf, []))[1].append((o.output_nr, i))
+        if not out_nodes:
+            return None
+        leaf, nonleaf, floor = {}, {}, _state.seq_watermark
+        for pos, x in enumerate(inputs):
+            if x.requires_grad:
+                gf = x.grad_fn
+                if gf is None:
+                    leaf[id(x)] = pos
+                else:
+                    nonleaf[(id(gf), x.output_nr)] = pos
+                    floor = max(floor, gf._sequence_nr())
+        edges = {}
+        seen = set(out_nodes)
+        todo = [n for n, _ in out_nodes.values()]
+        while todo:
+            node = todo.pop()
+            for slot, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                var = getattr(nxt, "variable", None)  # AccumulateGrad: a leaf tensor
+                pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
+                if pos is not None:
+                    edges.setdefault(id(node), (node, []))[1].append((slot, pos))
+                elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
+                    seen.add(id(nxt))
+                    todo.append(nxt)
+        _state.seq_watermark = max(_state.seq_watermark, max(n._sequence_nr() for n, _ in out_nodes.values()))
+        tracker = cls(session, key, save, parent, len(outputs), len(inputs))
+        hit = {}
+        for _, slots in edges.values():
+            for _, pos in slots:
+                hit[pos] = hit.get(pos, 0) + 1
+        tracker.multi = {p: c for p, c in hit.items() if c > 1}
+        tracker.pending = len(out_nodes) + len(edges)
+        for gf, outs in out_nodes.values():
+            gf.register_prehook(functools.partial(tracker._on_outputs, outs))
+        for node, slots in edges.values():
+            node.register_hook(functools.partial(tracker._on_inputs, slots))
+        return tracker
+
+    def _record(self, role, i, g):
+        return self.session.tensor_record(g, f"{self.key}.{role}.{i}", self.save, self.waits)
+
+    def _on_outputs(self, outs, grad_outputs):
+        if self.session is not None:
+            with _tool_work():
+                for nr, i in outs:
+                    g = grad_outputs[nr]
+                    if g is not None:
+                        self.out_recs[i] = self._record("input", i, g)
+        self._done_one()
+
+    def _on_inputs(self, slots, grad_inputs, grad_outputs):
+        if self.session is not None:
+            with _tool_work():
+                for slot, pos in slots:
+                    g = grad_inputs[slot]
+                    if g is None:
+                        continue
+                    if pos in self.multi:
+                        prev, left = self.in_sums.get(pos, (None, self.multi[pos]))
+                        g = g if prev is None else prev + g
+                        if left > 1:
+                            self.in_sums[pos] = (g, left - 1)
+                            continue
+                        self.in_sums.pop(pos, None)
+                    self.in_recs[pos] = self._record("output", pos, g)
+        self._done_one()
+
+    def _done_one(self):
+        self.pending -= 1
+        if self.pending == 0:
+            self._emit()
+
+    def _emit(self):
+        if self.fired or self.session is None:
+            return
+        self.fired = True
+        session, self.session = self.session, None
+        with _tool_work():
+            for pos, (g, _) in self.in_sums.items():  # edges that never ran: record what arrived
+                self.in_recs[pos] = session.tensor_record(g, f"{self.key}.output.{pos}", self.save, self.waits)
+            self.in_sums = {}
+            session.emit_backward(self)
+
+    def emit_partial(self):
+        """At step end: emit what arrived if any hooked node ran; drop the tracker otherwise."""
+        if self.session is not None and any(r is not None for r in self.out_recs):
+            self._emit()
+        self.session = None
+
+
+class _tool_work:
+    """Mark the hook's torch ops as msprobe's own (the capture mode may still be on the stack)."""
+
+    __slots__ = ("prev",)
+
+    def __enter__(self):
+        self.prev, _state.busy = _state.busy, True
+
+    def __exit__(self, *exc):
+        _state.busy = self.prev

@@ -1,0 +1,135 @@
+"""L0 capture: forward pre/post hooks on every submodule of the model(s) passed to start(), backward
+through BackwardTracker (no full-backward-hook views, so in-place modules work), and parameter
+gradients through post-accumulate-grad hooks. The root module itself is not recorded.
+"""
+
+import torch
+
+from msprobe.core import naming
+from msprobe.pytorch import _state
+
+
+def named_submodules(models):
+    """(path, module) for every submodule; a list/tuple of models prefixes paths with the index."""
+    if isinstance(models, torch.nn.Module):
+        roots = [(None, models)]
+    else:
+        roots = list(enumerate(models))
+    for index, root in roots:
+        for name, mod in root.named_modules():
+            if name:
+                yield (f"{index}.{name}" if index is not None else name), mod
+
+
+class ModuleCapture:
+    """Owns the module hooks. Forward hooks live between attach() and detach() (start/stop);
+    parameter-gradient hooks stay until release() (step end), since backward may follow stop()."""
+
+    def __init__(self, models):
+        self.modules = list(named_submodules(models))
+        self._fwd_handles = []
+        self._grad_handles = []
+        self._frames = []
+
+    def attach(self):
+        if self._fwd_handles:
+            return
+        for path, mod in self.modules:
+            base = f"Module.{path}.{type(mod).__name__}"
+            self._fwd_handles.append(mod.register_forward_pre_hook(self._pre(base), with_kwargs=True))
+            self._fwd_handles.append(mod.register_forward_hook(self._post(mod), with_kwargs=True,
+                                                               always_call=True))
+        if not self._grad_handles:
+            self._attach_grad_hooks()
+
+    def detach(self):
+        for h in self._fwd_handles:
+            h.remove()
+        self._fwd_handles = []
+
+    def release(self):
+        self.detach()
+        for h in self._grad_handles:
+            h.remove()
+        self._grad_handles = []
+
+    # -- forward -------------------------------------------------------------------------------
+    def _pre(self, base):
+        def hook(module, args, kwargs):
+            session = _state.session
+            if session is None or _state.busy or _state.depth:
+                self._frames.append(None)
+                return None
+            index = session.counter.next(base)
+            key = f"{base}.forward.{index}"
+            enclosing = session.module_stack
+            want = session.filter.want_call(key, enclosing)
+            parent = enclosing[-1] if enclosing else None
+            session.module_stack.append(key)
+            if not want:
+                self._frames.append((key, parent, None))
+                return None
+            _state.busy = True
+            try:
+                frame = session.begin_module(key, args, kwargs)
+            finally:
+                _state.busy = False
+            self._frames.append((key, parent, frame))
+            return None
+        return hook
+
+    def _post(self, module):
+        def hook(mod, args, kwargs, output):
+            entry = self._frames.pop() if self._frames else None
+            session = _state.session
+            if entry is None or session is None:
+                return None
+            key, parent, frame = entry
+            if session.module_stack and session.module_stack[-1] == key:
+                session.module_stack.pop()
+            if frame is None:
+                return None
+            _state.busy = True
+            try:
+                session.end_module(key, parent, module, frame, args, kwargs, output)
+            finally:
+                _state.busy = False
+            return None
+        return hook
+
+    # -- parameter gradients -------------------------------------------------------------------
+    def _attach_grad_hooks(self):
+        seen = set()
+        for path, mod in self.modules:
+            params = [(n, p) for n, p in mod.named_parameters(recurse=False)
+                      if p.requires_grad and id(p) not in seen]
+            if not params:
+                continue
+            seen.update(id(p) for _, p in params)
+            state = _ParamGradState(f"Module.{path}.{type(mod).__name__}", [n for n, _ in params])
+            for name, p in params:
+                self._grad_handles.append(p.register_post_accumulate_grad_hook(state.hook(name)))
+
+
+class _ParamGradState:
+    """Collects the accumulated .grad of one module's parameters; emits parameters_grad when all arrived."""
+
+    def __init__(self, base, names):
+        self.base = base
+        self.names = names
+        self.got = {}
+
+    def hook(self, name):
+        def on_grad(param):
+            session = _state.session
+            if session is None or self.base not in session.recorded_modules:
+                return
+            prev, _state.busy = _state.busy, True
+            try:
+                self.got[name] = param.grad
+                if len(self.got) == len(self.names):
+                    got, self.got = self.got, {}
+                    session.emit_params_grad(self.base, got)
+            finally:
+                _state.busy = prev
+        return on_grad

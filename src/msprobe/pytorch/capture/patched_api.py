@@ -1,0 +1,84 @@
+"""Capture of callables the function mode cannot see: torch.distributed collectives and user-registered
+custom APIs. Each is replaced by a thin wrapper while capture is on, and restored afterwards; the
+wrapper checks one global and otherwise calls straight through.
+
+Collectives are found by signature, not by a list: every public function of
+torch.distributed.distributed_c10d that takes a `group` and a tensor or object argument.
+"""
+
+import functools
+import inspect
+
+from msprobe.core.errors import MsprobeError
+from msprobe.pytorch import _state
+
+_DATA_PARAMS = ("tensor", "object", "output", "input", "scatter_list", "gather_list", "p2p_op_list")
+
+
+def collective_names():
+    import torch.distributed as dist
+    if not dist.is_available():
+        return []
+    from torch.distributed import distributed_c10d as c10d
+    names = []
+    for name in getattr(c10d, "__all__", dir(c10d)):
+        func = vars(c10d).get(name)
+        if name.startswith("_") or not inspect.isfunction(func) or getattr(dist, name, None) is not func:
+            continue
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            continue
+        if "group" in params and any(p.startswith(_DATA_PARAMS) for p in params):
+            names.append(name)
+    return sorted(names)
+
+
+def _wrap(orig, prefix, name, inplace):
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        session = _state.session
+        if session is None or _state.busy or _state.depth:
+            return orig(*args, **kwargs)
+        return session.record_call(prefix, name, orig, args, kwargs, inplace=inplace)
+    wrapper.__msprobe_original__ = orig
+    return wrapper
+
+
+class PatchedApis:
+    """Installed wrappers, each remembered with the original it replaced."""
+
+    def __init__(self):
+        self._originals = {}  # (module, attr) -> original callable
+
+    def patch(self, module, attr, prefix, name=None, inplace=False):
+        if (module, attr) in self._originals:
+            return
+        orig = getattr(module, attr, None)
+        if not callable(orig):
+            raise MsprobeError(f"register_custom_api: {getattr(module, '__name__', module)!s}.{attr} "
+                               "is not a callable attribute")
+        self._originals[(module, attr)] = orig
+        setattr(module, attr, _wrap(orig, prefix, name or attr, inplace))
+
+    def restore(self, module=None, attr=None):
+        """Restore one attribute, or every patched attribute when called without arguments."""
+        items = [(module, attr)] if module is not None else list(self._originals)
+        for key in items:
+            orig = self._originals.pop(key, None)
+            if orig is not None:
+                setattr(key[0], key[1], orig)
+
+    def patch_collectives(self):
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+        for name in collective_names():
+            # in place: all_reduce & co. return None or a Work; their result is the mutated tensor
+            self.patch(dist, name, "Distributed", name, inplace=True)
+            self.patch(c10d, name, "Distributed", name, inplace=True)
+
+    def restore_collectives(self):
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+        for key in [k for k in self._originals if k[0] in (dist, c10d)]:
+            self.restore(*key)

@@ -1,0 +1,336 @@
+"""DumpSession: everything recorded in one step — turns calls into records and hands them to the writer.
+
+The capture layers (api_mode, modules, patched_api, backward) call into the session; the session
+owns naming counters, filters, statistics and the writer. Hot path: `record_call`.
+Guarded by benchmarks/dump_overhead.py.
+"""
+
+from contextlib import contextmanager
+
+import torch
+
+from msprobe.core import naming
+from msprobe.core.dump.tensor_files import save_npy
+from msprobe.core.dump.writer import DumpWriter, step_rank_dir
+from msprobe.core.filters import DumpFilter
+from msprobe.core.stack import capture_stack
+from msprobe.pytorch import _state
+from msprobe.pytorch.capture.backward import BackwardTracker
+from msprobe.pytorch.statistics import Summarizer, host_copy, numpy_of, resolve_deferred
+
+FRAMEWORK = "pytorch"
+_SCALARS = (int, float, bool, str)
+
+
+@contextmanager
+def tool_work():
+    """Mark msprobe's own torch ops so that capture ignores them."""
+    prev = _state.busy
+    _state.busy = True
+    try:
+        yield
+    finally:
+        _state.busy = prev
+
+
+class DumpSession:
+    """Recording state for one step of one rank.
+
+    Args:
+        cfg: validated DumpConfig.
+        step: the step number (names the step{N} directory).
+        rank: rank number for rank{R}, or None for proc{pid}.
+        pool: shared writer thread pool.
+    """
+
+    def __init__(self, cfg, step, rank, pool=None):
+        self.cfg = cfg
+        self.step = step
+        self.rank = rank
+        self.pool = pool
+        self.filter = DumpFilter(cfg)
+        self.counter = naming.CallCounter()
+        self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5",
+                                     defer=cfg.async_dump)
+        self.module_stack = []  # forward keys of the modules being run, innermost last
+        self.in_optimizer = False
+        self.writer = None
+        self.trackers = set()  # backward trackers still waiting for gradients
+        self._deferred = []  # records holding device statistics until flush (async_dump)
+        self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
+        self.with_stack = cfg.extra_info
+        self.tensor_count = 0
+
+    # -- writer ----------------------------------------------------------------------------------
+    def _writer(self):
+        if self.writer is None:
+            cfg = self.cfg
+            self.writer = DumpWriter(
+                step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
+                framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
+                with_tensors=cfg.task == "tensor" or bool(cfg.tensor_list))
+        return self.writer
+
+    def emit(self, key, record, waits=()):
+        """Hand one finished record to the writer (structure task writes no data records)."""
+        w = self._writer()
+        if self.cfg.task == "structure":
+            return
+        if self._deferred is not None and self.cfg.async_dump:
+            self._deferred.append((key, record, waits))
+            return
+        w.add(key, record, waits)
+
+    def note_structure(self, key, parent, stack):
+        w = self._writer()
+        if self.cfg.level in ("mix", "L0", "L2") or parent is not None:
+            w.add_construct(key, parent)
+        if stack is not None:
+            w.add_stack(key, stack)
+
+    # -- values -> records -------------------------------------------------------------------------
+    def tensor_record(self, t, file_stem, save, waits):
+        rec, crc = self.summarizer.summarize(t, self._writer().submit if self.summarizer.md5 else None)
+        if crc is not None:
+            if crc.done():
+                rec["md5"] = crc.result()
+            else:
+                rec["md5"] = None
+                crc.add_done_callback(lambda f, r=rec: r.__setitem__("md5", f.result()))
+                waits.append(crc)
+        if save:
+            w = self._writer()
+            name = file_stem + ".npy"
+            path = w.tensor_path(name)
+            copy = host_copy(t)
+            waits.append(w.submit(lambda: save_npy(path, numpy_of(copy)), copy.numel() * copy.element_size()))
+            rec["data_name"] = name
+            self.tensor_count += 1
+        return rec
+
+    def value_record(self, v, file_stem, save, waits):
+        """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
+        if isinstance(v, torch.Tensor):
+            return self.tensor_record(v, file_stem, save, waits)
+        if v is None:
+            return None
+        if isinstance(v, _SCALARS):
+            return {"type": type(v).__name__, "value": v}
+        if isinstance(v, (list, tuple)):
+            if isinstance(v, torch.Size):
+                return {"type": "torch.Size", "value": list(v)}
+            return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
+        if isinstance(v, dict):
+            return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+        return other_value_record(v)
+
+    def args_records(self, key, args, kwargs, role, save, waits):
+        stem = f"{key}.{role}"
+        a = [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(args)]
+        k = {n: self.value_record(x, f"{stem}.{n}", save, waits) for n, x in kwargs.items()}
+        return a, k
+
+    def outputs_record(self, key, out, save, waits):
+        stem = f"{key}.output"
+        if isinstance(out, (list, tuple)) and not isinstance(out, torch.Size):
+            return [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(out)]
+        return [self.value_record(out, f"{stem}.0", save, waits)]
+
+    # -- calls -----------------------------------------------------------------------------------
+    def parent_key(self):
+        if self.module_stack:
+            return self.module_stack[-1]
+        return "optimizer" if self.in_optimizer else None
+
+    def record_call(self, prefix, name, func, args, kwargs, inplace=False):
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
+        index = self.counter.next(f"{prefix}.{name}")
+        key = naming.api_key(prefix, name, index, naming.FORWARD)
+        flt = self.filter
+        if not flt.want_call(key, self.module_stack):
+            return func(*args, **kwargs)
+        save = flt.saves_tensor(key)
+        waits = []
+        _state.busy = True
+        try:
+            stack = capture_stack() if self.with_stack else None
+            if flt.forward and flt.input:
+                in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
+            else:
+                in_args, in_kwargs = [], {}
+        finally:
+            _state.busy = False
+        _state.depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            _state.depth -= 1
+        _state.busy = True
+        try:
+            result = out
+            if inplace and out is None and args:
+                result = args[0]  # __setitem__ and friends: the mutated tensor is the result
+            if flt.forward:
+                record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                          "output": self.outputs_record(key, result, save, waits) if flt.output else []}
+                self.emit(key, record, waits)
+            self.note_structure(key, self.parent_key(), stack)
+            if flt.backward and not inplace and torch.is_grad_enabled():
+                parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
+                self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), args, kwargs,
+                                    out, save, parent)
+        finally:
+            _state.busy = False
+        return out
+
+    def begin_module(self, key, args, kwargs):
+        """Module pre-hook: statistics of the inputs now, before an in-place forward changes them."""
+        flt = self.filter
+        save = flt.saves_tensor(key)
+        waits = []
+        stack = capture_stack() if self.with_stack else None
+        in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
+                              if flt.forward and flt.input else ([], {}))
+        return save, waits, stack, in_args, in_kwargs
+
+    def end_module(self, key, parent, module, frame, args, kwargs, output):
+        save, waits, stack, in_args, in_kwargs = frame
+        flt = self.filter
+        base = key.rsplit(".", 2)[0]
+        self.recorded_modules.add(base)
+        if flt.forward:
+            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
+                      for n, p in module.named_parameters(recurse=False)}
+            record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                      "output": self.outputs_record(key, output, save, waits) if flt.output else [],
+                      "parameters": params}
+            self.emit(key, record, waits)
+        self.note_structure(key, parent, stack)
+        if flt.backward and torch.is_grad_enabled() and output is not None:
+            bwd = key.replace(".forward.", ".backward.")
+            bwd_parent = parent.replace(".forward.", ".backward.") if parent else None
+            self.track_backward(bwd, args, kwargs, output, save, parent=bwd_parent)
+
+    def emit_params_grad(self, base, grads):
+        if not self.filter.backward:
+            return
+        key = naming.params_grad_key(*_split_module_base(base), self.counter.next(base + ".parameters_grad"))
+        save = self.filter.saves_tensor(key)
+        waits = []
+        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
+                  for n, g in grads.items()}
+        self.emit(key, record, waits)
+        if self.cfg.level in ("mix", "L0"):
+            self._writer().add_construct(key, None)
+
+    def track_backward(self, bwd_key, args, kwargs, out, save, parent=None):
+        inputs = flat_tensors(args) + flat_tensors(kwargs)
+        outputs = flat_tensors(out)
+        tracker = BackwardTracker.attach(self, bwd_key, inputs, outputs, save, parent)
+        if tracker is not None:
+            self.trackers.add(tracker)
+
+    def emit_backward(self, tracker):
+        """Called by a BackwardTracker when the gradients of a call are complete."""
+        self.trackers.discard(tracker)
+        flt = self.filter
+        record = {"input": tracker.out_recs if flt.input else [],
+                  "output": tracker.in_recs if flt.output else []}
+        self.emit(tracker.key, record, tracker.waits)
+        if self.cfg.level in ("mix", "L0", "L2"):
+            self._writer().add_construct(tracker.key, tracker.parent)
+
+    # -- step end --------------------------------------------------------------------------------
+    def flush(self):
+        """Emit partial backward records, resolve deferred statistics, write stack.json."""
+        with tool_work():
+            for tracker in list(self.trackers):
+                tracker.emit_partial()
+            self.trackers.clear()
+            if self.cfg.async_dump and self._deferred:
+                pending, self._deferred = self._deferred, None
+                for key, record, waits in pending:
+                    for _, rec in iter_records(record):
+                        resolve_deferred(rec)
+                    self._writer().add(key, record, waits)
+                self._deferred = []
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self):
+        self.flush()
+        if self.writer is not None:
+            self.writer.close()
+        self.summarizer.clear()
+
+
+def _split_module_base(base):
+    prefix, rest = base.split(".", 1)
+    path, cls = rest.rsplit(".", 1)
+    return prefix, path, cls
+
+
+def flat_tensors(v):
+    """Tensors in `v` (nested lists/tuples/dicts) in order of appearance."""
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [t for x in v for t in flat_tensors(x)]
+    if isinstance(v, dict):
+        return [t for x in v.values() for t in flat_tensors(x)]
+    return []
+
+
+def iter_records(value):
+    """(parent, record) for each tensor record dict in a nested record structure."""
+    if isinstance(value, dict):
+        if value.get("type") == "torch.Tensor":
+            yield None, value
+        else:
+            for v in value.values():
+                yield from iter_records(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from iter_records(v)
+
+
+def other_value_record(v):
+    """Record for a non-tensor, non-container argument (dtype, device, slice, process group ...)."""
+    if isinstance(v, torch.dtype):
+        return {"type": "torch.dtype", "value": str(v)}
+    if isinstance(v, torch.device):
+        return {"type": "torch.device", "value": str(v)}
+    if isinstance(v, slice):
+        return {"type": "slice", "value": [v.start if isinstance(v.start, (int, type(None))) else str(v.start),
+                                           v.stop if isinstance(v.stop, (int, type(None))) else str(v.stop),
+                                           v.step if isinstance(v.step, (int, type(None))) else str(v.step)]}
+    if v is Ellipsis:
+        return {"type": "ellipsis", "value": "..."}
+    if isinstance(v, torch.memory_format):
+        return {"type": "torch.memory_format", "value": str(v)}
+    cls = type(v)
+    if cls.__name__ in ("ProcessGroup", "ProcessGroupGloo", "ProcessGroupNCCL"):
+        return process_group_record(v)
+    if cls.__name__ == "ReduceOp" or cls.__name__ == "RedOpType":
+        return {"type": "torch.distributed.ReduceOp", "value": str(v).rsplit(".", 1)[-1]}
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "value": None}
+
+
+def process_group_record(group):
+    import zlib
+    import torch.distributed as dist
+    try:
+        ranks = dist.get_process_group_ranks(group)
+    except (RuntimeError, ValueError, AttributeError):
+        ranks = []
+    return {"type": "torch.ProcessGroup", "group_ranks": ranks,
+            "group_id": f"{zlib.crc32(str(ranks).encode()) & 0xFFFFFFFF:08x}"}
+
+
+def current_rank():
+    """The torch.distributed rank when a process group is up, else None (-> proc{pid})."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return None
+
