@@ -64,6 +64,7 @@ class PrecisionDebugger:
         self._token_iter = 0
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
         self._save_counts = {}
+        self._optim_handles = []
         atexit.register(self._at_exit)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -207,8 +208,22 @@ class PrecisionDebugger:
                 self._patched.patch(module, api, prefix, api)
         elif level == "L2":
             raise ConfigError("level", "L2", "L0 | L1 | mix | debug (L2 is not available yet)")
+        if level == "mix" and not self._optim_handles:
+            # APIs run by optimizer.step() get "optimizer" as their parent in construct.json
+            from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                               register_optimizer_step_pre_hook)
+            self._optim_handles = [register_optimizer_step_pre_hook(self._optim_enter),
+                                   register_optimizer_step_post_hook(self._optim_exit)]
         self._capturing = True
         self._running = True
+
+    def _optim_enter(self, optimizer, args, kwargs):
+        if self._session is not None:
+            self._session.in_optimizer = True
+
+    def _optim_exit(self, optimizer, args, kwargs):
+        if self._session is not None:
+            self._session.in_optimizer = False
 
     def _capture_off(self):
         if not self._capturing:
@@ -223,6 +238,9 @@ class PrecisionDebugger:
             self._patched.restore()
         if self._modules is not None:
             self._modules.detach()
+        for h in self._optim_handles:
+            h.remove()
+        self._optim_handles = []
 
     # -- token_range -------------------------------------------------------------------------------
     def _set_token_range(self, model, token_range):

@@ -8,6 +8,7 @@ torch.distributed.distributed_c10d that takes a `group` and a tensor or object a
 
 import functools
 import inspect
+import warnings
 
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch import _state
@@ -20,6 +21,13 @@ def collective_names():
     if not dist.is_available():
         return []
     from torch.distributed import distributed_c10d as c10d
+    names = []
+    with warnings.catch_warnings():  # inspecting deprecated aliases (reduce_op) warns
+        warnings.simplefilter("ignore")
+        return _collectives_of(c10d, dist)
+
+
+def _collectives_of(c10d, dist):
     names = []
     for name in getattr(c10d, "__all__", dir(c10d)):
         func = vars(c10d).get(name)

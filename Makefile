@@ -1,0 +1,26 @@
+# Two entry points for a fresh machine: `make demo` and `make test` (each sets up .venv first).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: setup
+	$(BIN)/python examples/demo.py --out demo_out
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/dump_overhead.py
+
+clean:
+	rm -rf $(VENV) demo_out dump_path

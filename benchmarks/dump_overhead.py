@@ -1,0 +1,392 @@
+"""Step-time overhead of msprobe's PyTorch dump against no tool, measured in one interleaved run.
+
+For each model, every config runs `--steps` timed training steps per round, the configs taking turns
+(round-robin, the starting config rotated each round), for `--rounds` rounds. A timed step with a
+debugger is
+
+    debugger.start(model); forward + backward + SGD step; debugger.stop(); debugger.step()
+
+so the flush at step() (tensor files, checksums, stack.json) is part of the cost. The ratio of a
+config is the median over rounds of (median step time of the config in that round) / (median step
+time of `none` in the same round): pairing within a round cancels slow drift of a noisy machine.
+
+    python benchmarks/dump_overhead.py                      # 5 rounds, all models and configs
+    python benchmarks/dump_overhead.py --quick              # CI smoke (2 rounds, 1 step per slot)
+    python benchmarks/dump_overhead.py --models transformer --configs none,stat_L1 --json out.json
+    python benchmarks/dump_overhead.py --check              # exit 1 when a ratio misses its target
+
+Only msprobe's public API is used: `from msprobe.pytorch import PrecisionDebugger`.
+"""
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from msprobe.pytorch import PrecisionDebugger
+
+MODELS = ("transformer", "mlp", "cnn")
+CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1")
+
+# config -> (task, level, summary_mode); None: no debugger ("none") or never started ("created").
+CONFIG_SPECS = {
+    "none": None,
+    "created": None,
+    "stat_L0": ("statistics", "L0", "statistics"),
+    "stat_L1": ("statistics", "L1", "statistics"),
+    "stat_mix": ("statistics", "mix", "statistics"),
+    "md5_L1": ("statistics", "L1", "md5"),
+    "tensor_L1": ("tensor", "L1", "statistics"),
+}
+
+# Our targets: a config meets its target when its ratio is <= the number.
+TARGETS = {"created": 1.02, "stat_L0": 1.10, "stat_L1": 1.3, "stat_mix": 1.4, "md5_L1": 2.0, "tensor_L1": 5.0}
+# msProbe's own measured step-time ratios (from the issue), for comparison.
+MSPROBE_RANGES = {"stat_L1": (2.1, 4.0), "stat_mix": (2.9, 4.8), "md5_L1": (3.4, 7.1), "tensor_L1": (19.0, 31.0)}
+
+
+# -- models --------------------------------------------------------------------------------------------
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block; attention written with plain torch ops."""
+
+    def __init__(self, d_model, n_heads, mlp_ratio=4):
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, mlp_ratio * d_model)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(mlp_ratio * d_model, d_model)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.n_heads
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q = q.view(b, s, h, d // h).transpose(1, 2)
+        k = k.view(b, s, h, d // h).transpose(1, 2)
+        v = v.view(b, s, h, d // h).transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d // h)
+        attn = torch.softmax(scores, dim=-1)
+        y = torch.matmul(attn, v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(y)
+        return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    def __init__(self, vocab=1000, d_model=256, n_heads=4, n_blocks=4, seq=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.zeros(seq, d_model))
+        self.blocks = nn.ModuleList([Block(d_model, n_heads) for _ in range(n_blocks)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=512, hidden=2048, n_hidden=4, d_out=512):
+        super().__init__()
+        layers, d = [], d_in
+        for _ in range(n_hidden):
+            layers += [nn.Linear(d, hidden), nn.ReLU()]
+            d = hidden
+        layers.append(nn.Linear(d, d_out))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    def __init__(self, n_classes=10):
+        super().__init__()
+        chans, layers, c_in = (16, 32, 64), [], 3
+        for c in chans:
+            layers += [nn.Conv2d(c_in, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(), nn.MaxPool2d(2)]
+            c_in = c
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(64 * 8 * 8, n_classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+class Workload:
+    """A model, its optimizer and one fixed batch; `train_step()` is forward + backward + SGD step."""
+
+    def __init__(self, name):
+        torch.manual_seed(0)
+        self.name = name
+        if name == "transformer":
+            self.model = Transformer()
+            self.x = torch.randint(0, 1000, (4, 128))
+            self.y = torch.randint(0, 1000, (4, 128))
+            self.loss_fn = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        elif name == "mlp":
+            self.model = MLP()
+            self.x = torch.randn(128, 512)
+            self.y = torch.randn(128, 512)
+            self.loss_fn = F.mse_loss
+        elif name == "cnn":
+            self.model = CNN()
+            self.x = torch.randn(16, 3, 64, 64)
+            self.y = torch.randint(0, 10, (16,))
+            self.loss_fn = F.cross_entropy
+        else:
+            raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+        self.model.train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+
+    def train_step(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(self.x), self.y)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+# -- configs -------------------------------------------------------------------------------------------
+class Runner:
+    """One (config, model) pair: its debugger (if any) and its own temporary dump_path."""
+
+    def __init__(self, config, work, root):
+        self.config = config
+        self.work = work
+        self.debugger = None
+        self.dump_path = os.path.join(root, f"{config}-{work.name}")
+        if config == "none":
+            return
+        os.makedirs(self.dump_path, exist_ok=True)
+        spec = CONFIG_SPECS[config]
+        if spec is None:  # "created": constructed with defaults, never started
+            self.debugger = PrecisionDebugger(dump_path=self.dump_path)
+            self.started = False
+            return
+        task, level, summary_mode = spec
+        cfg_path = None
+        if summary_mode != "statistics":
+            cfg_path = os.path.join(root, f"{config}-{work.name}.config.json")
+            with open(cfg_path, "w", encoding="utf-8") as f:
+                json.dump({"task": task, "level": level, "dump_path": self.dump_path,
+                           task: {"summary_mode": summary_mode}}, f)
+            self.debugger = PrecisionDebugger(config_path=cfg_path)
+        else:
+            self.debugger = PrecisionDebugger(task=task, dump_path=self.dump_path, level=level)
+        self.started = True
+
+    def step(self):
+        """One timed step; returns seconds."""
+        dbg, work = self.debugger, self.work
+        if dbg is None or not self.started:
+            t0 = time.perf_counter()
+            work.train_step()
+            return time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dbg.start(work.model)
+        work.train_step()
+        dbg.stop()
+        dbg.step()
+        return time.perf_counter() - t0
+
+    def dump_bytes(self):
+        total = 0
+        for d, _, files in os.walk(self.dump_path):
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(d, f))
+                except OSError:
+                    pass
+        return total
+
+    def clean(self):
+        """Delete what the dump wrote (outside the timed region)."""
+        if self.debugger is None or not os.path.isdir(self.dump_path):
+            return
+        for entry in os.listdir(self.dump_path):
+            shutil.rmtree(os.path.join(self.dump_path, entry), ignore_errors=True)
+
+
+# -- measurement ---------------------------------------------------------------------------------------
+def measure(models, configs, rounds, steps, root, log):
+    """{model: {config: [[step seconds ...] per round]}} plus dump sizes of one step."""
+    times = {m: {c: [] for c in configs} for m in models}
+    dump_sizes = {m: {} for m in models}
+    for m in models:
+        work = Workload(m)
+        runners = [Runner(c, work, root) for c in configs]
+        log(f"[{m}] warm-up")
+        for r in runners:  # one warm-up step per config (first L1 start builds the API table, etc.)
+            r.step()
+            dump_sizes[m][r.config] = r.dump_bytes()
+            r.clean()
+        for rnd in range(rounds):
+            k = rnd % len(runners)
+            order = runners[k:] + runners[:k]
+            for r in order:
+                got = []
+                for _ in range(steps):
+                    gc.collect()
+                    got.append(r.step())
+                    r.clean()
+                times[m][r.config].append(got)
+            summary = "  ".join(f"{r.config}={1e3 * statistics.median(times[m][r.config][-1]):.1f}ms"
+                                for r in runners)
+            log(f"[{m}] round {rnd + 1}/{rounds}: {summary}")
+        for r in runners:  # only one debugger is ever started at a time; close them all before the next model
+            if r.debugger is not None:
+                r.debugger.close()
+    return times, dump_sizes
+
+
+def summarize(times, configs, dump_sizes):
+    results = {}
+    for m, per_cfg in times.items():
+        base_rounds = per_cfg.get("none")
+        base_all = [t for rnd in base_rounds for t in rnd] if base_rounds else None
+        results[m] = {}
+        for c in configs:
+            rounds = per_cfg[c]
+            flat = [t for rnd in rounds for t in rnd]
+            entry = {"median_ms": 1e3 * statistics.median(flat), "min_ms": 1e3 * min(flat),
+                     "samples": len(flat), "dump_bytes_per_step": dump_sizes[m].get(c, 0)}
+            if base_rounds:
+                paired = [statistics.median(a) / statistics.median(b) for a, b in zip(rounds, base_rounds)]
+                entry["ratio"] = statistics.median(paired)
+                entry["round_ratios"] = paired
+                entry["ratio_of_medians"] = statistics.median(flat) / statistics.median(base_all)
+                entry["ratio_of_mins"] = min(flat) / min(base_all)
+            results[m][c] = entry
+    return results
+
+
+def fmt_range(c):
+    r = MSPROBE_RANGES.get(c)
+    return f"{r[0]:g}-{r[1]:g}x" if r else "-"
+
+
+def render_table(results, models, configs):
+    cols = [f"{m:>13}" for m in models]
+    lines = [f"{'config':<10} " + " ".join(cols) + f" {'target':>7} {'msProbe':>10}"]
+    lines.append("-" * len(lines[0]))
+    base = "none ms" if "none" in configs else None
+    if base:
+        lines.append(f"{'(none ms)':<10} "
+                     + " ".join(f"{results[m]['none']['median_ms']:>13.1f}" for m in models)
+                     + f" {'':>7} {'':>10}")
+    for c in configs:
+        if c == "none":
+            continue
+        cells = []
+        for m in models:
+            e = results[m][c]
+            if "ratio" not in e:
+                cells.append(f"{e['median_ms']:>11.1f}ms")
+                continue
+            tgt = TARGETS.get(c)
+            mark = "" if tgt is None else (" " if e["ratio"] <= tgt else "!")
+            spread = e["round_ratios"]
+            cells.append(f"{e['ratio']:>6.2f}x{mark}[{max(spread) - min(spread):4.2f}]")
+        tgt = TARGETS.get(c)
+        lines.append(f"{c:<10} " + " ".join(f"{cell:>13}" for cell in cells)
+                     + f" {('<=%.2f' % tgt) if tgt else '-':>7} {fmt_range(c):>10}")
+    lines.append("ratio = median over rounds of (config step / none step, same round); "
+                 "[..] = max-min of the per-round ratios; ! = over target")
+    return "\n".join(lines)
+
+
+def check_targets(results, models, configs):
+    misses = []
+    for c in configs:
+        tgt = TARGETS.get(c)
+        for m in models:
+            r = results[m][c].get("ratio")
+            if tgt is not None and r is not None and r > tgt:
+                misses.append(f"{c}/{m}: {r:.2f}x > {tgt:.2f}x")
+    return misses
+
+
+def parse_list(value, allowed, what):
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"unknown {what} {bad}; choose from {', '.join(allowed)}")
+    return items
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=5, help="round-robin rounds (default 5)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per config per round (default 3)")
+    p.add_argument("--models", default=",".join(MODELS),
+                   type=lambda v: parse_list(v, MODELS, "model"), help="comma list of " + ",".join(MODELS))
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   type=lambda v: parse_list(v, CONFIGS, "config"), help="comma list of " + ",".join(CONFIGS))
+    p.add_argument("--quick", action="store_true", help="CI smoke: --rounds 2 --steps 1")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--tmpdir", help="where the temporary dump paths go (default: system temp)")
+    p.add_argument("--check", action="store_true", help="exit 1 when a ratio is over its target")
+    p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps = 2, 1
+    if args.rounds < 1 or args.steps < 1:
+        p.error("--rounds and --steps must be >= 1")
+    configs = list(args.configs)
+    if "none" not in configs:
+        configs.insert(0, "none")  # ratios need the baseline
+    models = list(args.models)
+
+    def log(msg):
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    log(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus; "
+        f"rounds={args.rounds} steps={args.steps}")
+    root = tempfile.mkdtemp(prefix="msprobe_bench_", dir=args.tmpdir)
+    t_start = time.perf_counter()
+    try:
+        times, dump_sizes = measure(models, configs, args.rounds, args.steps, root, log)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    wall = time.perf_counter() - t_start
+    results = summarize(times, configs, dump_sizes)
+    print(render_table(results, models, configs))
+    misses = check_targets(results, models, configs)
+    if misses:
+        print("over target: " + "; ".join(misses))
+    if args.json:
+        out = {
+            "meta": {"torch": torch.__version__, "python": platform.python_version(),
+                     "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "machine": platform.machine(),
+                     "rounds": args.rounds, "steps_per_round": args.steps, "wall_s": wall},
+            "targets": TARGETS,
+            "msprobe_ranges": {c: list(r) for c, r in MSPROBE_RANGES.items()},
+            "ratios": {c: {m: results[m][c].get("ratio") for m in models} for c in configs if c != "none"},
+            "results": results,
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 1 if (args.check and misses) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
