@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 TASKS = ("statistics", "tensor", "structure", "overflow_check")
 LEVELS = ("L0", "L1", "mix", "debug", "L2")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
-SUMMARY_MODES = ("statistics", "md5")
+SUMMARY_MODES = ("statistics", "md5", "xor")
 
 COMMON_FIELDS = ("task", "dump_path", "rank", "step", "level", "async_dump", "seed", "is_deterministic",
                  "enable_dataloader", "extra_info", "precision", "dump_enable", "framework")
@@ -145,6 +145,11 @@ def _validate_block(cfg, task, block):
             cfg.data_mode = tuple(modes)
         elif key == "summary_mode":
             cfg.summary_mode = _choice(name, value, SUMMARY_MODES)
+            if cfg.summary_mode == "xor":
+                # msProbe's xor needs its compiled xor_checksum module; we record statistics instead.
+                logger.warning("config field '%s': 'xor' is not supported here; statistics are recorded "
+                               "instead", name)
+                cfg.summary_mode = "statistics"
         elif key == "overflow_nums":
             if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
                 _fail(name, value, "a positive integer, or -1 for no limit")
@@ -220,7 +225,11 @@ def load_config(config_path=None, *, task=None, dump_path=None, level=None, step
                 raw = json.load(f)
         except json.JSONDecodeError as e:
             raise ConfigError("config_path", config_path, f"valid JSON ({e.msg} at line {e.lineno})") from None
-    raw = dict(raw) if isinstance(raw, dict) else raw
+        except UnicodeDecodeError as e:
+            raise ConfigError("config_path", config_path, f"a UTF-8 JSON file ({e.reason})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(config_path, raw, "a JSON object")
+    raw = dict(raw)
     for name, value in (("task", task), ("dump_path", dump_path), ("level", level), ("step", step)):
         if value is not None:
             raw[name] = value

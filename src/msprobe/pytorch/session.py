@@ -15,7 +15,7 @@ from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.backward import BackwardTracker
+from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.statistics import Summarizer, host_copy, numpy_of, resolve_deferred
 
 FRAMEWORK = "pytorch"
@@ -55,7 +55,9 @@ class DumpSession:
         self.module_stack = []  # forward keys of the modules being run, innermost last
         self.in_optimizer = False
         self.writer = None
-        self.trackers = set()  # backward trackers still waiting for gradients
+        # backward trackers still waiting for gradients, in creation order (a dict: flush() emits the
+        # partial ones, e.g. an LSTM whose unused cell state never gets a gradient, in a stable order)
+        self.trackers = {}
         self._deferred = []  # records holding device statistics until flush (async_dump)
         self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
@@ -158,6 +160,9 @@ class DumpSession:
                 in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
             else:
                 in_args, in_kwargs = [], {}
+            # graph edges of the inputs before the call: an in-place call moves them
+            edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
+                     if flt.backward and not inplace and torch.is_grad_enabled() else None)
         finally:
             _state.busy = False
         _state.depth += 1
@@ -168,17 +173,19 @@ class DumpSession:
         _state.busy = True
         try:
             result = out
-            if inplace and out is None and args:
-                result = args[0]  # __setitem__ and friends: the mutated tensor is the result
+            if inplace and args and not isinstance(out, torch.Tensor):
+                result = args[0]  # __setitem__, collectives: the mutated argument is the result
+            if inplace:
+                self.summarizer.forget(flat_tensors(result))
             if flt.forward:
                 record = {"input_args": in_args, "input_kwargs": in_kwargs,
                           "output": self.outputs_record(key, result, save, waits) if flt.output else []}
                 self.emit(key, record, waits)
             self.note_structure(key, self.parent_key(), stack)
-            if flt.backward and not inplace and torch.is_grad_enabled():
+            if edges is not None and torch.is_grad_enabled():
                 parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
-                self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), args, kwargs,
-                                    out, save, parent)
+                self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save,
+                                    parent)
         finally:
             _state.busy = False
         return out
@@ -191,10 +198,13 @@ class DumpSession:
         stack = capture_stack() if self.with_stack else None
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
                               if flt.forward and flt.input else ([], {}))
-        return save, waits, stack, in_args, in_kwargs
+        # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
+        edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
+                 if flt.backward and torch.is_grad_enabled() else None)
+        return save, waits, stack, in_args, in_kwargs, edges
 
     def end_module(self, key, parent, module, frame, args, kwargs, output):
-        save, waits, stack, in_args, in_kwargs = frame
+        save, waits, stack, in_args, in_kwargs, edges = frame
         flt = self.filter
         base = key.rsplit(".", 2)[0]
         self.recorded_modules.add(base)
@@ -206,10 +216,10 @@ class DumpSession:
                       "parameters": params}
             self.emit(key, record, waits)
         self.note_structure(key, parent, stack)
-        if flt.backward and torch.is_grad_enabled() and output is not None:
+        if edges is not None and torch.is_grad_enabled() and output is not None:
             bwd = key.replace(".forward.", ".backward.")
             bwd_parent = parent.replace(".forward.", ".backward.") if parent else None
-            self.track_backward(bwd, args, kwargs, output, save, parent=bwd_parent)
+            self.track_backward(bwd, edges, output, save, parent=bwd_parent)
 
     def emit_params_grad(self, base, grads):
         if not self.filter.backward:
@@ -220,19 +230,17 @@ class DumpSession:
         record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
                   for n, g in grads.items()}
         self.emit(key, record, waits)
-        if self.cfg.level in ("mix", "L0"):
-            self._writer().add_construct(key, None)
 
-    def track_backward(self, bwd_key, args, kwargs, out, save, parent=None):
-        inputs = flat_tensors(args) + flat_tensors(kwargs)
+    def track_backward(self, bwd_key, edges, out, save, parent=None):
+        """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
         outputs = flat_tensors(out)
-        tracker = BackwardTracker.attach(self, bwd_key, inputs, outputs, save, parent)
+        tracker = BackwardTracker.attach(self, bwd_key, edges, outputs, save, parent)
         if tracker is not None:
-            self.trackers.add(tracker)
+            self.trackers[tracker] = None
 
     def emit_backward(self, tracker):
         """Called by a BackwardTracker when the gradients of a call are complete."""
-        self.trackers.discard(tracker)
+        self.trackers.pop(tracker, None)
         flt = self.filter
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}

@@ -39,6 +39,12 @@ class Summarizer:
     def clear(self):
         self._cache.clear()
 
+    def forget(self, tensors):
+        """Drop cached results of tensors changed behind autograd's back (collectives write in place
+        without bumping the version counter)."""
+        for t in tensors:
+            self._cache.pop(id(t), None)
+
     def summarize(self, t, submit=None):
         """Record for tensor `t` (a fresh dict the caller may extend) and the CRC-32 future or None.
 
@@ -46,7 +52,9 @@ class Summarizer:
             submit: runs a callable off the training thread (the writer pool); needed for md5.
         """
         hit = self._cache.get(id(t))
-        if hit is not None and hit[0]() is t and hit[1] == t._version:
+        # inference tensors have no version counter: never cached, never looked up
+        version = -1 if t.is_inference() else t._version
+        if hit is not None and hit[0]() is t and hit[1] == version:
             rec, crc = dict(hit[2]), hit[3]
         else:
             rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
@@ -58,10 +66,8 @@ class Summarizer:
                 crc = submit(lambda: crc32_of(copy), copy.numel() * copy.element_size())
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
-            try:
-                self._cache[id(t)] = (weakref.ref(t), t._version, rec, crc)
-            except TypeError:
-                pass
+            if version >= 0:
+                self._cache[id(t)] = (weakref.ref(t), version, rec, crc)
             rec = dict(rec)
         rec["requires_grad"] = t.requires_grad
         return rec, crc

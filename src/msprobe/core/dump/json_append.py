@@ -21,6 +21,16 @@ def json_float(x):
     return "nan" if x != x else ("inf" if x > 0 else "-inf")
 
 
+def _finite(v):
+    if isinstance(v, float):
+        return json_float(v)
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
 class JsonAppendFile:
     """An always-valid JSON file whose innermost object grows by appends.
 
@@ -42,8 +52,13 @@ class JsonAppendFile:
         self._empty = True
 
     def append(self, key, value):
-        """Append one `"key": value` member. `value` is any JSON-serialisable object."""
-        self.append_raw(json.dumps(key), json.dumps(value, allow_nan=True))
+        """Append one `"key": value` member. `value` is any JSON-serialisable object; non-finite
+        floats in it are written as "inf"/"-inf"/"nan" strings so the file stays strict JSON."""
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except ValueError:  # a bare inf/nan somewhere in value: rare, so only then walk it
+            text = json.dumps(_finite(value), allow_nan=False)
+        self.append_raw(json.dumps(key), text)
 
     def append_raw(self, key_json, value_json):
         with self._lock:

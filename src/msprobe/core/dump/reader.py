@@ -63,8 +63,13 @@ def find_rank_dirs(root):
         return [RankDir(root, int(step_m.group(1)) if step_m else 0,
                         int(rank_m.group(2)) if rank_m else 0, bool(rank_m and rank_m.group(1) == "proc"))]
     found = []
-    step_dirs = [root] if _STEP_RE.match(os.path.basename(root)) else [
-        os.path.join(root, d) for d in os.listdir(root) if _STEP_RE.match(d)] if os.path.isdir(root) else []
+    if not os.path.isdir(root):
+        step_dirs = []
+    elif _STEP_RE.match(os.path.basename(root)):
+        step_dirs = [root]
+    else:
+        step_dirs = [os.path.join(root, d) for d in os.listdir(root)
+                     if _STEP_RE.match(d) and os.path.isdir(os.path.join(root, d))]
     for sd in step_dirs:
         step = int(_STEP_RE.match(os.path.basename(sd)).group(1))
         for d in os.listdir(sd):
@@ -148,9 +153,13 @@ class DumpReader:
             self._stack = {}
             path = os.path.join(self.rank_dir, "stack.json")
             if os.path.isfile(path):
-                for entry in load_json(path).values():
-                    keys, lines = entry if isinstance(entry, list) and len(entry) == 2 else ([], entry)
-                    for k in keys if isinstance(keys, list) else [keys]:
+                for name, entry in load_json(path).items():
+                    if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
+                        keys, lines = entry  # {"0": [[key, ...], [line, ...]]}
+                        keys = keys if isinstance(keys, list) else [keys]
+                    else:
+                        keys, lines = [name], entry  # older msProbe: {key: [line, ...]}
+                    for k in keys:
                         self._stack[k] = lines
         return self._stack
 
