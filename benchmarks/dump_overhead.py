@@ -1,14 +1,15 @@
 """Step-time overhead of msprobe's PyTorch dump against no tool, measured in one interleaved run.
 
-For each model, every config runs `--steps` timed training steps per round, the configs taking turns
-(round-robin, the starting config rotated each round), for `--rounds` rounds. A timed step with a
-debugger is
+For each model, every config runs `--steps` timed training steps per slot, the configs taking turns
+(round-robin, the order rotated each round) with a `none` slot between any two of them, for `--rounds`
+rounds. A timed step with a debugger is
 
     debugger.start(model); forward + backward + SGD step; debugger.stop(); debugger.step()
 
 so the flush at step() (tensor files, checksums, stack.json) is part of the cost. The ratio of a
-config is the median over rounds of (median step time of the config in that round) / (median step
-time of `none` in the same round): pairing within a round cancels slow drift of a noisy machine.
+config is the median over rounds of (median step time of its slot) / (median step time of the two
+`none` slots around it): pairing with the neighbouring baseline cancels bursts of load from other
+processes on a shared machine, the median over rounds drops the rounds a burst still spoils.
 
     python benchmarks/dump_overhead.py                      # 5 rounds, all models and configs
     python benchmarks/dump_overhead.py --quick              # CI smoke (2 rounds, 1 step per slot)
@@ -193,18 +194,18 @@ class Runner:
         self.started = True
 
     def step(self):
-        """One timed step; returns seconds."""
+        """One timed step; returns (wall seconds, process CPU seconds: all threads, writer pool included)."""
         dbg, work = self.debugger, self.work
         if dbg is None or not self.started:
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             work.train_step()
-            return time.perf_counter() - t0
-        t0 = time.perf_counter()
+            return time.perf_counter() - t0, time.process_time() - c0
+        c0, t0 = time.process_time(), time.perf_counter()
         dbg.start(work.model)
         work.train_step()
         dbg.stop()
         dbg.step()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
     def dump_bytes(self):
         total = 0
@@ -225,54 +226,83 @@ class Runner:
 
 
 # -- measurement ---------------------------------------------------------------------------------------
+def _slot(runner, steps):
+    got = []
+    for _ in range(steps):
+        gc.collect()  # outside the timed region: a step pays for its own garbage only
+        got.append(runner.step())
+        runner.clean()
+    return got
+
+
 def measure(models, configs, rounds, steps, root, log):
-    """{model: {config: [[step seconds ...] per round]}} plus dump sizes of one step."""
-    times = {m: {c: [] for c in configs} for m in models}
+    """Interleaved measurement.
+
+    A round of one model is `none, c1, none, c2, none, ..., cN, none` (`steps` timed steps per slot),
+    the order of c1..cN rotated each round. Each config slot is paired with the `none` slots right
+    before and after it, so a burst of load from other processes hits both sides of a ratio.
+
+    Returns {model: {config: [(config steps, neighbouring none steps) per round]}}, each step a
+    (wall, cpu) pair of seconds, and {model: {config: bytes one warm-up step dumped}}.
+    """
+    others = [c for c in configs if c != "none"]
+    data = {m: {c: [] for c in configs} for m in models}
     dump_sizes = {m: {} for m in models}
     for m in models:
         work = Workload(m)
-        runners = [Runner(c, work, root) for c in configs]
+        base = Runner("none", work, root)
+        runners = [Runner(c, work, root) for c in others]
         log(f"[{m}] warm-up")
-        for r in runners:  # one warm-up step per config (first L1 start builds the API table, etc.)
+        for r in [base] + runners:  # one warm-up step per config (the first L1 start builds the API table)
             r.step()
             dump_sizes[m][r.config] = r.dump_bytes()
             r.clean()
         for rnd in range(rounds):
-            k = rnd % len(runners)
+            k = rnd % len(runners) if runners else 0
             order = runners[k:] + runners[:k]
+            before = _slot(base, steps)
+            all_none = list(before)
             for r in order:
-                got = []
-                for _ in range(steps):
-                    gc.collect()
-                    got.append(r.step())
-                    r.clean()
-                times[m][r.config].append(got)
-            summary = "  ".join(f"{r.config}={1e3 * statistics.median(times[m][r.config][-1]):.1f}ms"
-                                for r in runners)
+                got = _slot(r, steps)
+                after = _slot(base, steps)
+                data[m][r.config].append((got, before + after))
+                all_none += after
+                before = after
+            data[m]["none"].append((all_none, all_none))
+            summary = "  ".join(f"{c}={1e3 * statistics.median(w for w, _ in data[m][c][-1][0]):.1f}ms"
+                                for c in configs)
             log(f"[{m}] round {rnd + 1}/{rounds}: {summary}")
-        for r in runners:  # only one debugger is ever started at a time; close them all before the next model
+        for r in runners:  # close every debugger of this model before the next model
             if r.debugger is not None:
                 r.debugger.close()
-    return times, dump_sizes
+    return data, dump_sizes
 
 
-def summarize(times, configs, dump_sizes):
+def _ratios(rounds, base_all, metric):
+    """Ratios of one config for one metric (0: wall, 1: cpu)."""
+    med = statistics.median
+    flat = [st[metric] for got, _ in rounds for st in got]
+    base = [st[metric] for st in base_all]
+    paired = [med(st[metric] for st in got) / med(st[metric] for st in nb) for got, nb in rounds]
+    return {"ratio": med(paired), "round_ratios": paired, "ratio_of_medians": med(flat) / med(base),
+            "ratio_of_mins": min(flat) / min(base)}
+
+
+def summarize(data, configs, dump_sizes):
     results = {}
-    for m, per_cfg in times.items():
-        base_rounds = per_cfg.get("none")
-        base_all = [t for rnd in base_rounds for t in rnd] if base_rounds else None
+    for m, per_cfg in data.items():
+        base_all = [st for got, _ in per_cfg["none"] for st in got]
         results[m] = {}
         for c in configs:
             rounds = per_cfg[c]
-            flat = [t for rnd in rounds for t in rnd]
-            entry = {"median_ms": 1e3 * statistics.median(flat), "min_ms": 1e3 * min(flat),
-                     "samples": len(flat), "dump_bytes_per_step": dump_sizes[m].get(c, 0)}
-            if base_rounds:
-                paired = [statistics.median(a) / statistics.median(b) for a, b in zip(rounds, base_rounds)]
-                entry["ratio"] = statistics.median(paired)
-                entry["round_ratios"] = paired
-                entry["ratio_of_medians"] = statistics.median(flat) / statistics.median(base_all)
-                entry["ratio_of_mins"] = min(flat) / min(base_all)
+            wall = [st[0] for got, _ in rounds for st in got]
+            cpu = [st[1] for got, _ in rounds for st in got]
+            entry = {"median_ms": 1e3 * statistics.median(wall), "min_ms": 1e3 * min(wall),
+                     "cpu_median_ms": 1e3 * statistics.median(cpu),
+                     "samples": len(wall), "dump_bytes_per_step": dump_sizes[m].get(c, 0)}
+            if c != "none":
+                entry.update(_ratios(rounds, base_all, 0))
+                entry["cpu"] = _ratios(rounds, base_all, 1)
             results[m][c] = entry
     return results
 
@@ -282,33 +312,33 @@ def fmt_range(c):
     return f"{r[0]:g}-{r[1]:g}x" if r else "-"
 
 
-def render_table(results, models, configs):
-    cols = [f"{m:>13}" for m in models]
-    lines = [f"{'config':<10} " + " ".join(cols) + f" {'target':>7} {'msProbe':>10}"]
-    lines.append("-" * len(lines[0]))
-    base = "none ms" if "none" in configs else None
-    if base:
-        lines.append(f"{'(none ms)':<10} "
-                     + " ".join(f"{results[m]['none']['median_ms']:>13.1f}" for m in models)
-                     + f" {'':>7} {'':>10}")
+def render_table(results, models, configs, metric="wall"):
+    """Config x model table of ratios; `metric` "wall" (with per-round range and target marks) or "cpu"."""
+    w = 21 if metric == "wall" else 12
+    head = f"{'config':<10}" + "".join(f"{m:>{w}}" for m in models) + f"{'target':>9}{'msProbe':>11}"
+    lines = [head, "-" * len(head)]
+    key = "median_ms" if metric == "wall" else "cpu_median_ms"
+    lines.append(f"{'none':<10}" + "".join(f"{results[m]['none'][key]:>{w - 3}.1f} ms" for m in models))
     for c in configs:
         if c == "none":
             continue
+        tgt = TARGETS.get(c)
         cells = []
         for m in models:
-            e = results[m][c]
-            if "ratio" not in e:
-                cells.append(f"{e['median_ms']:>11.1f}ms")
+            e = results[m][c] if metric == "wall" else results[m][c]["cpu"]
+            if metric == "cpu":
+                cells.append(f"{e['ratio']:>{w - 1}.2f}x")
                 continue
-            tgt = TARGETS.get(c)
-            mark = "" if tgt is None else (" " if e["ratio"] <= tgt else "!")
-            spread = e["round_ratios"]
-            cells.append(f"{e['ratio']:>6.2f}x{mark}[{max(spread) - min(spread):4.2f}]")
-        tgt = TARGETS.get(c)
-        lines.append(f"{c:<10} " + " ".join(f"{cell:>13}" for cell in cells)
-                     + f" {('<=%.2f' % tgt) if tgt else '-':>7} {fmt_range(c):>10}")
-    lines.append("ratio = median over rounds of (config step / none step, same round); "
-                 "[..] = max-min of the per-round ratios; ! = over target")
+            mark = "!" if tgt is not None and e["ratio"] > tgt else " "
+            rr = e["round_ratios"]
+            cells.append(f"{e['ratio']:.2f}x{mark}({min(rr):.2f}-{max(rr):.2f})".rjust(w))
+        lines.append(f"{c:<10}" + "".join(cells) + f"{('<=%.2f' % tgt) if tgt else '-':>9}{fmt_range(c):>11}")
+    if metric == "wall":
+        lines.append("ratio: median over rounds of (config step time / neighbouring none step time), wall clock;"
+                     " (lo-hi): range of the per-round ratios; !: over target")
+    else:
+        lines.append("same ratios from process CPU time (all threads): less sensitive to other processes' load,"
+                     " blind to time spent waiting")
     return "\n".join(lines)
 
 
@@ -370,6 +400,8 @@ def main(argv=None):
     wall = time.perf_counter() - t_start
     results = summarize(times, configs, dump_sizes)
     print(render_table(results, models, configs))
+    print()
+    print(render_table(results, models, configs, metric="cpu"))
     misses = check_targets(results, models, configs)
     if misses:
         print("over target: " + "; ".join(misses))

@@ -5,11 +5,18 @@ Every model has a submodule `l` (an nn.Linear) whose parameter gradients the tes
 the model's output into a scalar loss. Sizes are tiny: two training steps take milliseconds.
 """
 
+import json
 import math
+import os
+
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+from msprobe.pytorch import PrecisionDebugger
 
 
 class Attention(nn.Module):
@@ -221,7 +228,7 @@ def batches(name, n, seed=1):
     return [ZOO[name].make_batch(gen) for _ in range(n)]
 
 
-def train(model, data, debugger=None, steps=2, opt="sgd", keep=None):
+def train(model, data, debugger=None, steps=2, opt="sgd"):
     """Train `steps` steps on `data`; with a debugger, wrap each step in start/stop/step.
 
     Returns:
@@ -234,20 +241,21 @@ def train(model, data, debugger=None, steps=2, opt="sgd", keep=None):
     history = []
     for i in range(steps):
         x, y = data[i % len(data)]
+        params = {n: p.detach().clone() for n, p in model.named_parameters()}
         if debugger is not None:
             debugger.start(model)
         out = model(x)
         loss = loss_of(out, y)
         optim.zero_grad()
         loss.backward()
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-        params = {n: p.detach().clone() for n, p in model.named_parameters()}
-        optim.step()
+        optim.step()  # SGD / Adam without weight decay leave .grad as backward left it
         if debugger is not None:
             debugger.stop()
-            debugger.step()
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
         history.append({"loss": loss.detach().clone(), "grads": grads, "params_before": params,
                         "out": _detach(out), "x": x, "y": y})
+        if debugger is not None:
+            debugger.step()
     return history
 
 
@@ -259,3 +267,91 @@ def _detach(v):
     if isinstance(v, dict):
         return {k: _detach(x) for k, x in v.items()}
     return v
+
+
+# -- reading dumps back ------------------------------------------------------------------------------
+
+def stats_of(t):
+    """Max/Min/Mean/Norm of a tensor computed here, independently of msprobe (float tensors)."""
+    x = t.detach().float()
+    return {"Max": x.max().item(), "Min": x.min().item(), "Mean": x.mean().item(), "Norm": x.norm().item()}
+
+
+def assert_stats(rec, t, rel=1e-5):
+    """The tensor record `rec` describes tensor `t`: dtype, shape and statistics."""
+    assert rec is not None, "expected a tensor record, got null"
+    assert rec["type"] == "torch.Tensor"
+    assert rec["dtype"] == str(t.dtype)
+    assert rec["shape"] == list(t.shape)
+    want = stats_of(t)
+    assert rec["Max"] == want["Max"] and rec["Min"] == want["Min"], (rec, want)
+    assert abs(rec["Mean"] - want["Mean"]) <= rel * max(1.0, abs(want["Mean"])), (rec, want)
+    assert abs(rec["Norm"] - want["Norm"]) <= rel * max(1.0, abs(want["Norm"])), (rec, want)
+
+
+def tensor_records(value):
+    """Every tensor record (dict with type/dtype/shape) in a nested record structure."""
+    if isinstance(value, dict):
+        if "dtype" in value and "shape" in value and "type" in value:
+            yield value
+            return
+        for v in value.values():
+            yield from tensor_records(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from tensor_records(v)
+
+
+def read_raw(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def finish(debugger):
+    """Flush and release a debugger's writer threads (each test builds its own debugger)."""
+    debugger.close()
+    pool = getattr(debugger, "_pool", None)
+    if pool is not None:
+        pool.shutdown(wait=True)
+
+
+def write_config(tmp_path, **fields):
+    """Write config.json into tmp_path and return its path."""
+    os.makedirs(str(tmp_path), exist_ok=True)
+    path = os.path.join(str(tmp_path), "config.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(fields, f)
+    return path
+
+
+# -- running a dump ------------------------------------------------------------------------------------
+
+def make_debugger(tmp, level, task, common=None, **block):
+    """A PrecisionDebugger on tmp/dump. md5 (summary_mode), the task block's fields (`block`: list,
+    scope, data_mode, tensor_list ...) and extra common fields (`common`: step, rank ...) go through
+    a config.json written in tmp, as a user would write them."""
+    dump_path = str(tmp / "dump")
+    if task == "md5" or block or common:
+        real_task = "statistics" if task == "md5" else task
+        if task == "md5":
+            block["summary_mode"] = "md5"
+        fields = dict(common or {}, task=real_task, level=level, dump_path=dump_path)
+        if block:
+            fields[real_task] = block
+        cfg = write_config(tmp, **fields)
+        return PrecisionDebugger(config_path=cfg), dump_path
+    return PrecisionDebugger(dump_path=dump_path, level=level, task=task), dump_path
+
+
+def run_dump(tmp, name, level, task, model=None, data=None, common=None, **block):
+    """Train `name` two steps under a fresh debugger; returns the dump path, history and readers."""
+    dbg, dump_path = make_debugger(tmp, level, task, common=common, **block)
+    model = model if model is not None else build(name)
+    data = data if data is not None else batches(name, 2)
+    try:
+        history = train(model, data, dbg)
+    finally:
+        finish(dbg)
+    readers = {r.step: DumpReader(r.path) for r in find_rank_dirs(dump_path)}
+    return SimpleNamespace(name=name, level=level, task=task, dump_path=dump_path, model=model,
+                           history=history, readers=readers)

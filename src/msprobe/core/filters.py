@@ -4,6 +4,8 @@ The decision is made once per call, at forward time, on the forward key; the bac
 call follows its forward decision. Must not import torch or mindspore.
 """
 
+from msprobe.core.naming import is_module_key
+
 
 class DumpFilter:
     """Stateful filter for one step (the scope window opens and closes in execution order).
@@ -25,6 +27,7 @@ class DumpFilter:
         self.saves_all_tensors = cfg.task == "tensor"
         self._scope_open = False
         self._scope_done = False
+        self._end_seen = False
 
     @property
     def passes_everything(self):
@@ -33,28 +36,38 @@ class DumpFilter:
     def reset(self):
         self._scope_open = False
         self._scope_done = False
+        self._end_seen = False
 
     def want_call(self, key, enclosing=()):
         """Record the call whose forward key is `key`? `enclosing` holds the keys of enclosing modules.
 
         Listed module names (mix) select every call inside that module's span.
         """
-        if self.scope and not self._in_scope(key):
+        if self.scope and not self._in_scope(key, enclosing):
             return False
         if self.list:
             return _matches(key, self.list) or any(_matches(m, self.list) for m in enclosing)
         return True
 
-    def _in_scope(self, key):
+    def _in_scope(self, key, enclosing):
         start, end = self.scope
         if self._scope_done:
             return False
         if not self._scope_open and (key == start or key.startswith(start + ".")):
             self._scope_open = True
-        if self._scope_open and (key == end or key.startswith(end + ".")):
+        if not self._scope_open:
+            return False
+        if self._end_seen:  # an end module keeps the calls inside its span
+            if end in enclosing:
+                return True
             self._scope_done = True
-            return True
-        return self._scope_open
+            return False
+        if key == end or key.startswith(end + "."):
+            if is_module_key(end):
+                self._end_seen = True
+            else:
+                self._scope_done = True
+        return True
 
     def saves_tensor(self, key):
         return self.saves_all_tensors or (bool(self.tensor_list) and _matches(key, self.tensor_list))

@@ -201,10 +201,11 @@ class DumpSession:
         # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
         edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
                  if flt.backward and torch.is_grad_enabled() else None)
-        return save, waits, stack, in_args, in_kwargs, edges
+        # autograd nodes made from here on belong to this module, also those of the calls inside it
+        return save, waits, stack, in_args, in_kwargs, edges, _state.seq_watermark
 
     def end_module(self, key, parent, module, frame, args, kwargs, output):
-        save, waits, stack, in_args, in_kwargs, edges = frame
+        save, waits, stack, in_args, in_kwargs, edges, floor = frame
         flt = self.filter
         base = key.rsplit(".", 2)[0]
         self.recorded_modules.add(base)
@@ -219,7 +220,7 @@ class DumpSession:
         if edges is not None and torch.is_grad_enabled() and output is not None:
             bwd = key.replace(".forward.", ".backward.")
             bwd_parent = parent.replace(".forward.", ".backward.") if parent else None
-            self.track_backward(bwd, edges, output, save, parent=bwd_parent)
+            self.track_backward(bwd, edges, output, save, parent=bwd_parent, floor=floor)
 
     def emit_params_grad(self, base, grads):
         if not self.filter.backward:
@@ -231,10 +232,10 @@ class DumpSession:
                   for n, g in grads.items()}
         self.emit(key, record, waits)
 
-    def track_backward(self, bwd_key, edges, out, save, parent=None):
+    def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
         """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
         outputs = flat_tensors(out)
-        tracker = BackwardTracker.attach(self, bwd_key, edges, outputs, save, parent)
+        tracker = BackwardTracker.attach(self, bwd_key, edges, outputs, save, parent, floor)
         if tracker is not None:
             self.trackers[tracker] = None
 

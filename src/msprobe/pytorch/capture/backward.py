@@ -16,6 +16,13 @@ from msprobe.pytorch import _state
 MAX_NODES = 4096
 
 
+def input_edges(tensors):
+    """Where each input tensor enters the autograd graph: (id, grad_fn, output_nr), None when it needs
+    no gradient. Read before the call runs: an in-place call (F.relu(x, inplace=True),
+    nn.ReLU(inplace=True)) rebases its input onto its own node, hiding the edge the gradient leaves by."""
+    return [(id(x), x.grad_fn, x.output_nr) if x.requires_grad else None for x in tensors]
+
+
 class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
@@ -35,8 +42,16 @@ class BackwardTracker:
         self.multi = {}  # input position -> number of edges reaching it, when more than one
 
     @classmethod
-    def attach(cls, session, key, inputs, outputs, save, parent):
-        """Hook the nodes of one call. Returns the tracker, or None when no output needs a gradient."""
+    def attach(cls, session, key, inputs, outputs, save, parent, floor=None):
+        """Hook the nodes of one call. Returns the tracker, or None when no output needs a gradient.
+
+        Args:
+            inputs: `input_edges(...)` of the call's input tensors, taken before the call ran.
+            outputs: the call's output tensors.
+            floor: `_state.seq_watermark` as it was when the call started (default: as it is now).
+                A module must pass it: the calls recorded inside it have raised the watermark above
+                the nodes the module's own walk has to cross.
+        """
         out_nodes = {}
         for i, o in enumerate(outputs):
             gf = o.grad_fn if o.requires_grad else None
@@ -44,14 +59,15 @@ class BackwardTracker:
                 out_nodes.setdefault(id(gf), (gf, []))[1].append((o.output_nr, i))
         if not out_nodes:
             return None
-        leaf, nonleaf, floor = {}, {}, _state.seq_watermark
-        for pos, x in enumerate(inputs):
-            if x.requires_grad:
-                gf = x.grad_fn
+        leaf, nonleaf = {}, {}
+        floor = _state.seq_watermark if floor is None else floor
+        for pos, edge in enumerate(inputs):
+            if edge is not None:
+                xid, gf, nr = edge
                 if gf is None:
-                    leaf[id(x)] = pos
+                    leaf[xid] = pos
                 else:
-                    nonleaf[(id(gf), x.output_nr)] = pos
+                    nonleaf[(id(gf), nr)] = pos
                     floor = max(floor, gf._sequence_nr())
         edges = {}
         seen = set(out_nodes)

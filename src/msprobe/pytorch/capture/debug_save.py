@@ -40,7 +40,7 @@ class _GradSave:
         me = cls(session, key, structure, save, len(slots))
         for path, t in slots:
             t.register_hook(me._hook(path))
-        session.trackers.add(me)
+        session.trackers[me] = None
 
     def _hook(self, path):
         def on_grad(grad):
@@ -54,7 +54,7 @@ class _GradSave:
 
     def _emit(self):
         session, self.session = self.session, None
-        session.trackers.discard(self)
+        session.trackers.pop(self, None)
         waits = []
         prev, _state.busy = _state.busy, True
         try:
