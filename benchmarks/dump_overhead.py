@@ -375,11 +375,17 @@ def main(argv=None):
     p.add_argument("--tmpdir", help="where the temporary dump paths go (default: system temp)")
     p.add_argument("--check", action="store_true", help="exit 1 when a ratio is over its target")
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch.set_num_threads(N) (default: leave torch's default); 1 is steadier on a busy machine")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 2, 1
     if args.rounds < 1 or args.steps < 1:
         p.error("--rounds and --steps must be >= 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            p.error("--threads must be >= 1")
+        torch.set_num_threads(args.threads)
     configs = list(args.configs)
     if "none" not in configs:
         configs.insert(0, "none")  # ratios need the baseline

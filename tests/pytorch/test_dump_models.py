@@ -352,6 +352,18 @@ def test_inplace_module_records_input_before_mutation(dumped):
         models.assert_stats(r["Module.act.ReLU.forward.0"]["output"][0], F.relu(pre))
         models.assert_stats(r["Functional.relu.0.forward"]["input_args"][0], pre)
         assert r["Functional.relu.0.forward"]["input_kwargs"]["inplace"] == {"type": "bool", "value": True}
+        # z += h; z.mul_(2): each in-place API sees the tensor as it was before it, and its output after
+        p = h["params_before"]
+        post = F.relu(pre)
+        z0 = F.linear(post, p["l2.weight"], p["l2.bias"])
+        iadd, mul = r["Tensor.__iadd__.0.forward"], r["Tensor.mul_.0.forward"]
+        models.assert_stats(iadd["input_args"][0], z0)
+        models.assert_stats(iadd["input_args"][1], post)
+        models.assert_stats(iadd["output"][0], z0 + post)
+        models.assert_stats(mul["input_args"][0], z0 + post)
+        assert mul["input_args"][1] == {"type": "int", "value": 2}
+        models.assert_stats(mul["output"][0], (z0 + post) * 2)
+        models.assert_stats(r["Module.l2.Linear.forward.0"]["output"][0], z0)  # before `z += h`
 
 
 # -- backward statistics ------------------------------------------------------------------------------
@@ -581,6 +593,11 @@ def test_training_is_bitwise_unchanged(tmp_path, name, level):
         assert torch.equal(s0[k], s1[k]), k
     assert torch.equal(rng0, rng1)
     assert find_rank_dirs(str(tmp_path / "dump"))  # the debugged run did dump
+    # and left no hook behind on the model
+    for mod in model.modules():
+        assert not mod._forward_hooks and not mod._forward_pre_hooks and not mod._backward_hooks
+    for prm in model.parameters():
+        assert not getattr(prm, "_post_accumulate_grad_hooks", None)
 
 
 # -- bf16 -----------------------------------------------------------------------------------------------
@@ -623,11 +640,12 @@ def _inplace_reference_grads(h):
     p = {k: v.clone().requires_grad_(True) for k, v in h["params_before"].items()}
     pre = F.linear(h["x"], p["l.weight"], p["l.bias"])
     post = F.relu(pre)
-    z = (F.linear(post, p["l2.weight"], p["l2.bias"]) + post) * 2
+    z0 = F.linear(post, p["l2.weight"], p["l2.bias"])
+    z = (z0 + post) * 2
     loss = F.cross_entropy(F.linear(z, p["head.weight"], p["head.bias"]), h["y"])
-    g_pre, g_post = torch.autograd.grad(loss, [pre, post])
+    g_pre, g_post, g_z0 = torch.autograd.grad(loss, [pre, post, z0])
     assert torch.equal(loss.detach(), h["loss"])
-    return g_pre, g_post
+    return g_pre, g_post, g_z0
 
 
 @pytest.mark.parametrize("level", ["L1", "mix", "L0"])
@@ -637,7 +655,12 @@ def test_inplace_backward_is_complete(dumped, level):
     run = dumped("inplace", level, "statistics")
     for step in (0, 1):
         r = run.readers[step]
-        g_pre, g_post = _inplace_reference_grads(run.history[step])
+        g_pre, g_post, g_z0 = _inplace_reference_grads(run.history[step])
+        # l2's output is changed in place afterwards (z += h; z.mul_(2)): its backward `input` is the
+        # gradient at the value l2 returned
+        l2 = "Module.l2.Linear.backward.0" if level != "L1" else "Functional.linear.1.backward"
+        for stat, value in models.stats_of(g_z0).items():
+            assert r[l2]["input"][0][stat] == pytest.approx(value, rel=1e-5, abs=1e-7), (l2, stat)
         keys = []
         if level != "L0":
             keys.append("Functional.relu.0.backward")
