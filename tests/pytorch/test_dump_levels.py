@@ -339,8 +339,6 @@ def test_token_range(tmp_path, level):
             assert r.construct["Functional.linear.3.forward"] == "Module.l.Linear.forward.1"
 
 
-@pytest.mark.xfail(strict=True, reason="debugger.py registers the token_range forward hooks on the root "
-                   "module once and never removes them (not at step(), not at close())")
 def test_token_range_hooks_are_removed_at_close(tmp_path):
     model = models.build("inplace").eval()
 

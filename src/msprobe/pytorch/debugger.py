@@ -153,6 +153,10 @@ class PrecisionDebugger:
         self._close_session()
         if self._modules is not None:
             self._modules.release()
+        for h in self._token_handles:
+            h.remove()
+        self._token_handles = []
+        self._token_range = None
 
     # -- internals -----------------------------------------------------------------------------
     def _check_model(self, model, token_range):
