@@ -128,25 +128,21 @@ def test_scope_api_range_L1(tmp_path, full):
 
 
 def test_scope_module_range_mix(tmp_path, full):
-    """scope [module A, module B] at mix: from A's start on; B itself is included."""
+    """scope [module A, module B] at mix: from A's start to B's end, the calls inside B included."""
     ref = full("transformer", "mix")
     start, end = "Module.attn.Attention.forward.0", "Module.fc1.Linear.forward.0"
     run = models.run_dump(tmp_path, "transformer", "mix", "statistics", scope=[start, end])
     for step in (0, 1):
         keys = run.readers[step].keys()
         order = [k for k in ref.readers[step].keys() if is_forward(k)]
-        assert "Functional.linear.0.forward" not in keys and "Module.ln1.LayerNorm.forward.0" not in keys
-        assert start in keys and end in keys
-        assert "Functional.linear.1.forward" in keys  # first API inside the start module
-        assert "Functional.gelu.0.forward" not in keys and "Functional.linear.5.forward" not in keys
-        assert set(keys) <= set(ref.readers[step].keys())
-        assert [k for k in order if k in keys] == [k for k in keys if is_forward(k)]
-
-
-def test_scope_end_module_includes_its_span(tmp_path):
-    run = models.run_dump(tmp_path, "transformer", "mix", "statistics",
-                          scope=["Module.attn.Attention.forward.0", "Module.fc1.Linear.forward.0"])
-    assert "Functional.linear.3.forward" in run.readers[0].keys()
+        # forward records are written when a call ends: A's first inner API comes first, B itself last
+        window = order[order.index("Functional.linear.1.forward"):order.index(end) + 1]
+        assert start in window and "Functional.linear.3.forward" in window  # the API inside fc1
+        assert [k for k in keys if is_forward(k)] == window
+        assert "Functional.gelu.0.forward" not in keys and "Module.ln1.LayerNorm.forward.0" not in keys
+        ref_keys = set(ref.readers[step].keys())
+        assert {k for k in keys if is_backward(k)} == {backward_of(k) for k in window} & ref_keys
+        assert set(keys) <= ref_keys
 
 
 # -- data_mode ---------------------------------------------------------------------------------------------
