@@ -185,7 +185,8 @@ def test_data_mode_input_output(tmp_path, full, mode):
                 continue
             if is_forward(k):
                 if mode == "input":
-                    assert rec["input_args"] == full_rec["input_args"] and rec["input_kwargs"] == full_rec["input_kwargs"]
+                    assert rec["input_args"] == full_rec["input_args"]
+                    assert rec["input_kwargs"] == full_rec["input_kwargs"]
                     assert rec["output"] == []
                 else:
                     assert rec["input_args"] == [] and rec["input_kwargs"] == {}
@@ -475,3 +476,30 @@ def test_backward_after_stop_and_restart_within_a_step(tmp_path):
     assert not any(k.startswith("Torch.tanh") for k in keys)
     assert "Functional.linear.2.forward" in keys and "Module.l.Linear.forward.1" in keys
     models.assert_stats(r["Module.l.Linear.forward.1"]["input_args"][0], x)
+
+
+# -- extra_info ---------------------------------------------------------------------------------------
+
+def test_extra_info_false_writes_no_structure(tmp_path, full):
+    """extra_info false: no call stacks and no construct entries; the data records are unchanged."""
+    ref = full("inplace", "mix")
+    run = models.run_dump(tmp_path, "inplace", "mix", "statistics", common={"extra_info": False})
+    for step in (0, 1):
+        r = run.readers[step]
+        assert r.keys() == ref.readers[step].keys()
+        assert r["Module.l.Linear.forward.0"] == ref.readers[step]["Module.l.Linear.forward.0"]
+        for name in ("stack.json", "construct.json"):
+            path = os.path.join(r.rank_dir, name)
+            assert not os.path.exists(path) or models.read_raw(path) == {}, name
+
+
+# -- async_dump -----------------------------------------------------------------------------------
+
+def test_async_dump_statistics_equal_the_synchronous_ones(tmp_path, full):
+    ref = full("transformer", "mix")
+    run = models.run_dump(tmp_path, "transformer", "mix", "statistics", common={"async_dump": True})
+    for step in (0, 1):
+        r, rr = run.readers[step], ref.readers[step]
+        assert r.keys() == rr.keys()
+        for k in r.keys():
+            assert r[k] == rr[k], k

@@ -13,8 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from msprobe.core.dump.reader import DumpReader, find_rank_dirs
-from msprobe.pytorch import PrecisionDebugger
+from msprobe.core.dump.reader import find_rank_dirs
 
 
 def _load_models():
@@ -49,7 +48,8 @@ EXPECTED_APIS = {
                     "Functional.cross_entropy"],
     "cnn": ["Functional.conv2d", "Functional.batch_norm", "Functional.relu", "Functional.max_pool2d",
             "Torch.flatten", "Functional.linear", "Functional.cross_entropy"],
-    "rnn": ["Functional.linear", "Torch.tanh", "Tensor.__getitem__", "Tensor.__add__", "Functional.cross_entropy"],
+    "rnn": ["Functional.linear", "Torch.tanh", "VF.lstm", "Tensor.__getitem__", "Tensor.__add__",
+            "Functional.cross_entropy"],
     "inplace": ["Functional.linear", "Functional.relu", "Tensor.__iadd__", "Tensor.mul_", "Functional.cross_entropy"],
     "dropout": ["Functional.linear", "Functional.relu", "Functional.dropout", "Functional.cross_entropy"],
     "dictout": ["Functional.linear", "Torch.sigmoid", "Torch.tanh", "Tensor.__mul__", "Tensor.pow",
@@ -58,7 +58,7 @@ EXPECTED_APIS = {
 NESTED_ONLY = ["Functional.log_softmax", "Torch.log_softmax", "Functional.nll_loss", "Torch.nll_loss",
                "Torch.layer_norm", "Torch.batch_norm", "Torch.conv2d", "Torch.dropout", "Tensor.bernoulli_",
                "Torch.max_pool2d", "Torch.addmm", "Tensor.t", "Torch.softmax", "Tensor.softmax",
-               "Torch._C._nn.gelu", "Tensor.add."]
+               "Torch._C._nn.gelu", "Tensor.add.", "Torch.lstm"]
 # The first captured API of each model and the module whose parameter gradients are checked.
 FIRST_API = {name: "Functional.linear" for name in MODELS}
 FIRST_API["cnn"] = "Functional.conv2d"
@@ -85,7 +85,8 @@ def dumped(tmp_path_factory):
 
     def get(name, level, task):
         if (name, level, task) not in cache:
-            cache[name, level, task] = models.run_dump(tmp_path_factory.mktemp(f"{name}_{level}_{task}"), name, level, task)
+            tmp = tmp_path_factory.mktemp(f"{name}_{level}_{task}")
+            cache[name, level, task] = models.run_dump(tmp, name, level, task)
         return cache[name, level, task]
     return get
 
@@ -406,6 +407,15 @@ def test_backward_statistics(dumped, name, level, task):
             for stat, value in models.stats_of(want).items():
                 assert got[stat] == pytest.approx(value, rel=1e-4, abs=1e-7), stat
             assert ce["output"][1] is None  # integer targets have no gradient
+            if name == "rnn":  # nn.LSTM -> VF.lstm(input, (h0, c0), flat weights, ...)
+                rec = r["VF.lstm.0.backward"]
+                assert len(rec["input"]) == 3 and rec["input"][2] is None  # the cell state is unused
+                assert rec["output"][1] is None and rec["output"][2] is None  # zero initial states
+                for i, pname in enumerate(["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"]):
+                    models.assert_stats(rec["output"][3 + i], grads[f"rnn.{pname}"])
+                if level == "mix":
+                    assert r.construct["VF.lstm.0.forward"] == "Module.rnn.LSTM.forward.0"
+                    assert r.construct["VF.lstm.0.backward"] == "Module.rnn.LSTM.backward.0"
             if name == "transformer":  # each Linear / LayerNorm runs once: its weight grad is the API's
                 for i, path in enumerate(["l", "attn.qkv", "attn.proj", "fc1", "fc2", "head"]):
                     models.assert_stats(r[f"Functional.linear.{i}.backward"]["output"][1], grads[f"{path}.weight"])
@@ -540,6 +550,7 @@ def test_md5_reproducible_and_sensitive(tmp_path, level):
             ma = [t["md5"] for t in models.tensor_records(ra[key])]
             mb = [t["md5"] for t in models.tensor_records(rb[key])]
             assert ma == mb, key
+            assert all(isinstance(m, str) and HEX8.match(m) for m in ma), (key, ma)  # never null
             n += len(ma)
         assert n > 100
     model = models.build("transformer")
@@ -551,7 +562,8 @@ def test_md5_reproducible_and_sensitive(tmp_path, level):
     assert rc["Functional.linear.0.forward"]["input_args"][0]["md5"] == same_x  # the input did not change
     assert rc["Functional.linear.0.forward"]["input_args"][1]["md5"] != \
         ra["Functional.linear.0.forward"]["input_args"][1]["md5"]
-    assert rc["Functional.linear.0.forward"]["output"][0]["md5"] != ra["Functional.linear.0.forward"]["output"][0]["md5"]
+    assert rc["Functional.linear.0.forward"]["output"][0]["md5"] != \
+        ra["Functional.linear.0.forward"]["output"][0]["md5"]
     if level == "mix":
         for rec_a, rec_c in ((ra["Module.l.Linear.forward.0"], rc["Module.l.Linear.forward.0"]),):
             assert rec_c["parameters"]["weight"]["md5"] != rec_a["parameters"]["weight"]["md5"]

@@ -5,6 +5,7 @@ owns naming counters, filters, statistics and the writer. Hot path: `record_call
 Guarded by benchmarks/dump_overhead.py.
 """
 
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 import torch
@@ -85,7 +86,7 @@ class DumpSession:
 
     def note_structure(self, key, parent, stack):
         w = self._writer()
-        if self.cfg.level in ("mix", "L0", "L2") or parent is not None:
+        if self.cfg.extra_info and (self.cfg.level in ("mix", "L0", "L2") or parent is not None):
             w.add_construct(key, parent)
         if stack is not None:
             w.add_stack(key, stack)
@@ -98,8 +99,7 @@ class DumpSession:
                 rec["md5"] = crc.result()
             else:
                 rec["md5"] = None
-                crc.add_done_callback(lambda f, r=rec: r.__setitem__("md5", f.result()))
-                waits.append(crc)
+                waits.append(_filled_when_done(crc, rec, "md5"))
         if save:
             w = self._writer()
             name = file_stem + ".npy"
@@ -246,7 +246,7 @@ class DumpSession:
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}
         self.emit(tracker.key, record, tracker.waits)
-        if self.cfg.level in ("mix", "L0", "L2"):
+        if self.cfg.extra_info and self.cfg.level in ("mix", "L0", "L2"):  # extra_info false: no structure
             self._writer().add_construct(tracker.key, tracker.parent)
 
     # -- step end --------------------------------------------------------------------------------
@@ -271,6 +271,25 @@ class DumpSession:
         if self.writer is not None:
             self.writer.close()
         self.summarizer.clear()
+
+
+def _filled_when_done(fut, rec, field):
+    """A future that completes once `rec[field]` holds `fut`'s result.
+
+    The writer must not wait on `fut` itself: a done-callback added while `fut` is finishing runs at
+    once, possibly before `fut`'s earlier callbacks, and the record would be written with null.
+    """
+    filled = Future()
+
+    def fill(f):
+        try:
+            rec[field] = f.result()
+        except BaseException as e:  # the writer logs it to dump_error_info.log
+            filled.set_exception(e)
+        else:
+            filled.set_result(None)
+    fut.add_done_callback(fill)
+    return filled
 
 
 def _split_module_base(base):

@@ -1,7 +1,8 @@
 """Map a torch callable to its dump prefix and name, from `torch.overrides.get_overridable_functions()`.
 
 Prefixes (msprobe-facts §3.3): Torch (torch.*, torch.linalg/fft/special as `linalg_norm` etc.),
-Functional (torch.nn.functional), Tensor (methods and operators). Built once per process.
+Functional (torch.nn.functional), Tensor (methods and operators), VF (torch._VF.lstm, what nn.LSTM
+calls; msProbe names it `VF.lstm`). Built once per process.
 """
 
 import functools
@@ -11,6 +12,9 @@ import torch
 from msprobe.pytorch.capture.ignored_apis import IGNORED_TENSOR_METHODS, IGNORED_TORCH_FUNCTIONS
 
 _SUBMODULE_PREFIX = {"torch.linalg": "linalg_", "torch.fft": "fft_", "torch.special": "special_"}
+# torch._VF functions msProbe records under the VF prefix (its _VF list: lstm). torch._VF.lstm is the
+# very object torch.lstm is, so the mode sees one callable: it is named as nn.LSTM's call is.
+_VF_NAMES = ("lstm",)
 
 
 def _name(func):
@@ -45,6 +49,10 @@ def build_api_table():
             if prefix == "Torch" and func in table:
                 continue
             table[func] = (prefix, name if name.startswith(name_prefix) else name_prefix + name)
+    for name in _VF_NAMES:
+        func = getattr(torch._VF, name, None)
+        if func in table:
+            table[func] = ("VF", name)
     return table
 
 
