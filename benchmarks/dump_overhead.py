@@ -246,9 +246,11 @@ def measure(models, configs, rounds, steps, root, log, retries=2, tolerance=1.25
 
     A round of one model is `none, c1, none, c2, none, ..., cN, none` (`steps` timed steps per slot),
     the order of c1..cN rotated each round. Each config slot is paired with the `none` slots right
-    before and after it, so a burst of load from other processes hits both sides of a ratio. When the
-    two `none` slots disagree by more than `tolerance` (load changed mid-slot), the config slot and
-    the `none` slot after it are measured again, up to `retries` times; the best-agreeing try is kept.
+    before and after it, so a burst of load from other processes hits both sides of a ratio. An
+    untimed `none` slot follows each config slot, so that the aftermath of a heavy slot (freed
+    memory, writeback) stays out of the next `none` slot. When the two `none` slots disagree by more
+    than `tolerance` (the load changed mid-slot), the config slot and the `none` slot after it are
+    measured again, up to `retries` times; the best-agreeing try is kept.
 
     Returns {model: {config: [(config steps, neighbouring none steps) per round]}}, each step a
     (wall, cpu) pair of seconds, {model: {config: bytes one warm-up step dumped}} and the number
@@ -276,6 +278,8 @@ def measure(models, configs, rounds, steps, root, log, retries=2, tolerance=1.25
                 best = None
                 for attempt in range(retries + 1):
                     got = _slot(r, steps)
+                    for _ in range(steps):  # untimed: the aftermath of a heavy slot (freed memory, writeback)
+                        base.step()         # lasts a step or two and would slow the next none slot
                     after = _slot(base, steps)
                     all_none += after
                     spread = _spread(before, after)
