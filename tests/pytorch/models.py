@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 
 
@@ -291,15 +291,7 @@ def assert_stats(rec, t, rel=1e-5):
 
 def tensor_records(value):
     """Every tensor record (dict with type/dtype/shape) in a nested record structure."""
-    if isinstance(value, dict):
-        if "dtype" in value and "shape" in value and "type" in value:
-            yield value
-            return
-        for v in value.values():
-            yield from tensor_records(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from tensor_records(v)
+    return (rec for _, rec in iter_tensor_records(value))
 
 
 def read_raw(path):

@@ -6,32 +6,22 @@ Guarded by benchmarks/dump_overhead.py.
 """
 
 from concurrent.futures import Future
-from contextlib import contextmanager
 
 import torch
 
 from msprobe.core import naming
+from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
+from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.statistics import Summarizer, host_copy, numpy_of, resolve_deferred
 
 FRAMEWORK = "pytorch"
 _SCALARS = (int, float, bool, str)
-
-
-@contextmanager
-def tool_work():
-    """Mark msprobe's own torch ops so that capture ignores them."""
-    prev = _state.busy
-    _state.busy = True
-    try:
-        yield
-    finally:
-        _state.busy = prev
 
 
 class DumpSession:
@@ -259,7 +249,7 @@ class DumpSession:
             if self.cfg.async_dump and self._deferred:
                 pending, self._deferred = self._deferred, None
                 for key, record, waits in pending:
-                    for _, rec in iter_records(record):
+                    for _, rec in iter_tensor_records(record):
                         resolve_deferred(rec)
                     self._writer().add(key, record, waits)
                 self._deferred = []
@@ -307,19 +297,6 @@ def flat_tensors(v):
     if isinstance(v, dict):
         return [t for x in v.values() for t in flat_tensors(x)]
     return []
-
-
-def iter_records(value):
-    """(parent, record) for each tensor record dict in a nested record structure."""
-    if isinstance(value, dict):
-        if value.get("type") == "torch.Tensor":
-            yield None, value
-        else:
-            for v in value.values():
-                yield from iter_records(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from iter_records(v)
 
 
 def other_value_record(v):

@@ -11,6 +11,7 @@ so in-place ops on inputs or outputs keep working, and the numbers are untouched
 import functools
 
 from msprobe.pytorch import _state
+from msprobe.pytorch.tool_work import tool_work
 
 # Safety bound on the nodes one call may have created (a walk that escapes is cut here).
 MAX_NODES = 4096
@@ -103,7 +104,7 @@ class BackwardTracker:
 
     def _on_outputs(self, outs, grad_outputs):
         if self.session is not None:
-            with _tool_work():
+            with tool_work():
                 for nr, i in outs:
                     g = grad_outputs[nr]
                     if g is not None:
@@ -112,7 +113,7 @@ class BackwardTracker:
 
     def _on_inputs(self, slots, grad_inputs, grad_outputs):
         if self.session is not None:
-            with _tool_work():
+            with tool_work():
                 for slot, pos in slots:
                     g = grad_inputs[slot]
                     if g is None:
@@ -137,7 +138,7 @@ class BackwardTracker:
             return
         self.fired = True
         session, self.session = self.session, None
-        with _tool_work():
+        with tool_work():
             for pos, (g, _) in self.in_sums.items():  # edges that never ran: record what arrived
                 self.in_recs[pos] = session.tensor_record(g, f"{self.key}.output.{pos}", self.save, self.waits)
             self.in_sums = {}
@@ -148,15 +149,3 @@ class BackwardTracker:
         if self.session is not None and any(r is not None for r in self.out_recs):
             self._emit()
         self.session = None
-
-
-class _tool_work:
-    """Mark the hook's torch ops as msprobe's own (the capture mode may still be on the stack)."""
-
-    __slots__ = ("prev",)
-
-    def __enter__(self):
-        self.prev, _state.busy = _state.busy, True
-
-    def __exit__(self, *exc):
-        _state.busy = self.prev
