@@ -1,0 +1,27 @@
+"""Find the first node whose inputs are finite but whose output is inf/nan, across steps and ranks.
+
+  msprobe overflow_check -i ./dump_path [-o ./output]
+
+Reads statistics or tensor dumps (ours or msProbe's, rank{N} or proc{pid} directories). A collective
+whose inf/nan came from another rank is traced to the op on that rank that produced it. Prints the
+culprit with its call stack and writes anomaly_analyze_{timestamp}.json into the output directory.
+"""
+
+
+def add_arguments(parser):
+    parser.add_argument("-i", "--input_path", "--input", dest="input", required=True,
+                        help="dump root, step dir, rank dir or dump.json")
+    parser.add_argument("-o", "--output_path", "--output", dest="output", default="./output",
+                        help="directory for anomaly_analyze_{timestamp}.json (default ./output)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args):
+    from msprobe.core.overflow import analyze_overflow
+    from msprobe.core.overflow.report import format_analysis, write_analysis_json
+
+    analysis = analyze_overflow(args.input, progress=not args.no_progress)
+    print(format_analysis(analysis))
+    path = write_analysis_json(analysis, args.output)
+    print(f"Result written to {path}")
+    return 0
