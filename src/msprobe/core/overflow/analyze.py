@@ -5,6 +5,8 @@ finite inputs and non-finite outputs is not an origin when a peer rank fed it a 
 collective key with non-finite inputs there, or a send with non-finite inputs for a receive): the cause
 then lies on that peer. Among the origins of the first step that has any, the one with the fewest
 collectives before it comes first (collectives are the only clock ranks share), then dump order, then rank.
+Origins on a rank after it received a peer's inf/nan are not counted: they are echoes of it (a tensor
+saved for backward and overwritten in place by the collective, for instance).
 """
 
 import logging
@@ -179,14 +181,16 @@ def _analyze_step(scans):
         nonfinite_comm_inputs[rd.rank] = {"keys": {n.key for n in bad}, "senders": any(n.is_sender for n in bad)}
     origins, received = [], []
     for rd, reader, nodes in scans:
-        genuine = []
+        genuine, contaminated = [], False
         for node in nodes:
             if not node.is_origin:
                 continue
             peers = _feeding_ranks(node, rd.rank, nonfinite_comm_inputs) if node.is_collective else set()
             if peers:
                 received.append(_anomaly(RECEIVED, rd, reader, node, peers))
-            else:
+                contaminated = True
+            elif not contaminated:
+                # after a peer's inf arrived, later "origins" here are its echoes (saved tensors, in-place)
                 genuine.append(node)
         if genuine:
             origins.append(_anomaly(ORIGIN, rd, reader, _innermost(genuine, reader)))
@@ -201,7 +205,7 @@ def _first_nonfinite(scans):
     hits = []
     for rd, reader, nodes in scans:
         for node in nodes:
-            if not node.outputs_finite or not node.inputs_finite:
+            if not node.outputs_finite:
                 hits.append(_anomaly(INHERITED, rd, reader, node))
                 break
     hits.sort(key=lambda a: (a.comm_before, a.index, a.rank))
