@@ -1,0 +1,181 @@
+"""Build the graph outputs of a dump (one graph) or of two dumps (compared): the page and the data.
+
+    visualize("dump/step0/rank0", "out")                          # one graph
+    visualize("run_a/step0", "out", golden_path="run_b/step0")    # compared, per rank
+
+The comparison itself (matching, metrics, pass/warning/error) is `msprobe.core.compare`'s; the
+"start here" node is its diagnosis. Must not import torch or mindspore.
+"""
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from msprobe.core.dump.reader import find_rank_dirs, load_json
+from msprobe.core.errors import MsprobeError
+from msprobe.core.graph.document import compare_graph_json, graph_document, single_graph_json
+from msprobe.core.graph.hierarchy import graph_from_dump
+from msprobe.core.graph.merge import merge_compare
+from msprobe.core.graph.page import document_json, render_page
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GraphOutputs:
+    """What `visualize` wrote: the page, the machine-readable document, and the document itself."""
+
+    html_path: str
+    data_path: str
+    document: dict
+
+
+def rank_dirs_for_graph(path):
+    """Rank directories under `path`; `proc{pid}` helper dirs are dropped when real ranks exist."""
+    dirs = find_rank_dirs(path)
+    ranks = [d for d in dirs if not d.is_proc]
+    return ranks or dirs
+
+
+def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fuzzy_match=False,
+              overflow_check=False, stack_path=None, progress=True):
+    """Build the graph page and document for a target dump, compared with a golden dump when given.
+
+    Args:
+        target_path: rank dir, step dir (all its ranks) or dump root (all steps), or a dump.json.
+        output_path: folder for `build_{ts}.html` / `compare_{ts}.html` and the matching `.vis.json`.
+        golden_path: the dump to compare with; None builds one graph.
+        layer_mapping: path of a layer-mapping YAML for cross-framework or renamed layers.
+        fuzzy_match: match APIs ignoring call indexes (compare's `-fm`).
+        overflow_check: mark nodes whose statistics hold inf/nan.
+        stack_path: a stack.json to use instead of the one next to dump.json (single rank).
+        progress: show a progress bar.
+
+    Returns:
+        GraphOutputs.
+
+    Raises:
+        MsprobeError: a dump is missing, has no hierarchy (level L1) or the compare failed.
+    """
+    from tqdm import tqdm
+
+    targets = rank_dirs_for_graph(target_path)
+    if stack_path is not None and len(targets) > 1:
+        raise MsprobeError(f"stack_path '{stack_path}': only for a single-rank dump; '{target_path}' "
+                           f"holds {len(targets)} rank directories")
+    graphs = {}
+    for d in tqdm(targets, desc="hierarchy", unit="rank", disable=not progress or len(targets) < 2):
+        graphs[_norm(d.path)] = (d, graph_from_dump(d.path))
+    if stack_path is not None:
+        only = next(iter(graphs.values()))[1]
+        only.stacks = _stacks_from_file(stack_path)
+    if golden_path is None:
+        entries = [single_graph_json(g, d.step, d.rank, overflow_check) for d, g in graphs.values()]
+        doc = graph_document(entries, "build")
+        return _write(doc, output_path, "build")
+    for d in rank_dirs_for_graph(golden_path):
+        graph_from_dump(d.path)  # fail fast on an L1 golden before the (longer) compare
+
+    from msprobe.core.compare.engine import compare_dumps
+    results = compare_dumps(target_path, golden_path, fuzzy_match=fuzzy_match, layer_mapping=layer_mapping)
+    if not results:
+        raise MsprobeError(f"compare '{target_path}' with '{golden_path}': no step/rank pair to compare")
+    diagnosis = _diagnose(results)
+    entries = []
+    for res in tqdm(results, desc="graph", unit="rank", disable=not progress or len(results) < 2):
+        key = _norm(res.target_dir)
+        target = graphs[key][1] if key in graphs else graph_from_dump(res.target_dir)
+        golden = graph_from_dump(res.golden_dir)
+        merged = merge_compare(target, golden, res.table)
+        entries.append(compare_graph_json(merged, res.step, res.rank, res.mode, overflow_check,
+                                          _suspects_for(diagnosis, res.step, res.rank)))
+    doc = graph_document(entries, "compare", diagnosis=_json_safe(diagnosis))
+    return _write(doc, output_path, "compare")
+
+
+def _norm(path):
+    path = os.path.abspath(path)
+    return os.path.dirname(path) if os.path.isfile(path) else path
+
+
+def _stacks_from_file(path):
+    stacks = {}
+    for name, entry in load_json(path).items():
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
+            keys = entry[0] if isinstance(entry[0], list) else [entry[0]]
+            for k in keys:
+                stacks[k] = entry[1]
+        else:
+            stacks[name] = entry
+    return stacks
+
+
+def _diagnose(results):
+    """The compare diagnosis, or None when it cannot run (the graph is still useful without it)."""
+    try:
+        from msprobe.core.compare.diagnosis import diagnose
+    except ImportError:
+        log.warning("diagnosis unavailable: no 'start here' node")
+        return None
+    return diagnose(results)
+
+
+_NAME_FIELDS = ("name", "npu_name", "api", "node", "module", "op_name", "key")
+_WHY_FIELDS = ("reason", "why", "message", "summary")
+
+
+def _suspects_for(diagnosis, step, rank):
+    """Ranked (name, reason) of the diagnosis suspects that belong to this step and rank."""
+    out = []
+    for s in (diagnosis or {}).get("suspects") or ():
+        if isinstance(s, str):
+            out.append((s, ""))
+            continue
+        if not isinstance(s, dict):
+            continue
+        if s.get("step") not in (None, step) or s.get("rank") not in (None, rank):
+            continue
+        name = next((s[k] for k in _NAME_FIELDS if isinstance(s.get(k), str)), None)
+        if name:
+            out.append((name, next((str(s[k]) for k in _WHY_FIELDS if s.get(k)), "")))
+    return out
+
+
+def _json_safe(value):
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "item"):
+        return _json_safe(value.item())
+    return str(value)
+
+
+def _write(doc, output_path, kind):
+    os.makedirs(output_path, exist_ok=True)
+    stem = os.path.join(output_path, f"{kind}_{time.strftime('%Y%m%d%H%M%S')}")
+    n = 1
+    while os.path.exists(stem + ".html") or os.path.exists(stem + ".vis.json"):  # same second: keep both
+        n += 1
+        stem = os.path.join(output_path, f"{kind}_{time.strftime('%Y%m%d%H%M%S')}_{n}")
+    data_path, html_path = stem + ".vis.json", stem + ".html"
+    with open(data_path, "w", encoding="utf-8") as f:
+        f.write(document_json(doc))
+    with open(html_path, "w", encoding="utf-8") as f:
+        f.write(render_page(doc, title=f"msprobe {kind} graph"))
+    return GraphOutputs(html_path, data_path, doc)
+
+
+def load_document(path):
+    """Read a `.vis.json` written by `visualize`."""
+    doc = load_json(path)
+    if not isinstance(doc, dict) or doc.get("format") != "msprobe-graph":
+        raise MsprobeError(f"'{path}': not a graph document (expected \"format\": \"msprobe-graph\")")
+    return doc
+

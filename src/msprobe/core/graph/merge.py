@@ -1,0 +1,151 @@
+"""Merge a compare result into the target's hierarchy: rows per node, node verdicts, golden matches.
+
+The verdicts are the compare engine's `Result` column (the rules live in `core/compare`, not here);
+a node takes the worst verdict of its rows. Must not import torch or mindspore.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from msprobe.core.graph.hierarchy import tensor_entries
+
+# Verdict codes, ordered so that max() is "worst".
+NONE, PASS, WARNING, ERROR, UNMATCHED = 0, 1, 2, 3, 4
+VERDICT_NAMES = ("none", "pass", "warning", "error", "unmatched")
+_SEVERITY = {NONE: 0, PASS: 1, UNMATCHED: 2, WARNING: 3, ERROR: 4}  # for the worst-of rule
+_MISSING = ("", "N/A", "NaN", "nan", "None", None)
+# Columns that the graph keeps elsewhere (stacks) or that only locate files.
+_DROPPED_COLUMNS = ("NPU_Stack_Info", "Dirty Valid Len")
+
+
+def worst(codes):
+    best = NONE
+    for c in codes:
+        if _SEVERITY[c] > _SEVERITY[best]:
+            best = c
+    return best
+
+
+def verdict_of_row(result, bench_name):
+    """Verdict code of one compare row from its `Result` and `Bench Name` cells."""
+    if _is_missing(bench_name):
+        return UNMATCHED
+    text = str(result).strip().lower() if not _is_missing(result) else ""
+    if "error" in text or text in ("different", "no"):
+        return ERROR
+    if "warning" in text:
+        return WARNING
+    if "pass" in text or text == "yes":
+        return PASS
+    if "unmatch" in text or "no bench" in text:
+        return UNMATCHED
+    return NONE
+
+
+def _is_missing(v):
+    return v in _MISSING or (isinstance(v, float) and math.isnan(v))
+
+
+@dataclass
+class MergedGraph:
+    """The target tree with compare rows attached.
+
+    Attributes:
+        columns: compare table columns kept for the viewer.
+        rows: node name -> list of row value lists (in `columns` order).
+        verdict: node name -> verdict code of its own rows.
+        match: node name -> golden node name (None when unmatched).
+        golden_only: golden node names with no target counterpart, each with its target parent.
+    """
+
+    target: object
+    golden: object
+    columns: list
+    rows: dict = field(default_factory=dict)
+    verdict: dict = field(default_factory=dict)
+    match: dict = field(default_factory=dict)
+    golden_only: list = field(default_factory=list)
+
+
+def merge_compare(target, golden, table):
+    """Attach the rows of a compare table to the nodes of `target` and match nodes to `golden`.
+
+    Args:
+        target: ModelGraph of the target rank.
+        golden: ModelGraph of the golden rank.
+        table: the compare result DataFrame (one row per tensor, msProbe columns).
+
+    Returns:
+        MergedGraph.
+    """
+    columns = [c for c in table.columns if c not in _DROPPED_COLUMNS]
+    merged = MergedGraph(target, golden, columns)
+    name_col = columns.index("NPU Name")
+    bench_col = columns.index("Bench Name") if "Bench Name" in columns else None
+    result_col = columns.index("Result") if "Result" in columns else None
+    codes = {}
+    golden_votes = {}
+    for values in table[columns].itertuples(index=False, name=None):
+        values = [_cell(v) for v in values]
+        bench = values[bench_col] if bench_col is not None else None
+        node = target.find_node(values[name_col])
+        if node is None and not _is_missing(bench):
+            continue  # a golden-only row: shown through the golden-only nodes below
+        if node is None:
+            continue
+        merged.rows.setdefault(node, []).append(values)
+        codes.setdefault(node, []).append(verdict_of_row(values[result_col] if result_col is not None else "",
+                                                         bench))
+        gnode = golden.find_node(bench)
+        if gnode is not None:
+            golden_votes.setdefault(node, gnode)
+    for name in target.nodes:
+        merged.verdict[name] = worst(codes.get(name, ()))
+        merged.match[name] = golden_votes.get(name)
+    _match_structure(target, golden, merged)
+    _collect_golden_only(target, golden, merged)
+    return merged
+
+
+def _match_structure(target, golden, merged):
+    """Nodes without rows (modules at some levels, scopes) match by name, else through their children."""
+    for name in reversed(list(target.nodes)):  # children before parents
+        if merged.match[name] is not None:
+            continue
+        if name in golden.nodes:
+            merged.match[name] = name
+            continue
+        parents = {golden.nodes[merged.match[c]].parent for c in target.nodes[name].children
+                   if merged.match.get(c) is not None}
+        parents.discard(None)
+        if len(parents) == 1:
+            merged.match[name] = parents.pop()
+    for name, node in target.nodes.items():
+        if merged.match[name] is None and merged.verdict[name] == 0 and tensor_entries(name, node.record):
+            merged.verdict[name] = UNMATCHED  # it has data but nothing on the golden side
+
+
+def _collect_golden_only(target, golden, merged):
+    matched = {g for g in merged.match.values() if g is not None}
+    back = {g: t for t, g in merged.match.items() if g is not None}
+    for gname, gnode in golden.nodes.items():
+        if gname in matched:
+            continue
+        parent = back.get(gnode.parent) if gnode.parent is not None else None
+        if gnode.parent is not None and parent is None and gnode.parent not in matched:
+            continue  # inside a golden-only subtree: reached through its top
+        merged.golden_only.append((gname, parent))
+
+
+def _cell(v):
+    """A table cell as a JSON-safe value (NaN/inf as strings, numpy scalars as Python)."""
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict, str)):
+        try:
+            v = v.item()
+        except (ValueError, AttributeError):
+            v = str(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return v
+    return str(v)
