@@ -16,6 +16,8 @@ from msprobe.core.errors import MsprobeError
 COMMANDS = (
     ("summary", "msprobe.cli.summary"),
     ("overflow_check", "msprobe.cli.overflow_check"),
+    ("graph_visualize", "msprobe.cli.graph"),
+    ("graph", "msprobe.cli.graph"),
 )
 
 
