@@ -1,0 +1,226 @@
+"""Diagnosis after a compare: the API or module where error is *introduced*, ranked over steps and ranks.
+
+`diagnose(results)` takes the engine's per-(step, rank) compare results and returns a JSON-ready dict:
+`divergence` (bool), `verdict` (one sentence), `suspects` (ranked, each with the evidence: errors of
+inputs and outputs, where the diverging inputs came from, module path, stack line, ranks) and a per-rank
+account. `format_diagnosis(d)` renders it for the terminal. The classification of single calls lives in
+`diagnosis_flow`, the reading of table rows in `diagnosis_rows`, the tolerances in
+`diagnosis_thresholds`. Must not import torch or mindspore; pandas only arrives inside the tables.
+
+Example:
+    >>> from msprobe.core.compare.engine import compare_dumps      # doctest: +SKIP
+    >>> d = diagnose(compare_dumps("run_bf16", "run_fp32"))        # doctest: +SKIP
+    >>> d["suspects"][0]["api"]                                      # doctest: +SKIP
+    'Functional.softmax.1.forward'
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from msprobe.core.compare import diagnosis_flow as flow
+from msprobe.core.compare.diagnosis_report import format_diagnosis, stack_line  # noqa: F401 (re-export)
+from msprobe.core.compare.diagnosis_rows import calls_from_table
+from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, EVIDENCE_ROWS,
+                                                      MAX_SUSPECTS)
+from msprobe.core.dump.reader import load_json
+
+TIER_NAMES = {flow.STRONG: "strong", flow.AMPLIFYING: "amplifying", flow.WEAK: "weak",
+              flow.COMM: "communication"}
+_CARRIED_KINDS = (flow.PARAMETER, flow.FIRST_INPUT)
+
+
+def diagnose(results):
+    """Name where error enters, from the results of one compare.
+
+    Args:
+        results: iterable of CompareResult (one per step and rank) with `.step`, `.rank`, `.mode`,
+            `.table` (pandas DataFrame, msProbe's columns) and `.target_dir` (rank dir of the target run;
+            its construct.json gives module paths, its stack.json stack lines when the table has none).
+
+    Returns:
+        dict, JSON-serialisable: `divergence`, `verdict`, `mode`, `suspects`, `ranks`, `thresholds`.
+    """
+    per_rank = []
+    for res in sorted(results, key=lambda r: (r.step, r.rank)):
+        per_rank.append(_diagnose_rank(res))
+    suspects = _rank_suspects(per_rank)
+    modes = sorted({p["mode"] for p in per_rank})
+    divergence = any(p["diverging_rows"] for p in per_rank)
+    d = {
+        "divergence": divergence,
+        "verdict": _verdict(divergence, suspects, per_rank),
+        "mode": modes[0] if len(modes) == 1 else modes,
+        "suspects": suspects[:MAX_SUSPECTS],
+        "ranks": [{k: v for k, v in p.items() if not k.startswith("_")} for p in per_rank],
+        "thresholds": {"noise_floor": dict(DTYPE_NOISE_FLOOR), "amplification": AMPLIFICATION},
+    }
+    return _json_safe(d)
+
+
+def _diagnose_rank(res):
+    mode = getattr(res, "mode", "statistics")
+    entry = {"step": int(res.step), "rank": int(res.rank), "mode": mode}
+    if mode == "structure":
+        entry.update(compared_rows=0, diverging_rows=0, diverging_calls=0, propagating_calls=0, suspects=0,
+                     first_divergence=None, unmatched_calls=0,
+                     note="structure dump: no values to compare", _suspects=[], _calls={}, _construct={})
+        return entry
+    calls = calls_from_table(res.table)
+    target_dir = getattr(res, "target_dir", None)
+    _fill_stacks(calls, target_dir)
+    rd = flow.diagnose_calls(calls)
+    construct = _construct_of(target_dir)
+    suspects = _fold_modules(rd.suspects, construct)
+    entry.update(compared_rows=rd.compared_rows, diverging_rows=rd.diverging_rows,
+                 diverging_calls=rd.diverging_calls, propagating_calls=rd.propagating_calls,
+                 suspects=len(suspects), first_divergence=rd.first_divergence,
+                 unmatched_calls=len(rd.unmatched_calls), _suspects=suspects,
+                 _calls={c.key: c for c in calls}, _construct=construct)
+    if rd.unmatched_calls:
+        entry["unmatched_examples"] = rd.unmatched_calls[:5]
+    return entry
+
+
+def _construct_of(rank_dir):
+    if not rank_dir:
+        return {}
+    path = os.path.join(str(rank_dir), "construct.json")
+    return load_json(path) if os.path.isfile(path) else {}
+
+
+def _fill_stacks(calls, rank_dir):
+    """Stacks from stack.json when the table has no stack column (the engine adds one when it can)."""
+    if any(c.stack for c in calls) or not rank_dir or not os.path.isfile(os.path.join(str(rank_dir), "stack.json")):
+        return
+    from msprobe.core.dump.reader import DumpReader
+    stacks = DumpReader(str(rank_dir)).stack
+    for c in calls:
+        c.stack = list(stacks.get(c.key, []))
+
+
+def module_path(key, construct):
+    """Enclosing modules of a node, outermost first, from construct.json (node -> parent)."""
+    chain, seen = [], {key}
+    parent = construct.get(key)
+    while parent and parent not in seen:
+        chain.append(parent)
+        seen.add(parent)
+        parent = construct.get(parent)
+    return chain[::-1]
+
+
+def _fold_modules(suspects, construct):
+    """A module whose error is introduced by a call inside it is not a suspect of its own: the innermost
+    call is named and the module kept as context."""
+    by_key = {s.call.key: s for s in suspects}
+    folded = set()
+    for s in suspects:
+        for anc in module_path(s.call.key, construct):
+            if anc in by_key and by_key[anc] is not s:
+                folded.add(anc)
+                s.folded_modules.append(anc)
+    return [s for s in suspects if s.call.key not in folded]
+
+
+def _rank_suspects(per_rank):
+    """One list over all steps and ranks: the same call suspected on several ranks is one entry.
+
+    Order: strong introducers before amplifications, weak ones and collectives; then the earliest
+    step; then execution order. Parameters and first inputs of a step after one that already diverged
+    are carried over from it (the optimizer wrote them), so they are not listed again.
+    """
+    first_step = min((p["step"] for p in per_rank if p.get("_suspects")), default=None)
+    groups = {}
+    for p in per_rank:
+        for s in p.get("_suspects", []):
+            if p["step"] != first_step and s.kind in _CARRIED_KINDS:
+                continue
+            gk = (p["step"], s.call.key, s.kind)
+            g = groups.get(gk)
+            if g is None:
+                groups[gk] = g = {"suspect": s, "rank_entry": p, "ranks": []}
+            g["ranks"].append(p["rank"])
+    ordered = sorted(groups.values(), key=lambda g: (g["suspect"].tier, g["rank_entry"]["step"],
+                                                     g["suspect"].call.order, g["ranks"][0]))
+    return [_suspect_dict(g["suspect"], g["rank_entry"], g["ranks"]) for g in ordered]
+
+
+def _suspect_dict(s, rank_entry, ranks):
+    call = s.call
+    calls, construct = rank_entry["_calls"], rank_entry["_construct"]
+    path = module_path(call.key, construct)
+    stack = call.stack
+    fwd = flow.forward_key_of(call.key)
+    if not stack and fwd in calls:
+        stack = calls[fwd].stack
+    return {
+        "api": call.key,
+        "kind": s.kind,
+        "tier": TIER_NAMES[s.tier],
+        "direction": call.direction,
+        "step": rank_entry["step"],
+        "rank": ranks[0],
+        "ranks": ranks,
+        "module": path[-1] if path else (call.key if call.is_module else None),
+        "module_path": path,
+        "reason": s.reason,
+        "input_error": s.input_error,
+        "output_error": s.output_error,
+        "amplification": s.amplification,
+        "stack": stack_line(stack),
+        "inputs": _evidence(call.inputs, s.origins),
+        "outputs": _evidence(call.outputs, {}),
+        "also_explains": s.folded_modules,
+    }
+
+
+def _evidence(rows, origins):
+    tensor_rows = [r for r in rows if r.matched and (r.is_tensor or r.flags)]
+    tensor_rows.sort(key=lambda r: (not r.diverges, -r.error if math.isfinite(r.error) else -math.inf))
+    out = []
+    for r in tensor_rows[:EVIDENCE_ROWS]:
+        item = {"name": r.name, "error": r.error, "noise_floor": r.floor, "diverges": r.diverges,
+                "flags": sorted(r.flags), "target_dtype": r.target_dtype, "golden_dtype": r.golden_dtype,
+                "target": dict(zip(("max", "min", "mean", "norm"), r.target)),
+                "golden": dict(zip(("max", "min", "mean", "norm"), r.golden))}
+        if r.name in origins:
+            item["origin"] = origins[r.name]
+        out.append(item)
+    return out
+
+
+def _verdict(divergence, suspects, per_rank):
+    n_ranks = len({p["rank"] for p in per_rank})
+    if not divergence:
+        rows = sum(p["compared_rows"] for p in per_rank)
+        return (f"no divergence: {rows} compared values on {n_ranks} rank(s) agree within the noise floor "
+                f"of their dtypes")
+    if not suspects:
+        return "divergence found, but no single call explains it"
+    top = suspects[0]
+    ranks = ", ".join(str(r) for r in top["ranks"])
+    return (f"error is introduced in {top['direction']} at {top['api']} "
+            f"(step {top['step']}, rank{'s' if len(top['ranks']) > 1 else ''} {ranks}): {top['reason']}")
+
+
+def _json_safe(value):
+    """inf/nan as the strings "inf"/"-inf"/"nan" (as in dump.json), tuples as lists, sets sorted."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, set):
+        return sorted(_json_safe(v) for v in value)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    try:
+        return _json_safe(float(value))
+    except (TypeError, ValueError):
+        return str(value)

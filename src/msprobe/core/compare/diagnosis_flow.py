@@ -1,0 +1,274 @@
+"""Where error enters one rank's run: each call classified as matching, propagating or introducing.
+
+Walks the calls of one (step, rank) in execution order and decides, for every call with a diverging
+row, whether its divergence is explained by something earlier:
+
+- a diverging input is *explained* when the target value it carries was produced by an earlier call
+  whose output already diverged (found by its statistics: the same tensor has the same Max/Min/Mean/Norm
+  wherever it is recorded), or, when no recorded call produced it, by any earlier divergence;
+- it is *not explained* when it is a parameter, a changed scalar argument, a value produced by a call
+  golden does not have, or the very first divergence of the run (model input, untracked computation);
+- a backward call whose forward diverged is explained by that forward (its saved tensors differ);
+- a collective's output may differ because another rank diverged.
+
+A call whose outputs diverge although its inputs match (or whose outputs are far worse than its
+inputs, or whose diverging inputs are not explained) is a suspect: the place error is *introduced*.
+Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from msprobe.core import naming
+from msprobe.core.compare.diagnosis_rows import ARGUMENT, DTYPE, NONFINITE, SHAPE
+from msprobe.core.compare.diagnosis_thresholds import AMPLIFICATION, COMMUNICATION_PREFIXES
+
+# Suspect kinds, and the tier each is ranked in (lower first).
+OVERFLOW = "overflow"            # finite inputs, inf/nan outputs
+INTRODUCED = "introduced"        # matching inputs, diverging outputs
+PARAMETER = "parameter"          # a parameter differs before any computation used it
+ARGUMENT_CHANGED = "argument"    # a scalar argument differs (eps, scale, dim ...)
+FOREIGN_INPUT = "foreign_input"  # an input produced by a call that golden does not have
+FIRST_INPUT = "input"            # the run's first divergence is in an input no recorded call produced
+AMPLIFIED = "amplified"          # diverging inputs, outputs far worse
+RECEIVED = "communication"       # a collective returns diverging values from other ranks
+STRONG, AMPLIFYING, WEAK, COMM = 0, 1, 2, 3
+
+
+@dataclass
+class Suspect:
+    call: object                 # diagnosis_rows.Call
+    kind: str
+    tier: int
+    input_error: float
+    output_error: float
+    amplification: float
+    reason: str
+    origins: dict = field(default_factory=dict)   # input row name -> where its value came from
+    folded_modules: list = field(default_factory=list)
+
+
+@dataclass
+class RankDiagnosis:
+    """The outcome for one (step, rank)."""
+
+    suspects: list
+    diverging_calls: int
+    propagating_calls: int
+    compared_rows: int
+    diverging_rows: int
+    unmatched_calls: list
+    first_divergence: str | None
+
+
+def _max_error(rows):
+    errs = [r.error for r in rows if r.matched and (r.is_tensor or r.flags)]
+    return max(errs) if errs else 0.0
+
+
+def _floor(rows):
+    floors = [r.floor for r in rows if r.matched and r.is_tensor]
+    return max(floors) if floors else 0.0
+
+
+def forward_key_of(key):
+    """The forward record of a backward or parameters_grad key (None for other keys)."""
+    base, direction, index = naming.split_key(key)
+    if direction not in (naming.BACKWARD, "parameters_grad"):
+        return None
+    prefix, _, rest = base.partition(".")
+    if naming.is_module_key(key):
+        path, _, cls = rest.rpartition(".")
+        return naming.module_key(prefix, path, cls, naming.FORWARD, index)
+    return naming.api_key(prefix, rest, index, naming.FORWARD)
+
+
+def _is_communication(key):
+    return key.startswith(COMMUNICATION_PREFIXES)
+
+
+class _Producers:
+    """Target values seen so far as outputs: value key -> (call, row) of the latest producer."""
+
+    def __init__(self):
+        self._by_value = {}
+
+    def add(self, call, rows):
+        for r in rows:
+            k = r.value_key()
+            if k is not None:
+                self._by_value[k] = (call, r)
+
+    def find(self, row):
+        k = row.value_key()
+        return self._by_value.get(k) if k is not None else None
+
+
+def _parameter_index(calls):
+    """Target value key -> 'weight of Module.fc.Linear' for every parameter row in the table."""
+    index = {}
+    for c in calls:
+        for r in c.inputs:
+            if r.is_parameter and r.value_key() is not None:
+                base = naming.split_key(c.key)[0]
+                index.setdefault(r.value_key(), f"parameter '{r.slot}' of {base}")
+    return index
+
+
+def diagnose_calls(calls):
+    """Classify every call of one (step, rank); see the module docstring for the rules.
+
+    Args:
+        calls: list of diagnosis_rows.Call in execution order.
+
+    Returns:
+        RankDiagnosis with suspects in call order (ranking across ranks happens in diagnosis.py).
+    """
+    producers = _Producers()
+    params = _parameter_index(calls)
+    diverged_keys = set()
+    unmatched = []
+    carriers = set()  # calls golden lacks whose inputs already diverged: they pass the error on
+    suspects = []
+    propagating = 0
+    seen_divergence = False
+    compared_rows = diverging_rows = 0
+    for call in calls:
+        rows = call.rows
+        compared_rows += sum(1 for r in rows if r.matched)
+        diverging_rows += sum(1 for r in rows if r.diverges)
+        if not call.matched:
+            unmatched.append(call.key)
+            if any(_fed_by_divergence(r, producers) for r in call.inputs):
+                carriers.add(call.key)
+            producers.add(call, call.outputs)
+            continue
+        div_in = [r for r in call.inputs if r.diverges]
+        div_out = [r for r in call.outputs if r.diverges]
+        if not div_in and not div_out:
+            producers.add(call, call.outputs)
+            continue
+        diverged_keys.add(call.key)
+        suspect = _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, seen_divergence)
+        if suspect is None:
+            propagating += 1
+        else:
+            suspects.append(suspect)
+        seen_divergence = True
+        producers.add(call, call.outputs)
+    first = next((c.key for c in calls if c.key in diverged_keys), None)
+    return RankDiagnosis(suspects=suspects, diverging_calls=len(diverged_keys), propagating_calls=propagating,
+                         compared_rows=compared_rows, diverging_rows=diverging_rows, unmatched_calls=unmatched,
+                         first_divergence=first)
+
+
+def _fed_by_divergence(row, producers):
+    found = producers.find(row)
+    return found is not None and found[1].diverges
+
+
+def _origin_of(row, producers, params, carriers, seen_divergence):
+    """(explained, where-from text, kind if not explained) for one diverging input row."""
+    if ARGUMENT in row.flags:
+        return False, "a scalar argument with a different value", ARGUMENT_CHANGED
+    found = producers.find(row)
+    if found is not None:
+        src_call, src_row = found
+        if not src_call.matched:
+            if src_call.key in carriers:
+                return True, f"output of {src_call.key} (golden lacks it), computed from values already off", None
+            return False, f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT
+        if src_row.diverges:
+            return True, f"output of {src_call.key} (already off)", None
+    param = params.get(row.value_key()) if row.value_key() is not None else None
+    if row.is_parameter or param is not None:
+        return False, param or "a parameter", PARAMETER
+    if seen_divergence:
+        return True, "not produced by a recorded call; earlier calls already diverge", None
+    return False, "not produced by any recorded call (model input or untracked computation)", FIRST_INPUT
+
+
+def _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, seen_divergence):
+    in_err, out_err = _max_error(call.inputs), _max_error(call.outputs)
+    floor = max(_floor(call.outputs), _floor(call.inputs), 1e-30)
+    amplification = out_err / max(in_err, floor)
+    hidden_explained = _hidden_inputs_diverged(call, diverged_keys, seen_divergence)
+    origins, unexplained = {}, []
+    for r in div_in:
+        explained, text, kind = _origin_of(r, producers, params, carriers, seen_divergence)
+        origins[r.name] = text
+        if not explained and not hidden_explained:
+            unexplained.append((r, kind))
+
+    def make(kind, tier, reason):
+        return Suspect(call=call, kind=kind, tier=tier, input_error=in_err, output_error=out_err,
+                       amplification=amplification, reason=reason, origins=origins)
+
+    finite_inputs = all(r.target_finite for r in call.inputs if r.is_tensor)
+    new_nonfinite = [r for r in div_out if NONFINITE in r.flags and not r.target_finite]
+    if new_nonfinite and finite_inputs:
+        return make(OVERFLOW, STRONG, f"inputs are finite but {_short(new_nonfinite[0].name)} holds inf/nan "
+                                      f"(golden finite)")
+    if unexplained:
+        r, kind = max(unexplained, key=lambda u: (bool(u[0].flags), u[0].error))
+        strong = bool(r.flags) or r.error >= AMPLIFICATION * r.floor
+        return make(kind, STRONG if strong else WEAK,
+                    f"{_short(r.name)} differs ({_describe(r)}) and is {origins[r.name]}")
+    if not div_in:
+        if hidden_explained or (in_err > 0 and out_err < AMPLIFICATION * in_err and not _flagged(div_out)):
+            return None  # saved forward tensors differ, or sub-noise input error grown past the floor
+        if _is_communication(call.key):
+            return make(RECEIVED, COMM, "a collective returns values that differ although this rank sent "
+                                        "matching ones: another rank diverged")
+        r = max(div_out, key=lambda x: (bool(x.flags), x.error))
+        strong = bool(r.flags) or r.error >= AMPLIFICATION * r.floor
+        return make(INTRODUCED, STRONG if strong else WEAK,
+                    f"inputs match but {_short(r.name)} differs ({_describe(r)})")
+    if div_out and not hidden_explained and amplification >= AMPLIFICATION and not _is_communication(call.key):
+        r = max(div_out, key=lambda x: x.error)
+        return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {in_err:.2g} but {_short(r.name)} by "
+                                           f"{r.error:.2g} ({amplification:.0f}x)")
+    return None
+
+
+def _flagged(rows):
+    return any(r.flags for r in rows)
+
+
+def _hidden_inputs_diverged(call, diverged_keys, seen_divergence):
+    """Backward calls also read tensors saved in forward; parameter gradients are reduced or
+    accumulated outside recorded calls. Either makes their divergence explainable by earlier ones."""
+    if call.is_param_grad:
+        return seen_divergence
+    if call.direction != "backward":
+        return False
+    fwd = forward_key_of(call.key)
+    return fwd in diverged_keys
+
+
+def _short(row_name):
+    """'Functional.softmax.1.forward.input.0' -> 'input.0'."""
+    for marker in (".input.", ".output.", ".parameters."):
+        if marker in row_name:
+            return marker[1:] + row_name.split(marker, 1)[1]
+    return row_name.rsplit(".", 1)[-1]
+
+
+def _describe(row):
+    bits = []
+    if DTYPE in row.flags:
+        bits.append(f"{row.target_dtype} vs golden {row.golden_dtype}")
+    if NONFINITE in row.flags:
+        bits.append("inf/nan differ")
+    if SHAPE in row.flags:
+        bits.append("shape differs")
+    if ARGUMENT in row.flags:
+        bits.append(f"{_fmt(row.target[0])} vs golden {_fmt(row.golden[0])}")
+    if row.is_tensor and math.isfinite(row.error):
+        bits.append(f"relative error {row.error:.2g}")
+    return ", ".join(bits)
+
+
+def _fmt(v):
+    return f"{v:.6g}" if isinstance(v, float) else str(v)

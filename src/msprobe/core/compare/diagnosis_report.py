@@ -1,0 +1,78 @@
+"""Text rendering of a diagnosis (what `msprobe compare` prints), and the stack line shown for a call.
+
+Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+_FRAME_RE = re.compile(r"^File (?P<file>.+?), line (?P<line>\d+), in (?P<func>.+?),\s*\n?\s*(?P<code>.*)$", re.S)
+# Frames inside these are the framework's or msprobe's own, not the user's code.
+_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep,
+                  os.sep + "torch" + os.sep, os.sep + "mindspore" + os.sep, os.sep + "msprobe" + os.sep)
+
+
+def stack_line(lines):
+    """The innermost frame of user code in a recorded stack (innermost first), as
+    'file.py:12 in forward: code', or None."""
+    frames = [m for m in (_FRAME_RE.match(str(x).strip()) for x in lines or []) if m]
+    if not frames:
+        return None
+    pick = next((m for m in frames if not any(p in m["file"] for p in _LIBRARY_PARTS)), frames[0])
+    code = " ".join(pick["code"].split())
+    return f"{pick['file']}:{pick['line']} in {pick['func']}: {code}"
+
+
+def _num(v, fmt="{:.2e}"):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt.format(v)
+    return str(v)
+
+
+def format_diagnosis(d):
+    """Plain-text report of a `diagnose()` result: the verdict, the top suspect's evidence, the ranking."""
+    lines = []
+    if not d["divergence"]:
+        lines.append(f"Diagnosis: {d['verdict']}.")
+        unmatched = sum(r.get("unmatched_calls", 0) for r in d["ranks"])
+        if unmatched:
+            lines.append(f"  ({unmatched} call(s) of the target have no counterpart in golden.)")
+        return "\n".join(lines)
+    lines.append(f"Diagnosis: divergence. {_capital(d['verdict'])}.")
+    if d["suspects"]:
+        top = d["suspects"][0]
+        if top.get("module_path"):
+            lines.append(f"  module:   {' > '.join(top['module_path'])}")
+        if top.get("stack"):
+            lines.append(f"  code:     {top['stack']}")
+        for title, rows in (("inputs", top["inputs"]), ("outputs", top["outputs"])):
+            for r in rows[:4]:
+                flags = f" [{', '.join(r['flags'])}]" if r["flags"] else ""
+                origin = f"  <- {r['origin']}" if r.get("origin") else ""
+                lines.append(f"  {title[:-1]:7s}  {_tail(r['name'])}: error {_num(r['error'])} "
+                             f"(floor {_num(r['noise_floor'], '{:.0e}')}){flags}{origin}")
+        lines.append("")
+        lines.append("Suspects (where error is introduced, most likely first):")
+        lines.append(f"  {'#':>2}  {'call':44s} {'dir':8s} {'kind':13s} {'in err':>9s} {'out err':>9s} "
+                     f"{'x':>8s}  ranks")
+        for i, s in enumerate(d["suspects"][:10], 1):
+            ranks = ",".join(str(r) for r in s["ranks"])
+            lines.append(f"  {i:>2}  {s['api'][:44]:44s} {s['direction']:8s} {s['kind']:13s} "
+                         f"{_num(s['input_error']):>9s} {_num(s['output_error']):>9s} "
+                         f"{_num(s['amplification'], '{:.3g}'):>8s}  {ranks}  (step {s['step']})")
+    propagating = sum(r.get("propagating_calls", 0) for r in d["ranks"])
+    if propagating:
+        lines.append(f"  {propagating} other diverging call(s) only carry error in from earlier ones.")
+    return "\n".join(lines)
+
+
+def _tail(name):
+    for marker in (".input.", ".output.", ".parameters."):
+        if marker in name:
+            return marker[1:] + name.split(marker, 1)[1]
+    return name
+
+
+def _capital(text):
+    return text[:1].upper() + text[1:]

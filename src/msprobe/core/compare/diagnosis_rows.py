@@ -1,0 +1,330 @@
+"""Compare-table rows grouped into calls, each row reduced to one relative error and its flags.
+
+The diagnosis needs, per API or module call in execution order, how far each input and each output
+is off. This module turns a compare table (msProbe's columns, any mode) into that: `Call` objects in
+table order (= dump order = execution order), with `Row`s holding a scale-free error, the noise floor
+of the row's dtypes and flags for what no error number says (dtype changed, inf/nan appeared, a scalar
+argument changed, shape changed). Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+
+from msprobe.core.compare.diagnosis_thresholds import (DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR,
+                                                      UNKNOWN_DTYPE_NOISE_FLOOR)
+from msprobe.core.compare.dtypes import canonical_dtype
+
+# Flattened row names (msprobe-facts §3.3): key + .input/.output/.parameters + slot, or a
+# parameters_grad key + parameter name, or a debug key + nested index.
+_PARAM_GRAD_RE = re.compile(r"^(?P<key>.+\.parameters_grad\.\d+)\.(?P<slot>.+)$")
+_MODULE_RE = re.compile(r"^(?P<key>(?:Module|Cell)\..+?\.(?:forward|backward)\.\d+)\."
+                        r"(?P<role>input|output|parameters)(?:\.(?P<slot>.+))?$")
+_API_RE = re.compile(r"^(?P<key>.+?\.\d+\.(?:forward|backward))\.(?P<role>input|output)(?:\.(?P<slot>.+))?$")
+_DEBUG_RE = re.compile(r"^(?P<key>.+?\.\d+\.debug)(?:\.(?P<slot>.+))?$")
+
+_MISSING = {"", "N/A", "None", "none", "unsupported", "null"}
+_NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan,
+                   "infinity": math.inf, "-infinity": -math.inf}
+_INTEGER_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+_FLOAT_DTYPES = set(DTYPE_NOISE_FLOOR)
+
+# Flags: reasons a row diverges that are not (only) a number.
+DTYPE, NONFINITE, ARGUMENT, SHAPE = "dtype", "nonfinite", "argument", "shape"
+
+
+@dataclass
+class Row:
+    """One tensor (or scalar argument) of one call, compared target vs golden."""
+
+    name: str
+    role: str                 # "input" (args, kwargs, parameters; grads of outputs in backward) or "output"
+    slot: str                 # "0", "dim", "weight", "1.0" ...
+    is_tensor: bool
+    is_parameter: bool
+    matched: bool
+    target_dtype: str
+    golden_dtype: str
+    numel: int | None
+    target: tuple             # (max, min, mean, norm) of the target run, floats or None
+    golden: tuple
+    error: float = 0.0        # scale-free relative error, 0 = identical (see row_error)
+    floor: float = 0.0        # noise floor of the row's dtypes
+    flags: set = field(default_factory=set)
+    requires_grad: bool | None = None
+
+    @property
+    def diverges(self):
+        return self.matched and (bool(self.flags) or self.error > self.floor)
+
+    @property
+    def target_finite(self):
+        return all(v is None or not isinstance(v, float) or math.isfinite(v) for v in self.target)
+
+    def value_key(self):
+        """What identifies this tensor's value in the target run (for finding who produced it), or None
+        for values too plain to tell apart (scalars, constants, empty tensors)."""
+        if not self.is_tensor or any(not isinstance(v, float) for v in self.target):
+            return None
+        if self.target[0] == self.target[1]:
+            return None
+        return (self.numel,) + self.target
+
+
+@dataclass
+class Call:
+    """One API or module call (or parameter-gradient record) with its rows, in execution order."""
+
+    key: str
+    order: int
+    direction: str            # "forward", "backward" (parameters_grad counts as backward) or "debug"
+    is_module: bool
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    stack: list = field(default_factory=list)
+
+    @property
+    def rows(self):
+        return self.inputs + self.outputs
+
+    @property
+    def matched(self):
+        return any(r.matched for r in self.rows)
+
+    @property
+    def is_param_grad(self):
+        return ".parameters_grad." in self.key
+
+
+def split_row_name(name):
+    """(call key, role, slot, is_parameter) of a flattened row name, or None when it is not one.
+
+    >>> split_row_name("Functional.linear.3.forward.input.1")
+    ('Functional.linear.3.forward', 'input', '1', False)
+    >>> split_row_name("Module.fc.Linear.forward.0.parameters.weight")
+    ('Module.fc.Linear.forward.0', 'input', 'weight', True)
+    >>> split_row_name("Module.fc.Linear.parameters_grad.0.bias")
+    ('Module.fc.Linear.parameters_grad.0', 'output', 'bias', False)
+    """
+    m = _PARAM_GRAD_RE.match(name)
+    if m:
+        return m["key"], "output", m["slot"], False
+    m = _MODULE_RE.match(name) or _API_RE.match(name)
+    if m:
+        role = m["role"]
+        return m["key"], ("input" if role == "parameters" else role), m["slot"] or "", role == "parameters"
+    m = _DEBUG_RE.match(name)
+    if m:
+        return m["key"], "output", m["slot"] or "", False
+    return None
+
+
+def direction_of(key):
+    if key.endswith(".debug"):
+        return "debug"
+    if ".backward" in key or ".parameters_grad." in key:
+        return "backward"
+    return "forward"
+
+
+def number(value):
+    """A table cell as float, None when missing, or the original string for non-numeric values."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:  # numpy scalars
+        return float(value)
+    except (TypeError, ValueError):
+        pass
+    text = str(value).strip()
+    if text in _MISSING:
+        return None
+    low = text.lower()
+    if low in _NONFINITE_TEXT:
+        return _NONFINITE_TEXT[low]
+    if text.endswith("%"):
+        try:
+            return float(text[:-1]) / 100.0
+        except ValueError:
+            return text
+    return text
+
+
+def _numel(shape):
+    if isinstance(shape, str):
+        try:
+            shape = ast.literal_eval(shape)
+        except (ValueError, SyntaxError):
+            return None
+    if isinstance(shape, (list, tuple)):
+        n = 1
+        for s in shape:
+            if not isinstance(s, int):
+                return None
+            n *= s
+        return n
+    return None
+
+
+def _is_tensor_dtype(dtype):
+    text = "" if dtype is None else str(dtype)
+    return bool(text) and text not in _MISSING and not text.startswith("<class") and text != "nan"
+
+
+def noise_floor(*dtypes):
+    """The noise floor of a comparison between tensors of these dtypes (the coarser one wins)."""
+    floors = []
+    for d in dtypes:
+        c = canonical_dtype(d)
+        if c in DTYPE_NOISE_FLOOR:
+            floors.append(DTYPE_NOISE_FLOOR[c])
+        elif c in _INTEGER_DTYPES:
+            floors.append(INTEGER_NOISE_FLOOR)
+        else:
+            floors.append(UNKNOWN_DTYPE_NOISE_FLOOR)
+    return max(floors) if floors else UNKNOWN_DTYPE_NOISE_FLOOR
+
+
+def _finite(v):
+    return isinstance(v, float) and math.isfinite(v)
+
+
+def _rel(diff, scale):
+    if scale > 0:
+        return diff / scale
+    return 0.0 if diff == 0 else 1.0
+
+
+def row_error(target, golden, euc_dist=None, max_abs_err=None):
+    """Scale-free error of one tensor and whether inf/nan differ, from statistics and tensor metrics.
+
+    Every term is a lower bound of the element-wise error measured against the golden tensor's size:
+    |ΔNorm| / Norm and |ΔMax|, |ΔMin|, |ΔMean| over the golden range max(|Max|, |Min|); with tensor
+    metrics also EucDist / Norm (relative L2 error) and MaxAbsErr / range. So statistics and tensor
+    mode rank the same way, and an error of 1e-3 reads "a thousandth of the tensor's scale".
+
+    Returns:
+        (error, nonfinite_differs)
+    """
+    t_max, t_min, t_mean, t_norm = target
+    g_max, g_min, g_mean, g_norm = golden
+    nonfinite = False
+    for tv, gv in zip(target, golden):
+        if isinstance(tv, float) and isinstance(gv, float):
+            t_bad, g_bad = not math.isfinite(tv), not math.isfinite(gv)
+            if t_bad != g_bad or (t_bad and g_bad and not (tv == gv or (math.isnan(tv) and math.isnan(gv)))):
+                nonfinite = True
+    if nonfinite:
+        return math.inf, True
+    scale = max([abs(v) for v in (g_max, g_min) if _finite(v)] or [0.0])
+    terms = []
+    if _finite(t_norm) and _finite(g_norm):
+        terms.append(_rel(abs(t_norm - g_norm), abs(g_norm)))
+        if _finite(euc_dist):
+            terms.append(_rel(euc_dist, abs(g_norm)))
+    for tv, gv in ((t_max, g_max), (t_min, g_min), (t_mean, g_mean)):
+        if _finite(tv) and _finite(gv):
+            terms.append(_rel(abs(tv - gv), scale))
+    if _finite(max_abs_err):
+        terms.append(_rel(max_abs_err, scale))
+    return (max(terms) if terms else 0.0), False
+
+
+def _column(table, name, n):
+    return table[name].tolist() if name in table.columns else [None] * n
+
+
+def _stack_lines(cell):
+    if isinstance(cell, (list, tuple)):
+        return [str(x) for x in cell]
+    if isinstance(cell, str) and cell.startswith("["):
+        try:
+            value = ast.literal_eval(cell)
+        except (ValueError, SyntaxError):
+            return []
+        return [str(x) for x in value] if isinstance(value, (list, tuple)) else []
+    return []
+
+
+def calls_from_table(table):
+    """The calls of one compare table, in table order, with every row's error, floor and flags.
+
+    Args:
+        table: a pandas DataFrame with msProbe's compare columns (any mode).
+
+    Returns:
+        list[Call]; rows whose names are not in the dump grammar are skipped.
+    """
+    n = len(table)
+    col = {c: _column(table, c, n) for c in (
+        "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+        "NPU Requires_grad", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min",
+        "Bench mean", "Bench l2norm", "EucDist", "MaxAbsErr", "NPU MD5", "BENCH MD5", "Err_message",
+        "NPU_Stack_Info")}
+    has_md5 = "NPU MD5" in table.columns
+    calls, by_key = [], {}
+    for i in range(n):
+        name = col["NPU Name"][i]
+        parts = split_row_name(str(name)) if name is not None else None
+        if parts is None:
+            continue
+        key, role, slot, is_param = parts
+        call = by_key.get(key)
+        if call is None:
+            call = Call(key=key, order=len(calls), direction=direction_of(key),
+                        is_module=key.split(".", 1)[0] in ("Module", "Cell"))
+            by_key[key] = call
+            calls.append(call)
+        if not call.stack:
+            call.stack = _stack_lines(col["NPU_Stack_Info"][i])
+        row = _row(col, i, str(name), role, slot, is_param, has_md5)
+        (call.inputs if role == "input" else call.outputs).append(row)
+    return calls
+
+
+def _row(col, i, name, role, slot, is_param, has_md5):
+    bench_name = col["Bench Name"][i]
+    message = str(col["Err_message"][i] or "")
+    matched = not (bench_name is None or (isinstance(bench_name, float) and math.isnan(bench_name))
+                   or str(bench_name) in _MISSING or "No bench data matched" in message)
+    t_dtype, g_dtype = col["NPU Dtype"][i], col["Bench Dtype"][i]
+    is_tensor = _is_tensor_dtype(t_dtype)
+    target = tuple(number(col[c][i]) for c in ("NPU max", "NPU min", "NPU mean", "NPU l2norm"))
+    golden = tuple(number(col[c][i]) for c in ("Bench max", "Bench min", "Bench mean", "Bench l2norm"))
+    rg = col["NPU Requires_grad"][i]
+    row = Row(name=name, role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param, matched=matched,
+              target_dtype=str(t_dtype), golden_dtype=str(g_dtype),
+              numel=_numel(col["NPU Tensor Shape"][i]) if is_tensor else None,
+              target=target, golden=golden, requires_grad=(rg is True or str(rg) == "True"))
+    if not matched:
+        return row
+    if not is_tensor:
+        # A scalar argument stands in its own statistics columns; a changed one is a changed program.
+        if str(t_dtype) != str(g_dtype) or (target[0] != golden[0] and not _both_nan(target[0], golden[0])):
+            row.flags.add(ARGUMENT)
+            row.error = math.inf
+        return row
+    row.floor = noise_floor(t_dtype, g_dtype)
+    if canonical_dtype(t_dtype) != canonical_dtype(g_dtype):
+        row.flags.add(DTYPE)
+    if str(col["NPU Tensor Shape"][i]) != str(col["Bench Tensor Shape"][i]):
+        row.flags.add(SHAPE)
+    err, nonfinite = row_error(target, golden, number(col["EucDist"][i]), number(col["MaxAbsErr"][i]))
+    if nonfinite:
+        row.flags.add(NONFINITE)
+    row.error = err
+    if has_md5:
+        t_md5, g_md5 = col["NPU MD5"][i], col["BENCH MD5"][i]
+        if t_md5 is not None and g_md5 is not None and str(t_md5) != str(g_md5) and row.error <= row.floor:
+            # Same statistics, different bytes: at least one element differs; say so at the floor.
+            row.error = max(row.floor * 2, 1e-12)
+    return row
+
+
+def _both_nan(a, b):
+    return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
