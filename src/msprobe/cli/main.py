@@ -15,6 +15,7 @@ from msprobe.core.errors import MsprobeError
 # (command, module): order is the order of `msprobe -h`.
 COMMANDS = (
     ("summary", "msprobe.cli.summary"),
+    ("compare", "msprobe.cli.compare"),
     ("overflow_check", "msprobe.cli.overflow_check"),
     ("graph_visualize", "msprobe.cli.graph"),
     ("graph", "msprobe.cli.graph"),

@@ -1,0 +1,149 @@
+"""Compare a target dump with a golden dump, tensor by tensor; then diagnose where error enters.
+
+  msprobe compare -tp ./bf16_dump -gp ./fp32_dump -o ./output
+  msprobe compare -i compare.json -o ./output [-lm layer_mapping.yaml]
+  msprobe -f mindspore compare -i compare.json -o ./output -am
+
+Inputs: two dump.json files, two rank dirs, two step dirs (ranks pair by number) or two dump roots
+(one result file per step and rank). The mode follows the dumps' task: tensor (cosine, errors),
+statistics (Max/Min/Mean/Norm differences) or md5 (CRC-32 equality). compare.json holds
+npu_path (target), bench_path (golden), stack_path and is_print_compare_log.
+Exit code: 0, 1 on bad input, 2 with --fail-on-divergence when the diagnosis finds a divergence.
+"""
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import time
+
+from msprobe.core.errors import ConfigError, MsprobeError
+
+log = logging.getLogger(__name__)
+_COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log"}
+
+
+def add_arguments(parser):
+    src = parser.add_argument_group("inputs")
+    src.add_argument("-i", "--input_path", help="compare.json with npu_path, bench_path, stack_path, "
+                                                "is_print_compare_log")
+    src.add_argument("-tp", "--target_path", help="target dump: dump.json, rank dir, step dir or dump root")
+    src.add_argument("-gp", "--golden_path", help="golden (benchmark) dump, same kind as -tp")
+    out = parser.add_argument_group("output")
+    out.add_argument("-o", "--output_path", default="./output", help="result folder (default ./output)")
+    out.add_argument("--xlsx", action="store_true", help="write xlsx with error/warning cells highlighted "
+                                                         "instead of csv")
+    out.add_argument("-s", "--stack_mode", action="store_true", help=argparse.SUPPRESS)  # stacks are automatic
+    out.add_argument("-tensor_log", "--is_print_compare_log", action="store_true",
+                     help="print one line per call that is not a pass")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    match = parser.add_argument_group("matching")
+    match.add_argument("-fm", "--fuzzy_match", action="store_true", help="pair calls ignoring call indices")
+    match.add_argument("-dm", "--data_mapping", metavar="YAML", help="tensor names target: golden (one rank)")
+    match.add_argument("-cm", "--cell_mapping", nargs="?", const=True, metavar="YAML",
+                       help="module/cell path.Class pairs target: golden")
+    match.add_argument("-am", "--api_mapping", nargs="?", const=True, metavar="YAML",
+                       help="MindSpore -> PyTorch API mapping: built-in table, plus this file's entries")
+    match.add_argument("-lm", "--layer_mapping", nargs="?", const=True, metavar="YAML",
+                       help="layer child names {LayerClass: {target: golden}} for cross-framework L0/mix")
+    ana = parser.add_argument_group("analysis")
+    ana.add_argument("-da", "--diff_analyze", action="store_true",
+                     help="print the full diagnosis (first divergence, suspects) after the compare")
+    ana.add_argument("--fail-on-divergence", action="store_true", help="exit 2 when a divergence is found")
+    ana.add_argument("-m", "--mode", default="auto", choices=("auto",), help="only auto (the default)")
+    ana.add_argument("--workers", type=int, default=None, help="processes for tensor mode (default: CPUs)")
+
+
+def _read_compare_json(path):
+    from msprobe.core.dump.reader import load_json
+    from msprobe.core.errors import DumpFormatError
+    try:
+        doc = load_json(path)
+    except DumpFormatError as e:
+        raise MsprobeError(f"-i {e}") from None
+    if not isinstance(doc, dict):
+        raise MsprobeError(f"-i '{path}': expected a JSON object with npu_path and bench_path")
+    unknown = set(doc) - _COMPARE_JSON_FIELDS
+    if unknown:
+        raise ConfigError(f"{path}: {sorted(unknown)[0]}", doc[sorted(unknown)[0]],
+                          ", ".join(sorted(_COMPARE_JSON_FIELDS)))
+    for field in ("npu_path", "bench_path"):
+        if not isinstance(doc.get(field), str) or not doc[field]:
+            raise ConfigError(f"{path}: {field}", doc.get(field), "a path to a dump.json or dump directory")
+    return doc
+
+
+def _inputs(args):
+    stack_path, print_log = None, args.is_print_compare_log
+    if args.input_path:
+        if args.target_path or args.golden_path:
+            raise MsprobeError("compare: give either -i compare.json or -tp/-gp, not both")
+        doc = _read_compare_json(args.input_path)
+        stack_path = doc.get("stack_path") or None
+        print_log = print_log or bool(doc.get("is_print_compare_log"))
+        return doc["npu_path"], doc["bench_path"], stack_path, print_log
+    if not (args.target_path and args.golden_path):
+        raise MsprobeError("compare: give -tp TARGET and -gp GOLDEN (or -i compare.json)")
+    return args.target_path, args.golden_path, stack_path, print_log
+
+
+def _optional_yaml(value):
+    """-cm/-lm without a file mean 'same names' (nothing to map); -am without a file is the table."""
+    return None if value is True else value
+
+
+def _diagnose(results):
+    """The diagnosis dict, or None while the diagnosis module is not installed."""
+    if importlib.util.find_spec("msprobe.core.compare.diagnosis") is None:
+        return None, None
+    from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
+    return diagnose(results), format_diagnosis
+
+
+def _print_log(result):
+    table = result.table
+    bad = table[table["Result"].isin(("error", "warning"))]
+    for name, level, msg in zip(bad["NPU Name"], bad["Result"], bad["Err_message"]):
+        print(f"  [{level}] {name}: {', '.join(json.loads(msg))}")
+
+
+def run(args):
+    from msprobe.core.compare.engine import compare_dumps
+    from msprobe.core.compare.writer import result_file_name, write_result
+
+    target, golden, stack_path, print_log = _inputs(args)
+    results = compare_dumps(
+        target, golden, fuzzy_match=args.fuzzy_match, data_mapping=args.data_mapping,
+        cell_mapping=_optional_yaml(args.cell_mapping), api_mapping=args.api_mapping,
+        layer_mapping=_optional_yaml(args.layer_mapping), stack=True, stack_path=stack_path,
+        progress=not args.no_progress, workers=args.workers)
+    ts = time.strftime("%Y%m%d%H%M%S")
+    single_file = os.path.isfile(target)
+    several_steps = len({r.step for r in results}) > 1
+    os.makedirs(args.output_path, exist_ok=True)
+    for r in results:
+        name = result_file_name(r.step, r.rank, r.is_proc, several_steps, single_file, args.xlsx, ts)
+        r.output_path = write_result(r.table, args.output_path, name)
+        counts = r.table["Result"].value_counts().to_dict()
+        summary = ", ".join(f"{counts[k]} {k}" for k in ("error", "warning", "pass", "N/A") if k in counts)
+        where = f"step {r.step} rank {r.rank}: " if r.step is not None else ""
+        print(f"{where}{r.mode} compare, {len(r.table)} rows ({summary}) -> {r.output_path}")
+        if print_log:
+            _print_log(r)
+
+    diagnosis, fmt = _diagnose(results)
+    if diagnosis is None:
+        log.warning("diagnosis module not available; skipped")
+        return 0
+    path = os.path.join(args.output_path, "diagnosis.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(diagnosis, f, indent=1)
+    text = fmt(diagnosis)
+    if not args.diff_analyze:
+        text = "\n".join(text.splitlines()[:8])
+    print(text)
+    print(f"diagnosis -> {path}")
+    if args.fail_on_divergence and diagnosis.get("divergence"):
+        return 2
+    return 0

@@ -1,0 +1,280 @@
+"""compare_dumps: pair the step/rank directories of two dumps, detect the mode, match rows and build
+one result table per pair. The public Python entry point of `msprobe compare`.
+
+Must not import torch or mindspore; pandas is imported inside the functions that need it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+
+from msprobe.core.compare import mappings
+from msprobe.core.compare.matching import MatchOptions, match_rows
+from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+from msprobe.core.errors import MsprobeError
+
+log = logging.getLogger(__name__)
+MODES = ("tensor", "statistics", "md5", "structure")
+_STEP_RANK = re.compile(r"step(\d+)[/\\](rank|proc)(\d+)$")
+
+
+@dataclass
+class CompareResult:
+    """The comparison of one target rank directory with one golden rank directory.
+
+    Attributes:
+        step, rank: from the directory names (None when the input was a bare file elsewhere).
+        mode: "tensor", "statistics", "md5" or "structure".
+        table: pandas.DataFrame, one row per target tensor, msProbe's columns (facts §8.5).
+        target_dir, golden_dir: the two rank directories.
+        target_framework, golden_framework: from dump.json.
+        is_proc: the rank number is a process id (dumps made without a process group).
+    """
+
+    step: int | None
+    rank: int | None
+    mode: str
+    table: object
+    target_dir: str
+    golden_dir: str
+    target_framework: str | None = None
+    golden_framework: str | None = None
+    is_proc: bool = False
+    output_path: str | None = field(default=None)
+
+    def __bool__(self):
+        """True when no row is an error."""
+        return not (self.table["Result"] == "error").any()
+
+
+@dataclass(frozen=True)
+class _Side:
+    path: str        # dump.json / debug.json path or rank dir
+    step: int | None
+    rank: int | None
+    is_proc: bool = False
+
+
+def _file_side(path):
+    m = _STEP_RANK.search(os.path.dirname(os.path.abspath(path)))
+    if m:
+        return _Side(path, int(m.group(1)), int(m.group(3)), m.group(2) == "proc")
+    return _Side(path, None, None)
+
+
+def pair_inputs(target_path, golden_path):
+    """[(target side, golden side)] for two files, two rank dirs, two step dirs or two dump roots.
+
+    Ranks pair by number within a step; when both sides hold one step each, those steps pair whatever
+    their numbers; `proc{pid}` directories pair in order (process ids differ between runs).
+    """
+    for p, what in ((target_path, "target"), (golden_path, "golden")):
+        if not os.path.exists(p):
+            raise MsprobeError(f"compare: {what} path '{p}' does not exist")
+    if os.path.isfile(target_path) != os.path.isfile(golden_path):
+        raise MsprobeError(f"compare: give two dump.json files or two directories; got '{target_path}' and "
+                           f"'{golden_path}'")
+    if os.path.isfile(target_path):
+        return [(_file_side(target_path), _file_side(golden_path))]
+    t_dirs, g_dirs = find_rank_dirs(target_path), find_rank_dirs(golden_path)
+    t_steps, g_steps = _by_step(t_dirs), _by_step(g_dirs)
+    if len(t_steps) == 1 and len(g_steps) == 1:
+        step_pairs = [(next(iter(t_steps)), next(iter(g_steps)))]
+    else:
+        step_pairs = [(s, s) for s in sorted(t_steps) if s in g_steps]
+        missing = sorted(set(t_steps) ^ set(g_steps))
+        if missing:
+            log.warning("steps present on one side only are skipped: %s", missing)
+    pairs = []
+    for ts, gs in step_pairs:
+        tr, gr = t_steps[ts], g_steps[gs]
+        if all(d.is_proc for d in tr + gr) or (len(tr) == 1 and len(gr) == 1):
+            pairs += [(_dir_side(a), _dir_side(b)) for a, b in zip(tr, gr)]
+            continue
+        g_by_rank = {d.rank: d for d in gr}
+        for d in tr:
+            if d.rank in g_by_rank:
+                pairs.append((_dir_side(d), _dir_side(g_by_rank[d.rank])))
+            else:
+                log.warning("step %s rank %s: no golden rank directory; skipped", ts, d.rank)
+    if not pairs:
+        raise MsprobeError(f"compare: no step/rank directories pair up between '{target_path}' and '{golden_path}'")
+    return pairs
+
+
+def _by_step(dirs):
+    steps = {}
+    for d in dirs:
+        steps.setdefault(d.step, []).append(d)
+    return steps
+
+
+def _dir_side(d):
+    return _Side(d.path, d.step, d.rank, d.is_proc)
+
+
+def detect_mode(t_reader, g_reader, t_rows, g_rows):
+    """The compare mode from both dumps' task (and md5 fields); different tasks are an error."""
+    tasks = (t_reader.task or "statistics", g_reader.task or "statistics")
+    if tasks[0] != tasks[1]:
+        raise MsprobeError(f"compare: the dumps were made with different tasks: target '{tasks[0]}' "
+                           f"({t_reader.dump_file}), golden '{tasks[1]}' ({g_reader.dump_file}); "
+                           "dump both with the same task")
+    task = tasks[0]
+    if task == "tensor":
+        return "tensor"
+    if task == "structure":
+        return "structure"
+    if task == "statistics" and any(t_rows["md5"]) and any(g_rows["md5"]):
+        return "md5"
+    if task not in MODES:
+        raise MsprobeError(f"compare: {t_reader.dump_file}: task '{task}' cannot be compared; "
+                           f"allowed: {', '.join(MODES)}")
+    return "statistics"
+
+
+def _row_frame(reader):
+    import pandas as pd
+    from msprobe.core.compare.rows import rows_from_records
+    return pd.DataFrame(rows_from_records(reader.data))
+
+
+@dataclass
+class CompareOptions:
+    """Everything compare_dumps needs besides the two paths (see its docstring)."""
+
+    fuzzy_match: bool = False
+    data_mapping: str | dict | None = None
+    cell_mapping: str | dict | None = None
+    api_mapping: str | bool | None = None
+    layer_mapping: str | dict | None = None
+    stack: bool = True
+    stack_path: str | None = None
+    progress: bool = True
+    workers: int | None = None
+
+
+def _mapping(value, loader):
+    if value is None or value is False:
+        return {}
+    return dict(value) if isinstance(value, dict) else loader(value)
+
+
+def compare_pair(target, golden, opts):
+    """CompareResult of one target rank dir/file against one golden rank dir/file."""
+    from msprobe.core.compare.table import build_table
+    t_reader, g_reader = DumpReader(target.path), DumpReader(golden.path)
+    t_rows, g_rows = _row_frame(t_reader), _row_frame(g_reader)
+    mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
+    t_fw, g_fw = t_reader.framework, g_reader.framework
+    cross = bool(t_fw and g_fw and t_fw != g_fw)
+    if opts.api_mapping and t_fw == "pytorch":
+        raise MsprobeError("compare: -am/--api_mapping maps MindSpore APIs to PyTorch ones; the target dump "
+                           f"{t_reader.dump_file} is a PyTorch dump")
+    data_map = _mapping(opts.data_mapping, mappings.load_data_mapping)
+    if data_map and opts.fuzzy_match:
+        raise MsprobeError("compare: -dm/--data_mapping and -fm/--fuzzy_match cannot be combined")
+    match_opts = MatchOptions(
+        fuzzy=opts.fuzzy_match,
+        renumber_backward=not t_reader.dump_file.endswith("debug.json"),
+        cross_framework=cross and t_fw == "mindspore",
+        api_rules=mappings.load_api_mapping(opts.api_mapping if isinstance(opts.api_mapping, str) else None)
+        if (cross and t_fw == "mindspore") or opts.api_mapping else {},
+        cell_mapping=_mapping(opts.cell_mapping, mappings.load_cell_mapping),
+        layer_mapping=_mapping(opts.layer_mapping, mappings.load_layer_mapping),
+        data_mapping=data_map,
+    )
+    if opts.api_mapping and not match_opts.cross_framework:
+        match_opts.cross_framework = True  # MindSpore vs MindSpore-on-torch (mindtorch) names
+    gidx = match_rows(t_rows, g_rows, match_opts)
+    stack = None
+    if opts.stack:
+        stack = _stack_of(t_reader, opts.stack_path)
+    metrics = None
+    if mode == "tensor":
+        from msprobe.core.compare.tensor_mode import compute_tensor_metrics
+        metrics = compute_tensor_metrics(t_rows, g_rows, gidx, t_reader, g_reader,
+                                         workers=opts.workers, progress=opts.progress)
+    table = build_table(t_rows, g_rows, gidx, mode, cross_framework=cross, stack=stack, tensor_metrics=metrics)
+    return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
+                         target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
+                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc)
+
+
+def _stack_of(reader, stack_path):
+    if stack_path:
+        from msprobe.core.dump.reader import load_json
+        doc = load_json(stack_path)
+        out = {}
+        for name, entry in doc.items():
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
+                for k in entry[0] if isinstance(entry[0], list) else [entry[0]]:
+                    out[k] = entry[1]
+            else:
+                out[name] = entry
+        return out
+    if not os.path.isfile(os.path.join(reader.rank_dir, "stack.json")):
+        return None
+    return reader.stack
+
+
+def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=None, cell_mapping=None,
+                  api_mapping=None, layer_mapping=None, stack=True, progress=True, stack_path=None,
+                  workers=None):
+    """Compare a target dump with a golden (benchmark) dump.
+
+    Args:
+        target_path, golden_path: two dump.json/debug.json files, two rank dirs, two step dirs
+            (ranks pair by number) or two dump roots (steps and ranks pair by number).
+        fuzzy_match: pair calls ignoring call indices (aligns the two call sequences).
+        data_mapping: YAML path or dict of full tensor names, target -> golden.
+        cell_mapping: YAML path or dict of module `path.Class` (or substrings), target -> golden.
+        api_mapping: True for the built-in MindSpore -> PyTorch API table, or a YAML path adding to
+            it. The table is used anyway when a MindSpore target meets a PyTorch golden.
+        layer_mapping: YAML path or dict `{LayerClass: {target child: golden child}}`.
+        stack: attach the target's call stacks (NPU_Stack_Info) when stack.json exists.
+        progress: show a tqdm bar while tensors are compared.
+        stack_path: a stack.json to use instead of the one next to the target dump.
+        workers: worker processes for tensor mode; defaults to the CPU count (at most 8).
+
+    Returns:
+        list[CompareResult], one per (step, rank) pair, ordered by step then rank.
+
+    Raises:
+        MsprobeError: paths that do not pair up, unreadable dumps or mapping files, different tasks.
+
+    Example:
+        >>> from msprobe.core.compare.engine import compare_dumps
+        >>> results = compare_dumps("run_bf16/dump", "run_fp32/dump")          # doctest: +SKIP
+        >>> results[0].table[results[0].table["Result"] != "pass"].head()      # doctest: +SKIP
+    """
+    opts = CompareOptions(fuzzy_match=fuzzy_match, data_mapping=data_mapping, cell_mapping=cell_mapping,
+                          api_mapping=api_mapping, layer_mapping=layer_mapping, stack=stack,
+                          stack_path=stack_path, progress=progress, workers=workers)
+    pairs = pair_inputs(target_path, golden_path)
+    if opts.data_mapping and len(pairs) > 1:
+        raise MsprobeError("compare: -dm/--data_mapping works on a single rank; give two dump.json files or "
+                           "two rank directories")
+    return [compare_pair(t, g, opts) for t, g in pairs]
+
+
+def compare(target_path, golden_path, **kwargs):
+    """The comparison as one pandas DataFrame: every pair's table with `step` and `rank` columns first.
+
+    Takes the arguments of `compare_dumps`.
+
+    Example:
+        >>> import msprobe
+        >>> df = msprobe.compare("bf16/dump.json", "fp32/dump.json")   # doctest: +SKIP
+        >>> df[df["Result"] == "error"]                                 # doctest: +SKIP
+    """
+    import pandas as pd
+    frames = []
+    for r in compare_dumps(target_path, golden_path, **kwargs):
+        t = r.table.copy()
+        t.insert(0, "rank", r.rank)
+        t.insert(0, "step", r.step)
+        frames.append(t)
+    return pd.concat(frames, ignore_index=True)

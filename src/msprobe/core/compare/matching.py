@@ -1,0 +1,230 @@
+"""Pair the rows of a target dump with the rows of a golden dump (msprobe-facts §8.3).
+
+Records are paired first (exact keys; backward calls renumbered by order of occurrence so activation
+recomputation does not shift them; or, with `fuzzy`, an alignment of the call sequences that ignores
+call indices), then the tensors of paired records by their position (`.input.0`, `.output.1`).
+Mappings rename target keys before pairing: MindSpore -> PyTorch API names, cell/module paths, layer
+children, and finally explicit per-tensor names. Pairs whose dtypes cannot belong together are undone.
+Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from msprobe.core.compare.dtypes import dtypes_compatible
+from msprobe.core.naming import BACKWARD, api_key, module_key, split_key
+
+# MindSpore dump prefixes whose PyTorch counterparts only differ in the prefix (facts §8.8).
+MS_PREFIX_TO_PT = {"Mint": "Torch", "MintFunctional": "Functional", "Cell": "Module",
+                   "MintDistributed": "Distributed"}
+_INDEXED_ROLE = re.compile(r"^\.(input|output)\.(\d+)(.*)$")
+
+
+@dataclass
+class MatchOptions:
+    """How to pair names. Built by the engine from the user's flags.
+
+    Attributes:
+        fuzzy: align call sequences ignoring call indices.
+        renumber_backward: renumber backward call indices by occurrence (off for debug.json and fuzzy).
+        cross_framework: target is MindSpore and golden PyTorch: apply prefix swaps and `api_rules`.
+        api_rules: ms dump base name -> mappings.ApiRule.
+        cell_mapping: module `path.Class` or substring, target -> golden.
+        layer_mapping: `{LayerClass: {target child: golden child}}`.
+        data_mapping: full tensor names, target -> golden (checked without dtype compatibility).
+    """
+
+    fuzzy: bool = False
+    renumber_backward: bool = True
+    cross_framework: bool = False
+    api_rules: dict = field(default_factory=dict)
+    cell_mapping: dict = field(default_factory=dict)
+    layer_mapping: dict = field(default_factory=dict)
+    data_mapping: dict = field(default_factory=dict)
+
+
+def _rebuild(key, base, direction, index):
+    """The key with a new base and index, in the key's own grammar (API or module)."""
+    prefix, rest = base.split(".", 1) if "." in base else (base, "")
+    if key.endswith(f".{direction}"):  # API: {prefix}.{api}.{n}.{direction}
+        return api_key(prefix, rest, index, direction)
+    path, _, cls = rest.rpartition(".")
+    return module_key(prefix, path, cls, direction, index)
+
+
+def renumbered_keys(keys, enabled=True):
+    """key -> key with backward call indices renumbered 0, 1, ... per API/module in dump order."""
+    out = {}
+    counters = defaultdict(int)
+    for key in keys:
+        base, direction, index = split_key(key)
+        if enabled and direction == BACKWARD:
+            n = counters[base]
+            counters[base] = n + 1
+            out[key] = _rebuild(key, base, direction, n)
+        else:
+            out[key] = key
+    return out
+
+
+class _KeyMapper:
+    """Target record key -> the golden key it should pair with (before fuzzy alignment)."""
+
+    def __init__(self, opts, target_keys):
+        self.opts = opts
+        self.layer_classes = self._module_classes(target_keys) if opts.layer_mapping else {}
+
+    @staticmethod
+    def _module_classes(keys):
+        """module path -> class name, from the module keys of the dump."""
+        classes = {}
+        for key in keys:
+            base, direction, _ = split_key(key)
+            prefix, _, rest = base.partition(".")
+            if prefix in ("Module", "Cell") and direction and "." in rest:
+                path, _, cls = rest.rpartition(".")
+                classes.setdefault(path, cls)
+        return classes
+
+    def rule_for(self, base):
+        return self.opts.api_rules.get(base) if self.opts.cross_framework else None
+
+    def map_base(self, base):
+        opts = self.opts
+        rule = self.rule_for(base)
+        if rule is not None:
+            base = rule.pt_api
+        elif opts.cross_framework:
+            prefix, dot, rest = base.partition(".")
+            base = MS_PREFIX_TO_PT.get(prefix, prefix) + dot + rest
+        prefix, dot, rest = base.partition(".")
+        if prefix not in ("Module", "Cell") or not rest:
+            return base
+        if opts.layer_mapping:
+            rest = self._map_layers(rest)
+        if opts.cell_mapping:
+            rest = self._map_cells(rest)
+        return prefix + dot + rest
+
+    def _map_layers(self, path_cls):
+        path, _, cls = path_cls.rpartition(".")
+        if not path:
+            return path_cls
+        parts = path.split(".")
+        mapped = []
+        for i, part in enumerate(parts):
+            parent_cls = "TopLayer" if i == 0 else self.layer_classes.get(".".join(parts[:i]))
+            table = self.opts.layer_mapping.get(parent_cls) or {}
+            if i == 0 and part not in table:
+                table = {}
+            mapped.append(table.get(part, part))
+        return ".".join(mapped) + "." + cls
+
+    def _map_cells(self, path_cls):
+        cmap = self.opts.cell_mapping
+        if path_cls in cmap:
+            return cmap[path_cls]
+        for src, dst in cmap.items():
+            if src in path_cls:
+                return path_cls.replace(src, dst, 1)
+        return path_cls
+
+    def golden_key(self, key):
+        base, direction, index = split_key(key)
+        if not direction or direction == "debug":
+            return key
+        new_base = self.map_base(base)
+        return key if new_base == base else _rebuild(key, new_base, direction, index)
+
+
+def _strip_index(key):
+    base, direction, _ = split_key(key)
+    return f"{base}.{direction}" if direction else key
+
+
+def _fuzzy_pairs(target_keys, golden_keys):
+    """target key -> golden key by aligning the two call sequences with call indices removed."""
+    a = [_strip_index(k) for k in target_keys]
+    b = [_strip_index(k) for k in golden_keys]
+    pairs = {}
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for i in range(block.size):
+            pairs[target_keys[block.a + i]] = golden_keys[block.b + i]
+    return pairs
+
+
+def _map_suffix(suffix, rule):
+    m = _INDEXED_ROLE.match(suffix)
+    if not m:
+        return suffix
+    role, idx, rest = m.group(1), int(m.group(2)), m.group(3)
+    table = rule.args if role == "input" else rule.outputs
+    return f".{role}.{table.get(idx, idx)}{rest}"
+
+
+def match_rows(target, golden, opts):
+    """Golden row index for every target row, -1 where nothing pairs.
+
+    Args:
+        target, golden: row tables (pandas.DataFrame with the columns of `rows.COLUMNS`).
+        opts: MatchOptions.
+
+    Returns:
+        numpy int64 array, one entry per target row.
+    """
+    import pandas as pd
+
+    t_keys = list(dict.fromkeys(target["key"]))
+    g_keys = list(dict.fromkeys(golden["key"]))
+    renumber = opts.renumber_backward and not opts.fuzzy
+    g_renum = renumbered_keys(g_keys, renumber)
+    t_renum = renumbered_keys(t_keys, renumber)
+    mapper = _KeyMapper(opts, t_keys)
+    mapped = {k: mapper.golden_key(t_renum[k]) for k in t_keys}
+    if opts.fuzzy:
+        renum_to_golden = _fuzzy_pairs([mapped[k] for k in t_keys], g_keys)
+        mapped = {k: renum_to_golden.get(mapped[k]) for k in t_keys}
+        golden_match = golden["key"] + golden["suffix"]
+    else:
+        golden_match = golden["key"].map(g_renum) + golden["suffix"]
+
+    suffix = target["suffix"]
+    if opts.cross_framework and opts.api_rules:
+        rules = {k: mapper.rule_for(split_key(k)[0]) for k in t_keys}
+        remapped = {k for k, r in rules.items() if r is not None and (r.args or r.outputs)}
+        if remapped:
+            sel = target["key"].isin(remapped)
+            suffix = suffix.copy()
+            suffix[sel] = [_map_suffix(s, rules[k]) for s, k in zip(target["suffix"][sel], target["key"][sel])]
+    match = target["key"].map(mapped) + suffix
+
+    position = pd.Series(np.arange(len(golden), dtype=np.int64), index=golden_match.values)
+    position = position[~position.index.duplicated()]
+    gidx = match.map(position)
+    explicit = np.zeros(len(target), dtype=bool)
+    if opts.data_mapping:
+        by_name = pd.Series(np.arange(len(golden), dtype=np.int64), index=golden["name"].values)
+        by_name = by_name[~by_name.index.duplicated()]
+        wanted = target["name"].map(opts.data_mapping)
+        hit = wanted.notna()
+        gidx[hit] = wanted[hit].map(by_name)
+        explicit = hit.to_numpy()
+    gidx = gidx.fillna(-1).astype(np.int64).to_numpy().copy()
+
+    # undo pairs of rows that cannot belong together (an int index paired with a float activation)
+    paired = (gidx >= 0) & ~explicit
+    if paired.any():
+        t_dt = target["dtype"].to_numpy()[paired]
+        g_dt = golden["dtype"].to_numpy()[gidx[paired]]
+        cache = {}
+        ok = np.fromiter((cache.setdefault((a, b), a == b or dtypes_compatible(a, b)) for a, b in zip(t_dt, g_dt)),
+                         dtype=bool, count=len(t_dt))
+        idx = np.flatnonzero(paired)
+        gidx[idx[~ok]] = -1
+    return gidx

@@ -1,0 +1,124 @@
+"""Assemble the result table of one (target, golden) rank pair in msProbe's column layout
+(msprobe-facts §8.5) from the two row tables and the pairing. Values stay Python/numpy values
+(None, floats, "x%" strings); `writer.py` renders them to csv/xlsx.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from msprobe.core.compare import columns as C
+from msprobe.core.compare import verdict as V
+from msprobe.core.compare.stats_diff import STAT_FIELDS, numeric, stat_diff_columns
+
+
+def _take(values, gidx, fill="N/A"):
+    """Golden values aligned to target rows; `fill` where unpaired."""
+    values = np.asarray(values, dtype=object)
+    out = np.full(len(gidx), fill, dtype=object)
+    m = gidx >= 0
+    out[m] = values[gidx[m]]
+    return out
+
+
+def _requires_grad_display(values):
+    return np.array(["N/A" if v is None else v for v in values], dtype=object)
+
+
+class PairedRows:
+    """Target rows and their golden partners side by side (golden values NaN/None where unpaired)."""
+
+    def __init__(self, target, golden, gidx):
+        import pandas as pd
+        self.target, self.gidx = target, gidx
+        self.matched = gidx >= 0
+        empty = pd.DataFrame({c: [None] for c in golden.columns})
+        padded = pd.concat([golden, empty], ignore_index=True) if len(golden) else empty
+        # -1 picks the padding row: golden columns aligned to target rows in one take
+        self.golden = padded.iloc[np.where(self.matched, gidx, len(padded) - 1)].reset_index(drop=True)
+        self.t_num = {f: numeric(target[f].to_numpy(dtype=object)) for f in STAT_FIELDS}
+        self.g_num = {f: numeric(self.golden[f].to_numpy(dtype=object)) for f in STAT_FIELDS}
+
+
+def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None, tensor_metrics=None):
+    """The result DataFrame.
+
+    Args:
+        target, golden: row tables (`rows.COLUMNS`).
+        gidx: golden row index per target row, -1 unpaired (from `matching.match_rows`).
+        mode: "tensor", "statistics", "md5" or "structure".
+        cross_framework: dumps of different frameworks (integer widths are not compared).
+        stack: key -> list of stack lines; adds NPU_Stack_Info on the first row of each call.
+        tensor_metrics: tensor mode: dict with float arrays "cosine", "euc", "max_abs", "max_rel",
+            "one_k", "five_k", object array "display" (metric cell values) and "messages".
+    """
+    import pandas as pd
+
+    p = PairedRows(target, golden, gidx)
+    matched, g = p.matched, p.golden
+    cols = {
+        C.NPU_NAME: target["name"].to_numpy(dtype=object),
+        C.BENCH_NAME: _take(golden["name"], gidx),
+        "NPU Dtype": target["dtype"].to_numpy(dtype=object),
+        "Bench Dtype": _take(golden["dtype"], gidx),
+        "NPU Tensor Shape": target["shape"].to_numpy(dtype=object),
+        "Bench Tensor Shape": _take(golden["shape"], gidx),
+        "NPU Requires_grad": _requires_grad_display(target["requires_grad"]),
+        "Bench Requires_grad": np.where(matched, _requires_grad_display(g["requires_grad"]), "N/A").astype(object),
+    }
+    flags = V.Flags(len(target))
+    all_ex, in_ex = V.exemptions(target["key"].to_numpy(dtype=object))
+    V.row_checks(flags, target, g, matched, cross_framework,
+                 (p.t_num["max"][0], p.t_num["min"][0]), (p.g_num["max"][0], p.g_num["min"][0]))
+    roles = target["role"].to_numpy(dtype=object)
+    keys = target["key"].to_numpy(dtype=object)
+    extra = None
+    if mode == "statistics":
+        diff_cols, norm_rel = stat_diff_columns(p.t_num, p.g_num, matched)
+        cols.update(diff_cols)
+        V.io_checks(flags, mode, keys, roles, matched, all_ex, in_ex, {"norm_rel": norm_rel})
+    elif mode == "tensor":
+        cols.update(tensor_metrics["display"])
+        extra = tensor_metrics["messages"]
+        V.io_checks(flags, mode, keys, roles, matched, all_ex, in_ex,
+                    {"one_k": tensor_metrics["one_k"], "cosine": tensor_metrics["cosine"]})
+    elif mode == "md5":
+        t_md5 = np.array(["N/A" if v is None else v for v in target["md5"]], dtype=object)
+        g_md5 = np.array(["N/A" if v is None else v for v in g["md5"]], dtype=object)
+        g_md5[~matched] = "N/A"
+        cols["NPU MD5"], cols["BENCH MD5"] = t_md5, g_md5
+        flags.add(V.MSG_MD5, matched & (t_md5 != g_md5))
+    if mode in ("statistics", "tensor"):
+        for f, name in zip(STAT_FIELDS, C.NPU_STATS):
+            cols[name] = target[f].to_numpy(dtype=object)
+        for f, name in zip(STAT_FIELDS, C.BENCH_STATS):
+            cols[name] = _take(golden[f], gidx)
+    t_rg = target["requires_grad"].to_numpy(dtype=object)
+    g_rg = g["requires_grad"].to_numpy(dtype=object)
+    cols[C.REQUIRES_GRAD_CONSISTENT] = np.array(
+        [a is None or b is None or a == b for a, b in zip(t_rg, g_rg)], dtype=object)
+    cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
+
+    ordered = list(C.MODE_COLUMNS[mode])
+    if stack is not None:
+        cols[C.STACK] = _stack_column(keys, stack)
+        ordered.append(C.STACK)
+    if mode == "tensor":
+        t_files = target["data_name"].to_numpy(dtype=object)
+        g_files = _take(golden["data_name"], gidx, fill=None)
+        cols[C.DATA_NAME] = np.array([str([a or "-1", b or "-1"]) for a, b in zip(t_files, g_files)], dtype=object)
+        ordered.append(C.DATA_NAME)
+    return pd.DataFrame({c: cols[c] for c in ordered})
+
+
+def _stack_column(keys, stack):
+    out = np.full(len(keys), "N/A", dtype=object)
+    if not stack:
+        return out
+    seen = set()
+    for i, k in enumerate(keys):
+        if k not in seen:
+            seen.add(k)
+            lines = stack.get(k)
+            if lines:
+                out[i] = str(list(lines))
+    return out

@@ -1,0 +1,199 @@
+"""The Result and Err_message columns (msprobe-facts §8.6), vectorised.
+
+Row checks (dtype, shape, requires_grad, non-tensor values, inf/nan against finite, checksum) flag the
+row itself. Input-vs-output checks look at all input (and parameter) rows of one API/module call
+against its output rows and flag the call's first output row, where the error shows.
+Worst level wins: error > warning > pass. Rows without a golden partner get "N/A".
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from msprobe.core.compare import columns as C
+from msprobe.core.compare.dtypes import canonical_dtype
+from msprobe.core.naming import split_key
+
+MSG_UNMATCHED = "no golden data matched"
+MSG_DTYPE = "error: target and golden dtypes differ"
+MSG_SHAPE = "error: target and golden shapes differ"
+MSG_REQUIRES_GRAD = "error: requires_grad differs between target and golden"
+MSG_SCALAR = "error: non-tensor argument values differ"
+MSG_NONFINITE = "error: target max/min is inf or nan while the golden's are finite"
+MSG_MD5 = "error: CRC-32 checksums differ"
+MSG_STATS_ERROR = "error: inputs agree within 10% but an output's norm differs by more than 50%"
+MSG_STATS_WARNING = "warning: an output's norm relative error is over 10 times the largest input's"
+MSG_TENSOR_ERROR = ("error: inputs agree (one-thousandth ratio above 0.9) but an output's "
+                    "one-thousandth ratio is below 0.1")
+MSG_TENSOR_WARNING = "warning: the output's cosine is more than 0.1 below the inputs'"
+
+_INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+
+
+class Flags:
+    """Ordered (message, row mask) pairs collected by the checks."""
+
+    def __init__(self, n):
+        self.n = n
+        self.items = []
+
+    def add(self, message, mask):
+        mask = np.asarray(mask, dtype=bool)
+        if mask.any():
+            self.items.append((message, mask))
+
+
+def _api_name(key):
+    base = split_key(key)[0]
+    prefix, _, rest = base.partition(".")
+    return None if prefix in ("Module", "Cell") else rest
+
+
+def exemptions(keys):
+    """(all rules skipped, input rules skipped) masks from the API names of the rows' keys."""
+    names = {k: _api_name(k) for k in dict.fromkeys(keys)}
+    all_ex = {k for k, n in names.items() if n in C.ALL_RULES_EXEMPT}
+    in_ex = {k for k, n in names.items() if n in C.INPUT_RULES_EXEMPT}
+    keys = np.asarray(keys, dtype=object)
+    return np.isin(keys, list(all_ex)), np.isin(keys, list(in_ex))
+
+
+def row_checks(flags, target, golden_rows, matched, cross_framework, t_minmax, g_minmax):
+    """Checks of each row on its own. `golden_rows` are the paired golden rows (aligned to target)."""
+    fused = np.zeros(flags.n, dtype=bool)
+    names = target["name"].to_numpy(dtype=object)
+    for part in C.FUSED_NAME_PARTS:
+        fused |= np.char.find(names.astype(str), part) >= 0
+    t_kind = target["kind"].to_numpy(dtype=object)
+    g_kind = golden_rows["kind"].to_numpy(dtype=object)
+
+    t_dt = target["dtype"].to_numpy(dtype=object)
+    g_dt = golden_rows["dtype"].to_numpy(dtype=object)
+    cache = {}
+
+    def same_dtype(a, b):
+        if (a, b) not in cache:
+            ca, cb = canonical_dtype(a), canonical_dtype(b)
+            cache[(a, b)] = ca == cb or (cross_framework and ca in _INT_DTYPES and cb in _INT_DTYPES)
+        return cache[(a, b)]
+
+    dtype_differs = np.fromiter((not same_dtype(a, b) for a, b in zip(t_dt, g_dt)), dtype=bool, count=flags.n)
+    flags.add(MSG_DTYPE, matched & dtype_differs & ~fused)
+    shape_differs = target["shape"].to_numpy(dtype=object) != golden_rows["shape"].to_numpy(dtype=object)
+    flags.add(MSG_SHAPE, matched & shape_differs & ~fused & (t_kind == "tensor"))
+
+    t_rg = target["requires_grad"].to_numpy(dtype=object)
+    g_rg = golden_rows["requires_grad"].to_numpy(dtype=object)
+    both_rg = np.array([a is not None and b is not None for a, b in zip(t_rg, g_rg)], dtype=bool)
+    flags.add(MSG_REQUIRES_GRAD, matched & both_rg & (t_rg != g_rg))
+
+    scalar = matched & (t_kind == "scalar") & (g_kind == "scalar")
+    if scalar.any():
+        tv = target["max"].to_numpy(dtype=object)
+        gv = golden_rows["max"].to_numpy(dtype=object)
+        idx = np.flatnonzero(scalar)
+        differs = np.zeros(flags.n, dtype=bool)
+        differs[idx] = [not _same_value(tv[i], gv[i]) for i in idx]
+        flags.add(MSG_SCALAR, differs)
+
+    (t_max, t_min), (g_max, g_min) = t_minmax, g_minmax
+    with np.errstate(invalid="ignore"):
+        t_bad = ~np.isfinite(t_max) | ~np.isfinite(t_min)
+        g_fine = np.isfinite(g_max) & np.isfinite(g_min)
+    flags.add(MSG_NONFINITE, matched & (t_kind == "tensor") & (g_kind == "tensor") & t_bad & g_fine
+              & _has_number(target["max"]))
+
+
+def _has_number(col):
+    return np.fromiter((isinstance(v, (int, float)) for v in col), dtype=bool, count=len(col))
+
+
+def _same_value(a, b):
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return a == b
+
+
+def _group_reduce(codes, values, mask, how):
+    """Per-group reduction of `values` over rows in `mask`: dict code -> value (NaNs ignored)."""
+    import pandas as pd
+    sel = mask & ~np.isnan(values)
+    if not sel.any():
+        return pd.Series(dtype=np.float64)
+    s = pd.Series(values[sel]).groupby(codes[sel])
+    return s.max() if how == "max" else s.min()
+
+
+def io_checks(flags, mode, keys, roles, matched, all_exempt, input_exempt, metrics):
+    """Input-vs-output checks of each call; flags land on its first output row.
+
+    Args:
+        metrics: statistics mode: {"norm_rel": fraction array}; tensor mode: {"cosine", "one_k"} arrays.
+    """
+    import pandas as pd
+    codes = pd.factorize(pd.Series(keys, dtype=object))[0]
+    is_in = (roles == "input") & matched & ~all_exempt & ~input_exempt
+    is_out = (roles == "output") & matched & ~all_exempt & ~input_exempt
+    if not is_out.any():
+        return
+    first_out = pd.Series(np.flatnonzero(is_out)).groupby(codes[is_out]).min()
+    error = np.zeros(flags.n, dtype=bool)
+    warning = np.zeros(flags.n, dtype=bool)
+    if mode == "statistics":
+        rel = metrics["norm_rel"]
+        in_max = _group_reduce(codes, rel, is_in, "max")
+        out_max = _group_reduce(codes, rel, is_out, "max")
+        both = in_max.index.intersection(out_max.index)
+        i, o = in_max[both].to_numpy(), out_max[both].to_numpy()
+        err = (i < C.STATS_ERROR_INPUT_MAX) & (o > C.STATS_ERROR_OUTPUT_MIN)
+        warn = ((i > 0) & (o > C.STATS_WARN_RATIO * i)) | ((i == 0) & (o > C.STATS_WARN_ZERO_INPUT))
+        error[first_out[both[err]].to_numpy()] = True
+        warning[first_out[both[warn & ~err]].to_numpy()] = True
+        flags.add(MSG_STATS_ERROR, error)
+        flags.add(MSG_STATS_WARNING, warning)
+    elif mode == "tensor":
+        one_k, cos = metrics["one_k"], metrics["cosine"]
+        in_1k, out_1k = _group_reduce(codes, one_k, is_in, "min"), _group_reduce(codes, one_k, is_out, "min")
+        both = in_1k.index.intersection(out_1k.index)
+        err = (in_1k[both].to_numpy() > C.TENSOR_ERROR_INPUT_1E3) & (out_1k[both].to_numpy() < C.TENSOR_ERROR_OUTPUT_1E3)
+        error[first_out[both[err]].to_numpy()] = True
+        in_cos, out_cos = _group_reduce(codes, cos, is_in, "min"), _group_reduce(codes, cos, is_out, "min")
+        both_c = in_cos.index.intersection(out_cos.index)
+        ic, oc = in_cos[both_c].to_numpy(), out_cos[both_c].to_numpy()
+        warn = (ic > C.TENSOR_WARN_INPUT_COSINE) & (ic - oc > C.TENSOR_WARN_COSINE_DROP)
+        warning[first_out[both_c[warn]].to_numpy()] = True
+        flags.add(MSG_TENSOR_ERROR, error)
+        flags.add(MSG_TENSOR_WARNING, warning & ~error)
+
+
+def result_columns(flags, matched, mode, all_exempt, extra_messages=None):
+    """(Result, Err_message) object arrays from the collected flags.
+
+    Args:
+        extra_messages: optional object array of per-row notes (e.g. a missing tensor file) that do
+            not change the level.
+    """
+    n = flags.n
+    level = np.zeros(n, dtype=np.int8)  # 0 pass, 1 warning, 2 error
+    for message, mask in flags.items:
+        mask = mask & ~all_exempt
+        level = np.maximum(level, np.where(mask, 2 if message.startswith("error") else 1, 0).astype(np.int8))
+    result = np.array(["pass", "warning", "error"], dtype=object)[level]
+    unmatched_level = "warning" if mode == "md5" else "N/A"
+    result[~matched] = unmatched_level
+
+    any_msg = np.zeros(n, dtype=bool)
+    for _, mask in flags.items:
+        any_msg |= mask & ~all_exempt
+    if extra_messages is not None:
+        any_msg |= np.array([bool(m) for m in extra_messages], dtype=bool)
+    any_msg |= ~matched
+    err = np.full(n, "[]", dtype=object)
+    for i in np.flatnonzero(any_msg):
+        msgs = [] if matched[i] else [MSG_UNMATCHED]
+        msgs += [m for m, mask in flags.items if mask[i] and not all_exempt[i]]
+        if extra_messages is not None and extra_messages[i]:
+            msgs.append(extra_messages[i])
+        err[i] = json.dumps(msgs)
+    return result, err

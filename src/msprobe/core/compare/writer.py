@@ -1,0 +1,115 @@
+"""Write a compare result table to csv (default) or xlsx with error/warning cells highlighted.
+
+csv: None is written as `None`, infinities as ` inf`/` -inf` (a leading space keeps spreadsheet
+programs from reading them as formulas). xlsx: openpyxl in write-only mode; the Result cell and the
+cells behind each message are filled red (error) or yellow (warning).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+
+from msprobe.core.compare import columns as C
+from msprobe.core.compare import verdict as V
+
+log = logging.getLogger(__name__)
+EXCEL_MAX_ROWS = 1_048_575  # one row of the sheet is the header
+RED, YELLOW = "FFC7CE", "FFEB9C"
+
+# message -> the columns that show why (highlighted with the Result cell)
+_MESSAGE_COLUMNS = {
+    V.MSG_DTYPE: ("NPU Dtype", "Bench Dtype"),
+    V.MSG_SHAPE: ("NPU Tensor Shape", "Bench Tensor Shape"),
+    V.MSG_REQUIRES_GRAD: ("NPU Requires_grad", "Bench Requires_grad", C.REQUIRES_GRAD_CONSISTENT),
+    V.MSG_SCALAR: ("NPU max", "Bench max"),
+    V.MSG_NONFINITE: ("NPU max", "NPU min"),
+    V.MSG_MD5: ("NPU MD5", "BENCH MD5"),
+    V.MSG_STATS_ERROR: ("NormRelativeErr",),
+    V.MSG_STATS_WARNING: ("NormRelativeErr",),
+    V.MSG_TENSOR_ERROR: ("One Thousandth Err Ratio",),
+    V.MSG_TENSOR_WARNING: ("Cosine",),
+}
+
+
+def result_file_name(step=None, rank=None, is_proc=False, several_steps=False, single_file=False,
+                     xlsx=False, timestamp=None):
+    """`compare_result_{ts}`, `compare_result_rank{r}_{ts}` or, for several steps,
+    `compare_result_step{s}_rank{r}_{ts}` (msprobe-facts §8.5); `proc{pid}` for process-named dirs."""
+    ts = timestamp or time.strftime("%Y%m%d%H%M%S")
+    parts = ["compare_result"]
+    if several_steps and step is not None:
+        parts.append(f"step{step}")
+    if not single_file and rank is not None:
+        parts.append(f"{'proc' if is_proc else 'rank'}{rank}")
+    parts.append(ts)
+    return "_".join(parts) + (".xlsx" if xlsx else ".csv")
+
+
+def _cell_text(v):
+    if v is None:
+        return "None"
+    if isinstance(v, float) and math.isinf(v):
+        return " inf" if v > 0 else " -inf"
+    if isinstance(v, str) and v in ("inf", "-inf"):
+        return " " + v
+    return v
+
+
+def _renderable(table):
+    out = table.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            out[c] = out[c].map(_cell_text)
+    return out
+
+
+def write_csv(table, path):
+    _renderable(table).to_csv(path, index=False)
+    return path
+
+
+def write_xlsx(table, path):
+    from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.styles import PatternFill
+
+    if len(table) > EXCEL_MAX_ROWS:
+        log.warning("%d rows exceed the xlsx sheet limit; only the first %d are written (use csv for all)",
+                    len(table), EXCEL_MAX_ROWS)
+        table = table.iloc[:EXCEL_MAX_ROWS]
+    fills = {"error": PatternFill("solid", fgColor=RED), "warning": PatternFill("solid", fgColor=YELLOW)}
+    wb = Workbook(write_only=True)
+    ws = wb.create_sheet("compare_result")
+    columns = list(table.columns)
+    ws.append(columns)
+    pos = {c: i for i, c in enumerate(columns)}
+    result_i, msg_i = pos[C.RESULT], pos[C.ERR_MESSAGE]
+    for values in _renderable(table).itertuples(index=False, name=None):
+        level = values[result_i]
+        if level not in fills:
+            ws.append(list(values))
+            continue
+        marked = {result_i}
+        for msg in json.loads(values[msg_i] or "[]"):
+            marked.update(pos[c] for c in _MESSAGE_COLUMNS.get(msg, ()) if c in pos)
+        row = []
+        for i, v in enumerate(values):
+            if i in marked:
+                cell = WriteOnlyCell(ws, value=v)
+                cell.fill = fills[level]
+                row.append(cell)
+            else:
+                row.append(v)
+        ws.append(row)
+    wb.save(path)
+    return path
+
+
+def write_result(table, output_dir, name):
+    """Write `table` as `output_dir/name` (csv or xlsx by the suffix); returns the path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, name)
+    return write_xlsx(table, path) if name.endswith(".xlsx") else write_csv(table, path)
