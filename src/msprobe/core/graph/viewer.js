@@ -364,8 +364,8 @@
     filters.clear();
     document.querySelectorAll("#filters input").forEach((b) => { b.checked = false; });
     document.querySelector(".f-overflow").hidden = !g.overflow_check;
+    for (const v of ["error", "warning", "unmatched"]) document.querySelector(".f-" + v).hidden = !g.compare_mode;
     G.included = null;
-    for (const r of G.roots) G.expanded[r] = G.expanded[r];  // keep per-graph expansion
     tree.scrollTop = 0;
     rebuild();
     legend();

@@ -1,0 +1,118 @@
+"""Dumps for the graph tests and benchmark, made with our PyTorch dumper at level mix.
+
+`dump_transformer(path, perturbed=...)` trains a small pre-norm transformer for one step (several
+micro-batches when asked) under `PrecisionDebugger(level="mix")`. The perturbed run differs from the
+fp32 golden in two planted ways inside block 1:
+
+- the attention scores are multiplied by `SCORE_SCALE` instead of 1 (same API, same call index, a
+  different scalar argument and a far larger output: compare flags it as an error), and
+- an extra `torch.clamp` runs after the block (an API golden does not have: unmatched).
+"""
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from msprobe.pytorch import PrecisionDebugger, seed_all
+
+SCORE_SCALE = 8.0
+PERTURBED_BLOCK = 1
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, index):
+        super().__init__()
+        self.heads, self.index = heads, index
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 2 * d)
+        self.fc2 = nn.Linear(2 * d, d)
+        self.perturbed = False
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scale = SCORE_SCALE if self.perturbed else 1.0
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        att = F.softmax(scores, dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        if self.perturbed:
+            x = torch.clamp(x, -1e4, 1e4)
+        return x
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, layers=2, d=16, heads=2, vocab=32, perturbed=False):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d, heads, i) for i in range(layers))
+        if perturbed and layers > PERTURBED_BLOCK:
+            self.blocks[PERTURBED_BLOCK].perturbed = True
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+
+def dump_transformer(dump_path, perturbed=False, layers=2, micro_batches=1, d=16, task="statistics",
+                     rank_id=None):
+    """Dump one training step; returns the rank directory (`dump_path/step0/rank{R}` or `proc{pid}`)."""
+    seed_all(1234)
+    model = TinyTransformer(layers=layers, d=d, perturbed=perturbed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(7)
+    batches = [torch.randint(0, 32, (2, 9), generator=gen) for _ in range(micro_batches)]
+    debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level="mix")
+    if rank_id is None:
+        debugger.start(model)
+    else:
+        debugger.start(model, rank_id=rank_id)
+    for tokens in batches:
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        (loss / micro_batches).backward()
+    opt.step()
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    step0 = os.path.join(str(dump_path), "step0")
+    (rank_dir,) = os.listdir(step0)
+    return os.path.join(step0, rank_dir)
+
+
+class Overflowing(nn.Module):
+    """A Linear followed by exp of large values: exp turns finite inputs into inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.exp(self.fc(x) * 1000.0).sum()
+
+
+def dump_overflow(dump_path):
+    """Forward-only mix dump of `Overflowing`; returns the rank directory."""
+    seed_all(1)
+    model = Overflowing()
+    debugger = PrecisionDebugger(dump_path=str(dump_path), task="statistics", level="mix")
+    debugger.start(model)
+    with torch.no_grad():
+        model(torch.ones(2, 4))
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    step0 = os.path.join(str(dump_path), "step0")
+    (rank_dir,) = os.listdir(step0)
+    return os.path.join(step0, rank_dir)
