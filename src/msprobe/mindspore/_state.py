@@ -1,0 +1,10 @@
+"""Global mutable state of the MindSpore adapter, in one import-free module."""
+
+# The DumpSession that records now, or None. Set by PrecisionDebugger.start/stop/step.
+session = None
+# True while msprobe's own code runs MindSpore ops (statistics, hooks), so capture ignores them.
+busy = False
+# >0 while a captured API runs: calls made inside it are not recorded separately.
+depth = 0
+# The most recently built PrecisionDebugger (MsprobeInitStep sets its first step).
+debugger = None

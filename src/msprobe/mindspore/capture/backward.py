@@ -1,0 +1,133 @@
+"""Backward records through `ops.HookBackward`, MindSpore's identity-in-forward op whose hook sees the
+gradient flowing through it.
+
+For a call (API or Cell) the floating-point input tensors are passed through a HookBackward before
+the call runs, and the outputs after it: the input hooks see this call's own contribution to each
+input's gradient (backward `output`), the output hooks the gradients of its outputs (backward
+`input`). Tensor.register_hook would give the input's *total* gradient and costs ~10x more per call.
+Only done while MindSpore records a gradient (`_pynative_executor.requires_grad()`), so plain
+inference pays nothing.
+"""
+
+import mindspore as ms
+from mindspore import ops
+
+from msprobe.mindspore.tool_work import tool_work
+
+_executor = ms.common.api._pynative_executor
+
+
+def grad_recording():
+    """True while a forward pass runs under mindspore.grad / value_and_grad / a training cell."""
+    return _executor.requires_grad()
+
+
+def _differentiable(t):
+    return isinstance(t, ms.Tensor) and t.dtype in _FLOATS
+
+
+_FLOATS = frozenset(d for d in (getattr(ms, n, None) for n in ("float16", "float32", "float64", "bfloat16"))
+                    if d is not None)
+
+
+class GradTracker:
+    """Gradients of one call, emitted as one backward record when every hooked tensor saw its gradient
+    (or at step end with what arrived, e.g. a data input MindSpore computes no gradient for)."""
+
+    __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "left", "outs_left", "fired",
+                 "waits")
+
+    def __init__(self, session, key, save, parent):
+        self.session, self.key, self.save, self.parent = session, key, save, parent
+        self.out_recs = []
+        self.in_recs = []
+        self.left = 0  # hooked inputs whose gradient has not arrived
+        self.outs_left = 0  # hooked outputs whose gradient has not arrived
+        self.fired = False
+        self.waits = []
+
+    # -- forward: wrap tensors -----------------------------------------------------------------
+    def hook_inputs(self, args):
+        """`args` (a tuple, lists inside kept) with each float tensor passed through a hook."""
+        pos = [0]
+        new = tuple(self._wrap_in(a, pos) for a in args)
+        self.in_recs = [None] * pos[0]
+        return new
+
+    def _wrap_in(self, v, pos):
+        if isinstance(v, ms.Tensor):
+            i = pos[0]
+            pos[0] += 1
+            if v.dtype not in _FLOATS:
+                return v
+            self.left += 1
+            return ops.HookBackward(self._input_hook(i))(v)
+        if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
+            return type(v)(self._wrap_in(x, pos) for x in v)
+        return v
+
+    def hook_outputs(self, out):
+        """`out` with each float output tensor passed through a hook (same container shape)."""
+        pos = [0]
+        new = self._wrap_out(out, pos)
+        self.out_recs = [None] * pos[0]
+        return new
+
+    def _wrap_out(self, v, pos):
+        if isinstance(v, ms.Tensor):
+            i = pos[0]
+            pos[0] += 1
+            if v.dtype not in _FLOATS:
+                return v
+            self.outs_left += 1
+            return ops.HookBackward(self._output_hook(i))(v)
+        if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
+            return type(v)(self._wrap_out(x, pos) for x in v)
+        return v
+
+    # -- backward: hooks (closures: HookBackward reads the hook's __code__, a partial has none) -------
+    def _input_hook(self, i):
+        def hook(grads):
+            self._on_input(i, grads)
+        return hook
+
+    def _output_hook(self, i):
+        def hook(grads):
+            self._on_output(i, grads)
+        return hook
+
+    def _on_output(self, i, grads):
+        if self.session is None:
+            return
+        with tool_work():
+            g = grads[0] if isinstance(grads, (tuple, list)) else grads
+            if g is not None and self.out_recs[i] is None:
+                self.out_recs[i] = self.session.tensor_record(g, f"{self.key}.input.{i}", self.save, self.waits)
+            self.outs_left -= 1
+            if self.left <= 0 and self.outs_left <= 0:
+                self._emit()
+
+    def _on_input(self, i, grads):
+        if self.session is None:
+            return
+        with tool_work():
+            g = grads[0] if isinstance(grads, (tuple, list)) else grads
+            if g is not None and self.in_recs[i] is None:
+                self.in_recs[i] = self.session.tensor_record(g, f"{self.key}.output.{i}", self.save, self.waits)
+            self.left -= 1
+            if self.left <= 0 and self.outs_left <= 0:
+                self._emit()
+
+    def _emit(self):
+        if self.fired or self.session is None:
+            return
+        self.fired = True
+        session, self.session = self.session, None
+        session.emit_backward(self)
+
+    def emit_partial(self):
+        """At step end: emit what arrived if any gradient did; drop the tracker otherwise."""
+        if self.session is not None and any(r is not None for r in self.out_recs + self.in_recs):
+            with tool_work():
+                self._emit()
+        self.session = None

@@ -1,0 +1,98 @@
+"""L1 capture by wrapping: MindSpore has no function-mode hook at the API level (MsDispatchMode sees
+kernels such as "Add", not `Tensor.__add__` or `mint.add`), so each API attribute is replaced by a
+thin wrapper between start() and stop() and restored afterwards. The wrapper reads one global and
+otherwise calls straight through; calls made inside a recorded API are not recorded again.
+
+Also here: `Primitive` instances held by the Cells of a model passed to start() (named
+`Primitive.{attribute}.{PrimitiveName}`), and user-registered custom APIs.
+"""
+
+import functools
+
+from msprobe.core.errors import MsprobeError
+from msprobe.mindspore import _state
+
+
+def _wrap(orig, prefix, name, inplace):
+    def wrapper(*args, **kwargs):
+        session = _state.session
+        if session is None or _state.busy or _state.depth:
+            return orig(*args, **kwargs)
+        return session.record_call(prefix, name, orig, args, kwargs, inplace=inplace)
+    try:
+        functools.update_wrapper(wrapper, orig)
+    except (AttributeError, TypeError):  # some builtins lack __name__/__doc__
+        pass
+    wrapper.__msprobe_original__ = orig
+    return wrapper
+
+
+class PrimitiveCall:
+    """Stands in for a Primitive held by a Cell: records the call, forwards attribute access."""
+
+    def __init__(self, prim, attr):
+        self.__dict__["_prim"] = prim
+        self.__dict__["_wrapped"] = _wrap(prim, "Primitive", f"{attr}.{prim.name}", False)
+
+    def __call__(self, *args, **kwargs):
+        return self._wrapped(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._prim, name)
+
+
+class PatchedApis:
+    """Installed wrappers, each remembered with the original it replaced."""
+
+    def __init__(self):
+        self._originals = {}  # (owner, attr) -> original
+        self._table = None
+        self._prims = []  # (cell, attr, original primitive)
+
+    def patch(self, owner, attr, prefix, name=None, inplace=False):
+        if (owner, attr) in self._originals:
+            return
+        orig = getattr(owner, attr, None)
+        if not callable(orig):
+            raise MsprobeError(f"register_custom_api: {getattr(owner, '__name__', owner)!s}.{attr} "
+                               "is not a callable attribute")
+        if hasattr(orig, "__msprobe_original__"):  # already wrapped under another name
+            return
+        # an inherited attribute (Tensor methods live on the C++ base) is deleted again on restore
+        own = attr in getattr(owner, "__dict__", {})
+        self._originals[(owner, attr)] = (orig, own)
+        setattr(owner, attr, _wrap(orig, prefix, name or attr, inplace))
+
+    def patch_builtin(self):
+        """Wrap every API of the run-time table (api_table.py)."""
+        if self._table is None:
+            from msprobe.mindspore.capture.api_table import build_api_table
+            self._table = build_api_table()
+        for owner, attr, prefix, inplace in self._table:
+            self.patch(owner, attr, prefix, attr, inplace)
+
+    def patch_primitives(self, cells):
+        """Wrap the Primitive instances that `cells` (a list of Cells) hold as attributes."""
+        from mindspore.ops.primitive import Primitive
+        if self._prims:
+            return
+        for cell in cells:
+            for attr, value in list(vars(cell).items()):
+                if isinstance(value, Primitive):
+                    self._prims.append((cell, attr, value))
+                    cell.__dict__[attr] = PrimitiveCall(value, attr)
+
+    def restore(self, owner=None, attr=None):
+        """Restore one attribute, or every patched attribute and primitive when called without arguments."""
+        items = [(owner, attr)] if owner is not None else list(self._originals)
+        for key in items:
+            entry = self._originals.pop(key, None)
+            if entry is not None:
+                if entry[1]:
+                    setattr(key[0], key[1], entry[0])
+                else:
+                    delattr(key[0], key[1])
+        if owner is None:
+            for cell, name, prim in self._prims:
+                cell.__dict__[name] = prim
+            self._prims = []

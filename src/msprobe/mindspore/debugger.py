@@ -1,0 +1,284 @@
+"""PrecisionDebugger for MindSpore: start/stop/step lifecycle over the capture layers.
+
+    start()  -> a DumpSession for the current step (created on first start of the step); L1/mix wrap
+                the APIs (and the Primitives of the model passed); L0/mix hook the model's sub-Cells.
+    stop()   -> capture off; the session stays so that a backward run after stop() is still recorded.
+    step()   -> flush and close the step's files, advance the step counter.
+
+In GRAPH_MODE, start() hands over to static_graph.py (L0 through ops.TensorDump, L2 through
+MindSpore's own dump); everything else here is PyNative.
+"""
+
+import atexit
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import mindspore as ms
+
+from msprobe.core.config import load_config
+from msprobe.core.errors import ConfigError
+from msprobe.mindspore import _state
+from msprobe.mindspore.capture.cells import CellCapture, all_cells
+from msprobe.mindspore.capture.debug_save import save_variable
+from msprobe.mindspore.capture.patched_api import PatchedApis
+from msprobe.mindspore.session import DumpSession, current_rank
+
+logger = logging.getLogger(__name__)
+
+
+class PrecisionDebugger:
+    """Dump what a MindSpore model computes, in msProbe's dump format.
+
+    Args:
+        config_path: config.json; without it: task statistics, level L1, dump_path ./dump_path.
+        task, dump_path, level, step: override the file's fields.
+
+    Raises:
+        ConfigError: a config field or argument is not allowed.
+
+    Example:
+        >>> from msprobe.mindspore import PrecisionDebugger
+        >>> debugger = PrecisionDebugger(dump_path="./dump_path", level="mix")   # doctest: +SKIP
+        >>> for x, y in loader:                                                  # doctest: +SKIP
+        ...     debugger.start(net)
+        ...     loss, grads = grad_fn(x, y); optimizer(grads)
+        ...     debugger.stop()
+        ...     debugger.step()
+    """
+
+    def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
+        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        if self.config.task == "overflow_check":
+            raise ConfigError("task", "overflow_check", "statistics | tensor | structure (overflow_check "
+                              "is not available for MindSpore yet)")
+        self.current_step = 0
+        self._session = None
+        self._cells = None
+        self._model = None
+        self._patched = PatchedApis()
+        self._custom = {}  # (owner, attr) -> prefix
+        self._running = False  # between the user's start() and stop()
+        self._capturing = False  # capture layers installed (differs from _running under token_range)
+        self._rank_id = None
+        self._token_range = None
+        self._token_handles = []
+        self._token_iter = 0
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
+        self._save_counts = {}
+        self._static = None
+        _state.debugger = self
+        atexit.register(self._at_exit)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self, model=None, token_range=None, rank_id=None):
+        """Start (or resume, within a step) collection.
+
+        Args:
+            model: Cell or list/tuple of Cells; required for L0 and mix and for token_range; at L1 it
+                adds the Primitive ops its Cells hold.
+            token_range: [start, end] forward iterations of `model` to dump (autoregressive decoding).
+            rank_id: names the rank{ID} folder instead of mindspore.communication's rank.
+        """
+        cfg = self.config
+        if ms.get_context("mode") == ms.GRAPH_MODE:
+            self._start_static(model)
+            return
+        if cfg.level == "L2":
+            from msprobe.mindspore.static_graph import start_kernel_dump
+            if self._static is None:
+                self._static = start_kernel_dump(cfg, self.current_step)
+            return
+        if cfg.level == "debug":
+            return
+        if model is None and self._model is not None:
+            model = self._model  # MsprobeStep calls start() without the model given once before
+        self._check_model(model, token_range)
+        if rank_id is not None:
+            if isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0:
+                raise ConfigError("rank_id", rank_id, "an integer >= 0")
+            self._rank_id = rank_id
+        if token_range is not None:
+            self._set_token_range(model, token_range)
+        if model is not None:
+            self._set_model(model)
+        if self._running or not self._step_selected():
+            return
+        if self._open_session() is None:
+            return
+        self._running = True
+        if self._token_range is not None and not self._token_active():
+            return
+        self._capture_on()
+
+    def stop(self):
+        """Stop collection; the step's backward is still recorded until step()."""
+        if self._running:
+            self._capture_off()
+            self._running = False
+
+    def step(self):
+        """End the step: flush everything to disk and advance the step counter."""
+        self.stop()
+        self._close_session()
+        if self._cells is not None:
+            self._cells.release()
+        if self._static is not None:
+            self._static.step()
+        self.current_step += 1
+        self._token_iter = 0
+        self._save_counts = {}
+
+    def set_init_step(self, step):
+        """Count steps from `step` (call before the training loop)."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError("step", step, "an integer >= 0")
+        self.current_step = step
+
+    def save(self, variable, name, save_backward=True):
+        """Save a tensor or nested dict/list/tuple/scalars under `name` (level debug): debug.json."""
+        if self.config.level != "debug":
+            raise ConfigError("level", self.config.level, "debug (save() records only at level debug)")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("name", name, "a non-empty string")
+        if not self._step_selected() or self._open_session() is None:
+            return
+        count = self._save_counts.get(name, 0)
+        self._save_counts[name] = count + 1
+        save_variable(self._session, variable, name, count, save_backward)
+
+    def register_custom_api(self, module, api, api_prefix):
+        """Record `module.api` at L1 as `{api_prefix}.{api}.{n}`."""
+        if not isinstance(api, str) or not callable(getattr(module, api, None)):
+            raise ConfigError("api", api, f"the name of a callable attribute of {module!r}")
+        if not isinstance(api_prefix, str) or not api_prefix:
+            raise ConfigError("api_prefix", api_prefix, "a non-empty string (the prefix of the dump keys)")
+        self._custom[(module, api)] = api_prefix
+        if self._capturing:
+            self._patched.restore(module, api)
+            self._patched.patch(module, api, api_prefix, api)
+
+    def restore_custom_api(self, module, api):
+        """Undo register_custom_api: the original callable is put back."""
+        self._custom.pop((module, api), None)
+        self._patched.restore(module, api)
+
+    def close(self):
+        """Stop and flush (also runs at interpreter exit)."""
+        self.stop()
+        self._close_session()
+        if self._cells is not None:
+            self._cells.release()
+        for h in self._token_handles:
+            h.remove()
+        self._token_handles = []
+        self._token_range = None
+
+    # -- internals -----------------------------------------------------------------------------
+    def _check_model(self, model, token_range):
+        level = self.config.level
+        if model is None:
+            if level in ("L0", "mix"):
+                raise ConfigError("model", None, f"a mindspore.nn.Cell or a list/tuple of them (level {level} "
+                                  "records Cells; pass start(model))")
+            if token_range is not None:
+                raise ConfigError("model", None, "a mindspore.nn.Cell when token_range is given")
+            return
+        cells = model if isinstance(model, (list, tuple)) else [model]
+        if not cells or not all(isinstance(c, ms.nn.Cell) for c in cells):
+            raise ConfigError("model", type(model).__name__,
+                              "a mindspore.nn.Cell or a list/tuple of mindspore.nn.Cell")
+
+    def _set_model(self, model):
+        if model is self._model:
+            return
+        if self._capturing:
+            self._capture_off()
+        if self._cells is not None:
+            self._cells.release()
+            self._cells = None
+        self._model = model
+
+    def _step_selected(self):
+        steps = self.config.step
+        return not steps or self.current_step in steps
+
+    def _open_session(self):
+        if self._session is None:
+            rank = self._rank_id if self._rank_id is not None else current_rank()
+            if self.config.rank and (rank is None or rank not in self.config.rank):
+                return None
+            self._session = DumpSession(self.config, self.current_step, rank, pool=self._pool)
+            logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
+        _state.session = self._session
+        return self._session
+
+    def _close_session(self):
+        session, self._session = self._session, None
+        if _state.session is session:
+            _state.session = None
+        if session is not None:
+            session.close()
+
+    def _capture_on(self):
+        if self._capturing:
+            return
+        level = self.config.level
+        if level in ("L0", "mix"):
+            if self._cells is None:
+                self._cells = CellCapture(self._model)
+            self._cells.attach()
+        if level in ("L1", "mix"):
+            self._patched.patch_builtin()
+            if self._model is not None:
+                self._patched.patch_primitives(all_cells(self._model))
+            for (owner, attr), prefix in self._custom.items():
+                self._patched.restore(owner, attr)
+                self._patched.patch(owner, attr, prefix, attr)
+        self._capturing = True
+
+    def _capture_off(self):
+        if not self._capturing:
+            return
+        self._capturing = False
+        self._patched.restore()
+        if self._cells is not None:
+            self._cells.detach()
+
+    # -- token_range -------------------------------------------------------------------------------
+    def _set_token_range(self, model, token_range):
+        if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in token_range)
+                or token_range[0] > token_range[1]):
+            raise ConfigError("token_range", token_range, "[start, end] with integers 0 <= start <= end")
+        if self._token_handles:
+            return
+        self._token_range = tuple(token_range)
+        root = model[0] if isinstance(model, (list, tuple)) else model
+        self._token_handles = [root.register_forward_pre_hook(self._on_token),
+                               root.register_forward_hook(self._after_token)]
+
+    def _token_active(self):
+        lo, hi = self._token_range
+        return lo <= self._token_iter <= hi
+
+    def _on_token(self, cell, args):
+        if self._session is not None and self._running and self._token_active():
+            self._capture_on()
+
+    def _after_token(self, cell, args, output):
+        if self._session is not None and self._running and self._token_active():
+            self._capture_off()
+        self._token_iter += 1
+
+    # -- static graph ------------------------------------------------------------------------------
+    def _start_static(self, model):
+        from msprobe.mindspore.static_graph import start_static
+        if self._static is None:
+            self._static = start_static(self.config, model, self.current_step)
+
+    def _at_exit(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: never mask the user's own exit
+            logger.exception("msprobe: flushing the dump at exit failed")
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,267 @@
+"""DumpSession: everything recorded in one step of one rank — turns calls into records for the writer.
+
+The capture layers (wrapped APIs, Cell hooks, GradTracker, debug save) call into the session; the
+session owns naming counters, filters, statistics and the writer (all from msprobe.core but the
+statistics). Hot path: `record_call`.
+"""
+
+import mindspore as ms
+
+from msprobe.core import naming
+from msprobe.core.dump.tensor_files import save_npy
+from msprobe.core.dump.writer import DumpWriter, step_rank_dir
+from msprobe.core.filters import DumpFilter
+from msprobe.core.stack import capture_stack
+from msprobe.mindspore import _state
+from msprobe.mindspore.capture.backward import GradTracker, grad_recording
+from msprobe.mindspore.statistics import Summarizer, host_array
+
+FRAMEWORK = "mindspore"
+_SCALARS = (int, float, bool, str)
+
+
+class DumpSession:
+    """Recording state for one step of one rank.
+
+    Args:
+        cfg: validated DumpConfig.
+        step: the step number (names the step{N} directory).
+        rank: rank number for rank{R}, or None for proc{pid}.
+        pool: shared writer thread pool.
+        dump_path: directory holding the step dirs (default cfg.dump_path; jit splits graph/pynative).
+    """
+
+    def __init__(self, cfg, step, rank, pool=None, dump_path=None):
+        self.cfg = cfg
+        self.step = step
+        self.rank = rank
+        self.pool = pool
+        self.dump_path = dump_path or cfg.dump_path
+        self.filter = DumpFilter(cfg)
+        self.counter = naming.CallCounter()
+        self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5")
+        self.module_stack = []  # forward keys of the Cells being run, innermost last
+        self.writer = None
+        self.trackers = {}  # backward trackers still waiting for gradients, in creation order
+        self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
+        self.with_stack = cfg.extra_info
+        self.tensor_count = 0
+
+    # -- writer ----------------------------------------------------------------------------------
+    def _writer(self):
+        if self.writer is None:
+            cfg = self.cfg
+            self.writer = DumpWriter(
+                step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
+                framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
+                with_tensors=cfg.task == "tensor" or bool(cfg.tensor_list))
+        return self.writer
+
+    def emit(self, key, record, waits=()):
+        w = self._writer()
+        if self.cfg.task == "structure":
+            return
+        w.add(key, record, waits)
+
+    def note_structure(self, key, parent, stack):
+        w = self._writer()
+        if self.cfg.extra_info and (self.cfg.level in ("mix", "L0") or parent is not None):
+            w.add_construct(key, parent)
+        if stack is not None:
+            w.add_stack(key, stack)
+
+    # -- values -> records -----------------------------------------------------------------------
+    def tensor_record(self, t, file_stem, save, waits):
+        rec, arr = self.summarizer.summarize(t)
+        if save:
+            w = self._writer()
+            name = file_stem + ".npy"
+            path = w.tensor_path(name)
+            if arr is None:
+                arr = host_array(t)
+            waits.append(w.submit(lambda: save_npy(path, arr), arr.nbytes))
+            rec["data_name"] = name
+            self.tensor_count += 1
+        return rec
+
+    def value_record(self, v, file_stem, save, waits):
+        """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
+        if isinstance(v, ms.Tensor):
+            return self.tensor_record(v, file_stem, save, waits)
+        if v is None:
+            return None
+        if isinstance(v, _SCALARS):
+            return {"type": type(v).__name__, "value": v}
+        if isinstance(v, (list, tuple)):
+            return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
+        if isinstance(v, dict):
+            return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+        return other_value_record(v)
+
+    def args_records(self, key, args, kwargs, role, save, waits):
+        stem = f"{key}.{role}"
+        a = [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(args)]
+        k = {n: self.value_record(x, f"{stem}.{n}", save, waits) for n, x in kwargs.items()}
+        return a, k
+
+    def outputs_record(self, key, out, save, waits):
+        stem = f"{key}.output"
+        if isinstance(out, (list, tuple)):
+            return [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(out)]
+        return [self.value_record(out, f"{stem}.0", save, waits)]
+
+    # -- calls -----------------------------------------------------------------------------------
+    def parent_key(self):
+        return self.module_stack[-1] if self.module_stack else None
+
+    def record_call(self, prefix, name, func, args, kwargs, inplace=False):
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
+        index = self.counter.next(f"{prefix}.{name}")
+        key = naming.api_key(prefix, name, index, naming.FORWARD)
+        flt = self.filter
+        if not flt.want_call(key, self.module_stack):
+            return func(*args, **kwargs)
+        save = flt.saves_tensor(key)
+        waits = []
+        tracker = None
+        _state.busy = True
+        try:
+            stack = capture_stack() if self.with_stack else None
+            if flt.forward and flt.input:
+                in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
+            else:
+                in_args, in_kwargs = [], {}
+            # in-place calls must mutate the caller's tensors, not hook copies: no backward for them
+            if flt.backward and not inplace and grad_recording():
+                tracker = GradTracker(self, naming.api_key(prefix, name, index, naming.BACKWARD), save,
+                                      _backward_parent(self.module_stack))
+                self.trackers[tracker] = None  # creation order: the order partial records go out in
+                args = tracker.hook_inputs(args)
+        finally:
+            _state.busy = False
+        _state.depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            _state.depth -= 1
+        _state.busy = True
+        try:
+            if flt.forward:
+                record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                          "output": self.outputs_record(key, out, save, waits) if flt.output else []}
+                self.emit(key, record, waits)
+            self.note_structure(key, self.parent_key(), stack)
+            if tracker is not None:
+                out = self._track(tracker, out)
+        finally:
+            _state.busy = False
+        return out
+
+    def _track(self, tracker, out):
+        new = tracker.hook_outputs(out)
+        if not tracker.outs_left:  # nothing differentiable came out: no backward record
+            tracker.session = None
+            self.trackers.pop(tracker, None)
+        return new
+
+    def begin_cell(self, key, args, kwargs):
+        """Cell pre-hook: input statistics now; returns the frame for end_cell and the (hooked) args."""
+        flt = self.filter
+        save = flt.saves_tensor(key)
+        waits = []
+        stack = capture_stack() if self.with_stack else None
+        in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
+                              if flt.forward and flt.input else ([], {}))
+        tracker = None
+        if flt.backward and grad_recording():
+            tracker = GradTracker(self, key.replace(".forward.", ".backward."), save,
+                                  _backward_parent(self.module_stack[:-1]))
+            self.trackers[tracker] = None
+            args = tracker.hook_inputs(args)
+        return (save, waits, stack, in_args, in_kwargs, tracker), args
+
+    def end_cell(self, key, parent, cell, frame, output):
+        """Cell post-hook: the forward record; returns the (hooked) output."""
+        save, waits, stack, in_args, in_kwargs, tracker = frame
+        flt = self.filter
+        self.recorded_cells.add(key.rsplit(".", 2)[0])
+        if flt.forward:
+            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
+                      for n, p in cell.parameters_and_names(expand=False)}
+            record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                      "output": self.outputs_record(key, output, save, waits) if flt.output else [],
+                      "parameters": params}
+            self.emit(key, record, waits)
+        self.note_structure(key, parent, stack)
+        if tracker is not None and output is not None:
+            return self._track(tracker, output)
+        return output
+
+    def emit_params_grad(self, base, grads):
+        if not self.filter.backward:
+            return
+        prefix, rest = base.split(".", 1)
+        path, cls = rest.rsplit(".", 1)
+        key = naming.params_grad_key(prefix, path, cls, self.counter.next(base + ".parameters_grad"))
+        save = self.filter.saves_tensor(key)
+        waits = []
+        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
+                  for n, g in grads.items()}
+        self.emit(key, record, waits)
+
+    def emit_backward(self, tracker):
+        """Called by a GradTracker when the gradients of a call are complete."""
+        self.trackers.pop(tracker, None)
+        flt = self.filter
+        record = {"input": tracker.out_recs if flt.input else [],
+                  "output": tracker.in_recs if flt.output else []}
+        self.emit(tracker.key, record, tracker.waits)
+        if self.cfg.extra_info and self.cfg.level in ("mix", "L0"):
+            self._writer().add_construct(tracker.key, tracker.parent)
+
+    # -- step end --------------------------------------------------------------------------------
+    def flush(self):
+        """Emit partial backward records (latest call first, as backward runs), write stack.json."""
+        for tracker in reversed(list(self.trackers)):
+            tracker.emit_partial()
+        self.trackers.clear()
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self):
+        prev, _state.busy = _state.busy, True
+        try:
+            self.flush()
+        finally:
+            _state.busy = prev
+        if self.writer is not None:
+            self.writer.close()
+        self.summarizer.clear()
+
+
+def _backward_parent(stack):
+    return stack[-1].replace(".forward.", ".backward.") if stack else None
+
+
+def other_value_record(v):
+    """Record for a non-tensor, non-container argument (dtype, slice, ellipsis ...)."""
+    if isinstance(v, ms.dtype.Type):
+        return {"type": "mindspore.dtype", "value": str(v)}
+    if isinstance(v, slice):
+        return {"type": "slice", "value": [x if isinstance(x, (int, type(None))) else str(x)
+                                           for x in (v.start, v.stop, v.step)]}
+    if v is Ellipsis:
+        return {"type": "ellipsis", "value": "..."}
+    cls = type(v)
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "value": None}
+
+
+def current_rank():
+    """The communication rank when mindspore.communication is initialised, else None (-> proc{pid})."""
+    try:
+        from mindspore.communication.management import GlobalComm, get_rank
+    except ImportError:
+        return None
+    if GlobalComm.INITED:
+        return get_rank()
+    return None

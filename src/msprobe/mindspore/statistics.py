@@ -1,0 +1,96 @@
+"""MindSpore tensor -> record: Max/Min/Mean/Norm computed with numpy on a host copy.
+
+MindSpore's CPU build has no kernel for `mint.norm` (LinalgVectorNorm), which is why msProbe cannot
+dump statistics on a CPU; here every statistic is a numpy reduction of `asnumpy()`, so nothing needs a
+device kernel. Conventions shared with the PyTorch adapter (msprobe-facts §3.2): bool -> Max=any,
+Min=all, Mean/Norm null; complex -> statistics of |x|; empty -> all null; float16/bfloat16 reduced in
+float32. A tensor seen again unchanged (same object, same `_version`) reuses its statistics.
+"""
+
+import weakref
+import zlib
+
+import mindspore as ms
+import numpy as np
+
+from msprobe.core.dump.json_append import json_float
+
+_CACHE_LIMIT = 4096
+# dtypes numpy cannot hold: upcast exactly to float32 before asnumpy()
+_UPCAST = tuple(d for d in (getattr(ms, "bfloat16", None),) if d is not None)
+_NULL_STATS = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+
+
+def dtype_name(dtype):
+    return str(dtype)  # 'Float32', 'BFloat16', as msProbe writes it
+
+
+def host_array(t):
+    """A numpy copy of `t` in its own dtype (bfloat16 -> float32, exact); safe from later in-place edits."""
+    if t.dtype in _UPCAST:
+        t = t.astype(ms.float32)
+    return np.array(t.asnumpy(), copy=True)
+
+
+def array_stats(a):
+    """Max/Min/Mean/Norm of a numpy array as JSON-ready floats (or bools for bool arrays)."""
+    if a.size == 0:
+        return dict(_NULL_STATS)
+    if a.dtype == np.bool_:
+        return {"Max": bool(a.any()), "Min": bool(a.all()), "Mean": None, "Norm": None}
+    if np.iscomplexobj(a):
+        a = np.abs(a)
+    flat = a.reshape(-1)
+    if flat.dtype.kind in "iu":
+        f64 = flat.astype(np.float64)
+        return {"Max": flat.max().item(), "Min": flat.min().item(), "Mean": float(f64.mean()),
+                "Norm": float(np.sqrt(np.dot(f64, f64)))}
+    if flat.dtype == np.float16:
+        flat = flat.astype(np.float32)
+    return {"Max": json_float(float(flat.max())), "Min": json_float(float(flat.min())),
+            "Mean": json_float(float(flat.mean())), "Norm": json_float(float(np.sqrt(np.dot(flat, flat))))}
+
+
+def crc32_of(a):
+    """CRC-32 of the array's raw bytes as 8 hex digits (msProbe's "md5" field)."""
+    return f"{zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) & 0xFFFFFFFF:08x}" if a.size else \
+        f"{zlib.crc32(b'') & 0xFFFFFFFF:08x}"
+
+
+class Summarizer:
+    """Computes tensor records; keeps a small identity cache of recent results.
+
+    Args:
+        stats: compute Max/Min/Mean/Norm (False for the structure task).
+        md5: add the CRC-32 of the tensor bytes under "md5".
+    """
+
+    def __init__(self, stats=True, md5=False):
+        self.stats = stats
+        self.md5 = md5
+        self._cache = {}
+
+    def clear(self):
+        self._cache.clear()
+
+    def summarize(self, t):
+        """(record, host array or None) for tensor `t`; the array is returned when it was made anyway."""
+        hit = self._cache.get(id(t))
+        version = getattr(t, "_version", -1)
+        if hit is not None and hit[0]() is t and hit[1] == version:
+            return dict(hit[2]), None
+        rec = {"type": "mindspore.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+        arr = None
+        if self.stats or self.md5:
+            arr = host_array(t)
+            if self.stats:
+                rec.update(array_stats(arr))
+            if self.md5:
+                rec["md5"] = crc32_of(arr)
+        if len(self._cache) > _CACHE_LIMIT:
+            self._cache.clear()
+        try:
+            self._cache[id(t)] = (weakref.ref(t), version, rec)
+        except TypeError:  # not weak-referenceable: never cached
+            pass
+        return dict(rec), arr
