@@ -25,7 +25,7 @@ class CompareResult:
     """The comparison of one target rank directory with one golden rank directory.
 
     Attributes:
-        step, rank: from the directory names (None when the input was a bare file elsewhere).
+        step, rank: from the directory names (0 and 0 for a file outside step{N}/rank{R} dirs).
         mode: "tensor", "statistics", "md5" or "structure".
         table: pandas.DataFrame, one row per target tensor, msProbe's columns (facts §8.5).
         target_dir, golden_dir: the two rank directories.
@@ -61,7 +61,7 @@ def _file_side(path):
     m = _STEP_RANK.search(os.path.dirname(os.path.abspath(path)))
     if m:
         return _Side(path, int(m.group(1)), int(m.group(3)), m.group(2) == "proc")
-    return _Side(path, None, None)
+    return _Side(path, 0, 0)  # a file outside step{N}/rank{R}: one step, one rank
 
 
 def pair_inputs(target_path, golden_path):
@@ -136,9 +136,8 @@ def detect_mode(t_reader, g_reader, t_rows, g_rows):
 
 
 def _row_frame(reader):
-    import pandas as pd
-    from msprobe.core.compare.rows import rows_from_records
-    return pd.DataFrame(rows_from_records(reader.data))
+    from msprobe.core.compare.rows import frame_from_records
+    return frame_from_records(reader.data)
 
 
 @dataclass

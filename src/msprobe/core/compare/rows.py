@@ -102,6 +102,14 @@ def rows_from_records(data):
     return cols
 
 
+def frame_from_records(data):
+    """The rows of `rows_from_records` as a pandas DataFrame; value columns stay Python objects so
+    None (absent) is not confused with NaN (a statistic that is NaN)."""
+    import pandas as pd
+    cols = rows_from_records(data)
+    return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
+
+
 def _as_list(v):
     if v is None:
         return ()

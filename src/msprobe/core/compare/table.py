@@ -82,11 +82,11 @@ def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None
         V.io_checks(flags, mode, keys, roles, matched, all_ex, in_ex,
                     {"one_k": tensor_metrics["one_k"], "cosine": tensor_metrics["cosine"]})
     elif mode == "md5":
-        t_md5 = np.array(["N/A" if v is None else v for v in target["md5"]], dtype=object)
-        g_md5 = np.array(["N/A" if v is None else v for v in g["md5"]], dtype=object)
+        t_md5 = np.array([v if isinstance(v, str) else "N/A" for v in target["md5"]], dtype=object)
+        g_md5 = np.array([v if isinstance(v, str) else "N/A" for v in g["md5"]], dtype=object)
         g_md5[~matched] = "N/A"
         cols["NPU MD5"], cols["BENCH MD5"] = t_md5, g_md5
-        flags.add(V.MSG_MD5, matched & (t_md5 != g_md5))
+        flags.add(V.MSG_MD5, matched & (t_md5 != g_md5) & (t_md5 != "N/A") & (g_md5 != "N/A"))
     if mode in ("statistics", "tensor"):
         for f, name in zip(STAT_FIELDS, C.NPU_STATS):
             cols[name] = target[f].to_numpy(dtype=object)
