@@ -17,6 +17,7 @@ COMMANDS = (
     ("summary", "msprobe.cli.summary"),
     ("compare", "msprobe.cli.compare"),
     ("overflow_check", "msprobe.cli.overflow_check"),
+    ("grad_compare", "msprobe.cli.grad_compare"),
     ("graph_visualize", "msprobe.cli.graph"),
     ("graph", "msprobe.cli.graph"),
 )

@@ -1,0 +1,42 @@
+"""Compare the gradients of two runs recorded by grad_probe: the first step where they diverge.
+
+  msprobe grad_compare RUN_A RUN_B -o ./grad_compare_out
+  msprobe grad_compare -i RUN_A RUN_B -o ./grad_compare_out
+
+Per step and parameter, the share of gradient elements whose sign agrees; runs diverge at the first
+step whose element-weighted total is below --threshold or fell by more than --drop. Writes
+rank{R}/similarities.csv, PNG plots per parameter and overall, and grad_compare.json.
+"""
+
+from msprobe.core.errors import MsprobeError
+
+
+def add_arguments(parser):
+    parser.add_argument("dirs", nargs="*", metavar="RUN", help="the two grad_probe dump_paths (or rank dirs)")
+    parser.add_argument("-i", "--input_path", nargs=2, metavar=("RUN_A", "RUN_B"), help="the same, as an option")
+    parser.add_argument("-o", "--output_path", default="./grad_compare_out",
+                        help="output directory (default ./grad_compare_out)")
+    parser.add_argument("--threshold", type=float, default=None, help="total similarity below this diverges (0.97)")
+    parser.add_argument("--drop", type=float, default=None, help="a fall larger than this between steps diverges (0.03)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args):
+    from msprobe.core.grad_probe.compare import DROP, THRESHOLD, compare_grad_runs
+    from msprobe.core.grad_probe.report import format_comparison, write_comparison
+
+    dirs = list(args.input_path or []) + list(args.dirs)
+    if len(dirs) != 2:
+        raise MsprobeError(f"expected two runs (RUN_A RUN_B or -i RUN_A RUN_B), got {len(dirs)}: {dirs}")
+    threshold = THRESHOLD if args.threshold is None else args.threshold
+    drop = DROP if args.drop is None else args.drop
+    for name, v in (("--threshold", threshold), ("--drop", drop)):
+        if not 0.0 <= v <= 1.0:
+            raise MsprobeError(f"{name}: got {v}; allowed: a number in [0, 1]")
+    cmps = compare_grad_runs(dirs[0], dirs[1], threshold, drop)
+    print(format_comparison(cmps))
+    path = write_comparison(cmps, args.output_path, threshold, drop, plots=not args.no_plots,
+                            progress=not args.no_progress)
+    print(f"Result written to {path}")
+    return 0
