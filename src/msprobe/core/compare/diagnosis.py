@@ -21,8 +21,8 @@ import os
 from msprobe.core.compare import diagnosis_flow as flow
 from msprobe.core.compare.diagnosis_report import format_diagnosis, stack_line  # noqa: F401 (re-export)
 from msprobe.core.compare.diagnosis_rows import calls_from_table
-from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, EVIDENCE_ROWS,
-                                                      MAX_SUSPECTS)
+from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, DTYPE_NOISE_FLOOR,
+                                                      EVIDENCE_ROWS, MAX_SUSPECTS)
 from msprobe.core.dump.reader import load_json
 
 TIER_NAMES = {flow.STRONG: "strong", flow.AMPLIFYING: "amplifying", flow.WEAK: "weak",
@@ -46,21 +46,24 @@ def diagnose(results):
         per_rank.append(_diagnose_rank(res))
     suspects = _rank_suspects(per_rank)
     modes = sorted({p["mode"] for p in per_rank})
-    divergence = any(p["diverging_rows"] for p in per_rank)
+    # Rows past the noise floor that only carry sub-noise input error further are not a divergence.
+    divergence = bool(suspects)
     d = {
         "divergence": divergence,
         "verdict": _verdict(divergence, suspects, per_rank),
         "mode": modes[0] if len(modes) == 1 else modes,
         "suspects": suspects[:MAX_SUSPECTS],
         "ranks": [{k: v for k, v in p.items() if not k.startswith("_")} for p in per_rank],
-        "thresholds": {"noise_floor": dict(DTYPE_NOISE_FLOOR), "amplification": AMPLIFICATION},
+        "thresholds": {"noise_floor": dict(DTYPE_NOISE_FLOOR), "amplification": AMPLIFICATION,
+                       "amplified_only": AMPLIFIED_ONLY},
     }
     return _json_safe(d)
 
 
 def _diagnose_rank(res):
     mode = getattr(res, "mode", "statistics")
-    entry = {"step": int(res.step), "rank": int(res.rank), "mode": mode}
+    entry = {"step": int(res.step or 0), "rank": int(res.rank or 0), "mode": mode,
+             "is_proc": bool(getattr(res, "is_proc", False))}
     if mode == "structure":
         entry.update(compared_rows=0, diverging_rows=0, diverging_calls=0, propagating_calls=0, suspects=0,
                      first_divergence=None, unmatched_calls=0,
@@ -162,6 +165,7 @@ def _suspect_dict(s, rank_entry, ranks):
         "step": rank_entry["step"],
         "rank": ranks[0],
         "ranks": ranks,
+        "is_proc": rank_entry["is_proc"],
         "module": path[-1] if path else (call.key if call.is_module else None),
         "module_path": path,
         "reason": s.reason,
@@ -196,12 +200,11 @@ def _verdict(divergence, suspects, per_rank):
         rows = sum(p["compared_rows"] for p in per_rank)
         return (f"no divergence: {rows} compared values on {n_ranks} rank(s) agree within the noise floor "
                 f"of their dtypes")
-    if not suspects:
-        return "divergence found, but no single call explains it"
     top = suspects[0]
     ranks = ", ".join(str(r) for r in top["ranks"])
+    word = "process" if top["is_proc"] else "rank"
     return (f"error is introduced in {top['direction']} at {top['api']} "
-            f"(step {top['step']}, rank{'s' if len(top['ranks']) > 1 else ''} {ranks}): {top['reason']}")
+            f"(step {top['step']}, {word}{'s' if len(top['ranks']) > 1 else ''} {ranks}): {top['reason']}")
 
 
 def _json_safe(value):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from msprobe.core import naming
 from msprobe.core.compare.diagnosis_rows import ARGUMENT, DTYPE, NONFINITE, SHAPE
-from msprobe.core.compare.diagnosis_thresholds import AMPLIFICATION, COMMUNICATION_PREFIXES
+from msprobe.core.compare.diagnosis_thresholds import AMPLIFICATION, AMPLIFIED_ONLY, COMMUNICATION_PREFIXES
 
 # Suspect kinds, and the tier each is ranked in (lower first).
 OVERFLOW = "overflow"            # finite inputs, inf/nan outputs
@@ -130,9 +130,10 @@ def diagnose_calls(calls):
     diverged_keys = set()
     unmatched = []
     carriers = set()  # calls golden lacks whose inputs already diverged: they pass the error on
+    reported = {}     # value key of a diverging input already blamed -> the suspect that named it
     suspects = []
     propagating = 0
-    seen_divergence = False
+    seen_divergence = seen_nonfinite = False
     compared_rows = diverging_rows = 0
     for call in calls:
         rows = call.rows
@@ -150,12 +151,17 @@ def diagnose_calls(calls):
             producers.add(call, call.outputs)
             continue
         diverged_keys.add(call.key)
-        suspect = _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, seen_divergence)
+        suspect = _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, reported,
+                            seen_divergence, seen_nonfinite)
         if suspect is None:
             propagating += 1
         else:
             suspects.append(suspect)
+            for r in div_in:
+                if r.value_key() is not None:
+                    reported.setdefault(r.value_key(), call.key)
         seen_divergence = True
+        seen_nonfinite = seen_nonfinite or any(NONFINITE in r.flags for r in div_in + div_out)
         producers.add(call, call.outputs)
     first = next((c.key for c in calls if c.key in diverged_keys), None)
     return RankDiagnosis(suspects=suspects, diverging_calls=len(diverged_keys), propagating_calls=propagating,
@@ -168,7 +174,7 @@ def _fed_by_divergence(row, producers):
     return found is not None and found[1].diverges
 
 
-def _origin_of(row, producers, params, carriers, seen_divergence):
+def _origin_of(row, producers, params, carriers, reported, seen_divergence, seen_nonfinite):
     """(explained, where-from text, kind if not explained) for one diverging input row."""
     if ARGUMENT in row.flags:
         return False, "a scalar argument with a different value", ARGUMENT_CHANGED
@@ -181,24 +187,32 @@ def _origin_of(row, producers, params, carriers, seen_divergence):
             return False, f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT
         if src_row.diverges:
             return True, f"output of {src_call.key} (already off)", None
-    param = params.get(row.value_key()) if row.value_key() is not None else None
+    value = row.value_key()
+    param = params.get(value) if value is not None else None
     if row.is_parameter or param is not None:
+        if value is not None and value in reported:
+            return True, f"{param or 'a parameter'}, already found differing at {reported[value]}", None
         return False, param or "a parameter", PARAMETER
+    if NONFINITE in row.flags and not seen_nonfinite:
+        return False, "inf/nan that no recorded call produced (computed outside the recorded calls)", FIRST_INPUT
     if seen_divergence:
         return True, "not produced by a recorded call; earlier calls already diverge", None
     return False, "not produced by any recorded call (model input or untracked computation)", FIRST_INPUT
 
 
-def _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, seen_divergence):
+def _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, reported, seen_divergence,
+              seen_nonfinite):
     in_err, out_err = _max_error(call.inputs), _max_error(call.outputs)
     floor = max(_floor(call.outputs), _floor(call.inputs), 1e-30)
     amplification = out_err / max(in_err, floor)
-    hidden_explained = _hidden_inputs_diverged(call, diverged_keys, seen_divergence)
+    if _hidden_inputs_diverged(call, diverged_keys, seen_divergence):
+        return None  # a backward whose forward diverged: its saved tensors differ, whatever else matches
     origins, unexplained = {}, []
     for r in div_in:
-        explained, text, kind = _origin_of(r, producers, params, carriers, seen_divergence)
+        explained, text, kind = _origin_of(r, producers, params, carriers, reported, seen_divergence,
+                                           seen_nonfinite)
         origins[r.name] = text
-        if not explained and not hidden_explained:
+        if not explained:
             unexplained.append((r, kind))
 
     def make(kind, tier, reason):
@@ -216,8 +230,8 @@ def _classify(call, div_in, div_out, producers, params, diverged_keys, carriers,
         return make(kind, STRONG if strong else WEAK,
                     f"{_short(r.name)} differs ({_describe(r)}) and is {origins[r.name]}")
     if not div_in:
-        if hidden_explained or (in_err > 0 and out_err < AMPLIFICATION * in_err and not _flagged(div_out)):
-            return None  # saved forward tensors differ, or sub-noise input error grown past the floor
+        if in_err > 0 and out_err < AMPLIFICATION * in_err and not _flagged(div_out):
+            return None  # input error below the noise floor grown a little past it
         if _is_communication(call.key):
             return make(RECEIVED, COMM, "a collective returns values that differ although this rank sent "
                                         "matching ones: another rank diverged")
@@ -225,7 +239,7 @@ def _classify(call, div_in, div_out, producers, params, diverged_keys, carriers,
         strong = bool(r.flags) or r.error >= AMPLIFICATION * r.floor
         return make(INTRODUCED, STRONG if strong else WEAK,
                     f"inputs match but {_short(r.name)} differs ({_describe(r)})")
-    if div_out and not hidden_explained and amplification >= AMPLIFICATION and not _is_communication(call.key):
+    if div_out and amplification >= AMPLIFIED_ONLY and not _is_communication(call.key):
         r = max(div_out, key=lambda x: x.error)
         return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {in_err:.2g} but {_short(r.name)} by "
                                            f"{r.error:.2g} ({amplification:.0f}x)")

@@ -31,40 +31,60 @@ def _num(v, fmt="{:.2e}"):
 
 
 def format_diagnosis(d):
-    """Plain-text report of a `diagnose()` result: the verdict, the top suspect's evidence, the ranking."""
-    lines = []
+    """Plain-text report of a `diagnose()` result. The first lines stand alone (verdict, reason, module,
+    code line, errors); the ranking and the evidence rows follow."""
     if not d["divergence"]:
-        lines.append(f"Diagnosis: {d['verdict']}.")
+        lines = [f"Diagnosis: {d['verdict']}."]
         unmatched = sum(r.get("unmatched_calls", 0) for r in d["ranks"])
         if unmatched:
             lines.append(f"  ({unmatched} call(s) of the target have no counterpart in golden.)")
         return "\n".join(lines)
-    lines.append(f"Diagnosis: divergence. {_capital(d['verdict'])}.")
-    if d["suspects"]:
-        top = d["suspects"][0]
-        if top.get("module_path"):
-            lines.append(f"  module:   {' > '.join(top['module_path'])}")
-        if top.get("stack"):
-            lines.append(f"  code:     {top['stack']}")
-        for title, rows in (("inputs", top["inputs"]), ("outputs", top["outputs"])):
-            for r in rows[:4]:
-                flags = f" [{', '.join(r['flags'])}]" if r["flags"] else ""
-                origin = f"  <- {r['origin']}" if r.get("origin") else ""
-                lines.append(f"  {title[:-1]:7s}  {_tail(r['name'])}: error {_num(r['error'])} "
-                             f"(floor {_num(r['noise_floor'], '{:.0e}')}){flags}{origin}")
-        lines.append("")
-        lines.append("Suspects (where error is introduced, most likely first):")
-        lines.append(f"  {'#':>2}  {'call':44s} {'dir':8s} {'kind':13s} {'in err':>9s} {'out err':>9s} "
-                     f"{'x':>8s}  ranks")
-        for i, s in enumerate(d["suspects"][:10], 1):
-            ranks = ",".join(str(r) for r in s["ranks"])
-            lines.append(f"  {i:>2}  {s['api'][:44]:44s} {s['direction']:8s} {s['kind']:13s} "
-                         f"{_num(s['input_error']):>9s} {_num(s['output_error']):>9s} "
-                         f"{_num(s['amplification'], '{:.3g}'):>8s}  {ranks}  (step {s['step']})")
+    top = d["suspects"][0]
+    ranks = ",".join(str(r) for r in top["ranks"])
+    lines = [f"Diagnosis: divergence. Error is introduced in {top['direction']} at {top['api']} "
+             f"(step {top['step']}, {_rank_word(top)} {ranks}).",
+             f"  why:     {top['reason']}"]
+    if top.get("module_path"):
+        lines.append(f"  module:  {' > '.join(top['module_path'])}")
+    if top.get("stack"):
+        lines.append(f"  code:    {top['stack']}")
+    lines.append(f"  errors:  inputs {_num(top['input_error'])}, outputs {_num(top['output_error'])} "
+                 f"(relative; noise floor {_num(_floor_of(top), '{:.0e}')})")
+    lines.append("Suspects (where error is introduced, most likely first):")
+    lines.append(f"  {'#':>2}  {'call':44s} {'dir':8s} {'kind':13s} {'in err':>9s} {'out err':>9s} "
+                 f"{'amplif.':>8s}  ranks")
+    for i, s in enumerate(d["suspects"][:10], 1):
+        amp = _num(s["amplification"], "{:.3g}") if s["kind"] in _AMPLIFYING_KINDS else "-"
+        lines.append(f"  {i:>2}  {s['api'][:44]:44s} {s['direction']:8s} {s['kind']:13s} "
+                     f"{_num(s['input_error']):>9s} {_num(s['output_error']):>9s} {amp:>8s}  "
+                     f"{','.join(str(r) for r in s['ranks'])} (step {s['step']})")
+    if len(d["suspects"]) > 10:
+        lines.append(f"  ... {len(d['suspects']) - 10} more in diagnosis.json")
+    lines.append(f"Evidence for #1 ({top['api']}):")
+    for title, rows in (("input", top["inputs"]), ("output", top["outputs"])):
+        for r in rows[:4]:
+            flags = f" [{', '.join(r['flags'])}]" if r["flags"] else ""
+            origin = f"  <- {r['origin']}" if r.get("origin") else ""
+            lines.append(f"  {title:6s}  {_tail(r['name'])}: error {_num(r['error'])}, {r['target_dtype']} vs "
+                         f"{r['golden_dtype']}{flags}{origin}")
     propagating = sum(r.get("propagating_calls", 0) for r in d["ranks"])
     if propagating:
-        lines.append(f"  {propagating} other diverging call(s) only carry error in from earlier ones.")
+        lines.append(f"{propagating} other diverging call(s) only carry error in from earlier ones.")
     return "\n".join(lines)
+
+
+_AMPLIFYING_KINDS = ("introduced", "amplified", "overflow")
+
+
+def _rank_word(suspect):
+    word = "process" if suspect.get("is_proc") else "rank"
+    return word + ("s" if len(suspect["ranks"]) > 1 else "")
+
+
+def _floor_of(suspect):
+    floors = [r["noise_floor"] for r in suspect["inputs"] + suspect["outputs"]
+              if isinstance(r.get("noise_floor"), (int, float)) and r["noise_floor"] > 0]
+    return max(floors) if floors else 0.0
 
 
 def _tail(name):

@@ -21,6 +21,9 @@ UNKNOWN_DTYPE_NOISE_FLOOR = 1e-5
 # A call "introduces" error strongly when its outputs are at least this many times further off than
 # its inputs (or than the noise floor when the inputs match). Weaker introductions are listed after.
 AMPLIFICATION = 10.0
+# A call whose inputs already diverge is named only when it makes the error this much worse: backward
+# passes routinely grow relative error by 10x (exp, division, small gradients), 100x rarely by accident.
+AMPLIFIED_ONLY = 100.0
 
 # Collectives move values between ranks: their output may differ because another rank diverged.
 COMMUNICATION_PREFIXES = ("Distributed.",)

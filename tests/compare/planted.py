@@ -1,0 +1,127 @@
+"""A tiny PyTorch model with one switchable planted divergence, dumped for the diagnosis tests.
+
+`PlantedNet(plant)` is the same network with the same weights and data for every `plant`; each plant
+changes exactly one op, so a diagnosis has one right answer:
+
+| plant | what changes | where error is introduced |
+|---|---|---|
+| `None` | nothing | no divergence |
+| `bf16_softmax` | the attention-like softmax runs in bfloat16 | `Functional.softmax.0.forward` |
+| `ln_eps` | LayerNorm epsilon 1e-1 instead of 1e-5 | `Functional.layer_norm.0.forward` (`Module.ln.LayerNorm`) |
+| `weight` | one weight of `fc2` perturbed by 5% of its range | `Functional.linear.1.forward` (`Module.fc2.Linear`) |
+| `bad_backward` | the custom autograd Function's backward is 1.5x too large | `Module.act.Swish.backward.0` |
+| `fp16_exp` | `exp` of the first layer runs in float16 and overflows | `Torch.exp.0.forward` |
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from msprobe.pytorch import PrecisionDebugger
+
+PLANTS = ("bf16_softmax", "ln_eps", "weight", "bad_backward", "fp16_exp")
+
+# (suspect #1 call key, direction, enclosing module or None) per plant, at level mix.
+EXPECTED = {
+    "bf16_softmax": ("Functional.softmax.0.forward", "forward", None),
+    "ln_eps": ("Functional.layer_norm.0.forward", "forward", "Module.ln.LayerNorm.forward.0"),
+    "weight": ("Functional.linear.1.forward", "forward", "Module.fc2.Linear.forward.0"),
+    "bad_backward": ("Module.act.Swish.backward.0", "backward", None),
+    "fp16_exp": ("Torch.exp.0.forward", "forward", None),
+}
+
+
+class SwishFn(torch.autograd.Function):
+    """x * sigmoid(x) with a hand-written backward; `wrong=True` scales the gradient by 1.5."""
+
+    @staticmethod
+    def forward(ctx, x, wrong):
+        ctx.save_for_backward(x)
+        ctx.wrong = wrong
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        g = grad * s * (1 + x * (1 - s))
+        return (g * 1.5 if ctx.wrong else g), None
+
+
+class Swish(nn.Module):
+    def __init__(self, wrong_backward=False):
+        super().__init__()
+        self.wrong_backward = wrong_backward
+
+    def forward(self, x):
+        return SwishFn.apply(x, self.wrong_backward)
+
+
+class PlantedNet(nn.Module):
+    """Linear -> gate h * sigmoid(exp(h)) -> LayerNorm -> Swish (custom Function) -> x * softmax(x) -> Linear."""
+
+    IN, DIM, CLASSES = 8, 16, 4
+
+    def __init__(self, plant=None):
+        super().__init__()
+        if plant is not None and plant not in PLANTS:
+            raise ValueError(f"plant {plant!r}; allowed: {', '.join(PLANTS)}")
+        self.plant = plant
+        self.fc1 = nn.Linear(self.IN, self.DIM)
+        self.ln = nn.LayerNorm(self.DIM, eps=1e-1 if plant == "ln_eps" else 1e-5)
+        self.act = Swish(wrong_backward=plant == "bad_backward")
+        self.fc2 = nn.Linear(self.DIM, self.CLASSES)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        if self.plant == "fp16_exp":
+            e = torch.exp(h.half()).float()
+        else:
+            e = torch.exp(h)
+        h = self.act(self.ln(h * torch.sigmoid(e)))
+        if self.plant == "bf16_softmax":
+            a = F.softmax(h.bfloat16(), dim=-1).float()
+        else:
+            a = F.softmax(h, dim=-1)
+        return self.fc2(h * a)
+
+
+def build(plant=None, seed=0):
+    """The model with the same initial weights for every plant; `weight` then perturbs fc2."""
+    torch.manual_seed(seed)
+    model = PlantedNet(plant)
+    if plant == "weight":
+        with torch.no_grad():
+            w = model.fc2.weight
+            w[1, 3] += 0.05 * float(w.max() - w.min())
+    return model
+
+
+def batch(seed=1):
+    """Inputs large enough that exp(fc1(x)) exceeds float16's range (65504) somewhere."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, PlantedNet.IN, generator=gen) * 12.0
+    y = torch.randint(0, PlantedNet.CLASSES, (6,), generator=gen)
+    return x, y
+
+
+def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0):
+    """Train `steps` SGD steps of the planted model under a PrecisionDebugger writing to
+    dump_path/step{N}/rank{rank}."""
+    model = build(plant)
+    x, y = batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
+    try:
+        for _ in range(steps):
+            debugger.start(model, rank_id=rank)
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            debugger.stop()
+            debugger.step()
+    finally:
+        debugger.close()
+        debugger._pool.shutdown(wait=True)  # each run has its own debugger: release its writer threads
+    return str(dump_path)
