@@ -105,17 +105,24 @@ def batch(seed=1):
     return x, y
 
 
-def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0):
+def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0, exchange=None):
     """Train `steps` SGD steps of the planted model under a PrecisionDebugger writing to
-    dump_path/step{N}/rank{rank}."""
+    dump_path/step{N}/rank{rank} (rank=None: the process group's rank).
+
+    `exchange(out) -> tensor`, when given, is added (x 1e-3) to the logits before the loss: the
+    distributed test passes an all_reduce of the logits there, so every rank's loss depends on all ranks.
+    """
     model = build(plant)
-    x, y = batch()
+    x, y = batch(seed=1 if rank is None else 1 + rank)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
     try:
         for _ in range(steps):
             debugger.start(model, rank_id=rank)
-            loss = F.cross_entropy(model(x), y)
+            out = model(x)
+            if exchange is not None:
+                out = out + 1e-3 * exchange(out.detach().clone())
+            loss = F.cross_entropy(out, y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -1,0 +1,182 @@
+"""Diagnosis on real dumps: the planted model (tests/compare/planted.py) is trained one step under
+PrecisionDebugger once clean (golden) and once per planted single-op divergence (target), in statistics
+and in tensor mode; compare_dumps + diagnose must name the planted call first, with the right direction
+and evidence, and say "no divergence" for identical runs. Also the CLI contract (--fail-on-divergence,
+diagnosis.json) and the README demo's planted bf16 softmax.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from msprobe.core.compare.diagnosis import diagnose, format_diagnosis  # noqa: E402
+from msprobe.core.compare.engine import compare_dumps  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def _load(name, path):
+    """A helper file of the tests under a private module name (tests/ has no packages)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+planted = _load("msprobe_test_planted", os.path.join(HERE, "planted.py"))
+TASKS = ("statistics", "tensor")
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    """{(task, plant): dump path} for every plant and the clean run, at level mix, plus a second
+    clean run per task (to check that identical runs agree)."""
+    root = tmp_path_factory.mktemp("planted")
+    out = {}
+    for task in TASKS:
+        for plant in (None,) + planted.PLANTS:
+            out[(task, plant)] = planted.dump_run(root / task / str(plant), plant, task=task)
+        out[(task, "again")] = planted.dump_run(root / task / "again", None, task=task)
+    return out
+
+
+def _diagnose(target, golden):
+    d = diagnose(compare_dumps(target, golden, progress=False))
+    json.dumps(d, allow_nan=False)  # diagnosis.json must be strict JSON
+    return d
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("plant", planted.PLANTS)
+def test_planted_divergence_is_suspect_one(dumps, task, plant):
+    d = _diagnose(dumps[(task, plant)], dumps[(task, None)])
+    api, direction, module = planted.EXPECTED[plant]
+    assert d["divergence"] is True
+    top = d["suspects"][0]
+    assert (top["api"], top["direction"]) == (api, direction), format_diagnosis(d)
+    if module:
+        assert top["module_path"][-1] == module
+    assert top["step"] == 0 and top["ranks"] == [0]
+    assert d["verdict"].startswith(f"error is introduced in {direction} at {api}")
+    assert d["mode"] == task
+    first_line = format_diagnosis(d).splitlines()[0]
+    assert api in first_line and direction in first_line
+    assert top["stack"] and "planted.py" in top["stack"]  # the user's line, not torch's
+
+
+def _row(rows, suffix):
+    return next(r for r in rows if r["name"].endswith(suffix))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_evidence_of_each_plant(dumps, task):
+    golden = dumps[(task, None)]
+    # bf16 softmax: the input arrives in bfloat16 from a cast golden does not have.
+    top = _diagnose(dumps[(task, "bf16_softmax")], golden)["suspects"][0]
+    inp = _row(top["inputs"], ".input.0")
+    assert top["kind"] == "foreign_input" and inp["flags"] == ["dtype"]
+    assert (inp["target_dtype"], inp["golden_dtype"]) == ("torch.bfloat16", "torch.float32")
+    assert "Tensor.bfloat16.0.forward" in inp["origin"]
+    # wrong epsilon: a scalar argument changed; the LayerNorm module is context, not a second suspect.
+    d = _diagnose(dumps[(task, "ln_eps")], golden)
+    top = d["suspects"][0]
+    eps = _row(top["inputs"], (".input.eps", ".input.4"))  # by name or position
+    assert top["kind"] == "argument" and eps["flags"] == ["argument"]
+    assert eps["target"]["max"] == pytest.approx(0.1) and eps["golden"]["max"] == pytest.approx(1e-5)
+    assert "Module.ln.LayerNorm.forward.0" in top["also_explains"]
+    assert all(s["api"] != "Module.ln.LayerNorm.forward.0" for s in d["suspects"])
+    # perturbed weight: the parameter is named; outputs differ much less than the weight.
+    top = _diagnose(dumps[(task, "weight")], golden)["suspects"][0]
+    assert top["kind"] == "parameter"
+    assert _row(top["inputs"], ".input.1")["origin"] == "parameter 'weight' of Module.fc2.Linear"
+    assert _row(top["inputs"], ".input.0")["diverges"] is False  # the activation coming in matches
+    # wrong backward: nothing diverges in forward; the module's own backward has matching gradient in.
+    d = _diagnose(dumps[(task, "bad_backward")], golden)
+    assert all(s["direction"] == "backward" for s in d["suspects"])
+    top = d["suspects"][0]
+    assert top["kind"] == "introduced" and top["input_error"] == 0.0
+    assert top["output_error"] == pytest.approx(0.5, rel=1e-3)  # the planted factor 1.5
+    # overflow: finite inputs, inf out; golden finite.
+    top = _diagnose(dumps[(task, "fp16_exp")], golden)["suspects"][0]
+    out = _row(top["outputs"], ".output.0")
+    assert top["kind"] == "overflow" and "nonfinite" in out["flags"] and out["target"]["max"] == "inf"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_identical_runs_say_no_divergence(dumps, task):
+    d = _diagnose(dumps[(task, "again")], dumps[(task, None)])
+    assert d["divergence"] is False and d["suspects"] == []
+    assert d["verdict"].startswith("no divergence")
+    assert d["ranks"][0]["compared_rows"] > 50 and d["ranks"][0]["diverging_rows"] == 0
+    assert format_diagnosis(d).startswith("Diagnosis: no divergence")
+
+
+def test_module_level_dump_names_the_module(tmp_path):
+    """At L0 there are no APIs: the LayerNorm module itself is where error enters."""
+    golden = planted.dump_run(tmp_path / "g", None, level="L0")
+    target = planted.dump_run(tmp_path / "t", "ln_eps", level="L0")
+    top = _diagnose(target, golden)["suspects"][0]
+    assert (top["api"], top["kind"], top["direction"]) == ("Module.ln.LayerNorm.forward.0", "introduced", "forward")
+
+
+def test_api_level_dump_names_the_linear_reading_the_weight(tmp_path):
+    """At L1 there are no parameter records: the linear whose weight input differs first is named."""
+    golden = planted.dump_run(tmp_path / "g", None, level="L1")
+    target = planted.dump_run(tmp_path / "t", "weight", level="L1")
+    top = _diagnose(target, golden)["suspects"][0]
+    assert (top["api"], top["kind"]) == ("Functional.linear.1.forward", "input")
+    assert top["module_path"] == []
+
+
+def test_later_steps_do_not_repeat_carried_parameters(tmp_path):
+    """Step 1 starts from parameters step 0 already moved apart: they are not new suspects."""
+    golden = planted.dump_run(tmp_path / "g", None, steps=2)
+    target = planted.dump_run(tmp_path / "t", "weight", steps=2)
+    d = _diagnose(target, golden)
+    assert sorted(r["step"] for r in d["ranks"]) == [0, 1]
+    assert d["suspects"][0]["step"] == 0 and d["suspects"][0]["api"] == "Functional.linear.1.forward"
+    assert not [s for s in d["suspects"] if s["step"] == 1 and s["kind"] in ("parameter", "input")]
+    assert {r["step"]: r["diverging_calls"] > 0 for r in d["ranks"]} == {0: True, 1: True}
+
+
+def _msprobe(*args):
+    return subprocess.run([sys.executable, "-m", "msprobe.cli.main", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_writes_diagnosis_and_fails_on_divergence(dumps, tmp_path):
+    target, golden = dumps[("statistics", "bad_backward")], dumps[("statistics", None)]
+    out = tmp_path / "out"
+    proc = _msprobe("compare", "-tp", target, "-gp", golden, "-o", str(out), "--no-progress",
+                    "--fail-on-divergence")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Module.act.Swish.backward.0" in proc.stdout
+    with open(out / "diagnosis.json", encoding="utf-8") as f:
+        d = json.load(f)
+    assert d["divergence"] is True and d["suspects"][0]["api"] == "Module.act.Swish.backward.0"
+
+    same = _msprobe("compare", "-tp", dumps[("statistics", "again")], "-gp", golden, "-o", str(tmp_path / "o2"),
+                    "--no-progress", "--fail-on-divergence")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "no divergence" in same.stdout
+
+
+def test_readme_demo_names_the_planted_softmax(tmp_path):
+    """examples/demo.py: fp32 vs the same model with block 1's softmax in bfloat16."""
+    demo = _load("msprobe_example_demo", os.path.join(ROOT, "examples", "demo.py"))
+    demo.train_one_step(str(tmp_path / "fp32"), planted=False)
+    demo.train_one_step(str(tmp_path / "planted"), planted=True)
+    d = _diagnose(str(tmp_path / "planted"), str(tmp_path / "fp32"))
+    top = d["suspects"][0]
+    assert top["api"] == "Functional.softmax.1.forward" and top["direction"] == "forward"
+    assert top["module_path"] == ["Module.blocks.1.Block.forward.0"]
+    assert len(d["suspects"]) == 1  # everything after it only propagates
