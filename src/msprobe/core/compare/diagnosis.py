@@ -122,7 +122,8 @@ def _fold_modules(suspects, construct):
         for anc in module_path(s.call.key, construct):
             if anc in by_key and by_key[anc] is not s:
                 folded.add(anc)
-                s.folded_modules.append(anc)
+                if anc not in s.folded_modules:
+                    s.folded_modules.append(anc)
     return [s for s in suspects if s.call.key not in folded]
 
 

@@ -131,6 +131,7 @@ def diagnose_calls(calls):
     unmatched = []
     carriers = set()  # calls golden lacks whose inputs already diverged: they pass the error on
     reported = {}     # value key of a diverging input already blamed -> the suspect that named it
+    suspect_by_key = {}
     suspects = []
     propagating = 0
     seen_divergence = seen_nonfinite = False
@@ -151,12 +152,24 @@ def diagnose_calls(calls):
             producers.add(call, call.outputs)
             continue
         diverged_keys.add(call.key)
+        inner = _inner_producers(call, div_out, producers)
+        if inner:
+            # A module's diverging outputs are values a call inside it produced: that call is the
+            # place to look (named already if it introduced the error), the module is context.
+            for key in inner:
+                if key in suspect_by_key:
+                    suspect_by_key[key].folded_modules.append(call.key)
+            propagating += 1
+            seen_divergence = True
+            producers.add(call, call.outputs)
+            continue
         suspect = _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, reported,
                             seen_divergence, seen_nonfinite)
         if suspect is None:
             propagating += 1
         else:
             suspects.append(suspect)
+            suspect_by_key[call.key] = suspect
             for r in div_in:
                 if r.value_key() is not None:
                     reported.setdefault(r.value_key(), call.key)
@@ -167,6 +180,20 @@ def diagnose_calls(calls):
     return RankDiagnosis(suspects=suspects, diverging_calls=len(diverged_keys), propagating_calls=propagating,
                          compared_rows=compared_rows, diverging_rows=diverging_rows, unmatched_calls=unmatched,
                          first_divergence=first)
+
+
+def _inner_producers(call, div_out, producers):
+    """For a module whose every diverging output was produced by an earlier diverging call: the keys
+    of those calls (modules are recorded after the calls inside them); otherwise an empty list."""
+    if not call.is_module or call.direction != "forward" or not div_out:
+        return []
+    keys = []
+    for r in div_out:
+        found = producers.find(r)
+        if found is None or not found[0].matched or not found[1].diverges:
+            return []
+        keys.append(found[0].key)
+    return keys
 
 
 def _fed_by_divergence(row, producers):
