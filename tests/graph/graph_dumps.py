@@ -66,27 +66,31 @@ class TinyTransformer(nn.Module):
 
 
 def dump_transformer(dump_path, perturbed=False, layers=2, micro_batches=1, d=16, task="statistics",
-                     rank_id=None):
-    """Dump one training step; returns the rank directory (`dump_path/step0/rank{R}` or `proc{pid}`)."""
+                     rank_id=None, steps=1):
+    """Dump `steps` training steps; returns the step-0 rank directory (`step0/rank{R}` or `proc{pid}`)."""
     seed_all(1234)
     model = TinyTransformer(layers=layers, d=d, perturbed=perturbed)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(7)
     batches = [torch.randint(0, 32, (2, 9), generator=gen) for _ in range(micro_batches)]
     debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level="mix")
-    if rank_id is None:
-        debugger.start(model)
-    else:
-        debugger.start(model, rank_id=rank_id)
-    for tokens in batches:
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-        (loss / micro_batches).backward()
-    opt.step()
-    debugger.stop()
-    debugger.step()
+    for _ in range(steps):
+        if rank_id is None:
+            debugger.start(model)
+        else:
+            debugger.start(model, rank_id=rank_id)
+        for tokens in batches:
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+            (loss / micro_batches).backward()
+        opt.step()
+        opt.zero_grad()
+        debugger.stop()
+        debugger.step()
     debugger.close()
     step0 = os.path.join(str(dump_path), "step0")
+    if rank_id is not None:
+        return os.path.join(step0, f"rank{rank_id}")
     (rank_dir,) = os.listdir(step0)
     return os.path.join(step0, rank_dir)
 

@@ -122,7 +122,7 @@ def _diagnose(results):
     return diagnose(results)
 
 
-_NAME_FIELDS = ("name", "npu_name", "api", "node", "module", "op_name", "key")
+_NAME_FIELDS = ("api", "name", "npu_name", "node", "module", "op_name", "key")
 _WHY_FIELDS = ("reason", "why", "message", "summary")
 
 
@@ -135,7 +135,8 @@ def _suspects_for(diagnosis, step, rank):
             continue
         if not isinstance(s, dict):
             continue
-        if s.get("step") not in (None, step) or s.get("rank") not in (None, rank):
+        ranks = s.get("ranks") or ([s["rank"]] if s.get("rank") is not None else None)
+        if s.get("step") not in (None, step) or (ranks is not None and rank not in ranks):
             continue
         name = next((s[k] for k in _NAME_FIELDS if isinstance(s.get(k), str)), None)
         if name:

@@ -85,7 +85,7 @@
     }
     for (let k = 0; k < pool.length; k++) {
       const el = pool[k];
-      if (k >= need) { el.style.display = "none"; el.dataset.index = ""; continue; }
+      if (k >= need) { el.style.display = "none"; el.dataset.index = ""; el.dataset.name = ""; continue; }
       const i = visible[first + k];
       el.style.display = "";
       el.style.top = ((first + k) * ROW) + "px";
@@ -272,6 +272,7 @@
 
   function fmt(v) {
     if (v === null || v === undefined || v === "") return "";
+    if (v === true || v === false) return v ? "True" : "False";  // as the compare CSV writes them
     if (typeof v === "number") {
       if (Number.isInteger(v)) return String(v);
       const a = Math.abs(v);
@@ -311,6 +312,15 @@
   const NOT_METRIC = new Set(["NPU Name", "Bench Name", "Result", "Err_message", "Value", "Data_name"]);
   PAIRS.forEach((p) => { NOT_METRIC.add(p[1]); NOT_METRIC.add(p[2]); });
 
+  // Err_message is a JSON list of messages in our tables and plain text in msProbe's.
+  function messages(v) {
+    if (!v) return "";
+    if (typeof v === "string" && v.charAt(0) === "[") {
+      try { return JSON.parse(v).join("; "); } catch (e) { return v; }
+    }
+    return String(v);
+  }
+
   function tensorCard(r, col, compared) {
     const tname = cell(r, col, "NPU Name");
     const bname = cell(r, col, "Bench Name");
@@ -342,8 +352,8 @@
       for (const m of metrics) h += "<tr><td>" + esc(m) + '</td><td data-col="' + esc(m) + '">' + esc(fmt(r[col[m]])) + "</td></tr>";
       h += "</table>";
     }
-    const err = cell(r, col, "Err_message");
-    if (err) h += '<div class="err">' + esc(err) + "</div>";
+    const err = messages(cell(r, col, "Err_message"));
+    if (err) h += '<div class="err" data-col="Err_message">' + esc(err) + "</div>";
     return h + "</div>";
   }
 
