@@ -1,0 +1,117 @@
+"""The diagnosis' reading of compare tables: row names, the scale-free error, noise floors, and whole
+tables msProbe itself wrote (diagnosis_samples/), so a user's existing msProbe CSVs diagnose too.
+"""
+
+import math
+import os
+
+import pandas as pd
+import pytest
+
+from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
+from msprobe.core.compare.diagnosis_rows import noise_floor, number, row_error, split_row_name
+
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diagnosis_samples")
+
+INF, NAN = math.inf, math.nan
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("Functional.linear.3.forward.input.1", ("Functional.linear.3.forward", "input", "1", False)),
+    ("Functional.max_pool2d.0.forward.input.ceil_mode",
+     ("Functional.max_pool2d.0.forward", "input", "ceil_mode", False)),
+    # backward: input = gradients of the forward outputs, output = gradients of the forward inputs
+    ("Tensor.__add__.4.backward.output.1", ("Tensor.__add__.4.backward", "output", "1", False)),
+    ("VF.lstm.0.forward.output.1.0", ("VF.lstm.0.forward", "output", "1.0", False)),
+    # module paths hold digits and dots; parameters are inputs of the module call
+    ("Module.blocks.0.attn.Attention.forward.0.input.0",
+     ("Module.blocks.0.attn.Attention.forward.0", "input", "0", False)),
+    ("Module.blocks.1.ln1.LayerNorm.forward.0.parameters.weight",
+     ("Module.blocks.1.ln1.LayerNorm.forward.0", "input", "weight", True)),
+    ("Module.head.Linear.backward.0.output.0", ("Module.head.Linear.backward.0", "output", "0", False)),
+    # parameter gradients: msProbe writes `.weight`, our dumps `.weight.0` (a list per parameter)
+    ("Module.head.Linear.parameters_grad.0.weight", ("Module.head.Linear.parameters_grad.0", "output", "weight",
+                                                     False)),
+    ("Cell.dense.Dense.parameters_grad.0.bias.0", ("Cell.dense.Dense.parameters_grad.0", "output", "bias.0", False)),
+    ("x2.0.debug", ("x2.0.debug", "output", "", False)),
+    ("N/A", None),
+])
+def test_split_row_name(name, expected):
+    assert split_row_name(name) == expected
+
+
+@pytest.mark.parametrize("target, golden, metrics, error, nonfinite", [
+    # identical statistics: no error whatever the scale
+    ((3.0, -1.0, 0.5, 10.0), (3.0, -1.0, 0.5, 10.0), {}, 0.0, False),
+    # norm off by 1%: 0.01; max/min/mean are measured against the golden range max(|3|, |-1|) = 3
+    ((3.0, -1.0, 0.5, 10.1), (3.0, -1.0, 0.5, 10.0), {}, 0.01, False),
+    ((3.3, -1.0, 0.5, 10.0), (3.0, -1.0, 0.5, 10.0), {}, 0.1, False),
+    # a mean moving from 0 to 0.03 in a tensor of range 3 is 1%, not "infinitely" off
+    ((3.0, -1.0, 0.03, 10.0), (3.0, -1.0, 0.0, 10.0), {}, 0.01, False),
+    # tensor metrics: EucDist / Norm (relative L2) and MaxAbsErr / range win when larger
+    ((3.0, -1.0, 0.5, 10.0), (3.0, -1.0, 0.5, 10.0), {"euc_dist": 0.5, "max_abs_err": 0.3}, 0.1, False),
+    # all-zero golden: any difference is a full error (1), none is 0
+    ((0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0), {}, 0.0, False),
+    ((1.0, 0.0, 0.5, 1.0), (0.0, 0.0, 0.0, 0.0), {}, 1.0, False),
+    # inf appearing on one side only: infinite error, flagged
+    ((INF, -1.0, INF, INF), (3.0, -1.0, 0.5, 10.0), {}, INF, True),
+    ((NAN, NAN, NAN, NAN), (3.0, -1.0, 0.5, 10.0), {}, INF, True),
+    # the same inf on both sides is not a divergence; the finite statistics still count
+    ((INF, -1.0, INF, INF), (INF, -1.0, INF, INF), {}, 0.0, False),
+    # integer tensors have no mean/norm in msProbe tables (None): what is there is compared
+    ((7.0, 0.0, None, None), (7.0, 0.0, None, None), {}, 0.0, False),
+])
+def test_row_error(target, golden, metrics, error, nonfinite):
+    got, flagged = row_error(target, golden, metrics.get("euc_dist"), metrics.get("max_abs_err"))
+    assert flagged is nonfinite
+    assert got == pytest.approx(error) if math.isfinite(error) else got == error
+
+
+@pytest.mark.parametrize("cell, value", [
+    (1.5, 1.5), ("2.5", 2.5), (" inf", INF), ("-inf", -INF), ("N/A", None), ("None", None),
+    ("unsupported", None), (None, None), ("12.5%", 0.125), (True, 1.0), ("slice(None, 2, None)", "slice(None, 2, None)"),
+])
+def test_number(cell, value):
+    assert number(cell) == value
+
+
+def test_noise_floor_is_the_coarser_dtype():
+    assert noise_floor("torch.float32", "torch.float32") == pytest.approx(1e-5)
+    assert noise_floor("torch.bfloat16", "torch.float32") == noise_floor("BFloat16") > noise_floor("torch.float16")
+    assert noise_floor("torch.int64", "torch.int64") == 0.0
+
+
+class _Result:
+    """The part of CompareResult the diagnosis reads, for tables that come from msProbe's CSV files."""
+
+    def __init__(self, table, mode):
+        self.step, self.rank, self.mode, self.table = 0, 0, mode, table
+        self.target_dir = self.golden_dir = None
+
+
+def _sample(name):
+    return pd.read_csv(os.path.join(SAMPLES, name + ".gz"))
+
+
+def test_msprobe_statistics_csv_perturbed_weight():
+    """msProbe's own statistics compare of a run with one perturbed weight (blocks.1.fc1)."""
+    d = diagnose([_Result(_sample("cmp_statistics_mix_pert.csv"), "statistics")])
+    top = d["suspects"][0]
+    assert (top["api"], top["kind"], top["direction"]) == ("Functional.linear.6.forward", "parameter", "forward")
+    assert top["inputs"][0]["origin"] == "parameter 'weight' of Module.blocks.1.fc1.Linear"
+    assert top["also_explains"] == ["Module.blocks.1.fc1.Linear.forward.0"]  # found without construct.json
+    assert top["stack"].startswith("/home/user/anchor-bench/models.py:50 in forward")
+    assert len(d["suspects"]) == 1
+
+
+def test_msprobe_tensor_csv_bf16_autocast():
+    """msProbe's tensor compare of a bf16-autocast run against fp32: the first op that autocast runs
+    in bf16 introduces the error; every later one only carries it."""
+    d = diagnose([_Result(_sample("cmp_tensor_mix_bf16.csv"), "tensor")])
+    top = d["suspects"][0]
+    assert (top["api"], top["kind"]) == ("Functional.linear.0.forward", "introduced")
+    out = top["outputs"][0]
+    assert out["flags"] == ["dtype"] and out["target_dtype"] == "torch.bfloat16"
+    assert all(r["diverges"] is False for r in top["inputs"])
+    assert d["ranks"][0]["propagating_calls"] > 100
+    assert "Functional.linear.0.forward" in format_diagnosis(d).splitlines()[0]
