@@ -69,7 +69,8 @@ def test_row_error(target, golden, metrics, error, nonfinite):
 
 @pytest.mark.parametrize("cell, value", [
     (1.5, 1.5), ("2.5", 2.5), (" inf", INF), ("-inf", -INF), ("N/A", None), ("None", None),
-    ("unsupported", None), (None, None), ("12.5%", 0.125), (True, 1.0), ("slice(None, 2, None)", "slice(None, 2, None)"),
+    ("unsupported", None), (None, None), ("12.5%", 0.125), (True, 1.0),
+    ("slice(None, 2, None)", "slice(None, 2, None)"),
 ])
 def test_number(cell, value):
     assert number(cell) == value

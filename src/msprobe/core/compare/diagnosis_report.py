@@ -49,7 +49,7 @@ def format_diagnosis(d):
     if top.get("stack"):
         lines.append(f"  code:    {top['stack']}")
     lines.append(f"  errors:  inputs {_num(top['input_error'])}, outputs {_num(top['output_error'])} "
-                 f"(relative; noise floor {_num(_floor_of(top), '{:.0e}')})")
+                 f"(relative; noise floor {_num(_floor_of(top), '{:.2g}')})")
     lines.append("Suspects (where error is introduced, most likely first):")
     lines.append(f"  {'#':>2}  {'call':44s} {'dir':8s} {'kind':13s} {'in err':>9s} {'out err':>9s} "
                  f"{'amplif.':>8s}  ranks")
