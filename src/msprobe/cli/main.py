@@ -20,6 +20,10 @@ COMMANDS = (
     ("grad_compare", "msprobe.cli.grad_compare"),
     ("graph_visualize", "msprobe.cli.graph"),
     ("graph", "msprobe.cli.graph"),
+    ("acc_check", "msprobe.cli.acc_check"),
+    ("multi_acc_check", "msprobe.cli.acc_check"),
+    ("run_ut", "msprobe.cli.acc_check"),
+    ("multi_run_ut", "msprobe.cli.acc_check"),
 )
 
 

@@ -1,0 +1,73 @@
+"""What a framework executor hands back for one API call, and how the runner finds executors.
+
+An executor (`msprobe.pytorch.acc_check.executor.TorchExecutor`, the MindSpore one) re-runs an
+ApiCase on the device under test in the dump's dtypes and on the CPU in float64, and returns the
+pairs of arrays to compare. Everything after that (metrics, verdicts, files) is framework-neutral.
+Must not import torch or mindspore; executors are loaded by module path in the process that runs them.
+"""
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from msprobe.core.errors import MsprobeError
+
+# framework (dump.json "framework") -> executor module; each has `create_executor(**options)`.
+EXECUTOR_MODULES = {
+    "pytorch": "msprobe.pytorch.acc_check.executor",
+    "mindspore": "msprobe.mindspore.acc_check.executor",
+    "mindtorch": "msprobe.pytorch.acc_check.executor",
+}
+
+
+@dataclass
+class ComparedTensor:
+    """One output (forward) or input gradient (backward) of the tested run and of the benchmark."""
+
+    name: str  # details row name: `Functional.linear.0.forward.output.0`
+    tested: np.ndarray
+    bench: np.ndarray
+    tested_dtype: str  # as the framework prints it: 'torch.bfloat16', 'BFloat16'
+    bench_dtype: str
+    dtype: str  # canonical tested dtype, for the dtype-aware verdict
+    message: str = ""
+    identical: bool = False  # the executor found tested == bench element for element (a fast path)
+
+
+@dataclass
+class CaseRun:
+    """Everything an executor learned about one ApiCase.
+
+    `backward` is None when the case has no backward to check. A non-empty `*_skip` says why that
+    direction could not run here; its list is then empty.
+    """
+
+    forward: list = field(default_factory=list)
+    backward: Optional[list] = None
+    forward_skip: str = ""
+    backward_skip: str = ""
+    # For -save_error_data: the arrays fed to the API, keyed like tensor files
+    # ("forward.input.0", "forward.input.weight", "backward.input.0").
+    inputs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How to build an executor in any process (picklable for spawn workers)."""
+
+    framework: str
+    options: tuple = ()  # (name, value) pairs passed to create_executor
+
+    def create(self, **overrides):
+        module_path = EXECUTOR_MODULES.get(self.framework)
+        if module_path is None:
+            raise MsprobeError(f"dump framework {self.framework!r}: acc_check supports "
+                               f"{' | '.join(sorted(EXECUTOR_MODULES))}")
+        try:
+            module = importlib.import_module(module_path)
+        except ImportError as e:
+            raise MsprobeError(f"acc_check for a {self.framework} dump needs {self.framework} installed ({e})") \
+                from None
+        return module.create_executor(**{**dict(self.options), **overrides})

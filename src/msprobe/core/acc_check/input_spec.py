@@ -1,0 +1,144 @@
+"""What an API call needs to be re-run, read from its dump records: argument specs and API cases.
+
+A dump record's `input_args` / `input_kwargs` become a tree of the same shape (lists, dicts) whose
+leaves are `TensorSpec` (dtype, shape, Max/Min, requires_grad, data_name), `ValueSpec` (a restored
+int/float/bool/str/slice/ellipsis/dtype/device/Size) or None. Which framework object a ValueSpec turns
+into is the executor's business. Must not import torch or mindspore.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from msprobe.core.acc_check.dtypes import canonical_dtype
+from msprobe.core.dump.reader import stat_value
+from msprobe.core.naming import BACKWARD, FORWARD, is_module_key, split_key
+
+# Non-tensor argument types that carry their whole value in the record.
+RESTORABLE_TYPES = frozenset({"int", "float", "bool", "str", "slice", "ellipsis", "torch.Size", "torch.dtype",
+                              "torch.device", "torch.memory_format", "complex", "mindspore.dtype",
+                              "mindspore.common.dtype.Type", "tuple", "list"})
+COMMUNICATION_TYPES = frozenset({"torch.ProcessGroup", "torch.distributed.ReduceOp"})
+COMMUNICATION_PREFIXES = frozenset({"Distributed", "MintDistributed", "NPUDistributed"})
+
+
+class UnsupportedArgument(Exception):
+    """An argument the record does not describe well enough to rebuild (the API is skipped)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor argument, output or gradient as the dump describes it."""
+
+    dtype: str  # canonical: 'float32', 'bfloat16', 'int64', 'bool', ...
+    dtype_name: str  # as the dump wrote it: 'torch.float32' or 'Float32'
+    shape: tuple
+    max: object
+    min: object
+    requires_grad: Optional[bool]
+    data_name: Optional[str]
+
+    @property
+    def numel(self):
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """A non-tensor argument with its value restored from the record."""
+
+    type_name: str
+    value: object
+
+
+def tensor_spec(record):
+    dtype = canonical_dtype(record.get("dtype"))
+    if dtype is None:
+        raise UnsupportedArgument(f"tensor dtype {record.get('dtype')!r} is not supported")
+    shape = record.get("shape")
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise UnsupportedArgument(f"tensor shape {shape!r} is not a list of sizes")
+    return TensorSpec(dtype, str(record.get("dtype")), tuple(shape), stat_value(record.get("Max")),
+                      stat_value(record.get("Min")), record.get("requires_grad"), record.get("data_name"))
+
+
+def spec_tree(value):
+    """Spec tree of one recorded argument/output (list, dict, tensor record, value record or None)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [spec_tree(v) for v in value]
+    if not isinstance(value, dict):
+        raise UnsupportedArgument(f"record entry {value!r:.60} is neither a value nor a tensor record")
+    if "type" in value and "dtype" in value and "shape" in value:
+        return tensor_spec(value)
+    type_name = value.get("type")
+    if type_name is None:  # a recorded dict argument: {name: record}
+        return {k: spec_tree(v) for k, v in value.items()}
+    if type_name in COMMUNICATION_TYPES:
+        raise UnsupportedArgument(f"argument of type {type_name} (a communication op)")
+    if type_name not in RESTORABLE_TYPES or ("value" not in value and type_name != "ellipsis"):
+        raise UnsupportedArgument(f"argument of type {type_name} cannot be rebuilt from the dump")
+    return ValueSpec(type_name, value.get("value"))
+
+
+def iter_tensor_specs(tree, path=()):
+    """(index path, TensorSpec) for every tensor in a spec tree, args before kwargs, in order."""
+    if isinstance(tree, TensorSpec):
+        yield path, tree
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from iter_tensor_specs(v, path + (i,))
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from iter_tensor_specs(v, path + (k,))
+
+
+@dataclass
+class ApiCase:
+    """One API call of the dump: its forward record and, when the dump has it, its backward record.
+
+    `name` is what the result CSV calls it (`Functional.linear.0`); `prefix` and `api` are the two
+    halves of its dump name (`Functional`, `linear`; `Aten`, `add.Tensor`).
+    """
+
+    name: str
+    prefix: str
+    api: str
+    forward: dict
+    backward: Optional[dict] = None
+
+    def forward_key(self):
+        return f"{self.name}.{FORWARD}"
+
+    def backward_key(self):
+        return f"{self.name}.{BACKWARD}"
+
+
+def cases_from_dump(data):
+    """ApiCases in dump order from a dump's `data` mapping; modules and debug saves are left out.
+
+    A backward record without its forward record cannot be re-run and is dropped.
+    """
+    cases = {}
+    backwards = {}
+    for key, record in data.items():
+        if is_module_key(key) or not isinstance(record, dict):
+            continue
+        base, direction, index = split_key(key)
+        if direction not in (FORWARD, BACKWARD) or "." not in base:
+            continue
+        name = f"{base}.{index}"
+        if direction == FORWARD:
+            prefix, api = base.split(".", 1)
+            cases[name] = ApiCase(name, prefix, api, record)
+        else:
+            backwards[name] = record
+    for name, record in backwards.items():
+        if name in cases:
+            cases[name].backward = record
+    return list(cases.values())
+
+
+def is_finite_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

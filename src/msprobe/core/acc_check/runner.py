@@ -1,0 +1,282 @@
+"""The acc_check run: read the dump, re-run every API not yet done, write rows as they come.
+
+`run_acc_check` runs in this process; `run_multi_acc_check` splits the cases across worker processes
+(one per device, or CPU workers), each writing its own part files, and merges them in dump order.
+Both resume from an interrupted run's result CSV. Must not import torch or mindspore.
+"""
+
+import collections
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from msprobe.core.acc_check.checker import judge
+from msprobe.core.acc_check.csv_files import ResultFiles, merge_parts, read_rows
+from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
+from msprobe.core.acc_check.execution import ExecutorSpec
+from msprobe.core.acc_check.input_data import TensorSource, rng_for
+from msprobe.core.acc_check.input_spec import cases_from_dump
+from msprobe.core.acc_check.work_split import split_cases, threads_per_worker
+from msprobe.core.dump.reader import DumpReader
+from msprobe.core.errors import MsprobeError
+
+logger = logging.getLogger(__name__)
+
+PARTS_DIR = "accuracy_checking_parts_{}"
+
+
+@dataclass
+class RunReport:
+    """What a run did: file paths, per-API results of this run, timing."""
+
+    result_csv: str
+    details_csv: str
+    framework: str
+    device: str
+    results: list = field(default_factory=list)  # ApiResult of APIs checked in this invocation
+    resumed: int = 0  # APIs found done in the resumed files
+    seconds: float = 0.0
+    workers: int = 1
+    error_data_dir: str = ""
+
+
+def load_dump(api_info):
+    """(reader, cases) of a dump.json; refuses what acc_check cannot use."""
+    if os.path.isdir(api_info):
+        raise MsprobeError(f"-api_info '{api_info}': is a directory; expected the dump.json of one rank "
+                           "(step{N}/rank{R}/dump.json)")
+    reader = DumpReader(api_info)
+    if reader.framework not in ("pytorch", "mindspore", "mindtorch"):
+        raise MsprobeError(f"-api_info '{api_info}': framework {reader.framework!r}; expected a dump with "
+                           "\"framework\": \"pytorch\" or \"mindspore\"")
+    cases = cases_from_dump(reader.data)
+    if not cases:
+        raise MsprobeError(f"-api_info '{api_info}': no API forward records (level L1 or mix is needed; "
+                           f"found {len(reader)} records)")
+    return reader, cases
+
+
+def timestamp():
+    return time.strftime("%Y%m%d%H%M%S")
+
+
+def check_cases(cases, reader, spec, files, save_error_data=False, error_root="", progress=None, seed=1234,
+                executor=None):
+    """Run `cases` with one executor, appending each result to `files`; yields each ApiResult in order.
+
+    The next API runs on the framework while a second thread judges and writes the previous one
+    (numpy and torch both release the GIL), so metrics cost little extra wall time.
+    """
+    executor = executor or spec.create()
+    source = TensorSource(reader, real_data=True)
+
+    def finish(case, run):
+        result = judge(case, run)
+        files.write(result)
+        if save_error_data and result.failed:
+            save_error_case(error_root, case, run, spec.framework, reproduce_script(spec, case, seed))
+        if progress is not None:
+            progress(case.name)
+        return result
+
+    pending = collections.deque()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="acc_check-judge") as pool:
+        for case in cases:
+            run = executor.run(case, source, rng_for(case.name, seed))
+            pending.append(pool.submit(finish, case, run))
+            while len(pending) > 1 or (pending and pending[0].done()):
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _progress_bar(total, initial, enabled):
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, unit="API", disable=not enabled, dynamic_ncols=True,
+                desc="acc_check")
+
+
+def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=False, device=None,
+                  custom_apis=(), progress=True, seed=1234):
+    """Check every API of a dump in this process.
+
+    Args:
+        api_info: the dump.json of one rank (L1 or mix; statistics = random inputs, tensor = real inputs).
+        out_path: where the CSV files (and error_data/) go. Defaults to the current directory.
+        resume_csv: the result CSV of an interrupted run: append to it, skipping APIs it has.
+        save_error_data: save inputs, outputs and a reproduce script of every failing API.
+        device: device index under test; None = the default accelerator, or the CPU without one.
+        custom_apis: ("Prefix=python.module", ...) where to find APIs registered with register_custom_api.
+        progress: show a progress bar.
+        seed: seed of the random inputs.
+
+    Returns:
+        RunReport.
+    """
+    reader, cases = load_dump(api_info)
+    spec = ExecutorSpec(reader.framework, (("device", device), ("custom_apis", tuple(custom_apis))))
+    out_path = os.path.abspath(out_path)
+    start = time.perf_counter()
+    with ResultFiles(out_path, timestamp(), resume_csv) as files:
+        todo = [c for c in cases if c.name not in files.done]
+        executor = spec.create()
+        report = RunReport(files.result_path, files.details_path, reader.framework, executor.device_name,
+                           resumed=len(cases) - len(todo))
+        error_root = os.path.join(os.path.dirname(files.result_path), "error_data")
+        report.error_data_dir = error_root if save_error_data else ""
+        bar = _progress_bar(len(cases), report.resumed, progress)
+        try:
+            for result in check_cases(todo, reader, spec, files, save_error_data, error_root,
+                                      progress=lambda _: bar.update(1), seed=seed, executor=executor):
+                report.results.append(result)
+        finally:
+            bar.close()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _worker(index, api_info, names, spec_options, framework, part_dir, save_error_data, error_root, seed,
+            queue):
+    """Body of one worker process: check `names` and report each finished API on `queue`."""
+    try:
+        reader, cases = load_dump(api_info)
+        wanted = set(names)
+        cases = [c for c in cases if c.name in wanted]
+        spec = ExecutorSpec(framework, spec_options)
+        with ResultFiles(part_dir, f"w{index}") as files:
+            for _ in check_cases(cases, reader, spec, files, save_error_data, error_root,
+                                 progress=lambda name: queue.put(("done", index, name)), seed=seed):
+                pass
+        queue.put(("exit", index, ""))
+    except BaseException as e:  # the parent reports it; a worker must never hang the run
+        queue.put(("failed", index, f"{type(e).__name__}: {e}"))
+        raise
+
+
+def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, save_error_data=False,
+                        custom_apis=(), progress=True, seed=1234, accelerator_count=0):
+    """Check every API of a dump with one worker process per entry of `devices`.
+
+    On a machine with accelerators each worker uses its device; on a CPU machine the entries just
+    count CPU workers, which share the cores (torch threads per worker = cores / workers).
+    Workers write part files under `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
+    into the result and details CSVs at the end (and on a resumed run, with what was there).
+
+    Args:
+        accelerator_count: how many accelerators the executor's framework sees (0 = CPU workers).
+        Others as run_acc_check.
+    """
+    reader, cases = load_dump(api_info)
+    devices = list(devices) or [0]
+    if len(set(devices)) != len(devices):
+        raise MsprobeError(f"-d {' '.join(map(str, devices))}: a device is listed twice")
+    if accelerator_count:
+        bad = [d for d in devices if not 0 <= d < accelerator_count]
+        if bad:
+            raise MsprobeError(f"-d {bad[0]}: no such device; this machine has {accelerator_count} "
+                               f"(0..{accelerator_count - 1})")
+    out_path = os.path.abspath(out_path)
+    start = time.perf_counter()
+    with ResultFiles(out_path, timestamp(), resume_csv) as files:
+        ts = files.timestamp
+        result_path, details_path = files.result_path, files.details_path
+    parts_root = os.path.join(os.path.dirname(result_path), PARTS_DIR.format(ts))
+    done = set(files.done)
+    old_parts = _part_files(parts_root)
+    for r_path, _ in old_parts:
+        done.update(row["API Name"] for row in read_rows(r_path))
+    todo = [c for c in cases if c.name not in done]
+    groups = [g for g in split_cases(todo, len(devices)) if g]
+    attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
+    threads = threads_per_worker(os.cpu_count() or 1, len(groups))
+    error_root = os.path.join(os.path.dirname(result_path), "error_data")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = []
+    for i, group in enumerate(groups):
+        options = (("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
+                   ("threads", threads))
+        part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
+        p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
+                        args=(i, api_info, [c.name for c in group], options, reader.framework, part_dir,
+                              save_error_data, error_root, seed, queue))
+        p.start()
+        procs.append(p)
+    bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
+    failures = []
+    running = len(procs)
+    try:
+        while running:
+            try:
+                kind, index, text = queue.get(timeout=1.0)
+            except Exception:  # queue.Empty: check that nobody died without a word
+                if all(not p.is_alive() for p in procs) and queue.empty():
+                    break
+                continue
+            if kind == "done":
+                bar.update(1)
+            else:
+                running -= 1
+                if kind == "failed":
+                    failures.append(f"worker {index}: {text}")
+    finally:
+        bar.close()
+        for p in procs:
+            p.join()
+    order = [c.name for c in cases]
+    merge_parts(_part_files(parts_root), result_path, details_path, order)
+    if failures:
+        raise MsprobeError(f"multi_acc_check: {'; '.join(failures)}; finished APIs are in {result_path}, "
+                           f"resume with -csv_path {result_path}")
+    shutil.rmtree(parts_root, ignore_errors=True)
+    report = RunReport(result_path, details_path, reader.framework,
+                       f"{len(groups)} workers" + (f" on devices {devices}" if accelerator_count else " (CPU)"),
+                       resumed=len(cases) - len(todo), workers=len(groups))
+    report.results = _results_from_csv(result_path, details_path, {c.name for c in todo})
+    report.error_data_dir = error_root if save_error_data else ""
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _part_files(parts_root):
+    if not os.path.isdir(parts_root):
+        return []
+    found = []
+    for d in sorted(os.listdir(parts_root)):
+        r = os.path.join(parts_root, d, "accuracy_checking_result_w" + d.split(".")[0][len("worker"):] + ".csv")
+        dd = r.replace("accuracy_checking_result_", "accuracy_checking_details_")
+        if os.path.isfile(r) and os.path.isfile(dd):
+            found.append((r, dd))
+    return found
+
+
+def _results_from_csv(result_path, details_path, names):
+    """ApiResults of `names` read back from merged files (for the summary of a multi-worker run)."""
+    from msprobe.core.acc_check.csv_files import case_of_detail
+    from msprobe.core.acc_check.results import ApiResult, DetailRow
+    details = {}
+    for row in read_rows(details_path):
+        details.setdefault(case_of_detail(row["API Name"]), []).append(DetailRow(
+            row["API Name"], row["Bench Dtype"], row["Tested Dtype"], row["Shape"], _f(row["Cosine"]),
+            _f(row["MaxAbsErr"]), _f(row["MaxRelativeErr"]), row["Status"], row["Message"], _f(row["MaxUlpErr"]),
+            row["ReductionLength"], row["Dtype Status"]))
+    results = []
+    for row in read_rows(result_path):
+        if row["API Name"] in names:
+            rows = details.get(row["API Name"], [])
+            from msprobe.core.acc_check.checker import _badness
+            results.append(ApiResult(row["API Name"], row["Forward Test Success"], row["Backward Test Success"],
+                                     row["Message"], row["Forward Dtype Check"], row["Backward Dtype Check"],
+                                     rows, min(rows, key=_badness, default=None)))
+    return results
+
+
+def _f(text):
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
