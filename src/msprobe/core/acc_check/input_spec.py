@@ -142,3 +142,56 @@ def cases_from_dump(data):
 
 def is_finite_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def forward_inputs(case):
+    """(spec tree [args, kwargs], [(key, TensorSpec)]) of a case's forward call.
+
+    Keys name tensors like tensor files do: `forward.input.0`, `forward.input.weight`, `forward.input.1.0`.
+
+    Raises:
+        UnsupportedArgument: an argument cannot be rebuilt.
+    """
+    fwd = case.forward
+    tree = spec_tree([fwd.get("input_args") or [], fwd.get("input_kwargs") or {}])
+    tensors = [("forward.input." + ".".join(str(p) for p in path[1:]), spec) for path, spec in iter_tensor_specs(tree)]
+    return tree, tensors
+
+
+def gradient_inputs(case, tensors, float_kinds=("float", "complex")):
+    """Indexes (into `tensors`) of the inputs whose gradient the backward record holds.
+
+    The backward record's `output` lists one entry per tensor input (null where there is no gradient);
+    without such a list, floating inputs with requires_grad (or no requires_grad field) are taken.
+    """
+    from msprobe.core.acc_check.dtypes import kind
+    recorded = case.backward.get("output") if case.backward else None
+    picked = []
+    for i, (_, spec) in enumerate(tensors):
+        if kind(spec.dtype) not in float_kinds:
+            continue
+        if isinstance(recorded, list) and len(recorded) == len(tensors):
+            if recorded[i] is not None:
+                picked.append(i)
+        elif spec.requires_grad or spec.requires_grad is None:
+            picked.append(i)
+    return picked
+
+
+def output_gradient_specs(case):
+    """The backward record's gradients of the outputs, one entry per output position (None = none)."""
+    if not case.backward:
+        return []
+    out = []
+
+    def walk(node):
+        if isinstance(node, list):
+            for v in node:
+                walk(v)
+        else:
+            out.append(node)
+    try:
+        walk(spec_tree(case.backward.get("input") or []))
+    except UnsupportedArgument:
+        return []
+    return [s if isinstance(s, TensorSpec) else None for s in out]

@@ -6,15 +6,13 @@ so only the API's own error is measured. Gradients of the outputs come from the 
 (dumped tensors or random data in its range) and are upcast the same way.
 """
 
-import math
-
 import numpy as np
 import torch
 
 from msprobe.core.acc_check import dtypes
 from msprobe.core.acc_check.execution import CaseRun, ComparedTensor
-from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, ValueSpec, iter_tensor_specs,
-                                               spec_tree)
+from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, ValueSpec, forward_inputs,
+                                               gradient_inputs, output_gradient_specs)
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.acc_check.random_apis import RANDOM_APIS
 from msprobe.pytorch.acc_check.resolver import TorchResolver, Unresolvable
@@ -105,9 +103,8 @@ class TorchExecutor:
             func = self.resolver.resolve(case.prefix, case.api)
         except Unresolvable as e:
             raise _Skip(str(e)) from None
-        fwd = case.forward
         try:
-            tree = spec_tree([fwd.get("input_args") or [], fwd.get("input_kwargs") or {}])
+            tree, named = forward_inputs(case)
         except UnsupportedArgument as e:
             raise _Skip(f"{e}") from None
         name = case.api.split(".", 1)[0]
@@ -115,17 +112,16 @@ class TorchExecutor:
         if random_api and self.device.type != "cpu":
             raise _Skip(f"{case.prefix}.{case.api} draws random numbers; the {self.device.type} and CPU "
                         "generators differ, so its outputs cannot be compared")
-        tensors = list(iter_tensor_specs(tree))
-        keys = ["forward.input." + ".".join(str(p) for p in path[1:]) for path, _ in tensors]
-        for key, (_, spec) in zip(keys, tensors):
+        tensors = named
+        for key, spec in named:
             run.inputs[key] = source.array(spec, rng)
 
         inplace = is_inplace(name)
-        grad_index = self._grad_inputs(case, tensors) if case.backward and not inplace else []
+        grad_index = gradient_inputs(case, named) if case.backward and not inplace else []
         if case.backward and inplace:
             run.backward_skip = "in-place API: its input is overwritten, no gradient to compare"
         leaves_t, leaves_b = {}, {}
-        for i, (key, (_, spec)) in enumerate(zip(keys, tensors)):
+        for i, (key, spec) in enumerate(named):
             t = self._tested_tensor(run.inputs[key], spec)
             b = self._bench_tensor(t)
             if i in grad_index:
@@ -160,7 +156,7 @@ class TorchExecutor:
             self._backward(case, source, rng, run, tensors, grad_index, leaves_t, leaves_b, flat_t, flat_b)
 
     def _backward(self, case, source, rng, run, tensors, grad_index, leaves_t, leaves_b, flat_t, flat_b):
-        grad_specs = [s for _, s in _leaves(spec_tree(case.backward.get("input") or []))]
+        grad_specs = output_gradient_specs(case)
         outs_t, outs_b, grads_t, grads_b = [], [], [], []
         for j, ((_, t), (_, b)) in enumerate(zip(flat_t, flat_b)):
             if not (isinstance(t, torch.Tensor) and t.requires_grad and isinstance(b, torch.Tensor)
@@ -198,21 +194,6 @@ class TorchExecutor:
             run.backward.append(self._compared(f"{case.name}.backward.output.{i}", gt, gb))
 
     # -- pieces --------------------------------------------------------------------------------
-    @staticmethod
-    def _grad_inputs(case, tensors):
-        """Indexes (into the forward's tensor inputs) of those whose gradient the dump recorded."""
-        recorded = case.backward.get("output")
-        picked = []
-        for i, (_, spec) in enumerate(tensors):
-            if dtypes.kind(spec.dtype) not in ("float", "complex"):
-                continue
-            if isinstance(recorded, list) and len(recorded) == len(tensors):
-                if recorded[i] is not None:
-                    picked.append(i)
-            elif spec.requires_grad or spec.requires_grad is None:
-                picked.append(i)
-        return picked
-
     def _tested_tensor(self, array, spec):
         if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
             array = array.copy(order="C")
@@ -282,18 +263,6 @@ def _python_value(spec, device):
     return v
 
 
-def _leaves(tree, path=()):
-    """(path, leaf) of a spec tree, None leaves included (a missing gradient keeps its place)."""
-    if isinstance(tree, list):
-        for i, v in enumerate(tree):
-            yield from _leaves(v, path + (i,))
-    elif isinstance(tree, dict) and not isinstance(tree, (TensorSpec, ValueSpec)):
-        for k, v in tree.items():
-            yield from _leaves(v, path + (k,))
-    else:
-        yield path, tree
-
-
 def _flatten(out, path=""):
     """(index path, value) of every tensor or number in an API's output."""
     if isinstance(out, torch.Tensor):
@@ -329,7 +298,3 @@ def _identical(t, b):
 
 def _number(v):
     return float("nan") if v is None else v
-
-
-def _finite(v):
-    return isinstance(v, float) and math.isfinite(v)

@@ -1,0 +1,75 @@
+"""Dump name (`Mint.where`, `MintFunctional.relu`, `Functional.matmul`, `Tensor.transpose`) -> MindSpore
+callable, through the dumper's own API table read in reverse, then the namespace the prefix names.
+"""
+
+import importlib
+
+import mindspore as ms
+
+from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
+from msprobe.core.errors import MsprobeError
+from msprobe.mindspore.capture.api_table import build_api_table
+
+_NAMESPACES = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
+               "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
+
+
+class Unresolvable(Exception):
+    """The API cannot be run here; the message says why."""
+
+
+def _custom_modules(entries):
+    modules = {}
+    for entry in entries or ():
+        prefix, sep, path = str(entry).partition("=")
+        if not sep or not prefix or not path:
+            raise MsprobeError(f"--custom_api {entry!r}: expected PREFIX=python.module, e.g. MyOps=mypkg.ops")
+        try:
+            modules[prefix] = importlib.import_module(path)
+        except ImportError as e:
+            raise MsprobeError(f"--custom_api {entry!r}: cannot import {path!r} ({e})") from None
+    return modules
+
+
+class MindSporeResolver:
+    def __init__(self, custom_apis=()):
+        self._custom = _custom_modules(custom_apis)
+        self._table = {(prefix, attr): getattr(owner, attr, None)
+                       for owner, attr, prefix, _ in build_api_table()}
+        self._cache = {}
+
+    def resolve(self, prefix, api):
+        key = (prefix, api)
+        if key not in self._cache:
+            try:
+                self._cache[key] = self._find(prefix, api)
+            except Unresolvable as e:
+                self._cache[key] = e
+        hit = self._cache[key]
+        if isinstance(hit, Unresolvable):
+            raise hit
+        return hit
+
+    def _find(self, prefix, api):
+        if prefix in COMMUNICATION_PREFIXES:
+            raise Unresolvable(f"{prefix}.{api} is a communication op: it needs the process group of the "
+                               "run and is not checked offline")
+        if prefix == "Primitive":
+            raise Unresolvable(f"Primitive.{api}: a Primitive's constructor attributes are not in the dump")
+        if prefix == "Jit":
+            raise Unresolvable(f"Jit.{api} is a compiled graph, not an API")
+        if prefix in self._custom:
+            func = getattr(self._custom[prefix], api, None)
+            if callable(func):
+                return func
+            raise Unresolvable(f"custom API {prefix}.{api}: module {self._custom[prefix].__name__} has no "
+                               f"callable {api!r}")
+        func = self._table.get((prefix, api))
+        if func is None and prefix in _NAMESPACES:
+            func = getattr(_NAMESPACES[prefix](), api, None)
+        if prefix not in _NAMESPACES and func is None:
+            raise Unresolvable(f"unknown API prefix {prefix!r} ({prefix}.{api}); for a custom API pass "
+                               f"--custom_api {prefix}=<python module that defines {api}>")
+        if not callable(func):
+            raise Unresolvable(f"{prefix}.{api}: MindSpore {ms.__version__} has no such API")
+        return func
