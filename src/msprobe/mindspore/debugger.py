@@ -56,7 +56,7 @@ class PrecisionDebugger:
         self._cells = None
         self._model = None
         self._patched = PatchedApis()
-        self._custom = {}  # (owner, attr) -> prefix
+        self._custom = {}  # (id(owner), attr) -> (owner, prefix)
         self._running = False  # between the user's start() and stop()
         self._capturing = False  # capture layers installed (differs from _running under token_range)
         self._rank_id = None
@@ -133,6 +133,8 @@ class PrecisionDebugger:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ConfigError("step", step, "an integer >= 0")
         self.current_step = step
+        if self._session is not None and self._session.writer is None:
+            self._session.step = step  # start(model) ran before Model.train: nothing written yet
 
     def save(self, variable, name, save_backward=True):
         """Save a tensor or nested dict/list/tuple/scalars under `name` (level debug): debug.json."""
@@ -152,14 +154,14 @@ class PrecisionDebugger:
             raise ConfigError("api", api, f"the name of a callable attribute of {module!r}")
         if not isinstance(api_prefix, str) or not api_prefix:
             raise ConfigError("api_prefix", api_prefix, "a non-empty string (the prefix of the dump keys)")
-        self._custom[(module, api)] = api_prefix
+        self._custom[(id(module), api)] = (module, api_prefix)
         if self._capturing:
             self._patched.restore(module, api)
             self._patched.patch(module, api, api_prefix, api)
 
     def restore_custom_api(self, module, api):
         """Undo register_custom_api: the original callable is put back."""
-        self._custom.pop((module, api), None)
+        self._custom.pop((id(module), api), None)
         self._patched.restore(module, api)
 
     def close(self):
@@ -231,7 +233,7 @@ class PrecisionDebugger:
             self._patched.patch_builtin()
             if self._model is not None:
                 self._patched.patch_primitives(all_cells(self._model))
-            for (owner, attr), prefix in self._custom.items():
+            for (_, attr), (owner, prefix) in self._custom.items():
                 self._patched.restore(owner, attr)
                 self._patched.patch(owner, attr, prefix, attr)
         self._capturing = True

@@ -40,7 +40,7 @@ def seed_all(seed=1234, mode=False, rm_dropout=False):
     random.seed(seed)
     np.random.seed(seed)
     ms.set_seed(seed)
-    if mode:
+    if mode and ms.get_context("deterministic") != "ON":  # MindSpore refuses to set it twice
         ms.set_deterministic(True)
         os.environ["HCCL_DETERMINISTIC"] = "true"
     if rm_dropout:
@@ -48,9 +48,10 @@ def seed_all(seed=1234, mode=False, rm_dropout=False):
 
 
 def _identity_function(original):
+    # the identity itself, not p=0: the CPU build has no dropout kernel even for p=0
     @functools.wraps(original)
-    def dropout(input, p=0.5, *args, **kwargs):  # pylint: disable=redefined-builtin,unused-argument
-        return original(input, 0.0, *args, **kwargs)
+    def dropout(input, *args, **kwargs):  # pylint: disable=redefined-builtin,unused-argument
+        return input
     return dropout
 
 

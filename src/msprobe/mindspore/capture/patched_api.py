@@ -45,12 +45,12 @@ class PatchedApis:
     """Installed wrappers, each remembered with the original it replaced."""
 
     def __init__(self):
-        self._originals = {}  # (owner, attr) -> original
+        self._originals = {}  # (id(owner), attr) -> (owner, original, owner defined it itself)
         self._table = None
         self._prims = []  # (cell, attr, original primitive)
 
     def patch(self, owner, attr, prefix, name=None, inplace=False):
-        if (owner, attr) in self._originals:
+        if (id(owner), attr) in self._originals:
             return
         orig = getattr(owner, attr, None)
         if not callable(orig):
@@ -60,7 +60,7 @@ class PatchedApis:
             return
         # an inherited attribute (Tensor methods live on the C++ base) is deleted again on restore
         own = attr in getattr(owner, "__dict__", {})
-        self._originals[(owner, attr)] = (orig, own)
+        self._originals[(id(owner), attr)] = (owner, orig, own)
         setattr(owner, attr, _wrap(orig, prefix, name or attr, inplace))
 
     def patch_builtin(self):
@@ -84,14 +84,15 @@ class PatchedApis:
 
     def restore(self, owner=None, attr=None):
         """Restore one attribute, or every patched attribute and primitive when called without arguments."""
-        items = [(owner, attr)] if owner is not None else list(self._originals)
+        items = [(id(owner), attr)] if owner is not None else list(self._originals)
         for key in items:
             entry = self._originals.pop(key, None)
             if entry is not None:
-                if entry[1]:
-                    setattr(key[0], key[1], entry[0])
+                target, orig, own = entry
+                if own:
+                    setattr(target, key[1], orig)
                 else:
-                    delattr(key[0], key[1])
+                    delattr(target, key[1])
         if owner is None:
             for cell, name, prim in self._prims:
                 cell.__dict__[name] = prim
