@@ -13,6 +13,8 @@ changes exactly one op, so a diagnosis has one right answer:
 | `fp16_exp` | `exp` of the first layer runs in float16 and overflows | `Torch.exp.0.forward` |
 """
 
+import json
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -115,7 +117,14 @@ def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, ran
     model = build(plant)
     x, y = batch(seed=1 if rank is None else 1 + rank)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
+    if task == "md5":  # a summary_mode of the statistics task: only a config file can ask for it
+        config = f"{dump_path}.config.json"
+        with open(config, "w", encoding="utf-8") as f:
+            json.dump({"task": "statistics", "dump_path": str(dump_path), "level": level,
+                       "statistics": {"summary_mode": "md5"}}, f)
+        debugger = PrecisionDebugger(config_path=config)
+    else:
+        debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
     try:
         for _ in range(steps):
             debugger.start(model, rank_id=rank)

@@ -111,6 +111,22 @@ def test_evidence_of_each_plant(dumps, task):
     assert top["kind"] == "overflow" and "nonfinite" in out["flags"] and out["target"]["max"] == "inf"
 
 
+@pytest.mark.parametrize("plant", planted.PLANTS)
+def test_md5_mode_names_the_planted_call_from_checksums_alone(tmp_path_factory, plant):
+    """md5 tables carry no statistics: a call is suspect when its input checksums match and its
+    output checksums do not (or a dtype differs)."""
+    root = tmp_path_factory.getbasetemp() / "md5"
+    root.mkdir(exist_ok=True)
+    golden = root / "golden"
+    if not golden.exists():
+        planted.dump_run(golden, None, task="md5")
+    target = planted.dump_run(root / plant, plant, task="md5")
+    d = _diagnose(target, str(golden))
+    assert d["mode"] == "md5" and d["divergence"] is True
+    api, direction, _ = planted.EXPECTED[plant]
+    assert (d["suspects"][0]["api"], d["suspects"][0]["direction"]) == (api, direction)
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_identical_runs_say_no_divergence(dumps, task):
     d = _diagnose(dumps[(task, "again")], dumps[(task, None)])
@@ -180,3 +196,11 @@ def test_readme_demo_names_the_planted_softmax(tmp_path):
     assert top["api"] == "Functional.softmax.1.forward" and top["direction"] == "forward"
     assert top["module_path"] == ["Module.blocks.1.Block.forward.0"]
     assert len(d["suspects"]) == 1  # everything after it only propagates
+
+
+def test_structure_dumps_have_nothing_to_diagnose(tmp_path):
+    golden = planted.dump_run(tmp_path / "g", None, task="structure")
+    target = planted.dump_run(tmp_path / "t", "ln_eps", task="structure")
+    d = _diagnose(target, golden)
+    assert d["mode"] == "structure" and d["divergence"] is False and d["suspects"] == []
+    assert d["verdict"] == "nothing to diagnose: structure dumps hold no values"

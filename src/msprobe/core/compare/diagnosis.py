@@ -197,6 +197,8 @@ def _evidence(rows, origins):
 
 def _verdict(divergence, suspects, per_rank):
     n_ranks = len({p["rank"] for p in per_rank})
+    if per_rank and all(p["mode"] == "structure" for p in per_rank):
+        return "nothing to diagnose: structure dumps hold no values"
     if not divergence:
         rows = sum(p["compared_rows"] for p in per_rank)
         return (f"no divergence: {rows} compared values on {n_ranks} rank(s) agree within the noise floor "
