@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import graph_dumps
+from graph_db import read_graph_db
 
 _SUFFIX = re.compile(r"\.(input|output|parameters|parameters_grad)\..*$|\.(input|output)$")
 
@@ -54,9 +55,9 @@ def compared(transformer_dumps, tmp_path_factory):
     (csv,) = glob.glob(str(out / "csv" / "*.csv"))
     msprobe("graph_visualize", "-tp", target, "-gp", golden, "-o", str(out / "graph"), "--no-progress")
     (html,) = glob.glob(str(out / "graph" / "*.html"))
-    (data,) = glob.glob(str(out / "graph" / "*.vis.json"))
+    (data,) = glob.glob(str(out / "graph" / "*.vis.db"))
     table = pd.read_csv(csv, keep_default_na=False, dtype=str)
-    return html, table, json.load(open(data))
+    return html, table, read_graph_db(data)
 
 
 def visible_names(page):
@@ -211,11 +212,14 @@ def test_step_and_rank_selectors(tmp_path, open_page):
     page.check("#filters input[data-filter='error']")
     assert page.inner_text("#detail") == "Nothing matches these filters."
     page.select_option("#rank-select", "1")
+    page.wait_for_selector("body[data-ready='1'][data-graph='0:1']")
     assert "Tensor.__mul__.1.forward" in page.inner_text("#start-here")
     assert not page.is_checked("#filters input[data-filter='error']")  # filters reset per graph
     page.select_option("#step-select", "1")
+    page.wait_for_selector("body[data-ready='1'][data-graph='1:0']")
     assert page.input_value("#rank-select") == "0"
     page.select_option("#rank-select", "1")
+    page.wait_for_selector("body[data-ready='1'][data-graph='1:1']")
     page.check("#filters input[data-filter='error']")
     assert page.inner_text("#detail-verdict") == "error"
 

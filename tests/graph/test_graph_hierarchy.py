@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import graph_dumps
+from graph_db import read_graph_db
 from msprobe.core.errors import DumpFormatError, MsprobeError
 from msprobe.core.graph.build import visualize
 from msprobe.core.graph.hierarchy import graph_from_dump, tensor_entries
@@ -140,12 +141,15 @@ def test_cli_builds_page_and_data(tmp_path, transformer_dumps):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     html = [f for f in os.listdir(out) if f.endswith(".html")]
-    data = [f for f in os.listdir(out) if f.endswith(".vis.json")]
+    data = [f for f in os.listdir(out) if f.endswith(".vis.db")]
     assert len(html) == 1 and len(data) == 1 and html[0].startswith("build_")
-    doc = json.load(open(out / data[0]))
+    doc = read_graph_db(str(out / data[0]))
     (g,) = doc["graphs"]
     assert doc["mode"] == "build" and g["names"] == list(graph_from_dump(transformer_dumps[0]).nodes)
     assert all(p < i for i, p in enumerate(g["parent"]))
+    stats = [t for t in g["tensors"] if t["NPU Name"] == "Functional.linear.0.forward.output.0"]
+    record = json.load(open(os.path.join(transformer_dumps[0], "dump.json")))["data"]["Functional.linear.0.forward"]
+    assert len(stats) == 1 and stats[0]["NPU max"] == record["output"][0]["Max"]
     page = (out / html[0]).read_text()
     assert "<script src" not in page and "http://" not in page and "https://" not in page  # no network
 

@@ -7,7 +7,7 @@ TARGET/GOLDEN: a rank dir (step0/rank0), a step dir (all ranks) or a dump root (
 level L0 or mix. Without a golden dump one graph is built; with it, each step/rank is compared and
 nodes are coloured pass / warning / error / unmatched. compare.json holds "npu_path", "bench_path",
 optional "stack_path" and "is_print_compare_log". Writes build_{ts}.html or compare_{ts}.html and the
-same graph as {name}.vis.json.
+same graph as SQLite, {name}.vis.db (tables graphs, nodes, tensors, stacks).
 """
 
 import logging
@@ -54,7 +54,7 @@ def run(args):
     nodes = sum(len(g["names"]) for g in out.document["graphs"])
     print(f"{len(out.document['graphs'])} graph(s), {nodes} nodes")
     print(f"page: {out.html_path}")
-    print(f"data: {out.data_path}")
+    print(f"data: {out.db_path}")
     return 0
 
 

@@ -18,17 +18,18 @@ from msprobe.core.errors import MsprobeError
 from msprobe.core.graph.document import compare_graph_json, graph_document, single_graph_json
 from msprobe.core.graph.hierarchy import graph_from_dump
 from msprobe.core.graph.merge import merge_compare
-from msprobe.core.graph.page import document_json, render_page
+from msprobe.core.graph.database import write_database
+from msprobe.core.graph.page import render_page
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class GraphOutputs:
-    """What `visualize` wrote: the page, the machine-readable document, and the document itself."""
+    """What `visualize` wrote: the page, the SQLite file for other tools, and the document itself."""
 
     html_path: str
-    data_path: str
+    db_path: str
     document: dict
 
 
@@ -45,7 +46,7 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
 
     Args:
         target_path: rank dir, step dir (all its ranks) or dump root (all steps), or a dump.json.
-        output_path: folder for `build_{ts}.html` / `compare_{ts}.html` and the matching `.vis.json`.
+        output_path: folder for `build_{ts}.html` / `compare_{ts}.html` and the matching `.vis.db`.
         golden_path: the dump to compare with; None builds one graph.
         layer_mapping: path of a layer-mapping YAML for cross-framework or renamed layers.
         fuzzy_match: match APIs ignoring call indexes (compare's `-fm`).
@@ -162,21 +163,12 @@ def _write(doc, output_path, kind):
     os.makedirs(output_path, exist_ok=True)
     stem = os.path.join(output_path, f"{kind}_{time.strftime('%Y%m%d%H%M%S')}")
     n = 1
-    while os.path.exists(stem + ".html") or os.path.exists(stem + ".vis.json"):  # same second: keep both
+    while os.path.exists(stem + ".html") or os.path.exists(stem + ".vis.db"):  # same second: keep both
         n += 1
         stem = os.path.join(output_path, f"{kind}_{time.strftime('%Y%m%d%H%M%S')}_{n}")
-    data_path, html_path = stem + ".vis.json", stem + ".html"
-    with open(data_path, "w", encoding="utf-8") as f:
-        f.write(document_json(doc))
+    db_path, html_path = stem + ".vis.db", stem + ".html"
+    write_database(doc, db_path)
     with open(html_path, "w", encoding="utf-8") as f:
         f.write(render_page(doc, title=f"msprobe {kind} graph"))
-    return GraphOutputs(html_path, data_path, doc)
-
-
-def load_document(path):
-    """Read a `.vis.json` written by `visualize`."""
-    doc = load_json(path)
-    if not isinstance(doc, dict) or doc.get("format") != "msprobe-graph":
-        raise MsprobeError(f"'{path}': not a graph document (expected \"format\": \"msprobe-graph\")")
-    return doc
+    return GraphOutputs(html_path, db_path, doc)
 

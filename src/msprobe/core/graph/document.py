@@ -1,6 +1,6 @@
 """The graph document: a compact, columnar JSON form of one or more step/rank graphs.
 
-The viewer page embeds it, and it is written next to the page (`*.vis.json`) for other tools.
+The viewer page embeds it packed (`packing.py`); `database.py` writes it as SQLite for other tools.
 Nodes are listed in pre-order (a parent before its children, siblings in execution order), so a
 node's parent always has a smaller index. Per node: name, parent index, kind, verdict, overflow
 level, golden match, stack index and tensor rows. Must not import torch or mindspore.

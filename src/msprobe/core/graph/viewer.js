@@ -4,7 +4,7 @@
 (function () {
   const t0 = performance.now();
   const ROW = 22, OVERSCAN = 10;
-  const doc = JSON.parse(document.getElementById("graph-data").textContent);
+  const doc = JSON.parse(document.getElementById("graph-index").textContent);
   const VERDICTS = doc.verdicts;                 // ["none","pass","warning","error","unmatched"]
   const V = {}; VERDICTS.forEach((v, i) => { V[v] = i; });
   const KIND_ICON = { module: "\u25A3", api: "\u0192", params_grad: "\u2207", scope: "\u25CB" };
@@ -17,6 +17,53 @@
   let matches = [], matchPos = -1, matchSet = null;
   const filters = new Set();
   const pool = [];
+
+  // ---------- decoding (see packing.py) ----------
+  async function unpack(id) {
+    const bin = atob(document.getElementById(id).textContent.trim());
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return JSON.parse(await new Response(stream).text());
+  }
+
+  function column(c) {
+    if (c.v) return c.v;
+    const out = new Array(c.c.length);
+    for (let i = 0; i < c.c.length; i++) out[i] = c.d[c.c[i]];
+    return out;
+  }
+
+  async function loadTree(g) {
+    const t = await unpack("g" + g.index + "-tree");
+    Object.assign(g, t);
+    g.match = column(t.match).map((m, i) => (m === "" ? g.names[i] : m));
+    return prepare(g);
+  }
+
+  async function loadDetail(g) {
+    const d = await unpack("g" + g.index + "-detail");
+    g.columns = d.columns;
+    g.offsets = d.offsets;
+    g.cells = d.cells.map(column);
+    g.stack = d.stack;
+    g.stacks = d.stacks;
+    g.detailLoaded = true;
+  }
+
+  // The tensor rows of node i, with the names the packing shortened restored.
+  function rowsOf(g, i) {
+    if (!g.detailLoaded) return null;
+    const npu = g.columns.indexOf("NPU Name"), bench = g.columns.indexOf("Bench Name");
+    const rows = [];
+    for (let r = g.offsets[i]; r < g.offsets[i + 1]; r++) {
+      const row = g.cells.map((c) => c[r]);
+      if (npu >= 0 && typeof row[npu] === "string" && row[npu].charAt(0) === ".") row[npu] = g.names[i] + row[npu];
+      if (bench >= 0 && row[bench] === "=") row[bench] = row[npu];
+      rows.push(row);
+    }
+    return rows;
+  }
 
   // ---------- graph preparation ----------
   function prepare(g) {
@@ -287,9 +334,7 @@
   }
 
   function showDetail(i) {
-    const col = {}; G.columns.forEach((c, j) => { col[c] = j; });
-    const rows = G.rows[i] || [];
-    const compared = "Bench Name" in col;
+    const compared = !!G.compare_mode;
     let h = "<h2>" + esc(G.names[i]) + "</h2><div class=\"meta\">";
     h += "<b>kind</b> " + doc.kinds[G.kind[i]] + " &nbsp; <b>verdict</b> <span id=\"detail-verdict\">" + VERDICTS[G.verdict[i]] + "</span>";
     if (compared) h += " &nbsp; <b>golden</b> " + (G.match[i] ? esc(G.match[i]) : "<i>no match</i>");
@@ -298,6 +343,9 @@
     const sus = (G.suspects || []).filter((s) => s.node === i);
     if (sus.length) h += "<br><b>diagnosis</b> " + sus.map((s) => esc(s.why || s.name)).join("; ");
     h += "</div>";
+    const rows = rowsOf(G, i);
+    if (!rows) { detail.innerHTML = h + '<p class="hint">loading\u2026</p>'; return; }
+    const col = {}; G.columns.forEach((c, j) => { col[c] = j; });
     h += "<h3>Tensors (" + rows.length + ")</h3>";
     if (!rows.length) h += '<p class="hint">No data recorded for this node.</p>';
     for (const r of rows) h += tensorCard(r, col, compared);
@@ -366,9 +414,15 @@
     rankSel.innerHTML = ranks.map((r) => "<option value=\"" + r + "\">" + r + "</option>").join("");
   }
 
-  function showGraph(step, rank) {
+  let showing = 0;
+  async function showGraph(step, rank) {
+    const t = performance.now();
+    const my = ++showing;
+    document.body.dataset.ready = "0";
     const g = doc.graphs.find((x) => x.step === step && x.rank === rank) || doc.graphs[0];
-    G = g.n === undefined ? prepare(g) : g;
+    if (!g.children) await loadTree(g);
+    if (my !== showing) return;
+    G = g;
     selected = -1; matches = []; matchSet = null; matchPos = -1;
     $("search-count").textContent = "";
     filters.clear();
@@ -382,6 +436,14 @@
     startHere();
     detail.innerHTML = '<p class="hint">Select a node: click, or the arrow keys (W/S/A/D). Enter expands, / searches, n / N jump between matches, e jumps to the next error.</p>';
     if (search.value.trim()) runSearch();
+    const treeMs = performance.now() - t;
+    if (!g.detailLoaded) await loadDetail(g);
+    if (my !== showing) return;
+    if (selected >= 0) showDetail(selected);
+    window.__graphReady = { treeMs: treeMs, readyMs: performance.now() - t, sinceStartMs: performance.now() - t0,
+      nodes: G.n, domRows: spacer.children.length };
+    document.body.dataset.graph = G.step + ":" + G.rank;
+    document.body.dataset.ready = "1";
   }
 
   function legend() {
@@ -407,10 +469,7 @@
   stepSel.innerHTML = steps.map((s) => "<option value=\"" + s + "\">" + s + "</option>").join("");
   stepSel.addEventListener("change", () => { fillRanks(+stepSel.value); showGraph(+stepSel.value, +rankSel.value); });
   rankSel.addEventListener("change", () => showGraph(+stepSel.value, +rankSel.value));
+  doc.graphs.forEach((g, i) => { g.index = i; });
   fillRanks(steps[0]);
   showGraph(steps[0], +rankSel.value);
-
-  // Timing for the benchmark and the tests: first render done.
-  window.__graphReady = { ms: performance.now() - t0, nodes: G.n, rows: spacer.children.length };
-  document.body.dataset.ready = "1";
 })();
