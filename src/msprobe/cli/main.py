@@ -18,6 +18,7 @@ COMMANDS = (
     ("compare", "msprobe.cli.compare"),
     ("overflow_check", "msprobe.cli.overflow_check"),
     ("grad_compare", "msprobe.cli.grad_compare"),
+    ("monitor_report", "msprobe.cli.monitor_report"),
     ("graph_visualize", "msprobe.cli.graph"),
     ("graph", "msprobe.cli.graph"),
     ("acc_check", "msprobe.cli.acc_check"),

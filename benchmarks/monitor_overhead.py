@@ -1,0 +1,143 @@
+"""Step-time overhead of msprobe's TrainerMon (PyTorch) against no monitor, measured in one interleaved run.
+
+The workload is the transformer of `benchmarks/dump_overhead.py` (4 blocks, d_model 256, batch 4x128)
+trained with AdamW. Configs:
+
+    none    no monitor (the baseline)
+    full    activations (forward and backward), weight gradients before and after reduction, optimizer
+            moments, parameters before and after the step; ops norm, min, max, mean, zeros, nans;
+            AnomalyTurbulence + AnomalyNan alerts with anomaly dump; csv output
+    gnorm   weight-gradient norms only (wg_distribution, ops [norm]); csv output
+
+Every config has its own model and optimizer (same seed). A round is `none, c1, none, c2, none`
+(`--steps` timed steps per slot, the order of c1..cN rotated each round); a config's ratio is the median
+over rounds of (its median step time) / (median step time of the `none` slots right before and after it),
+so load bursts from other processes hit both sides. CPU-time ratios (all threads) are printed too.
+
+    python benchmarks/monitor_overhead.py                    # 7 rounds x 3 steps
+    python benchmarks/monitor_overhead.py --quick            # smoke run (2 rounds x 1 step)
+    python benchmarks/monitor_overhead.py --check            # exit 1 when a ratio misses its target
+"""
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dump_overhead import Workload  # noqa: E402  (the same transformer as the dump benchmark)
+
+from msprobe.pytorch import TrainerMon  # noqa: E402
+
+CONFIGS = {
+    "full": {"xy_distribution": True, "wg_distribution": True, "mv_distribution": True,
+             "param_distribution": True, "ops": ["norm", "min", "max", "mean", "zeros", "nans"],
+             "format": "csv",
+             "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
+                                 {"rule_name": "AnomalyNan", "args": {"threshold": 1e10}}], "dump": True}},
+    "gnorm": {"wg_distribution": True, "ops": ["norm"], "format": "csv"},
+}
+TARGETS = {"full": 1.5, "gnorm": 1.05}
+MSPROBE = {"full": "5.3-6.4x", "gnorm": "1.32x"}
+
+
+class Runner:
+    def __init__(self, name, root):
+        self.name = name
+        self.work = Workload("transformer")
+        self.work.opt = torch.optim.AdamW(self.work.model.parameters(), lr=1e-4)
+        self.mon = None
+        if name != "none":
+            cfg_path = os.path.join(root, f"{name}.json")
+            with open(cfg_path, "w", encoding="utf-8") as f:
+                json.dump(CONFIGS[name], f)
+            os.environ["MONITOR_OUTPUT_DIR"] = os.path.join(root, name)
+            self.mon = TrainerMon(cfg_path)
+            self.mon.set_monitor(self.work.model, 1, self.work.opt)
+
+    def step(self):
+        gc.collect()
+        c0, t0 = time.process_time(), time.perf_counter()
+        self.work.train_step()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _slot(runner, steps):
+    return [runner.step() for _ in range(steps)]
+
+
+def measure(names, rounds, steps, root, log):
+    base = Runner("none", root)
+    runners = [Runner(n, root) for n in names]
+    for r in [base] + runners:  # warm-up: allocator, first-step optimizer state, file creation
+        r.step()
+        r.step()
+    paired = {n: {"wall": [], "cpu": []} for n in names}
+    for rnd in range(rounds):
+        k = rnd % len(runners)
+        order = runners[k:] + runners[:k]
+        before = _slot(base, steps)
+        for r in order:
+            got = _slot(r, steps)
+            after = _slot(base, steps)
+            for i, metric in enumerate(("wall", "cpu")):
+                med = statistics.median(s[i] for s in got)
+                ref = statistics.median(s[i] for s in before + after)
+                paired[r.name][metric].append(med / ref)
+            before = after
+        log(f"round {rnd + 1}/{rounds}: " + "  ".join(
+            f"{n}={paired[n]['wall'][-1]:.3f}x" for n in names) + f"  (none {1e3 * statistics.median(s[0] for s in before):.0f} ms)")
+    for r in runners:
+        r.mon.close()
+    return paired
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--configs", default="full,gnorm")
+    p.add_argument("--quick", action="store_true", help="2 rounds x 1 step")
+    p.add_argument("--check", action="store_true", help="exit 1 when a ratio is over its target")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
+    p.add_argument("--json", metavar="PATH", help="also write the ratios as JSON")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps = 2, 1
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = [n for n in names if n not in CONFIGS]
+    if bad or not names:
+        p.error(f"unknown configs {bad}; choose from {', '.join(CONFIGS)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="monitor_bench_") as root:
+        paired = measure(names, args.rounds, args.steps, root, lambda s: print(s, flush=True))
+    med = statistics.median
+    print(f"\n{'config':<8}{'wall ratio':>12}{'(round range)':>18}{'cpu ratio':>11}{'target':>9}{'msProbe':>10}")
+    misses = []
+    for n in names:
+        w, c = paired[n]["wall"], paired[n]["cpu"]
+        mark = "!" if med(w) > TARGETS[n] else " "
+        print(f"{n:<8}{med(w):>11.3f}x{mark}{f'({min(w):.2f}-{max(w):.2f})':>17}{med(c):>10.3f}x"
+              f"{'<=' + format(TARGETS[n], 'g'):>9}{MSPROBE[n]:>10}")
+        if med(w) > TARGETS[n]:
+            misses.append(f"{n}: {med(w):.3f}x > {TARGETS[n]}x")
+    print("wall ratio: median over rounds of (config median step / neighbouring none median step); !: over target")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({n: {"wall_ratio": med(paired[n]["wall"]), "cpu_ratio": med(paired[n]["cpu"]),
+                           "round_wall_ratios": paired[n]["wall"]} for n in names}, f, indent=1)
+    if args.check and misses:
+        print("over target: " + "; ".join(misses))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

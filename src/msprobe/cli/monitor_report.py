@@ -1,0 +1,28 @@
+"""Charts and an HTML page of per-module trends from a training-state monitor output, anomalies marked.
+
+  msprobe monitor_report -i ./monitor_output -o ./monitor_report
+"""
+
+
+def add_arguments(parser):
+    parser.add_argument("-i", "--input", required=True,
+                        help="monitor output dir (holding *-rank{r}-* dirs) or one rank dir; CSV or TensorBoard")
+    parser.add_argument("-o", "--output", default="./monitor_report", help="report dir (default ./monitor_report)")
+    parser.add_argument("--ops", help="comma list of ops to chart (default: all in the data)")
+
+
+def run(args):
+    from msprobe.core.errors import ConfigError
+    from msprobe.core.monitor.ops import OPS
+    from msprobe.core.monitor.report import build_report
+
+    ops = None
+    if args.ops:
+        ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+        bad = [o for o in ops if o not in OPS]
+        if bad or not ops:
+            raise ConfigError("--ops", args.ops, "a comma list of " + ", ".join(OPS))
+    result = build_report(args.input, args.output, ops=ops)
+    print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies -> {result.html_path} "
+          f"({len(result.png_paths)} charts)")
+    return 0

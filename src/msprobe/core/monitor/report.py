@@ -1,0 +1,223 @@
+"""`msprobe monitor_report`: PNG charts and one HTML page of per-module trends from a monitor dir, with
+the anomalies marked. Must not import torch or mindspore; pandas and matplotlib (Agg) are imported here.
+
+Per rank and data type (`actv`, `grad_reduced`, ...): one trend chart with a panel per op and a line per
+module or parameter, and a grid of small per-module charts of the first op; anomaly points are red crosses.
+Rows of several micro steps are averaged per step.
+"""
+
+import html
+import math
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+from msprobe.core.monitor.ops import OPS
+from msprobe.core.monitor.reader import anomaly_point, load_anomalies, load_monitor_dir
+
+GRID_PER_FIGURE = 36
+LEGEND_MAX = 12
+TAG_ORDER = ("actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg", "exp_avg_sq", "param_origin",
+             "param_updated")
+
+
+@dataclass
+class ReportResult:
+    """What `build_report` wrote."""
+
+    html_path: str
+    png_paths: List[str] = field(default_factory=list)
+    rows: int = 0
+    anomalies: int = 0
+
+
+def _slug(text):
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def _tag_key(tag):
+    return (TAG_ORDER.index(tag), tag) if tag in TAG_ORDER else (len(TAG_ORDER), tag)
+
+
+def _anomaly_index(records):
+    """{(rank, tag, name, op): set(steps)}; op None marks every op of that series."""
+    index = {}
+    for rec in records:
+        point = anomaly_point(rec)
+        if point:
+            rank, tag, name, step, op = point
+            index.setdefault((rank, tag, name, op), set()).add(step)
+    return index
+
+
+def _marked_steps(index, rank, tag, name, op):
+    return index.get((rank, tag, name, op), set()) | index.get((rank, tag, name, None), set())
+
+
+def _draw_series(ax, series, op, anomalies, rank, tag, legend):
+    from matplotlib.ticker import MaxNLocator
+
+    ranked = sorted(series.items(), key=lambda kv: -abs(kv[1].iloc[-1]) if len(kv[1]) else 0)
+    marked_any = False
+    for i, (name, s) in enumerate(ranked):
+        top = i < LEGEND_MAX
+        ax.plot(s.index, s.values, linewidth=1.2 if top else 0.6, alpha=1.0 if top else 0.5,
+                label=(name or "(model)") if top and legend else None)
+        steps = [st for st in _marked_steps(anomalies, rank, tag, name, op) if st in s.index]
+        if steps:
+            marked_any = True
+            ax.scatter(steps, s.loc[steps].values, marker="x", s=70, color="red", zorder=5, linewidths=2)
+    if marked_any and legend:
+        ax.scatter([], [], marker="x", color="red", label="anomaly")
+    ax.set_ylabel(op)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if op == "norm" and series and all((s.dropna() > 0).all() for s in series.values()):
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+
+
+def _trend_chart(plt, series_by_op, anomalies, rank, tag, title, path):
+    """One panel per op, a line per module/parameter (the largest LEGEND_MAX named), anomalies as red x."""
+    ops = list(series_by_op)
+    fig, axes = plt.subplots(len(ops), 1, figsize=(10, 2.4 * len(ops) + 0.8), sharex=True, squeeze=False)
+    for i, (ax, op) in enumerate(zip(axes[:, 0], ops)):
+        _draw_series(ax, series_by_op[op], op, anomalies, rank, tag, legend=i == 0)
+    axes[0, 0].set_title(title)
+    axes[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes[-1, 0].set_xlabel("step")
+    fig.subplots_adjust(left=0.08, right=0.72, top=0.95, bottom=0.08, hspace=0.15)
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+
+
+def _grid_chart(plt, series, op, anomalies, rank, tag, title, path):
+    from matplotlib.ticker import MaxNLocator
+
+    names = list(series)
+    cols = min(6, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 1.9 * rows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    for ax, name in zip(axes.flat, names):
+        s = series[name]
+        ax.plot(s.index, s.values, linewidth=1)
+        steps = [st for st in _marked_steps(anomalies, rank, tag, name, op) if st in s.index]
+        if steps:
+            ax.scatter(steps, s.loc[steps].values, marker="x", s=40, color="red", zorder=5)
+            ax.set_facecolor("#fff0f0")
+        ax.set_title((name or "(model)")[-38:], fontsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(left=0.05, right=0.98, top=1 - 0.5 / (1.9 * rows), bottom=0.04, hspace=0.6, wspace=0.35)
+    fig.savefig(path, dpi=60)
+    plt.close(fig)
+
+
+def build_report(input_dir, output_dir, ops=None, show_progress=True):
+    """Write `output_dir/index.html` and `output_dir/png/*.png` for the monitor data in `input_dir`.
+
+    Args:
+        input_dir: monitor output root or one rank dir.
+        output_dir: created if missing.
+        ops: ops to chart (default: every op present in the data).
+        show_progress: tqdm bar over the charts.
+
+    Returns:
+        ReportResult
+
+    Raises:
+        DumpFormatError: no monitor data in `input_dir`.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tqdm import tqdm
+    df = load_monitor_dir(input_dir)
+    records = load_anomalies(input_dir)
+    anomalies = _anomaly_index(records)
+    present = [op for op in OPS if op in df.columns and df[op].notna().any()]
+    ops = [op for op in (ops or present) if op in present]
+    png_dir = os.path.join(output_dir, "png")
+    os.makedirs(png_dir, exist_ok=True)
+    result = ReportResult(os.path.join(output_dir, "index.html"), rows=len(df), anomalies=len(records))
+
+    groups = sorted(df.groupby(["rank", "tag"]), key=lambda kv: (kv[0][0], _tag_key(kv[0][1])))
+    jobs = []
+    for (rank, tag), g in groups:
+        per_step = g.groupby(["name", "step"])[ops].mean()
+        names = list(dict.fromkeys(g["name"]))
+        series = {op: {n: per_step.loc[n][op] for n in names if n in per_step.index.get_level_values(0)}
+                  for op in ops}
+        jobs.append(("trend", rank, tag, None, series, None))
+        for k in range(0, len(names), GRID_PER_FIGURE):
+            chunk = {n: series[ops[0]][n] for n in names[k:k + GRID_PER_FIGURE] if n in series[ops[0]]}
+            jobs.append(("grid", rank, tag, ops[0], chunk, k // GRID_PER_FIGURE))
+    sections = {}
+    for kind, rank, tag, op, series, part in tqdm(jobs, desc="monitor_report charts", unit="chart",
+                                                  disable=not show_progress):
+        if kind == "trend":
+            fname = _slug(f"rank{rank}_{tag}_trend.png")
+            _trend_chart(plt, series, anomalies, rank, tag, f"rank {rank} · {tag}", os.path.join(png_dir, fname))
+        else:
+            fname = _slug(f"rank{rank}_{tag}_{op}_modules{part}.png")
+            _grid_chart(plt, series, op, anomalies, rank, tag, f"rank {rank} · {tag} · {op} per module",
+                        os.path.join(png_dir, fname))
+        result.png_paths.append(os.path.join(png_dir, fname))
+        sections.setdefault((rank, tag), []).append((kind, op, fname))
+
+    with open(result.html_path, "w", encoding="utf-8") as f:
+        f.write(_html(df, ops, records, anomalies, sections, input_dir))
+    return result
+
+
+def _module_table(g, ops, anomalies, rank, tag):
+    op = ops[0]
+    per_step = g.groupby(["name", "step"])[op].mean()
+    out = ["<table><tr><th>name</th><th>first step</th><th>last step</th>"
+           f"<th>{op} first</th><th>{op} last</th><th>{op} max</th><th>anomaly steps</th></tr>"]
+    for name in dict.fromkeys(g["name"]):
+        s = per_step.loc[name]
+        marked = sorted(set().union(*[_marked_steps(anomalies, rank, tag, name, o) for o in ops + [None]]))
+        cls = ' class="bad"' if marked else ""
+        out.append(f"<tr{cls}><td>{html.escape(name or '(model)')}</td><td>{s.index.min()}</td>"
+                   f"<td>{s.index.max()}</td><td>{s.iloc[0]:.6g}</td><td>{s.iloc[-1]:.6g}</td>"
+                   f"<td>{s.max():.6g}</td><td>{', '.join(map(str, marked)) or '-'}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _html(df, ops, records, anomalies, sections, input_dir):
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>msprobe monitor report</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}"
+        "tr.bad{background:#ffe0e0}img{max-width:100%;border:1px solid #ddd;margin:4px 0}"
+        "h2{border-bottom:1px solid #888}.anomaly{color:#b00}</style></head><body>",
+        "<h1>msprobe monitor report</h1>",
+        f"<p>source: <code>{html.escape(os.path.abspath(input_dir))}</code> · ranks "
+        f"{', '.join(map(str, sorted(df['rank'].unique())))} · steps {df['step'].min()}–{df['step'].max()} · "
+        f"{len(df)} rows · ops {', '.join(ops)}</p>",
+        f"<h2 id='anomalies'>Anomalies ({len(records)})</h2>",
+    ]
+    if records:
+        parts.append("<table><tr><th>step</th><th>rank</th><th>series</th><th>message</th></tr>")
+        for rec in sorted(records, key=lambda r: (r.get("step", 0), r.get("rank", 0), r.get("call_id", 0)))[:500]:
+            parts.append(f"<tr class='bad'><td>{rec.get('step')}</td><td>{rec.get('rank')}</td>"
+                         f"<td>{html.escape(str(rec.get('tag_name')))}</td>"
+                         f"<td class='anomaly'>{html.escape(str(rec.get('message')))}</td></tr>")
+        parts.append("</table>")
+        if len(records) > 500:
+            parts.append(f"<p>… and {len(records) - 500} more in anomaly_detected/*.json</p>")
+    else:
+        parts.append("<p>No anomalies recorded.</p>")
+    for (rank, tag), items in sections.items():
+        parts.append(f"<h2 id='rank{rank}-{html.escape(tag)}'>rank {rank} · {html.escape(tag)}</h2>")
+        for kind, op, fname in items:
+            alt = f"{tag} {op} per module" if kind == "grid" else f"{tag} trend of {', '.join(ops)}"
+            parts.append(f"<img src='png/{html.escape(fname)}' alt='{html.escape(alt)}'>")
+        g = df[(df["rank"] == rank) & (df["tag"] == tag)]
+        parts.append(_module_table(g, ops, anomalies, rank, tag))
+    parts.append("</body></html>")
+    return "\n".join(parts)

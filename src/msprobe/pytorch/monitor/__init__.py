@@ -1,0 +1,5 @@
+"""PyTorch training-state monitor: `TrainerMon` (hooks, batched on-device statistics)."""
+
+from msprobe.pytorch.monitor.trainer_mon import TrainerMon
+
+__all__ = ["TrainerMon"]
