@@ -107,14 +107,17 @@ def batch(seed=1):
     return x, y
 
 
-def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0, exchange=None):
+def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0, exchange=None, wrap=None):
     """Train `steps` SGD steps of the planted model under a PrecisionDebugger writing to
     dump_path/step{N}/rank{rank} (rank=None: the process group's rank).
 
     `exchange(out) -> tensor`, when given, is added (x 1e-3) to the logits before the loss: the
     distributed test passes an all_reduce of the logits there, so every rank's loss depends on all ranks.
+    `wrap(model) -> module` (e.g. DistributedDataParallel) is what gets trained.
     """
     model = build(plant)
+    if wrap is not None:
+        model = wrap(model)
     x, y = batch(seed=1 if rank is None else 1 + rank)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if task == "md5":  # a summary_mode of the statistics task: only a config file can ask for it

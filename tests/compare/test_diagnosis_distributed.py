@@ -1,7 +1,8 @@
-"""Diagnosis across ranks: two real gloo processes train the planted model, each dumping a golden run
-and a target run; in the target run only rank 1 computes its softmax in bfloat16. The logits are
-all_reduced, so rank 0's values diverge too, but only through the collective: the diagnosis must name
-rank 1's softmax first and list rank 0's collective as received, not introduced.
+"""Diagnosis across ranks: two real gloo processes train the planted model under DDP, each dumping a
+golden run and a target run; in the target run only rank 1 computes its softmax in bfloat16. The logits
+are all_reduced (a recorded collective) and DDP all-reduces the gradients (inside autograd, unrecorded),
+so rank 0's values diverge too, but only by receiving rank 1's: the diagnosis must name rank 1's
+softmax first and list rank 0's entry points as received, not introduced.
 """
 
 import json
@@ -26,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 WORKER = textwrap.dedent('''
     import datetime, sys
+    import torch
     import torch.distributed as dist
     sys.path.insert(0, sys.argv[2])
     import planted
@@ -38,9 +40,15 @@ WORKER = textwrap.dedent('''
         dist.all_reduce(t)
         return t
 
-    planted.dump_run(f"{root}/golden", None, task=task, rank=rank, exchange=exchange)
-    planted.dump_run(f"{root}/target", "bf16_softmax" if rank == 1 else None, task=task, rank=rank,
-                     exchange=exchange)
+    def ddp(model):
+        return torch.nn.parallel.DistributedDataParallel(model)
+
+    plant = "bf16_softmax" if rank == 1 else None
+    planted.dump_run(f"{root}/golden", None, task=task, rank=rank, exchange=exchange, wrap=ddp)
+    planted.dump_run(f"{root}/target", plant, task=task, rank=rank, exchange=exchange, wrap=ddp)
+    # DDP alone: rank 1's error reaches rank 0 only through the unrecorded gradient all-reduce
+    planted.dump_run(f"{root}/golden_ddp", None, task=task, rank=rank, wrap=ddp)
+    planted.dump_run(f"{root}/target_ddp", plant, task=task, rank=rank, wrap=ddp)
     dist.barrier()
     dist.destroy_process_group()
 ''')
@@ -71,7 +79,7 @@ def _run_two_ranks(tmp_path, task):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return str(tmp_path / "target"), str(tmp_path / "golden")
+    return tmp_path
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +88,7 @@ def two_rank_dumps(tmp_path_factory):
 
 
 def test_rank1_planted_softmax_named_first(two_rank_dumps):
-    target, golden = two_rank_dumps
+    target, golden = str(two_rank_dumps / "target"), str(two_rank_dumps / "golden")
     results = compare_dumps(target, golden, progress=False)
     assert sorted(r.rank for r in results) == [0, 1]
     d = diagnose(results)
@@ -95,13 +103,28 @@ def test_rank1_planted_softmax_named_first(two_rank_dumps):
 
 
 def test_rank0_divergence_is_received_through_the_collective(two_rank_dumps):
-    target, golden = two_rank_dumps
+    target, golden = str(two_rank_dumps / "target"), str(two_rank_dumps / "golden")
     d = diagnose(compare_dumps(target, golden, progress=False))
     by_rank = {r["rank"]: r for r in d["ranks"]}
     assert by_rank[0]["diverging_calls"] > 0           # rank 0's values do differ ...
     rank0 = [s for s in d["suspects"] if 0 in s["ranks"]]
     assert rank0, "rank 0 diverges; its entry point must be listed"
-    # ... but only where the all_reduce hands it rank 1's values, ranked after rank 1's introducer.
-    assert all(s["api"].startswith("Distributed.all_reduce") and s["kind"] == "communication" for s in rank0)
+    # ... but only where the recorded all_reduce of the logits hands it rank 1's values, ranked after
+    # rank 1's introducer.
+    assert [(s["api"], s["kind"]) for s in rank0] == [("Distributed.all_reduce.0.forward", "communication")]
     assert d["suspects"].index(rank0[0]) > 0
-    assert by_rank[0]["first_divergence"].startswith("Distributed.all_reduce")
+    assert by_rank[0]["first_divergence"] == "Distributed.all_reduce.0.forward"
+
+
+def test_rank0_divergence_through_ddp_gradients_is_received(two_rank_dumps):
+    """Without the recorded collective, rank 0 first differs where the optimizer reads gradients DDP
+    all-reduced inside autograd: an input no recorded call produced, after rank 1 diverged."""
+    d = diagnose(compare_dumps(str(two_rank_dumps / "target_ddp"), str(two_rank_dumps / "golden_ddp"),
+                               progress=False))
+    top = d["suspects"][0]
+    assert (top["api"], top["ranks"]) == ("Functional.softmax.0.forward", [1])
+    by_rank = {r["rank"]: r for r in d["ranks"]}
+    assert by_rank[0]["first_divergence"].startswith("Tensor.add_")  # SGD's update of a parameter
+    rank0 = [s for s in d["suspects"] if 0 in s["ranks"]]
+    assert rank0 and all(s["kind"] == "communication" for s in rank0)
+    assert all("rank 1 diverged earlier" in s["reason"] for s in rank0)

@@ -135,6 +135,7 @@ def _rank_suspects(per_rank):
     are carried over from it (the optimizer wrote them), so they are not listed again.
     """
     first_step = min((p["step"] for p in per_rank if p.get("_suspects")), default=None)
+    _demote_cross_rank_arrivals(per_rank)
     groups = {}
     for p in per_rank:
         for s in p.get("_suspects", []):
@@ -148,6 +149,31 @@ def _rank_suspects(per_rank):
     ordered = sorted(groups.values(), key=lambda g: (g["suspect"].tier, g["rank_entry"]["step"],
                                                      g["suspect"].call.order, g["ranks"][0]))
     return [_suspect_dict(g["suspect"], g["rank_entry"], g["ranks"]) for g in ordered]
+
+
+def _demote_cross_rank_arrivals(per_rank):
+    """Ranks exchange data outside recorded calls too (DDP's gradient all-reduce runs inside autograd).
+    When another rank of the same step diverged earlier, a rank's entry point that no recorded call
+    explains (an input without producer, parameter gradients) is most likely that rank's error arriving:
+    list it with the collectives, after the introducers."""
+    earliest = {}
+    for p in per_rank:
+        for s in p.get("_suspects", []):
+            if s.tier == flow.STRONG:
+                key = (p["step"], p["rank"])
+                earliest[key] = min(earliest.get(key, s.call.order), s.call.order)
+    for p in per_rank:
+        others = [(order, rank) for (step, rank), order in earliest.items()
+                  if step == p["step"] and rank != p["rank"]]
+        if not others:
+            continue
+        first_order, first_rank = min(others)
+        for s in p.get("_suspects", []):
+            arrival = s.kind == flow.FIRST_INPUT or (s.kind == flow.INTRODUCED and s.call.is_param_grad)
+            if arrival and s.call.order > first_order:
+                s.kind, s.tier = flow.RECEIVED, flow.COMM
+                s.reason = (f"{s.reason}; rank {first_rank} diverged earlier, and ranks exchange values outside "
+                            f"recorded calls too (e.g. DDP's gradient all-reduce)")
 
 
 def _suspect_dict(s, rank_entry, ranks):
