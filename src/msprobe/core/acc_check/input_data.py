@@ -43,7 +43,8 @@ class TensorSource:
     def array(self, spec: TensorSpec, rng):
         if self.uses_real(spec):
             loaded = self.reader.load_tensor({"data_name": spec.data_name})
-            array = np.asarray(loaded.array)
+            # a private, writable copy: the file is memory-mapped read-only, and in-place APIs write
+            array = np.array(loaded.array, copy=True)
             if tuple(array.shape) != spec.shape:
                 raise DumpFormatError(f"{spec.data_name}: shape {tuple(array.shape)} differs from the "
                                       f"record's {list(spec.shape)}")

@@ -50,8 +50,8 @@ def forward_reduction_length(api, input_shapes, output_shape):
     if name in MATMUL_LIKE:
         return max(1, _contracted(name, shapes))
     if name.startswith("conv") and len(shapes) >= 2 and len(shapes[1]) >= 2:
-        w = shapes[1]
-        return max(1, math.prod(w) // max(1, min(w[0], w[1])))
+        w = shapes[1]  # (out, in/groups, *kernel); transposed convolutions: (in, out/groups, *kernel)
+        return max(1, math.prod(w) // max(1, w[1] if "transpose" in name else w[0]))
     out_numel = max(1, math.prod(output_shape))
     k = max(1, max(math.prod(s) for s in shapes) // out_numel)
     if any(word in name for word in REDUCING_WORDS):

@@ -43,7 +43,8 @@ def _first_line(e):
 def numpy_of(t):
     if t.dtype == ms.bfloat16:
         t = t.astype(ms.float32)
-    return np.ascontiguousarray(t.asnumpy())
+    a = t.asnumpy()
+    return a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
 class _Skip(Exception):

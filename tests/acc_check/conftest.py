@@ -1,0 +1,60 @@
+"""Fixtures of the acc_check tests: real dumps of the PyTorch and MindSpore model zoos (made once per
+session), and the zoo modules loaded by path under private names."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+SEED_WHERE = "/work/shared/reference/msprobe-samples/acc_check/seed_ms_mint_where_dump.json"
+
+
+def load_by_path(name, path):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def pt_models():
+    return load_by_path("msprobe_acc_pt_models", os.path.join(TESTS, "pytorch", "models.py"))
+
+
+@pytest.fixture(scope="session")
+def ms_models():
+    pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
+    return load_by_path("msprobe_acc_ms_models", os.path.join(TESTS, "mindspore", "models.py"))
+
+
+def dump_json_of(dump_path, step=0):
+    from msprobe.core.dump.reader import find_rank_dirs
+    rank = [r for r in find_rank_dirs(str(dump_path)) if r.step == step][0]
+    return os.path.join(rank.path, "dump.json")
+
+
+@pytest.fixture(scope="session")
+def pt_dumps(tmp_path_factory, pt_models):
+    """{task: dump.json} of the PyTorch transformer block, L1, statistics and tensor."""
+    out = {}
+    for task in ("statistics", "tensor"):
+        tmp = tmp_path_factory.mktemp(f"pt_{task}")
+        run = pt_models.run_dump(tmp, "transformer", "L1", task)
+        out[task] = dump_json_of(run.dump_path)
+    return out
+
+
+@pytest.fixture(scope="session")
+def ms_dumps(tmp_path_factory, ms_models):
+    """{task: dump.json} of the MindSpore transformer block, L1, statistics and tensor."""
+    out = {}
+    for task in ("statistics", "tensor"):
+        tmp = tmp_path_factory.mktemp(f"ms_{task}")
+        root, _ = ms_models.run_dump(tmp, "transformer", "L1", task=task, steps=1)
+        out[task] = dump_json_of(root)
+    return out
