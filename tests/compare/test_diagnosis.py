@@ -160,6 +160,7 @@ def test_later_steps_do_not_repeat_carried_parameters(tmp_path):
     d = _diagnose(target, golden)
     assert sorted(r["step"] for r in d["ranks"]) == [0, 1]
     assert d["suspects"][0]["step"] == 0 and d["suspects"][0]["api"] == "Functional.linear.1.forward"
+    assert len({(s["api"], s["kind"]) for s in d["suspects"]}) == len(d["suspects"])  # one entry per call
     assert not [s for s in d["suspects"] if s["step"] == 1 and s["kind"] in ("parameter", "input")]
     assert {r["step"]: r["diverging_calls"] > 0 for r in d["ranks"]} == {0: True, 1: True}
 

@@ -97,7 +97,7 @@ def test_rank1_planted_softmax_named_first(two_rank_dumps):
     top = d["suspects"][0]
     assert top["api"] == "Functional.softmax.0.forward"
     assert top["ranks"] == [1] and top["direction"] == "forward"
-    assert "rank 1" in d["verdict"]
+    assert "rank 1" in d["verdict"] and d["verdict"].endswith("rank 0 only receives it from other ranks")
     text = format_diagnosis(d)
     assert "Functional.softmax.0.forward" in text.splitlines()[0] and "rank 1" in text.splitlines()[0]
 

@@ -53,6 +53,7 @@ def diagnose(results):
         "verdict": _verdict(divergence, suspects, per_rank),
         "mode": modes[0] if len(modes) == 1 else modes,
         "suspects": suspects[:MAX_SUSPECTS],
+        "receiving_ranks": receiving_ranks(suspects),
         "ranks": [{k: v for k, v in p.items() if not k.startswith("_")} for p in per_rank],
         "thresholds": {"noise_floor": dict(DTYPE_NOISE_FLOOR), "amplification": AMPLIFICATION,
                        "amplified_only": AMPLIFIED_ONLY},
@@ -128,7 +129,8 @@ def _fold_modules(suspects, construct):
 
 
 def _rank_suspects(per_rank):
-    """One list over all steps and ranks: the same call suspected on several ranks is one entry.
+    """One list over all steps and ranks: the same call suspected (for the same reason) on several
+    ranks or steps is one entry, its evidence from the earliest step and lowest rank.
 
     Order: strong introducers before amplifications, weak ones and collectives; then the earliest
     step; then execution order. Parameters and first inputs of a step after one that already diverged
@@ -137,18 +139,18 @@ def _rank_suspects(per_rank):
     first_step = min((p["step"] for p in per_rank if p.get("_suspects")), default=None)
     _demote_cross_rank_arrivals(per_rank)
     groups = {}
-    for p in per_rank:
+    for p in per_rank:  # sorted by (step, rank)
         for s in p.get("_suspects", []):
             if p["step"] != first_step and s.kind in _CARRIED_KINDS:
                 continue
-            gk = (p["step"], s.call.key, s.kind)
-            g = groups.get(gk)
-            if g is None:
-                groups[gk] = g = {"suspect": s, "rank_entry": p, "ranks": []}
-            g["ranks"].append(p["rank"])
+            g = groups.setdefault((s.call.key, s.kind), {"suspect": s, "rank_entry": p, "ranks": set(),
+                                                          "steps": set()})
+            g["ranks"].add(p["rank"])
+            g["steps"].add(p["step"])
     ordered = sorted(groups.values(), key=lambda g: (g["suspect"].tier, g["rank_entry"]["step"],
-                                                     g["suspect"].call.order, g["ranks"][0]))
-    return [_suspect_dict(g["suspect"], g["rank_entry"], g["ranks"]) for g in ordered]
+                                                     g["suspect"].call.order, g["rank_entry"]["rank"]))
+    return [_suspect_dict(g["suspect"], g["rank_entry"], sorted(g["ranks"]), sorted(g["steps"]))
+            for g in ordered]
 
 
 def _demote_cross_rank_arrivals(per_rank):
@@ -176,7 +178,7 @@ def _demote_cross_rank_arrivals(per_rank):
                             f"recorded calls too (e.g. DDP's gradient all-reduce)")
 
 
-def _suspect_dict(s, rank_entry, ranks):
+def _suspect_dict(s, rank_entry, ranks, steps):
     call = s.call
     calls, construct = rank_entry["_calls"], rank_entry["_construct"]
     path = module_path(call.key, construct)
@@ -190,6 +192,7 @@ def _suspect_dict(s, rank_entry, ranks):
         "tier": TIER_NAMES[s.tier],
         "direction": call.direction,
         "step": rank_entry["step"],
+        "steps": steps,
         "rank": ranks[0],
         "ranks": ranks,
         "is_proc": rank_entry["is_proc"],
@@ -232,8 +235,19 @@ def _verdict(divergence, suspects, per_rank):
     top = suspects[0]
     ranks = ", ".join(str(r) for r in top["ranks"])
     word = "process" if top["is_proc"] else "rank"
-    return (f"error is introduced in {top['direction']} at {top['api']} "
-            f"(step {top['step']}, {word}{'s' if len(top['ranks']) > 1 else ''} {ranks}): {top['reason']}")
+    verdict = (f"error is introduced in {top['direction']} at {top['api']} "
+               f"(step {top['step']}, {word}{'s' if len(top['ranks']) > 1 else ''} {ranks}): {top['reason']}")
+    receiving = receiving_ranks(suspects)
+    if receiving:
+        verdict += (f"; {word}{'s' if len(receiving) > 1 else ''} {', '.join(str(r) for r in receiving)} "
+                    f"only receive{'' if len(receiving) > 1 else 's'} it from other ranks")
+    return verdict
+
+
+def receiving_ranks(suspects):
+    """Ranks whose every suspect is a received one: they diverge only because other ranks did."""
+    introducing = {r for s in suspects if s["tier"] != "communication" for r in s["ranks"]}
+    return sorted({r for s in suspects if s["tier"] == "communication" for r in s["ranks"]} - introducing)
 
 
 def _json_safe(value):

@@ -48,6 +48,11 @@ def format_diagnosis(d):
         lines.append(f"  module:  {' > '.join(top['module_path'])}")
     if top.get("stack"):
         lines.append(f"  code:    {top['stack']}")
+    if d.get("receiving_ranks"):
+        recv = d["receiving_ranks"]
+        lines.append(f"  ranks:   {'ranks' if len(recv) > 1 else 'rank'} {', '.join(str(r) for r in recv)} only "
+                     f"receive{'' if len(recv) > 1 else 's'} the error from other ranks (collectives, gradient "
+                     f"all-reduce)")
     lines.append(f"  errors:  inputs {_num(top['input_error'])}, outputs {_num(top['output_error'])} "
                  f"(relative; noise floor {_num(_floor_of(top), '{:.2g}')})")
     lines.append("Suspects (where error is introduced, most likely first):")
