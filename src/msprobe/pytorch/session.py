@@ -5,20 +5,18 @@ owns naming counters, filters, statistics and the writer. Hot path: `record_call
 Guarded by benchmarks/dump_overhead.py.
 """
 
-from concurrent.futures import Future
-
 import torch
 
 from msprobe.core import naming
 from msprobe.core.dump.reader import iter_tensor_records
-from msprobe.core.dump.tensor_files import save_npy
+from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.tool_work import tool_work
-from msprobe.pytorch.statistics import Summarizer, host_copy, numpy_of, resolve_deferred
+from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of, resolve_deferred
 
 FRAMEWORK = "pytorch"
 _SCALARS = (int, float, bool, str)
@@ -42,7 +40,7 @@ class DumpSession:
         self.filter = DumpFilter(cfg)
         self.counter = naming.CallCounter()
         self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5",
-                                     defer=cfg.async_dump)
+                                     defer=cfg.async_dump, pool=pool)
         self.module_stack = []  # forward keys of the modules being run, innermost last
         self.in_optimizer = False
         self.writer = None
@@ -83,19 +81,23 @@ class DumpSession:
 
     # -- values -> records -------------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits):
-        rec, crc = self.summarizer.summarize(t, self._writer().submit if self.summarizer.md5 else None)
-        if crc is not None:
-            if crc.done():
-                rec["md5"] = crc.result()
-            else:
-                rec["md5"] = None
-                waits.append(_filled_when_done(crc, rec, "md5"))
+        rec, entry = self.summarizer.summarize(t)
         if save:
             w = self._writer()
             name = file_stem + ".npy"
             path = w.tensor_path(name)
-            copy = host_copy(t)
-            waits.append(w.submit(lambda: save_npy(path, numpy_of(copy)), copy.numel() * copy.element_size()))
+            if entry is None or entry.file is None or not link_file(entry.file, path):
+                x = t.detach()
+                if x.device.type == "cpu":
+                    # written now, from the tensor's own memory: no copy to keep safe from later
+                    # in-place edits, nothing left for step() to wait for
+                    write_npy(path, numpy_of(host_view(x)))
+                    if entry is not None:
+                        entry.file = path
+                else:
+                    copy = host_copy(x)
+                    waits.append(w.submit(lambda: write_npy(path, numpy_of(copy)),
+                                          copy.numel() * copy.element_size()))
             rec["data_name"] = name
             self.tensor_count += 1
         return rec
@@ -261,25 +263,6 @@ class DumpSession:
         if self.writer is not None:
             self.writer.close()
         self.summarizer.clear()
-
-
-def _filled_when_done(fut, rec, field):
-    """A future that completes once `rec[field]` holds `fut`'s result.
-
-    The writer must not wait on `fut` itself: a done-callback added while `fut` is finishing runs at
-    once, possibly before `fut`'s earlier callbacks, and the record would be written with null.
-    """
-    filled = Future()
-
-    def fill(f):
-        try:
-            rec[field] = f.result()
-        except BaseException as e:  # the writer logs it to dump_error_info.log
-            filled.set_exception(e)
-        else:
-            filled.set_result(None)
-    fut.add_done_callback(fill)
-    return filled
 
 
 def _split_module_base(base):

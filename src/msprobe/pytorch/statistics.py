@@ -1,11 +1,17 @@
-"""Tensor -> record: Max/Min/Mean/Norm reduced together on the tensor's device, one transfer.
+"""Tensor -> record: Max/Min/Mean/Norm in three passes over the tensor's memory, read back at once.
 
 Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; complex -> statistics of
-|x|; empty -> all null; fp16/bf16 reduced in float32 (no overflow of the norm in fp16). A tensor seen
-again unchanged (same object, same version counter) reuses its statistics: an API's input is usually
-the previous API's output. Guarded by benchmarks/dump_overhead.py.
+|x|; empty -> all null; fp16/bf16 reduced in float32 (no overflow of the norm in fp16).
+
+Cost, per float tensor: aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
+a view whose strides are a permutation of a dense layout (a transpose) is reduced in memory order,
+not element order. A tensor seen again unchanged — the same memory, shape, strides and dtype at the
+same version counter, while the tensor first summarised is alive — reuses its record: an API's input
+is usually the previous API's output, an optimizer's gradient is the one backward produced.
+Guarded by benchmarks/dump_overhead.py.
 """
 
+import math
 import weakref
 import zlib
 
@@ -15,25 +21,42 @@ from msprobe.core.dump.json_append import json_float
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
+_DTYPE_NAMES = {}
+# CRC-32 of buffers at least this large runs in two halves, one on a writer thread (zlib frees the GIL).
+_SPLIT_CRC_BYTES = 1 << 20
 
 
 def dtype_name(dtype):
-    return str(dtype)  # 'torch.float32', as msProbe writes it
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)  # 'torch.float32', as msProbe writes it
+    return name
+
+
+class CacheEntry:
+    """What is known about one tensor's memory at one version: its record and, once written, its file."""
+
+    __slots__ = ("ref", "version", "rec", "file")
+
+    def __init__(self, ref, version, rec):
+        self.ref, self.version, self.rec, self.file = ref, version, rec, None
 
 
 class Summarizer:
-    """Computes tensor records; keeps a small identity cache of recent results.
+    """Computes tensor records; keeps a cache of recent results keyed by memory and version.
 
     Args:
         stats: compute Max/Min/Mean/Norm (False for the structure task).
-        md5: add the CRC-32 of the tensor bytes under "md5" (computed on the writer pool).
+        md5: add the CRC-32 of the tensor bytes under "md5".
         defer: keep statistics on the device and resolve them later (async_dump).
+        pool: executor that takes half of the CRC of large tensors (optional).
     """
 
-    def __init__(self, stats=True, md5=False, defer=False):
+    def __init__(self, stats=True, md5=False, defer=False, pool=None):
         self.stats = stats
         self.md5 = md5
         self.defer = defer
+        self.pool = pool
         self._cache = {}
 
     def clear(self):
@@ -43,67 +66,110 @@ class Summarizer:
         """Drop cached results of tensors changed behind autograd's back (collectives write in place
         without bumping the version counter)."""
         for t in tensors:
-            self._cache.pop(id(t), None)
+            self._cache.pop(_memory_key(t), None)
 
-    def summarize(self, t, submit=None):
-        """Record for tensor `t` (a fresh dict the caller may extend) and the CRC-32 future or None.
+    def summarize(self, t):
+        """Record for tensor `t` (a fresh dict the caller may extend) and its cache entry (or None).
 
-        Args:
-            submit: runs a callable off the training thread (the writer pool); needed for md5.
+        The entry's `file` is where the tensor was saved, if it was: the caller may link to it.
         """
-        hit = self._cache.get(id(t))
-        # inference tensors have no version counter: never cached, never looked up
-        version = -1 if t.is_inference() else t._version
-        if hit is not None and hit[0]() is t and hit[1] == version:
-            rec, crc = dict(hit[2]), hit[3]
-        else:
-            rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
-            if self.stats:
-                rec.update(self._stats(t))
-            crc = None
-            if self.md5 and submit is not None:
-                copy = host_copy(t)
-                crc = submit(lambda: crc32_of(copy), copy.numel() * copy.element_size())
+        key = None
+        if not t.is_inference() and t.layout is torch.strided:
+            key = _memory_key(t)
+            hit = self._cache.get(key)
+            if hit is not None:
+                src = hit.ref()
+                version = t._version
+                if src is not None and version == hit.version and src._version == version:
+                    rec = dict(hit.rec)
+                    rec["requires_grad"] = t.requires_grad
+                    return rec, hit
+        rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+        if self.stats:
+            rec.update(self._stats(t))
+        if self.md5:
+            rec["md5"] = crc32_of_tensor(t, self.pool)
+        entry = None
+        if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
-            if version >= 0:
-                self._cache[id(t)] = (weakref.ref(t), version, rec, crc)
+            entry = self._cache[key] = CacheEntry(weakref.ref(t), t._version, rec)
             rec = dict(rec)
         rec["requires_grad"] = t.requires_grad
-        return rec, crc
+        return rec, entry
 
     def _stats(self, t):
         x = t.detach()
-        if x.numel() == 0:
+        n = x.numel()
+        if n == 0:
             return {"Max": None, "Min": None, "Mean": None, "Norm": None}
         with torch.no_grad():
             if x.dtype == torch.bool:
-                vals = torch.stack((x.any(), x.all())).tolist()
-                return {"Max": vals[0], "Min": vals[1], "Mean": None, "Norm": None}
+                return {"Max": bool(x.any()), "Min": bool(x.all()), "Mean": None, "Norm": None}
             if x.is_complex():
                 x = x.abs()
+            x = memory_order(x)
             if not x.is_floating_point():
                 mn, mx = torch.aminmax(x)
                 xf = x.to(torch.float64)
-                vals = torch.stack((xf.mean(), torch.linalg.vector_norm(xf))).tolist()
-                return {"Max": mx.item(), "Min": mn.item(), "Mean": vals[0], "Norm": vals[1]}
-            if x.dtype in _LOW_FLOATS or x.dtype.itemsize == 1:
+                mean, norm = xf.sum() / n, torch.linalg.vector_norm(xf)
+                if x.device.type == "cpu":
+                    return {"Max": mx.item(), "Min": mn.item(), "Mean": mean.item(), "Norm": norm.item()}
+                mx, mn, mean, norm = torch.stack((mx.double(), mn.double(), mean, norm)).tolist()
+                return {"Max": int(mx), "Min": int(mn), "Mean": mean, "Norm": norm}
+            if x.dtype.itemsize == 1:  # float8: few kernels take it
                 x = x.float()
-            mn, mx = torch.aminmax(x)
-            packed = torch.stack((mx, mn, x.mean(), torch.linalg.vector_norm(x)))
-            if self.defer:
-                return {"_deferred": packed}
-            mx, mn, mean, norm = packed.tolist()
-            return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean),
-                    "Norm": json_float(norm)}
+            flat = x.view(-1) if x.is_contiguous() else None
+            mn, mx = torch.aminmax(x if flat is None else flat)
+            if x.dtype in _LOW_FLOATS or flat is None:
+                total = x.sum(dtype=torch.float32) if x.dtype in _LOW_FLOATS else x.sum()
+                norm = torch.linalg.vector_norm(x, dtype=torch.float32 if x.dtype in _LOW_FLOATS else None)
+                squared = False
+            else:
+                total, norm, squared = flat.sum(), torch.dot(flat, flat), True
+            if self.defer or x.device.type != "cpu":
+                packed = torch.stack((mx.to(total.dtype), mn.to(total.dtype), total, norm))
+                if self.defer:
+                    return {"_deferred": (packed, n, squared)}
+                return _finish(packed.tolist(), n, squared, x)
+            return _finish((mx.item(), mn.item(), total.item(), norm.item()), n, squared, x)
+
+
+def _finish(vals, n, squared, x):
+    mx, mn, total, norm = vals
+    if squared:
+        if x is not None and math.isinf(norm) and math.isfinite(mx) and math.isfinite(mn):
+            norm = torch.linalg.vector_norm(x, dtype=torch.float64).item()  # the squares overflowed
+        else:
+            norm = math.sqrt(norm) if norm == norm else norm
+    if x is not None and math.isinf(total) and math.isfinite(mx) and math.isfinite(mn):
+        total = x.sum(dtype=torch.float64).item()
+    mean = total / n
+    if math.isfinite(mx) and math.isfinite(mn) and math.isfinite(mean) and math.isfinite(norm):
+        return {"Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
+    return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean), "Norm": json_float(norm)}
 
 
 def resolve_deferred(rec):
     """Turn a deferred statistics record (async_dump) into plain numbers, in place."""
-    packed = rec.pop("_deferred", None)
-    if packed is not None:
-        mx, mn, mean, norm = packed.tolist()
-        rec.update(Max=json_float(mx), Min=json_float(mn), Mean=json_float(mean), Norm=json_float(norm))
+    deferred = rec.pop("_deferred", None)
+    if deferred is not None:
+        packed, n, squared = deferred
+        rec.update(_finish(packed.tolist(), n, squared, None))
+
+
+def _memory_key(t):
+    return (t.data_ptr(), t.dtype, t.shape, t.stride(), t.device)
+
+
+def memory_order(x):
+    """`x` with its dimensions permuted into memory order when that makes it contiguous (a transposed
+    view): reductions then stream through memory. Other tensors are returned as they are."""
+    if x.is_contiguous() or x.dim() < 2:
+        return x
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d]))
+    y = x.permute(order)
+    return y if y.is_contiguous() else x
 
 
 def host_copy(t):
@@ -114,6 +180,14 @@ def host_copy(t):
     return x.clone(memory_format=torch.contiguous_format)
 
 
+def host_view(t):
+    """`t`'s own CPU memory as a contiguous tensor when it already is one (no copy), else a copy."""
+    x = t.detach()
+    if x.device.type == "cpu" and x.is_contiguous() and not x.is_conj() and not x.is_neg():
+        return x
+    return host_copy(x).resolve_conj().resolve_neg()
+
+
 def numpy_of(x_cpu):
     """numpy array for a .npy file; dtypes numpy lacks (bf16, fp8) are upcast to float32, exactly."""
     if x_cpu.dtype == torch.bfloat16 or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1):
@@ -121,7 +195,67 @@ def numpy_of(x_cpu):
     return x_cpu.numpy()
 
 
+def _bytes_of(x_cpu):
+    return x_cpu.reshape(-1).view(torch.uint8).numpy() if x_cpu.numel() else b""
+
+
 def crc32_of(x_cpu):
     """CRC-32 of the tensor's raw bytes as 8 hex digits (msProbe's "md5" field)."""
-    data = x_cpu.reshape(-1).view(torch.uint8).numpy() if x_cpu.numel() else b""
-    return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+    return f"{zlib.crc32(_bytes_of(x_cpu)) & 0xFFFFFFFF:08x}"
+
+
+def crc32_of_tensor(t, pool=None):
+    """CRC-32 of `t`'s bytes, read in place when `t` is contiguous CPU memory; large buffers are split
+    in two halves checksummed at the same time (one on `pool`) and combined."""
+    data = _bytes_of(host_view(t))
+    if pool is None or len(data) < _SPLIT_CRC_BYTES:
+        return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+    half = len(data) // 2
+    tail = pool.submit(zlib.crc32, data[half:])
+    head = zlib.crc32(data[:half])
+    return f"{crc32_combine(head, tail.result(), len(data) - half) & 0xFFFFFFFF:08x}"
+
+
+# -- CRC-32 combination (zlib's crc32_combine, which Python's zlib does not expose) ----------------------
+_CRC_POLY = 0xEDB88320
+
+
+def _gf2_times(mat, vec):
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def _gf2_square(mat):
+    return [_gf2_times(mat, mat[i]) for i in range(32)]
+
+
+_POW2_OPS = []  # [k]: the 32x32 GF(2) operator that appends 2**k zero bytes to a CRC
+
+
+def _pow2_ops():
+    if not _POW2_OPS:
+        op = [_CRC_POLY] + [1 << i for i in range(31)]  # one zero bit
+        for _ in range(3):
+            op = _gf2_square(op)  # -> one zero byte
+        ops = [op]
+        for _ in range(47):
+            ops.append(_gf2_square(ops[-1]))
+        _POW2_OPS[:] = ops
+    return _POW2_OPS
+
+
+def crc32_combine(crc1, crc2, len2):
+    """CRC-32 of A+B from crc32(A), crc32(B) and len(B)."""
+    ops = _pow2_ops()
+    k = 0
+    while len2 > 0:
+        if len2 & 1:
+            crc1 = _gf2_times(ops[k], crc1)
+        len2 >>= 1
+        k += 1
+    return crc1 ^ crc2

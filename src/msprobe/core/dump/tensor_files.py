@@ -218,3 +218,53 @@ def save_npy(path, array) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def npy_header(dtype, shape) -> bytes:
+    """The ``.npy`` (format 1.0) header for a C-ordered array of ``dtype`` and ``shape``."""
+    descr = np.lib.format.dtype_to_descr(np.dtype(dtype))
+    text = (f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {tuple(int(n) for n in shape)!r}, }}"
+            .encode("latin1"))
+    pad = 64 - (len(_NPY_MAGIC) + 4 + len(text) + 1) % 64  # data starts 64-byte aligned
+    text += b" " * (pad % 64) + b"\n"
+    return _NPY_MAGIC + b"\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def write_npy(path, array) -> None:
+    """Writes ``array`` as ``.npy`` to ``path`` with one ``writev``: header and the array's own memory.
+
+    Faster than :func:`save_npy` (no temporary file, no copy of a C-contiguous array) but not atomic:
+    a process killed mid-write leaves a short file, which :func:`load_tensor_file` reports as truncated.
+    """
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    chunks = [npy_header(array.dtype, array.shape), memoryview(array.reshape(-1)).cast("B")]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        while chunks:
+            done = os.writev(fd, chunks)
+            while chunks and done >= len(chunks[0]):
+                done -= len(chunks[0])
+                chunks.pop(0)
+            if chunks and done:
+                chunks[0] = memoryview(chunks[0])[done:]
+    finally:
+        os.close(fd)
+
+
+def link_file(src, dst) -> bool:
+    """Makes ``dst`` a hard link to the already written ``src`` (same bytes, no copy).
+
+    Returns False when the file system cannot link, so the caller writes the file itself.
+    """
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        try:
+            os.unlink(dst)
+            os.link(src, dst)
+        except OSError:
+            return False
+    except OSError:
+        return False
+    return True

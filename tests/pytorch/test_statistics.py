@@ -1,0 +1,113 @@
+"""Summarizer: statistics against torch's own reductions, memory-keyed reuse, CRC-32 in halves."""
+
+import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
+from msprobe.pytorch.statistics import Summarizer, crc32_combine, crc32_of, crc32_of_tensor, memory_order
+
+from tests.pytorch.models import assert_stats
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(7, 5),
+    lambda: torch.randn(4, 6, 8).transpose(0, 2),          # permutation of a dense layout
+    lambda: torch.randn(10, 10)[::2, 1:],                    # not dense: reduced as it is
+    lambda: (torch.randn(64, 3) * 100).to(torch.bfloat16).t(),
+    lambda: torch.randn(5, 3).to(torch.float16),
+])
+def test_float_statistics_match_torch(make):
+    t = make()
+    rec, _ = Summarizer().summarize(t)
+    assert_stats(rec, t, rel=1e-5)
+
+
+def test_float64_statistics_in_float64():
+    t = torch.randn(3, 4, dtype=torch.float64)
+    rec, _ = Summarizer().summarize(t)
+    assert (rec["Max"], rec["Min"]) == (t.max().item(), t.min().item())
+    assert rec["Mean"] == pytest.approx(t.mean().item(), rel=1e-12)
+    assert rec["Norm"] == pytest.approx(t.norm().item(), rel=1e-12)
+
+
+def test_memory_order_makes_transposes_contiguous_without_copy():
+    x = torch.randn(2, 3, 4, 5)
+    y = memory_order(x.permute(2, 0, 3, 1))
+    assert y.is_contiguous() and y.data_ptr() == x.data_ptr()
+    z = x[:, ::2]
+    assert memory_order(z) is z
+
+
+def test_integer_bool_empty_and_nonfinite():
+    s = Summarizer()
+    rec, _ = s.summarize(torch.tensor([[1, -5], [7, 2]]))
+    assert (rec["Max"], rec["Min"], rec["Mean"]) == (7, -5, 1.25)
+    assert rec["Norm"] == pytest.approx((1 + 25 + 49 + 4) ** 0.5)
+    rec, _ = s.summarize(torch.tensor([True, False]))
+    assert (rec["Max"], rec["Min"], rec["Mean"], rec["Norm"]) == (True, False, None, None)
+    rec, _ = s.summarize(torch.empty(0, 3))
+    assert rec["Max"] is None and rec["Norm"] is None
+    rec, _ = s.summarize(torch.tensor([1.0, float("inf"), -2.0]))
+    assert (rec["Max"], rec["Min"], rec["Mean"], rec["Norm"]) == ("inf", -2.0, "inf", "inf")
+    rec, _ = s.summarize(torch.tensor([1.0, float("nan")]))
+    assert rec["Max"] == "nan" and rec["Mean"] == "nan"
+    # squares overflow float32 although every value is finite: the norm is still right
+    big = torch.full((4,), 3e30)
+    rec, _ = s.summarize(big)
+    assert rec["Norm"] == pytest.approx(6e30, rel=1e-6) and rec["Mean"] == pytest.approx(3e30, rel=1e-6)
+
+
+def test_reuse_is_keyed_by_memory_and_version():
+    s = Summarizer()
+    x = torch.randn(6, 4)
+    rec1, entry1 = s.summarize(x)
+    rec2, entry2 = s.summarize(x.detach())  # another tensor object over the same memory
+    assert entry2 is entry1 and rec2 == rec1
+    x.mul_(2)  # version bump: computed again
+    rec3, entry3 = s.summarize(x)
+    assert entry3 is not entry1 and rec3["Max"] == pytest.approx(2 * rec1["Max"])
+    v = x.view(24)  # same memory, other shape: its own entry
+    _, entry4 = s.summarize(v)
+    assert entry4 is not entry3
+    s.forget([x])
+    _, entry5 = s.summarize(x)
+    assert entry5 is not entry3
+
+
+def test_reuse_never_outlives_the_tensor():
+    s = Summarizer()
+    rec, _ = s.summarize(torch.ones(1000))
+    # the first tensor is gone: a new one, possibly at the same address, is computed afresh
+    rec2, _ = s.summarize(torch.full((1000,), 3.0))
+    assert rec2["Max"] == 3.0
+
+
+def test_crc32_combine_and_split_checksum():
+    for a, b in [(b"abc", b"defg"), (os.urandom(1000), os.urandom(3)), (b"", b"xyz"), (os.urandom(5), b"")]:
+        assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+    x = torch.randn(600_000)  # 2.4 MB: checksummed in two halves
+    with ThreadPoolExecutor(1) as pool:
+        assert crc32_of_tensor(x, pool) == crc32_of(x) == f"{zlib.crc32(x.numpy().tobytes()):08x}"
+        xt = torch.randn(700, 500).t()
+        assert crc32_of_tensor(xt, pool) == crc32_of(xt.contiguous())
+    s = Summarizer(md5=True)
+    rec, _ = s.summarize(torch.arange(6, dtype=torch.bfloat16))
+    assert rec["md5"] == f"{zlib.crc32(torch.arange(6, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()):08x}"
+
+
+def test_write_npy_and_link(tmp_path):
+    for a in [np.random.randn(3, 4).astype(np.float32), np.array(5.0), np.zeros((0, 3)), np.random.randn(5, 6).T,
+              np.array([True, False])]:
+        p = tmp_path / "x.npy"
+        write_npy(p, a)
+        back = load_tensor_file(p).array
+        assert back.dtype == a.dtype and back.shape == a.shape and (back == a).all()
+    dst = tmp_path / "y.npy"
+    assert link_file(tmp_path / "x.npy", dst)
+    assert os.path.samefile(tmp_path / "x.npy", dst)
+    assert link_file(tmp_path / "x.npy", dst)  # replaces an existing file
