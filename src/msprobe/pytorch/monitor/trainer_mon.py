@@ -66,8 +66,9 @@ class TrainerMon:
         self.rank = 0
         self._handles = []
         self._activations = []
-        self._unreduced = {}
+        self._unreduced = {}   # param -> (grad, grad version, raw ops) from the post-accumulate hook
         self._acc_calls = {}
+        self._updated = None   # ([param versions], raw ops matrix) of the last param_updated
 
     # -- setup -----------------------------------------------------------------------------------------
     def set_monitor(self, model, grad_acc_steps, optimizer, dp_group=None, tp_group=None, start_iteration=0):
@@ -134,6 +135,8 @@ class TrainerMon:
     # -- per step --------------------------------------------------------------------------------------
     def _begin_step(self):
         self.collecting = self.config.collects(self.step, self.collected)
+        if not self.collecting:
+            self._updated = None
         self._unreduced.clear()
         self._acc_calls.clear()
         for a in self._activations:
@@ -155,9 +158,10 @@ class TrainerMon:
         if calls % self.grad_acc_steps == 0:
             g = self._grad_of(p)
             if g is not None:
-                self._unreduced[p] = (g, self.stats.raw(g))
+                self._unreduced[p] = (g, g._version, self.stats.raw(g))
 
     def _add_group(self, tag, idxs, tensors):
+        idxs = list(idxs)
         if tensors:
             self.batch.add_many(tag, [self.param_names[i] for i in idxs], tensors, self.stats.raw_many(tensors),
                                 [self.param_vpp[i] for i in idxs])
@@ -167,14 +171,31 @@ class TrainerMon:
             return
         cfg = self.config
         if cfg.wg_distribution:
-            for p, (g, vec) in self._unreduced.items():
+            for p, (g, _, vec) in self._unreduced.items():
                 i = self._param_index[p]
                 self.batch.add("grad_unreduced", self.param_names[i], None, g, vec, self.param_vpp[i])
-            grads = [(i, self._grad_of(p)) for i, p in enumerate(self.params)]
-            grads = [(i, g) for i, g in grads if g is not None]
-            self._add_group("grad_reduced", [i for i, _ in grads], [g for _, g in grads])
+            self._add_reduced_grads()
         if cfg.param_distribution:
-            self._add_group("param_origin", range(len(self.params)), self.params)
+            if self._updated is not None and self._updated[0] == [p._version for p in self.params]:
+                # untouched since the last step's param_updated: same values, no second pass over them
+                self.batch.add_many("param_origin", self.param_names, self.params, self._updated[1], self.param_vpp)
+            else:
+                self._add_group("param_origin", range(len(self.params)), self.params)
+
+    def _add_reduced_grads(self):
+        """grad_reduced: a gradient no reduction wrote into since the unreduced hook read it (single
+        process, or a data-parallel wrapper that did not touch it) reuses those ops."""
+        fresh = []
+        for i, p in enumerate(self.params):
+            g = self._grad_of(p)
+            if g is None:
+                continue
+            seen = self._unreduced.get(p)
+            if seen is not None and seen[0] is g and seen[1] == g._version:
+                self.batch.add("grad_reduced", self.param_names[i], None, g, seen[2], self.param_vpp[i])
+            else:
+                fresh.append((i, g))
+        self._add_group("grad_reduced", [i for i, _ in fresh], [g for _, g in fresh])
 
     def _after_step(self, optimizer, args, kwargs):
         if self.collecting:
@@ -183,7 +204,9 @@ class TrainerMon:
                 for key, (idxs, tensors) in moment_tensors(self.optimizer, self.params).items():
                     self._add_group(key, idxs, tensors)
             if cfg.param_distribution:
-                self._add_group("param_updated", range(len(self.params)), self.params)
+                matrix = self.stats.raw_many(self.params)
+                self.batch.add_many("param_updated", self.param_names, self.params, matrix, self.param_vpp)
+                self._updated = ([p._version for p in self.params], matrix)
             self._write_step()
             self.collected += 1
         if self._struct is not None:
