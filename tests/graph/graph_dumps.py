@@ -120,3 +120,59 @@ def dump_overflow(dump_path):
     step0 = os.path.join(str(dump_path), "step0")
     (rank_dir,) = os.listdir(step0)
     return os.path.join(step0, rank_dir)
+
+
+def _renamer(keys):
+    """key -> function(copy) giving the key of the same call in micro-batch `copy` (call indexes shifted
+    by the number of calls of that name in one micro-batch, as the dumper numbers them)."""
+    from msprobe.core.naming import api_key, is_module_key, module_key, params_grad_key, split_key
+
+    counts = {}
+    for k in keys:
+        base, direction, index = split_key(k)
+        if direction:
+            counts[base] = max(counts.get(base, 0), index + 1)
+
+    def rename(key, copy):
+        base, direction, index = split_key(key)
+        if not direction or copy == 0:
+            return key
+        n = index + copy * counts[base]
+        prefix, rest = base.split(".", 1)
+        if is_module_key(key):
+            path, cls = rest.rsplit(".", 1)
+            if direction == "parameters_grad":
+                return params_grad_key(prefix, path, cls, n)
+            return module_key(prefix, path, cls, direction, n)
+        return api_key(prefix, rest, n, direction)
+    return rename
+
+
+def tile_dump(src_rank_dir, dst_rank_dir, copies):
+    """Write a dump of `copies` micro-batches from a one-micro-batch dump: every call except the
+    optimizer's is repeated with shifted call indexes (dump.json, construct.json and stack.json)."""
+    import json
+
+    def load(name):
+        with open(os.path.join(src_rank_dir, name)) as f:
+            return json.load(f)
+
+    dump, construct, stack = load("dump.json"), load("construct.json"), load("stack.json")
+    once = {k for k, parent in construct.items() if parent == "optimizer"}
+    rename = _renamer(list(dump["data"]) + list(construct))
+    data, new_construct, new_stack = {}, {}, {}
+    for c in range(copies):
+        for k, rec in dump["data"].items():
+            if k not in once or c == 0:
+                data[rename(k, c)] = rec
+        for k, parent in construct.items():
+            if k not in once or c == 0:
+                new_construct[rename(k, c)] = rename(parent, c) if parent else parent
+    for sid, (keys, lines) in stack.items():
+        new_stack[sid] = [[rename(k, c) for c in range(copies) for k in keys if k not in once or c == 0], lines]
+    os.makedirs(dst_rank_dir, exist_ok=True)
+    for name, obj in (("dump.json", dict(dump, data=data)), ("construct.json", new_construct),
+                      ("stack.json", new_stack)):
+        with open(os.path.join(dst_rank_dir, name), "w") as f:
+            json.dump(obj, f)
+    return dst_rank_dir
