@@ -135,9 +135,33 @@ def detect_mode(t_reader, g_reader, t_rows, g_rows):
     return "statistics"
 
 
-def _row_frame(reader):
+# dump.json files above this size are read in a second process while this one reads the other side
+PARALLEL_LOAD_BYTES = 32 << 20
+
+
+def _load_side(path):
+    """(DumpReader without its records, row table) of one dump; the records are dropped once flat."""
     from msprobe.core.compare.rows import frame_from_records
-    return frame_from_records(reader.data)
+    reader = DumpReader(path)
+    frame = frame_from_records(reader.data)
+    reader.data = {}
+    return reader, frame
+
+
+def _load_sides(target_path, golden_path):
+    """Both sides' (reader, rows); the golden side in a worker process when the files are large."""
+    def size(p):
+        f = p if os.path.isfile(p) else os.path.join(p, "dump.json")
+        return os.path.getsize(f) if os.path.isfile(f) else 0
+    if size(target_path) + size(golden_path) < PARALLEL_LOAD_BYTES or (os.cpu_count() or 1) < 2:
+        return _load_side(target_path), _load_side(golden_path)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        golden = pool.submit(_load_side, golden_path)
+        target = _load_side(target_path)
+        return target, golden.result()
 
 
 @dataclass
@@ -164,8 +188,7 @@ def _mapping(value, loader):
 def compare_pair(target, golden, opts):
     """CompareResult of one target rank dir/file against one golden rank dir/file."""
     from msprobe.core.compare.table import build_table
-    t_reader, g_reader = DumpReader(target.path), DumpReader(golden.path)
-    t_rows, g_rows = _row_frame(t_reader), _row_frame(g_reader)
+    (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
     mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
     t_fw, g_fw = t_reader.framework, g_reader.framework
     cross = bool(t_fw and g_fw and t_fw != g_fw)

@@ -62,8 +62,11 @@ def renumbered_keys(keys, enabled=True):
     out = {}
     counters = defaultdict(int)
     for key in keys:
+        if not enabled or ".backward" not in key:
+            out[key] = key
+            continue
         base, direction, index = split_key(key)
-        if enabled and direction == BACKWARD:
+        if direction == BACKWARD:
             n = counters[base]
             counters[base] = n + 1
             out[key] = _rebuild(key, base, direction, n)
@@ -186,7 +189,10 @@ def match_rows(target, golden, opts):
     g_renum = renumbered_keys(g_keys, renumber)
     t_renum = renumbered_keys(t_keys, renumber)
     mapper = _KeyMapper(opts, t_keys)
-    mapped = {k: mapper.golden_key(t_renum[k]) for k in t_keys}
+    if opts.cross_framework or opts.cell_mapping or opts.layer_mapping:
+        mapped = {k: mapper.golden_key(t_renum[k]) for k in t_keys}
+    else:
+        mapped = t_renum
     if opts.fuzzy:
         renum_to_golden = _fuzzy_pairs([mapped[k] for k in t_keys], g_keys)
         mapped = {k: renum_to_golden.get(mapped[k]) for k in t_keys}

@@ -9,17 +9,23 @@ million tensors flattens in seconds. Must not import torch or mindspore.
 """
 from __future__ import annotations
 
-import math
 
 from msprobe.core.dump.reader import stat_value
 
 COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "max", "min", "mean", "norm",
            "requires_grad", "md5", "data_name")
+# float copies of the statistics (NaN where absent or not a number), for vectorised arithmetic
+FLOAT_COLUMNS = ("fmax", "fmin", "fmean", "fnorm")
 TENSOR, SCALAR, NONE = "tensor", "scalar", "none"
+_NAN = float("nan")
+_NUMBER_TYPES = (int, float)
 
 
-def _is_tensor(v):
-    return "dtype" in v and "shape" in v and "type" in v
+def _num(v):
+    t = type(v)
+    if t is float:
+        return v
+    return float(v) if t is int or t is bool else _NAN
 
 
 def rows_from_records(data):
@@ -29,76 +35,100 @@ def rows_from_records(data):
         data: the `data` mapping of a dump.json/debug.json: key -> record.
 
     Returns:
-        dict of equally long lists, keys as in `COLUMNS`.
+        dict of equally long lists, keys as in `COLUMNS` and `FLOAT_COLUMNS`.
     """
-    cols = {c: [] for c in COLUMNS}
-    add = {c: cols[c].append for c in COLUMNS}
+    cols = {c: [] for c in COLUMNS + FLOAT_COLUMNS}
+    a_name, a_key, a_suffix, a_role, a_kind = (cols[c].append for c in ("name", "key", "suffix", "role", "kind"))
+    a_dtype, a_shape, a_rg, a_md5, a_file = (cols[c].append for c in
+                                             ("dtype", "shape", "requires_grad", "md5", "data_name"))
+    a_max, a_min, a_mean, a_norm = (cols[c].append for c in ("max", "min", "mean", "norm"))
+    f_max, f_min, f_mean, f_norm = (cols[c].append for c in FLOAT_COLUMNS)
 
-    def emit(name, key, suffix, role, v):
-        add["name"](name)
-        add["key"](key)
-        add["suffix"](suffix)
-        add["role"](role)
-        if v is None or not isinstance(v, dict):
-            add["kind"](NONE)
-            add["dtype"]("None")
-            add["shape"]("None")
-            for c in ("max", "min", "mean", "norm", "requires_grad", "md5", "data_name"):
-                add[c](None)
+    def emit(key, suffix, role, v):
+        a_name(key + suffix)
+        a_key(key)
+        a_suffix(suffix)
+        a_role(role)
+        if type(v) is not dict:
+            a_kind(NONE)
+            a_dtype("None")
+            a_shape("None")
+            for append in (a_max, a_min, a_mean, a_norm, a_rg, a_md5, a_file):
+                append(None)
+            for append in (f_max, f_min, f_mean, f_norm):
+                append(_NAN)
             return
-        if _is_tensor(v):
-            add["kind"](TENSOR)
-            add["dtype"](str(v["dtype"]))
-            add["shape"](str(list(v["shape"])) if isinstance(v["shape"], (list, tuple)) else str(v["shape"]))
-            add["max"](stat_value(v.get("Max")))
-            add["min"](stat_value(v.get("Min")))
-            add["mean"](stat_value(v.get("Mean")))
-            add["norm"](stat_value(v.get("Norm")))
-            add["requires_grad"](v.get("requires_grad"))
+        get = v.get
+        if "dtype" in v and "shape" in v:
+            shape = v["shape"]
+            a_kind(TENSOR)
+            a_dtype(str(v["dtype"]))
+            a_shape(str(shape) if type(shape) is list else str(list(shape)) if isinstance(shape, tuple) else str(shape))
+            mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
+            if type(mx) is str or type(mn) is str or type(me) is str or type(no) is str:
+                mx, mn, me, no = stat_value(mx), stat_value(mn), stat_value(me), stat_value(no)
+            a_rg(get("requires_grad"))
         else:  # {"type": "int", "value": 3}: its value stands in for all four statistics
-            value = v.get("value")
+            value = get("value")
             if isinstance(value, (list, dict)):
                 value = str(value)
-            add["kind"](SCALAR)
-            add["dtype"](f"<class '{v.get('type')}'>")
-            add["shape"]("[]")
-            for c in ("max", "min", "mean", "norm"):
-                add[c](value)
-            add["requires_grad"](None)
-        add["md5"](v.get("md5"))
-        add["data_name"](v.get("data_name"))
+            mx = mn = me = no = value
+            a_kind(SCALAR)
+            a_dtype(f"<class '{get('type')}'>")
+            a_shape("[]")
+            a_rg(None)
+        a_max(mx)
+        a_min(mn)
+        a_mean(me)
+        a_norm(no)
+        f_max(_num(mx))
+        f_min(_num(mn))
+        f_mean(_num(me))
+        f_norm(_num(no))
+        a_md5(get("md5"))
+        a_file(get("data_name"))
 
-    def walk(value, name, key, suffix, role):
-        if isinstance(value, dict) and not _is_tensor(value) and "type" not in value:
+    def walk(value, key, suffix, role):
+        if type(value) is dict:
+            if "type" in value or "dtype" in value:
+                emit(key, suffix, role, value)
+                return
             for k, item in value.items():
-                walk(item, f"{name}.{k}", key, f"{suffix}.{k}", role)
-        elif isinstance(value, (list, tuple)):
+                walk(item, key, f"{suffix}.{k}", role)
+        elif type(value) is list or type(value) is tuple:
             for i, item in enumerate(value):
-                walk(item, f"{name}.{i}", key, f"{suffix}.{i}", role)
+                walk(item, key, f"{suffix}.{i}", role)
         else:
-            emit(name, key, suffix, role, value)
+            emit(key, suffix, role, value)
+
+    def args(values, key, prefix, role):
+        for i, v in enumerate(values):
+            if type(v) is dict and "dtype" in v:  # the common case: a plain tensor
+                emit(key, f"{prefix}{i}", role, v)
+            else:
+                walk(v, key, f"{prefix}{i}", role)
 
     for key, record in data.items():
         if key.endswith(".debug"):
-            walk(record, key, key, "", "debug")
+            walk(record, key, "", "debug")
             continue
-        if not isinstance(record, dict):
+        if type(record) is not dict:
             continue
         if ".parameters_grad." in key:
-            _walk_params(record, key, walk)
+            for pname, v in record.items():
+                if type(v) is list and len(v) == 1:  # {pname: [tensor]}: no index added
+                    v = v[0]
+                walk(v, key, "." + pname, "grad")
             continue
         if "input_args" in record or "input_kwargs" in record:  # forward
-            for i, v in enumerate(record.get("input_args") or ()):
-                walk(v, f"{key}.input.{i}", key, f".input.{i}", "input")
+            args(record.get("input_args") or (), key, ".input.", "input")
             for k, v in (record.get("input_kwargs") or {}).items():
-                walk(v, f"{key}.input.{k}", key, f".input.{k}", "input")
-            for name, v in (record.get("parameters") or {}).items():
-                walk(v, f"{key}.parameters.{name}", key, f".parameters.{name}", "input")
+                walk(v, key, ".input." + k, "input")
+            for k, v in (record.get("parameters") or {}).items():
+                walk(v, key, ".parameters." + k, "input")
         else:  # backward: input = gradients of the outputs, output = gradients of the inputs
-            for i, v in enumerate(_as_list(record.get("input"))):
-                walk(v, f"{key}.input.{i}", key, f".input.{i}", "input")
-        for i, v in enumerate(_as_list(record.get("output"))):
-            walk(v, f"{key}.output.{i}", key, f".output.{i}", "output")
+            args(_as_list(record.get("input")), key, ".input.", "input")
+        args(_as_list(record.get("output")), key, ".output.", "output")
     return cols
 
 
@@ -106,8 +136,12 @@ def frame_from_records(data):
     """The rows of `rows_from_records` as a pandas DataFrame; value columns stay Python objects so
     None (absent) is not confused with NaN (a statistic that is NaN)."""
     import pandas as pd
+    import numpy as np
     cols = rows_from_records(data)
-    return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
+    # explicit object Series: pandas would otherwise turn string columns into its own string dtype
+    frame = {c: pd.Series(np.array(cols[c], dtype=object), dtype=object, copy=False) for c in COLUMNS}
+    frame.update({c: pd.Series(np.array(cols[c], dtype=np.float64), copy=False) for c in FLOAT_COLUMNS})
+    return pd.DataFrame(frame, copy=False)
 
 
 def _as_list(v):
@@ -122,12 +156,3 @@ def _walk_params(record, key, walk):
         if isinstance(v, list) and len(v) == 1:
             v = v[0]
         walk(v, f"{key}.{pname}", key, f".{pname}", "grad")
-
-
-def to_float(v):
-    """A statistic as a float for arithmetic: numbers and bools as floats, anything else NaN."""
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    return math.nan

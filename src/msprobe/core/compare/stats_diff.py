@@ -14,20 +14,27 @@ from msprobe.core.compare.columns import STAT_DIFFS, STAT_REL_ERRS
 STAT_FIELDS = ("max", "min", "mean", "norm")
 
 
-def numeric(values):
-    """Object array of statistics -> (float64 array, mask of entries that are numbers)."""
-    out = np.full(len(values), np.nan)
-    ok = np.zeros(len(values), dtype=bool)
-    for i, v in enumerate(values):
-        if isinstance(v, (int, float)) and v is not None:  # bool is an int
-            out[i] = float(v)
-            ok[i] = True
-    return out, ok
+def numeric(frame, field):
+    """(float64 array, mask of entries that are numbers) of statistic `field` of a row table.
+
+    The float column holds NaN both for absent values and for NaN statistics; only those rows are
+    looked at again to tell the two apart.
+    """
+    f = frame["f" + field].to_numpy(dtype=np.float64)
+    ok = ~np.isnan(f)
+    nan_rows = np.flatnonzero(~ok)
+    if len(nan_rows):
+        raw = frame[field].to_numpy(dtype=object)[nan_rows]
+        ok[nan_rows] = [isinstance(v, float) for v in raw]  # a NaN statistic, not a missing one
+    return f, ok
 
 
-def _fmt_floats(x):
-    import pandas as pd
-    return pd.Series(x, dtype=np.float64).astype(str).to_numpy(dtype=object)
+def _percent_strings(rel):
+    """`"x%"` of 100*rel for the finite non-zero entries; the caller fills the special cases."""
+    out = np.full(len(rel), "0", dtype=object)
+    idx = np.flatnonzero(np.isfinite(rel) & (rel != 0))
+    out[idx] = [f"{v!r}%" for v in (rel[idx] * 100.0).tolist()]
+    return out
 
 
 def stat_diff_columns(t_stats, g_stats, matched):
@@ -60,8 +67,7 @@ def stat_diff_columns(t_stats, g_stats, matched):
         d[has_nan] = "Nan"
         d[both_none] = 0
         d[one_none] = "N/A"
-        pct = _fmt_floats(rel * 100.0)
-        r = np.char.add(pct.astype(str), "%").astype(object)
+        r = _percent_strings(rel)
         r[equal | both_none] = "0"
         r[np.isinf(rel) & ~equal] = "inf"
         r[has_nan] = "Nan"

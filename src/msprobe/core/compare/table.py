@@ -31,12 +31,13 @@ class PairedRows:
         import pandas as pd
         self.target, self.gidx = target, gidx
         self.matched = gidx >= 0
-        empty = pd.DataFrame({c: [None] for c in golden.columns})
+        empty = pd.DataFrame({c: pd.Series([np.nan if golden[c].dtype.kind == "f" else None],
+                                           dtype=golden[c].dtype) for c in golden.columns})
         padded = pd.concat([golden, empty], ignore_index=True) if len(golden) else empty
         # -1 picks the padding row: golden columns aligned to target rows in one take
         self.golden = padded.iloc[np.where(self.matched, gidx, len(padded) - 1)].reset_index(drop=True)
-        self.t_num = {f: numeric(target[f].to_numpy(dtype=object)) for f in STAT_FIELDS}
-        self.g_num = {f: numeric(self.golden[f].to_numpy(dtype=object)) for f in STAT_FIELDS}
+        self.t_num = {f: numeric(target, f) for f in STAT_FIELDS}
+        self.g_num = {f: numeric(self.golden, f) for f in STAT_FIELDS}
 
 
 def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None, tensor_metrics=None):
