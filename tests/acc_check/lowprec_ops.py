@@ -21,5 +21,5 @@ def matmul_exact(a, b):
 
 
 def slow_add(a, b):
-    time.sleep(0.15)
+    time.sleep(0.25)
     return a + b

@@ -10,6 +10,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -142,6 +143,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
 def _worker(index, api_info, names, spec_options, framework, part_dir, save_error_data, error_root, seed,
             queue):
     """Body of one worker process: check `names` and report each finished API on `queue`."""
+    _exit_with_parent()
     try:
         reader, cases = load_dump(api_info)
         wanted = set(names)
@@ -155,6 +157,19 @@ def _worker(index, api_info, names, spec_options, framework, part_dir, save_erro
     except BaseException as e:  # the parent reports it; a worker must never hang the run
         queue.put(("failed", index, f"{type(e).__name__}: {e}"))
         raise
+
+
+def _exit_with_parent():
+    """A worker whose parent was killed (SIGKILL leaves no chance to stop it) ends too, so that a
+    resumed run never races an orphan writing the same parts."""
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(3)
+    threading.Thread(target=watch, name="acc_check-parent-watch", daemon=True).start()
 
 
 def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, save_error_data=False,
