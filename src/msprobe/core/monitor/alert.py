@@ -16,6 +16,8 @@ import logging
 import math
 import os
 
+import numpy as np
+
 from msprobe.core.dump.json_append import JsonAppendFile
 
 logger = logging.getLogger(__name__)
@@ -23,14 +25,11 @@ logger = logging.getLogger(__name__)
 _TURBULENCE_OPS = ("norm", "min", "max")
 
 
-def _turbulence(value, history_mean, threshold):
-    if history_mean is None or math.isnan(value) or math.isnan(history_mean):
-        return False
-    return abs(value) > (1.0 + threshold) * abs(history_mean)
-
-
 class AnomalyDetector:
     """Applies the configured rules to each step's rows and keeps each series' running mean.
+
+    The checks of a step run as numpy array operations over all rows and ops at once; only the hits
+    become Python records.
 
     Args:
         rules: `AlertRule`s from the config.
@@ -42,37 +41,54 @@ class AnomalyDetector:
         self.rules = list(rules)
         self.ops = tuple(ops)
         self.rank = rank
-        self._history = {}  # (tb_tag, op) -> [sum, count] of the finite values seen at earlier steps
+        self._index = {}                               # series (tb tag) -> row of the history arrays
+        self._sums = np.zeros((0, len(self.ops)))      # sum of the finite values of earlier steps
+        self._counts = np.zeros((0, len(self.ops)))    # how many there were
+
+    def _rows_of(self, tags):
+        idx = np.empty(len(tags), dtype=np.int64)
+        for i, tag in enumerate(tags):
+            j = self._index.get(tag)
+            if j is None:
+                j = self._index[tag] = len(self._index)
+            idx[i] = j
+        grow = len(self._index) - self._sums.shape[0]
+        if grow > 0:
+            pad = np.zeros((grow, len(self.ops)))
+            self._sums, self._counts = np.vstack([self._sums, pad]), np.vstack([self._counts, pad])
+        return idx
 
     def check_step(self, rows):
         """Return the anomaly records of one step's rows, then add the rows to the history."""
-        found = []
-        if not self.rules:
-            return found
-        updates = []
-        for call_id, row in enumerate(rows):
-            tag_name = row.tb_tag(self.rank)
-            for op, value in zip(self.ops, row.values):
-                key = (tag_name, op)
-                hist = self._history.get(key)
-                hist_mean = hist[0] / hist[1] if hist and hist[1] else None
-                for rule in self.rules:
-                    if rule.name == "AnomalyNan":
-                        hit = (value > 0) if op == "nans" else (op != "zeros" and (
-                            math.isnan(value) or abs(value) > rule.threshold))
-                    elif op not in _TURBULENCE_OPS:
-                        hit = False
-                    else:
-                        hit = _turbulence(value, hist_mean, rule.threshold)
-                    if hit:
-                        found.append(self._record(rule, row, call_id, tag_name, op, value, hist_mean))
-                        break
-                if math.isfinite(value):
-                    updates.append((key, value))
-        for key, value in updates:
-            hist = self._history.setdefault(key, [0.0, 0])
-            hist[0] += value
-            hist[1] += 1
+        if not self.rules or not rows:
+            return []
+        tags = [row.tb_tag(self.rank) for row in rows]
+        idx = self._rows_of(tags)
+        values = np.array([row.values for row in rows], dtype=np.float64)
+        counts = self._counts[idx]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hist = np.where(counts > 0, self._sums[idx] / np.maximum(counts, 1), np.nan)
+            hit_rule = np.full(values.shape, -1)
+            for r, rule in reversed(list(enumerate(self.rules))):   # the first matching rule wins
+                if rule.name == "AnomalyNan":
+                    hit = np.isnan(values) | (np.abs(values) > rule.threshold)
+                    for j, op in enumerate(self.ops):
+                        if op == "nans":
+                            hit[:, j] = values[:, j] > 0
+                        elif op == "zeros":
+                            hit[:, j] = False
+                else:
+                    hit = np.abs(values) > (1.0 + rule.threshold) * np.abs(hist)   # False where hist is nan
+                    for j, op in enumerate(self.ops):
+                        if op not in _TURBULENCE_OPS:
+                            hit[:, j] = False
+                hit_rule[hit] = r
+        found = [self._record(self.rules[hit_rule[i, j]], rows[i], i, tags[i], self.ops[j], float(values[i, j]),
+                              None if np.isnan(hist[i, j]) else float(hist[i, j]))
+                 for i, j in zip(*(a.tolist() for a in np.nonzero(hit_rule >= 0)))]
+        finite = np.isfinite(values)
+        np.add.at(self._sums, idx, np.where(finite, values, 0.0))
+        np.add.at(self._counts, idx, finite)
         return found
 
     def _record(self, rule, row, call_id, tag_name, op, value, hist_mean):

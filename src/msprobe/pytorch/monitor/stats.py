@@ -29,7 +29,7 @@ class TensorStats:
     def __init__(self, ops, eps):
         self.ops = tuple(ops)
         self.eps = eps
-        self._scratch = {}  # (device, dtype) -> reusable flat buffer for |x| and the bool mask (no page faults)
+        self._scratch = {}  # (device, dtype) -> reusable flat buffer for |x| < eps (no page faults per call)
         self._nan_probe = next((op for op in self.ops if op in _NAN_PROPAGATING), None)
 
     def _buffer(self, t, dtype):
@@ -41,8 +41,11 @@ class TensorStats:
         return buf[:t.numel()].view(t.shape)
 
     def _zeros_count(self, t):
-        absolute = torch.abs(t, out=self._buffer(t, t.dtype))
-        return torch.count_nonzero(torch.lt(absolute, self.eps, out=self._buffer(t, torch.bool)))
+        # |x| and the comparison land in one reused float buffer: writing a bool mask (or counting one with
+        # count_nonzero) is several times slower on CPU than an in-place lt_ and a float sum.
+        flags = torch.abs(t, out=self._buffer(t, t.dtype)).lt_(self.eps)
+        exact = torch.float32 if t.numel() < (1 << 24) else torch.float64   # counts stay exact integers
+        return flags.sum(dtype=exact)
 
     @torch.no_grad()
     def raw(self, t):
