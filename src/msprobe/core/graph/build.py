@@ -76,8 +76,8 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         entries = [single_graph_json(g, d.step, d.rank, overflow_check) for d, g in graphs.values()]
         doc = graph_document(entries, "build")
         return _write(doc, output_path, "build")
-    for d in rank_dirs_for_graph(golden_path):
-        graph_from_dump(d.path)  # fail fast on an L1 golden before the (longer) compare
+    goldens = {_norm(d.path): graph_from_dump(d.path)  # fails fast on an L1 golden, before the compare
+               for d in rank_dirs_for_graph(golden_path)}
 
     from msprobe.core.compare.engine import compare_dumps
     results = compare_dumps(target_path, golden_path, fuzzy_match=fuzzy_match, layer_mapping=layer_mapping)
@@ -88,7 +88,7 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
     for res in tqdm(results, desc="graph", unit="rank", disable=not progress or len(results) < 2):
         key = _norm(res.target_dir)
         target = graphs[key][1] if key in graphs else graph_from_dump(res.target_dir)
-        golden = graph_from_dump(res.golden_dir)
+        golden = goldens.get(_norm(res.golden_dir)) or graph_from_dump(res.golden_dir)
         merged = merge_compare(target, golden, res.table)
         entries.append(compare_graph_json(merged, res.step, res.rank, res.mode, overflow_check,
                                           _suspects_for(diagnosis, res.step, res.rank)))

@@ -85,8 +85,7 @@ def merge_compare(target, golden, table):
     result_col = columns.index("Result") if "Result" in columns else None
     codes = {}
     golden_votes = {}
-    for values in table[columns].itertuples(index=False, name=None):
-        values = [_cell(v) for v in values]
+    for values in _table_rows(table, columns):
         bench = values[bench_col] if bench_col is not None else None
         node = target.find_node(values[name_col])
         if node is None and not _is_missing(bench):
@@ -135,6 +134,28 @@ def _collect_golden_only(target, golden, merged):
         if gnode.parent is not None and parent is None and gnode.parent not in matched:
             continue  # inside a golden-only subtree: reached through its top
         merged.golden_only.append((gname, parent))
+
+
+def _table_rows(table, columns):
+    """The table's rows as lists of JSON-safe Python values, converted column by column (fast)."""
+    import numpy as np
+
+    converted = []
+    for c in columns:
+        series = table[c]
+        if series.dtype.kind in "fiu":
+            arr = series.to_numpy(dtype=float)
+            values = arr.astype(object)  # Python floats
+            for k in np.flatnonzero(~np.isfinite(arr)):
+                values[k] = _cell(float(arr[k]))
+            if series.dtype.kind in "iu":
+                values = series.to_numpy().astype(object)
+        elif series.dtype.kind == "b":
+            values = series.to_numpy().astype(object)
+        else:
+            values = [v if type(v) is str else _cell(v) for v in series.tolist()]
+        converted.append(values)
+    return [list(r) for r in zip(*converted)]
 
 
 def _cell(v):

@@ -25,14 +25,16 @@ def _short_float(v):
 
 
 def _column(values):
-    distinct = {}
-    for v in values:
-        key = (type(v).__name__, v)
-        if key not in distinct:
-            distinct[key] = len(distinct)
-            if len(distinct) * 2 > len(values) + 8:
-                return {"v": values}  # mostly unique: dictionary coding would not pay
-    return {"d": [k[1] for k in distinct], "c": [distinct[(type(v).__name__, v)] for v in values]}
+    values = list(values)
+    types = {type(v) for v in values}
+    # 1, 1.0 and True are equal as dict keys: key by type as well when a column mixes them
+    keys = values if types <= {str, type(None)} or len(types) == 1 else [(type(v), v) for v in values]
+    distinct = dict.fromkeys(keys)
+    if len(distinct) * 2 > len(values) + 8:
+        return {"v": values}  # mostly unique: dictionary coding would not pay
+    code = {k: i for i, k in enumerate(distinct)}
+    plain = list(distinct) if keys is values else [k[1] for k in distinct]
+    return {"d": plain, "c": [code[k] for k in keys]}
 
 
 def pack_graph(entry):
@@ -42,16 +44,23 @@ def pack_graph(entry):
     name_cols = {columns.index(c) for c in ("NPU Name",) if c in columns}
     bench_col = columns.index("Bench Name") if "Bench Name" in columns else None
     npu_col = columns.index("NPU Name") if "NPU Name" in columns else None
-    offsets, cells = [0], [[] for _ in columns]
+    offsets, owners, all_rows = [0], [], []
     for node, rows in zip(names, entry["rows"]):
         for row in rows or ():
-            for j, v in enumerate(row):
-                if j in name_cols and isinstance(v, str) and v.startswith(node + "."):
-                    v = v[len(node):]  # ".output.0": the node's name is implied
-                elif j == bench_col and npu_col is not None and v == row[npu_col] and v is not None:
-                    v = "="
-                cells[j].append(_short_float(v))
-        offsets.append(len(cells[0]) if columns else 0)
+            owners.append(node)
+            all_rows.append(row)
+        offsets.append(len(all_rows))
+    cells = [list(c) for c in zip(*all_rows)] if all_rows else [[] for _ in columns]
+    for j in range(len(columns)):
+        col = cells[j]
+        if j == bench_col and npu_col is not None:
+            npu = [r[npu_col] for r in all_rows]
+            cells[j] = ["=" if v == t and v is not None else v for v, t in zip(col, npu)]
+        elif j in name_cols:  # ".output.0": the node's name is implied
+            cells[j] = [v[len(o):] if isinstance(v, str) and v.startswith(o + ".") else v
+                        for v, o in zip(col, owners)]
+        else:
+            cells[j] = [_short_float(v) if type(v) is float else v for v in col]
     match = [("" if m == n else m) for n, m in zip(names, entry["match"])]
     tree = {k: entry[k] for k in TREE_FIELDS}
     tree["match"] = _column(match)
