@@ -3,6 +3,7 @@ callable, through the dumper's own API table read in reverse, then the namespace
 """
 
 import importlib
+import inspect
 
 import mindspore as ms
 
@@ -55,7 +56,7 @@ class MindSporeResolver:
             raise Unresolvable(f"{prefix}.{api} is a communication op: it needs the process group of the "
                                "run and is not checked offline")
         if prefix == "Primitive":
-            raise Unresolvable(f"Primitive.{api}: a Primitive's constructor attributes are not in the dump")
+            return _primitive(api)
         if prefix == "Jit":
             raise Unresolvable(f"Jit.{api} is a compiled graph, not an API")
         if prefix in self._custom:
@@ -73,3 +74,17 @@ class MindSporeResolver:
         if not callable(func):
             raise Unresolvable(f"{prefix}.{api}: MindSpore {ms.__version__} has no such API")
         return func
+
+
+def _primitive(api):
+    """`Primitive.dense.Dense` -> a Dense() instance. Only primitives without constructor attributes
+    are rebuilt: the dump does not record attributes, and guessing them would fake errors."""
+    from mindspore.ops import operations
+    cls = getattr(operations, api.rsplit(".", 1)[-1], None)
+    if not isinstance(cls, type):
+        raise Unresolvable(f"Primitive.{api}: no such primitive in mindspore.ops.operations")
+    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
+    if params:
+        names = ", ".join(p.name for p in params)
+        raise Unresolvable(f"Primitive.{api}: its constructor attributes ({names}) are not in the dump")
+    return cls()
