@@ -143,7 +143,11 @@ def _load_side(path):
     """(DumpReader without its records, row table) of one dump; the records are dropped once flat."""
     from msprobe.core.compare.rows import frame_from_records
     reader = DumpReader(path)
-    frame = frame_from_records(reader.data)
+    if reader.task == "structure" and not reader.data:
+        from msprobe.core.compare.rows import frame_from_construct
+        frame = frame_from_construct(reader.construct)
+    else:
+        frame = frame_from_records(reader.data)
     reader.data = {}
     return reader, frame
 

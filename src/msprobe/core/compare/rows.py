@@ -144,6 +144,21 @@ def frame_from_records(data):
     return pd.DataFrame(frame, copy=False)
 
 
+def frame_from_construct(construct):
+    """Structure dumps have no records: one row per node of construct.json (its parent in `shape`'s
+    place would mislead, so only names are compared)."""
+    import numpy as np
+    import pandas as pd
+    data = list(construct)
+    n = len(data)
+    cols = {c: [None] * n for c in COLUMNS}
+    cols.update(name=data, key=data, suffix=[""] * n, role=["node"] * n, kind=[NONE] * n,
+                dtype=["None"] * n, shape=["None"] * n)
+    out = {c: pd.Series(np.array(cols[c], dtype=object), dtype=object, copy=False) for c in COLUMNS}
+    out.update({c: pd.Series(np.full(n, np.nan), copy=False) for c in FLOAT_COLUMNS})
+    return pd.DataFrame(out, copy=False)
+
+
 def _as_list(v):
     if v is None:
         return ()
