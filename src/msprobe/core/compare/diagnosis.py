@@ -95,7 +95,7 @@ def _construct_of(rank_dir):
 
 def _fill_stacks(calls, rank_dir):
     """Stacks from stack.json when the table has no stack column (the engine adds one when it can)."""
-    if any(c.stack for c in calls) or not rank_dir or not os.path.isfile(os.path.join(str(rank_dir), "stack.json")):
+    if any(c.stack_cell is not None for c in calls) or not rank_dir or not os.path.isfile(os.path.join(str(rank_dir), "stack.json")):
         return
     from msprobe.core.dump.reader import DumpReader
     stacks = DumpReader(str(rank_dir)).stack

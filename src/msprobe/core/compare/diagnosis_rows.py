@@ -13,6 +13,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from msprobe.core.compare.diagnosis_thresholds import (DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR,
                                                       UNKNOWN_DTYPE_NOISE_FLOOR)
 from msprobe.core.compare.dtypes import canonical_dtype
@@ -83,7 +85,19 @@ class Call:
     is_module: bool
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
-    stack: list = field(default_factory=list)
+    stack_cell: object = None  # the table's NPU_Stack_Info cell, parsed only when a report needs it
+    _stack: list = None
+
+    @property
+    def stack(self):
+        """Stack lines, innermost first (empty when unknown)."""
+        if self._stack is None:
+            self._stack = _stack_lines(self.stack_cell)
+        return self._stack
+
+    @stack.setter
+    def stack(self, lines):
+        self._stack = list(lines)
 
     @property
     def rows(self):
@@ -155,12 +169,15 @@ def number(value):
     return text
 
 
+_DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
+
+
 def _numel(shape):
     if isinstance(shape, str):
-        try:
-            shape = ast.literal_eval(shape)
-        except (ValueError, SyntaxError):
+        m = _DIMS_RE.match(shape.strip())  # "[4, 64]": the common case, without an eval
+        if m is None:
             return None
+        shape = [int(x) for x in m.group(1).split(",")] if m.group(1) else []
     if isinstance(shape, (list, tuple)):
         n = 1
         for s in shape:
@@ -190,53 +207,94 @@ def noise_floor(*dtypes):
     return max(floors) if floors else UNKNOWN_DTYPE_NOISE_FLOOR
 
 
-def _finite(v):
-    return isinstance(v, float) and math.isfinite(v)
-
-
-def _rel(diff, scale):
-    if scale > 0:
-        return diff / scale
-    return 0.0 if diff == 0 else 1.0
-
-
 def row_error(target, golden, euc_dist=None, max_abs_err=None):
-    """Scale-free error of one tensor and whether inf/nan differ, from statistics and tensor metrics.
+    """Scale-free error of one tensor and whether inf/nan differ (see `row_errors`).
 
-    Every term is a lower bound of the element-wise error measured against the golden tensor's size:
-    |ΔNorm| / Norm and |ΔMax|, |ΔMin|, |ΔMean| over the golden range max(|Max|, |Min|); with tensor
-    metrics also EucDist / Norm (relative L2 error) and MaxAbsErr / range. So statistics and tensor
-    mode rank the same way, and an error of 1e-3 reads "a thousandth of the tensor's scale".
+    Args:
+        target, golden: (max, min, mean, norm), floats or None when absent.
+        euc_dist, max_abs_err: tensor-mode metrics, or None.
 
     Returns:
         (error, nonfinite_differs)
     """
-    t_max, t_min, t_mean, t_norm = target
-    g_max, g_min, g_mean, g_norm = golden
-    nonfinite = False
-    for tv, gv in zip(target, golden):
-        if isinstance(tv, float) and isinstance(gv, float):
-            t_bad, g_bad = not math.isfinite(tv), not math.isfinite(gv)
-            if t_bad != g_bad or (t_bad and g_bad and not (tv == gv or (math.isnan(tv) and math.isnan(gv)))):
-                nonfinite = True
-    if nonfinite:
-        return math.inf, True
-    scale = max([abs(v) for v in (g_max, g_min) if _finite(v)] or [0.0])
-    terms = []
-    if _finite(t_norm) and _finite(g_norm):
-        terms.append(_rel(abs(t_norm - g_norm), abs(g_norm)))
-        if _finite(euc_dist):
-            terms.append(_rel(euc_dist, abs(g_norm)))
-    for tv, gv in ((t_max, g_max), (t_min, g_min), (t_mean, g_mean)):
-        if _finite(tv) and _finite(gv):
-            terms.append(_rel(abs(tv - gv), scale))
-    if _finite(max_abs_err):
-        terms.append(_rel(max_abs_err, scale))
-    return (max(terms) if terms else 0.0), False
+    t, tp = _floats_2d([target])
+    g, gp = _floats_2d([golden])
+    euc, _ = _floats([euc_dist])
+    mae, _ = _floats([max_abs_err])
+    err, nonfinite = row_errors(t, tp, g, gp, euc, mae)
+    return float(err[0]), bool(nonfinite[0])
+
+
+def row_errors(t, t_present, g, g_present, euc_dist, max_abs_err):
+    """Scale-free errors of many tensors at once, and where inf/nan differ.
+
+    Every term is a lower bound of the element-wise error measured against the golden tensor's size:
+    |ΔNorm| / Norm and |ΔMax|, |ΔMin|, |ΔMean| over the golden range max(|Max|, |Min|); with tensor
+    metrics also EucDist / Norm (relative L2 error) and MaxAbsErr / range. So statistics and tensor
+    mode rank the same way, and an error of 1e-3 reads "a thousandth of the tensor's scale". A zero
+    golden scale makes any difference a full error (1).
+
+    Args:
+        t, g: float arrays (n, 4) of max, min, mean, norm (NaN where absent or NaN);
+        t_present, g_present: bool arrays (n, 4), False where the statistic is absent;
+        euc_dist, max_abs_err: float arrays (n,), NaN where absent.
+
+    Returns:
+        (errors (n,), nonfinite_differs (n,) bool); errors are inf where inf/nan differ.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t_bad = t_present & ~np.isfinite(t)
+        g_bad = g_present & ~np.isfinite(g)
+        both = t_present & g_present
+        same_bad = (t == g) | (np.isnan(t) & np.isnan(g))
+        nonfinite = (both & ((t_bad != g_bad) | (t_bad & g_bad & ~same_bad))).any(axis=1)
+        fin = both & ~t_bad & ~g_bad
+        g_abs = np.where(fin | (g_present & ~g_bad), np.abs(g), 0.0)
+        scale = np.maximum(g_abs[:, 0], g_abs[:, 1])
+        norm = np.abs(g[:, 3])
+        terms = [np.where(fin[:, 3], _rel(np.abs(t[:, 3] - g[:, 3]), norm), 0.0),
+                 np.where(fin[:, 3] & np.isfinite(euc_dist), _rel(euc_dist, norm), 0.0),
+                 np.where(np.isfinite(max_abs_err), _rel(max_abs_err, scale), 0.0)]
+        for k in range(3):
+            terms.append(np.where(fin[:, k], _rel(np.abs(t[:, k] - g[:, k]), scale), 0.0))
+        err = np.maximum.reduce(terms)
+    err = np.where(nonfinite, np.inf, err)
+    return err, nonfinite
+
+
+def _rel(diff, scale):
+    """diff / scale, with a zero scale giving 0 for no difference and 1 (a full error) otherwise."""
+    return np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), np.where(diff == 0, 0.0, 1.0))
+
+
+def _floats(values):
+    """Float array and presence mask of table cells (None/'N/A' absent; 'inf', ' inf', 'nan' parsed)."""
+    out = np.empty(len(values), dtype=np.float64)
+    present = np.ones(len(values), dtype=bool)
+    for i, v in enumerate(values):
+        if type(v) is float:  # the common case first
+            out[i] = v
+            continue
+        x = number(v)
+        if isinstance(x, float):
+            out[i] = x
+        else:
+            out[i] = np.nan
+            present[i] = False
+    return out, present
+
+
+def _floats_2d(rows):
+    cols = [_floats([r[k] for r in rows]) for k in range(4)]
+    return np.stack([c[0] for c in cols], axis=1), np.stack([c[1] for c in cols], axis=1)
 
 
 def _column(table, name, n):
     return table[name].tolist() if name in table.columns else [None] * n
+
+
+def _has_stack(cell):
+    return isinstance(cell, (list, tuple)) and len(cell) > 0 or isinstance(cell, str) and cell.startswith("[")
 
 
 def _stack_lines(cell):
@@ -267,6 +325,10 @@ def calls_from_table(table):
         "Bench mean", "Bench l2norm", "EucDist", "MaxAbsErr", "NPU MD5", "BENCH MD5", "Err_message",
         "NPU_Stack_Info")}
     has_md5 = "NPU MD5" in table.columns
+    t, tp = _stats_matrix(col, _TARGET_STATS)
+    g, gp = _stats_matrix(col, _GOLDEN_STATS)
+    errors, nonfinite = row_errors(t, tp, g, gp, _floats(col["EucDist"])[0], _floats(col["MaxAbsErr"])[0])
+    stats = (t, tp, g, gp, errors, nonfinite)
     calls, by_key = [], {}
     for i in range(n):
         name = col["NPU Name"][i]
@@ -280,22 +342,39 @@ def calls_from_table(table):
                         is_module=key.split(".", 1)[0] in ("Module", "Cell"))
             by_key[key] = call
             calls.append(call)
-        if not call.stack:
-            call.stack = _stack_lines(col["NPU_Stack_Info"][i])
-        row = _row(col, i, str(name), role, slot, is_param, has_md5)
+        if call.stack_cell is None and _has_stack(col["NPU_Stack_Info"][i]):
+            call.stack_cell = col["NPU_Stack_Info"][i]
+        row = _row(col, stats, i, str(name), role, slot, is_param, has_md5)
         (call.inputs if role == "input" else call.outputs).append(row)
     return calls
 
 
-def _row(col, i, name, role, slot, is_param, has_md5):
+_TARGET_STATS = ("NPU max", "NPU min", "NPU mean", "NPU l2norm")
+_GOLDEN_STATS = ("Bench max", "Bench min", "Bench mean", "Bench l2norm")
+
+
+def _stats_matrix(col, names):
+    pairs = [_floats(col[c]) for c in names]
+    return np.stack([p[0] for p in pairs], axis=1), np.stack([p[1] for p in pairs], axis=1)
+
+
+def _stat_tuple(values, present):
+    return tuple(float(v) if p else None for v, p in zip(values, present))
+
+
+def _row(col, stats, i, name, role, slot, is_param, has_md5):
     bench_name = col["Bench Name"][i]
     message = str(col["Err_message"][i] or "")
     matched = not (bench_name is None or (isinstance(bench_name, float) and math.isnan(bench_name))
                    or str(bench_name) in _MISSING or "No bench data matched" in message)
     t_dtype, g_dtype = col["NPU Dtype"][i], col["Bench Dtype"][i]
     is_tensor = _is_tensor_dtype(t_dtype)
-    target = tuple(number(col[c][i]) for c in ("NPU max", "NPU min", "NPU mean", "NPU l2norm"))
-    golden = tuple(number(col[c][i]) for c in ("Bench max", "Bench min", "Bench mean", "Bench l2norm"))
+    t, tp, g, gp, errors, nonfinite = stats
+    if is_tensor:
+        target, golden = _stat_tuple(t[i], tp[i]), _stat_tuple(g[i], gp[i])
+    else:  # scalar arguments: the value itself (may be text: a slice, a dtype, a string)
+        target = tuple(number(col[c][i]) for c in _TARGET_STATS)
+        golden = tuple(number(col[c][i]) for c in _GOLDEN_STATS)
     rg = col["NPU Requires_grad"][i]
     row = Row(name=name, role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param, matched=matched,
               target_dtype=str(t_dtype), golden_dtype=str(g_dtype),
@@ -314,10 +393,9 @@ def _row(col, i, name, role, slot, is_param, has_md5):
         row.flags.add(DTYPE)
     if str(col["NPU Tensor Shape"][i]) != str(col["Bench Tensor Shape"][i]):
         row.flags.add(SHAPE)
-    err, nonfinite = row_error(target, golden, number(col["EucDist"][i]), number(col["MaxAbsErr"][i]))
-    if nonfinite:
+    if nonfinite[i]:
         row.flags.add(NONFINITE)
-    row.error = err
+    row.error = float(errors[i])
     if has_md5:
         t_md5, g_md5 = col["NPU MD5"][i], col["BENCH MD5"][i]
         if t_md5 is not None and g_md5 is not None and str(t_md5) != str(g_md5) and row.error <= row.floor:

@@ -1,0 +1,88 @@
+"""What the diagnosis adds to `msprobe compare`: time of diagnose() relative to compare_dumps() on the
+same pair of dumps, measured in one run, taking turns, medians over rounds.
+
+The dumps are the README demo's transformer (examples/demo.py) with more blocks: one fp32 run and one
+with block 1's softmax in bfloat16, one training step each, in statistics and in tensor mode (level
+mix). Each row also says whether the diagnosis named the planted softmax first.
+
+    python benchmarks/diagnosis_cost.py                 # blocks 2 and 8, 5 rounds
+    python benchmarks/diagnosis_cost.py --blocks 2 --rounds 3
+"""
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+from msprobe.core.compare.diagnosis import diagnose
+from msprobe.core.compare.engine import compare_dumps
+from msprobe.pytorch import PrecisionDebugger, seed_all
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _demo():
+    spec = importlib.util.spec_from_file_location("msprobe_demo", os.path.join(ROOT, "examples", "demo.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dump(demo, path, planted, blocks, task):
+    seed_all(1234)
+    model = demo.TinyTransformer(layers=blocks, planted=planted)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tokens = torch.randint(0, 256, (4, 32))
+    debugger = PrecisionDebugger(dump_path=path, task=task, level="mix")
+    debugger.start(model, rank_id=0)
+    logits = model(tokens[:, :-1])
+    F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)).backward()
+    opt.step()
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+
+
+def measure(target, golden, rounds):
+    compare_s, diagnose_s, d, rows = [], [], None, 0
+    for _ in range(rounds):  # taking turns: both see the same machine load
+        t0 = time.perf_counter()
+        results = compare_dumps(target, golden, progress=False, workers=1)
+        t1 = time.perf_counter()
+        d = diagnose(results)
+        t2 = time.perf_counter()
+        compare_s.append(t1 - t0)
+        diagnose_s.append(t2 - t1)
+        rows = sum(len(r.table) for r in results)
+    return statistics.median(compare_s), statistics.median(diagnose_s), d, rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--blocks", type=int, nargs="+", default=[2, 8], help="transformer blocks")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    demo = _demo()
+    print(f"{'blocks':>6} {'mode':10s} {'rows':>6} {'compare s':>10} {'diagnose s':>11} {'diag/compare':>13}  "
+          f"named first")
+    with tempfile.TemporaryDirectory() as tmp:
+        for blocks in args.blocks:
+            for task in ("statistics", "tensor"):
+                golden = os.path.join(tmp, f"{blocks}_{task}_fp32")
+                target = os.path.join(tmp, f"{blocks}_{task}_bf16")
+                dump(demo, golden, False, blocks, task)
+                dump(demo, target, True, blocks, task)
+                c, dg, d, rows = measure(target, golden, args.rounds)
+                top = d["suspects"][0]["api"] if d["suspects"] else "-"
+                print(f"{blocks:>6} {task:10s} {rows:>6} {c:>10.3f} {dg:>11.3f} {dg / c:>13.3f}  {top}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
