@@ -72,6 +72,15 @@ def _run_tasks(tasks, workers, progress):
         bar.close()
 
 
+def _tensor_dir(reader):
+    """The folder of a dump's tensor files: the one next to dump.json first (a copied or moved dump
+    still names its old place in dump_data_dir), else dump_data_dir."""
+    local = os.path.join(reader.rank_dir, "dump_tensor_data")
+    if os.path.isdir(local) or not reader.dump_data_dir or not os.path.isdir(reader.dump_data_dir):
+        return local
+    return reader.dump_data_dir
+
+
 def default_workers():
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -98,13 +107,14 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
     not_tensor = matched & ((t_kind != "tensor") | (g_kind != "tensor"))
     for c in TENSOR_METRICS:
         display[c][not_tensor] = UNSUPPORTED
+    t_dir, g_dir = _tensor_dir(t_reader), _tensor_dir(g_reader)
     tasks = []
     for i in np.flatnonzero(matched & ~not_tensor):
         if not t_files[i] or not g_files[i]:
             messages[i] = "no saved tensor on " + ("either side" if not t_files[i] and not g_files[i]
                                                    else "the target side" if not t_files[i] else "the golden side")
             continue
-        tasks.append((int(i), t_reader.tensor_path(t_files[i]), g_reader.tensor_path(g_files[i])))
+        tasks.append((int(i), os.path.join(t_dir, t_files[i]), os.path.join(g_dir, g_files[i])))
     for row, values, message in _run_tasks(tasks, workers or default_workers(), progress):
         if message:
             messages[row] = message
