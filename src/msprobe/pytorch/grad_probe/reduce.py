@@ -1,9 +1,10 @@
-"""Reduce a list of gradients to what one grad_probe step records, on their own device.
+"""Reduce a list of gradients to what one grad_probe step records.
 
-Statistics of all parameters are stacked into one float32 tensor (Max, Min, Norm, then the L2 interval
-shares). On an accelerator the sign bitmaps are packed there too, and statistics and bitmaps travel to
-the host as one uint8 buffer (pinned, non-blocking on CUDA) that the writer thread waits for; the
-training loop never synchronises. Guarded by benchmarks/grad_probe_overhead.py.
+Statistics of all parameters are stacked into one float32 tensor (Max, Min, Norm; then the L2 interval
+shares). On the CPU everything is computed with numpy on views of the gradients, the sign bits packed
+at once through one reused bool buffer (no gradient-sized allocation per step). On an accelerator the bits are packed on the device, and statistics
+and bitmaps travel to the host as one uint8 buffer (pinned, non-blocking on CUDA) that the writer thread
+waits for; the training loop never synchronises. Guarded by benchmarks/grad_probe_overhead.py.
 """
 
 import zlib
@@ -35,6 +36,14 @@ def _to_host(buf):
     return buf.to("cpu"), None
 
 
+def _host_view(g):
+    """A flat numpy view of a CPU gradient; 16-bit floats as a float32 copy (numpy has no bfloat16, and
+    a float16 norm would overflow)."""
+    if g.dtype in (torch.bfloat16, torch.float16):
+        g = g.float()
+    return g.numpy().reshape(-1)
+
+
 class GradReducer:
     """Turns the gradients of one step into a `resolve()` for the writer.
 
@@ -46,7 +55,9 @@ class GradReducer:
     def __init__(self, level, bounds):
         self.level = level
         self.bounds = bounds
+        self._np_bounds = np.asarray(bounds, dtype=np.float64)
         self._consts = {}  # device -> (boundaries float32, bit weights uint8)
+        self._bool_buf = np.empty(0, dtype=bool)  # reused for the comparisons on the CPU
 
     def _constants(self, device):
         c = self._consts.get(device)
@@ -59,44 +70,64 @@ class GradReducer:
     def reduce(self, grads):
         """grads: detached dense tensors on one device. Returns a () -> StepResult callable."""
         device = grads[0].device
-        bounds, weights = self._constants(device)
         nonempty = [g for g in grads if g.numel()]
+        numels = [g.numel() for g in grads]
+        md5 = [g.to("cpu", copy=True) for g in grads] if self.level == "L0" else None
+        if device.type == "cpu":
+            # numpy on views of the gradients: single-threaded passes, no allocation, no thread pool to
+            # wake for every parameter (torch's CPU reductions fork-join per call)
+            views = [_host_view(g) for g in nonempty]
+            stats = np.array([[v.max() for v in views], [v.min() for v in views],
+                              [np.linalg.norm(v) for v in views]], dtype=np.float32).reshape(-1)
+            dist = np.stack([self._host_shares(v) for v in views]) if self.level == "L2" and views else None
+            packed = [self._host_bits(_host_view(g)) for g in grads] if self.level != "L0" else None
+            return lambda: self._resolve(numels, stats, dist, packed, md5)
         parts = []
         if nonempty:
             minmax = [torch.aminmax(g) for g in nonempty]
             parts = [torch.stack([m.max for m in minmax]).float(), torch.stack([m.min for m in minmax]).float(),
                      torch.stack(torch._foreach_norm(nonempty, 2, dtype=torch.float32))]
-            if self.level == "L2":
-                k = len(self.bounds) + 1
-                counts = torch.stack([torch.cat((
-                    torch.bincount(torch.bucketize(g.reshape(-1).float(), bounds), minlength=k),
-                    (g == 0).sum().reshape(1))) for g in nonempty])
-                sizes = torch.tensor([g.numel() for g in nonempty], dtype=torch.float32, device=device)
-                parts.append((counts.float() / sizes[:, None]).reshape(-1))
+        bounds, weights = self._constants(device)
+        if self.level == "L2" and nonempty:
+            parts.append(self._device_shares(nonempty, bounds).reshape(-1))
         stats = torch.cat(parts) if parts else torch.empty(0, device=device)
-        bits = [g.reshape(-1) > 0 for g in grads] if self.level in ("L1", "L2") else None
-        md5 = [g.to("cpu", copy=True) for g in grads] if self.level == "L0" else None
-        numels = [g.numel() for g in grads]
-        if device.type == "cpu":
-            return lambda: self._resolve(numels, stats.numpy(), _packbits_host(bits), md5)
-        packed = [_pack_on_device(b, weights) for b in bits] if bits is not None else []
-        host, done = _to_host(torch.cat([stats.view(torch.uint8)] + packed))
-        n_bytes = [stats.numel() * 4] + [p.numel() for p in packed]
+        bits = [_pack_on_device(g.reshape(-1) > 0, weights) for g in grads] if self.level != "L0" else []
+        host, done = _to_host(torch.cat([stats.view(torch.uint8)] + bits))
+        sizes = [stats.numel() * 4] + [b.numel() for b in bits]
+        m, k = len(nonempty), len(self.bounds) + 2
 
         def resolve():
             if done is not None:
                 done.synchronize()
             raw = host.numpy()
-            ends = np.cumsum(n_bytes)
+            ends = np.cumsum(sizes)
             chunks = [raw[a:b] for a, b in zip(np.concatenate(([0], ends[:-1])), ends)]
-            return self._resolve(numels, chunks[0].view(np.float32), (lambda: chunks[1:]) if bits else None, md5)
+            values = chunks[0].view(np.float32)
+            dist = values[3 * m:].reshape(m, k) if self.level == "L2" and m else None
+            return self._resolve(numels, values[:3 * m], dist, chunks[1:] if bits else None, md5)
         return resolve
 
-    def _resolve(self, numels, stats, packed, md5_copies):
+    def _host_bits(self, flat):
+        if self._bool_buf.size < flat.size:
+            self._bool_buf = np.empty(flat.size, dtype=bool)
+        return np.packbits(np.greater(flat, 0, out=self._bool_buf[:flat.size]))
+
+    def _host_shares(self, flat):
+        # side="left": index i holds b[i-1] < x <= b[i], the right-closed intervals of the columns
+        counts = np.bincount(np.searchsorted(self._np_bounds, flat, side="left"), minlength=len(self.bounds) + 1)
+        zeros = flat.size - np.count_nonzero(flat)
+        return np.append(counts, zeros).astype(np.float32) / np.float32(flat.size)
+
+    def _device_shares(self, grads, bounds):
+        k = len(self.bounds) + 1
+        counts = torch.stack([torch.cat((torch.bincount(torch.bucketize(g.reshape(-1).float(), bounds), minlength=k),
+                                         (g == 0).sum().reshape(1))) for g in grads])
+        sizes = torch.tensor([g.numel() for g in grads], dtype=torch.float32, device=grads[0].device)
+        return counts.float() / sizes[:, None]
+
+    def _resolve(self, numels, stats, dist, packed, md5_copies):
         m = sum(1 for x in numels if x)
-        dist_len = len(self.bounds) + 2
-        dist = stats[3 * m:].reshape(m, dist_len) if self.level == "L2" and m else None
-        nan = float("nan")
+        nan = np.float32("nan")
         rows, dists, j = [], ([] if self.level == "L2" else None), 0
         for numel in numels:
             if numel:
@@ -107,14 +138,8 @@ class GradReducer:
             else:
                 rows.append((nan, nan, nan))
                 if dists is not None:
-                    dists.append([nan] * dist_len)
+                    dists.append([nan] * (len(self.bounds) + 2))
         md5 = None
         if md5_copies is not None:
             md5 = [f"{zlib.crc32(c.reshape(-1).view(torch.uint8).numpy()) & 0xFFFFFFFF:08x}" for c in md5_copies]
-        return StepResult(stats=rows, md5=md5, dist=dists, bits=packed() if packed is not None else None)
-
-
-def _packbits_host(bits):
-    if bits is None:
-        return None
-    return lambda: [np.packbits(b.numpy()) for b in bits]
+        return StepResult(stats=rows, md5=md5, dist=dists, bits=packed)
