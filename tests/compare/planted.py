@@ -107,9 +107,12 @@ def batch(seed=1):
     return x, y
 
 
-def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0, exchange=None, wrap=None):
+def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0, exchange=None, wrap=None,
+             data_mode=None):
     """Train `steps` SGD steps of the planted model under a PrecisionDebugger writing to
     dump_path/step{N}/rank{rank} (rank=None: the process group's rank).
+
+    task "md5" and `data_mode` (e.g. ["output"]) go through a config.json, as a user would write them.
 
     `exchange(out) -> tensor`, when given, is added (x 1e-3) to the logits before the loss: the
     distributed test passes an all_reduce of the logits there, so every rank's loss depends on all ranks.
@@ -120,11 +123,14 @@ def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, ran
         model = wrap(model)
     x, y = batch(seed=1 if rank is None else 1 + rank)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    if task == "md5":  # a summary_mode of the statistics task: only a config file can ask for it
+    if task == "md5" or data_mode:  # only a config file can ask for these
+        block = {"summary_mode": "md5"} if task == "md5" else {}
+        if data_mode:
+            block["data_mode"] = data_mode
+        real_task = "statistics" if task == "md5" else task
         config = f"{dump_path}.config.json"
         with open(config, "w", encoding="utf-8") as f:
-            json.dump({"task": "statistics", "dump_path": str(dump_path), "level": level,
-                       "statistics": {"summary_mode": "md5"}}, f)
+            json.dump({"task": real_task, "dump_path": str(dump_path), "level": level, real_task: block}, f)
         debugger = PrecisionDebugger(config_path=config)
     else:
         debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)

@@ -153,6 +153,18 @@ def test_api_level_dump_names_the_linear_reading_the_weight(tmp_path):
     assert top["module_path"] == []
 
 
+@pytest.mark.parametrize("plant", ["weight", "bad_backward"])
+def test_output_only_dumps_name_the_first_diverging_call_only(tmp_path, plant):
+    """data_mode ["output"]: no inputs to compare, so the first call whose output diverges is named
+    and the calls after it, whose inputs were not dumped, are not suspects of their own."""
+    golden = planted.dump_run(tmp_path / "g", None, data_mode=["output"])
+    target = planted.dump_run(tmp_path / "t", plant, data_mode=["output"])
+    d = _diagnose(target, golden)
+    api, direction, _ = planted.EXPECTED[plant]
+    assert [(s["api"], s["direction"]) for s in d["suspects"]] == [(api, direction)]
+    assert d["suspects"][0]["inputs"] == []
+
+
 def test_later_steps_do_not_repeat_carried_parameters(tmp_path):
     """Step 1 starts from parameters step 0 already moved apart: they are not new suspects."""
     golden = planted.dump_run(tmp_path / "g", None, steps=2)
