@@ -22,14 +22,16 @@ PERTURBED_BLOCK = 1
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, index):
+    """`up_name` renames the first MLP layer (a refactored model: same weights, another module path)."""
+
+    def __init__(self, d, heads, index, up_name="fc1"):
         super().__init__()
-        self.heads, self.index = heads, index
+        self.heads, self.index, self.up_name = heads, index, up_name
         self.ln1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
         self.ln2 = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, 2 * d)
+        setattr(self, up_name, nn.Linear(d, 2 * d))
         self.fc2 = nn.Linear(2 * d, d)
         self.perturbed = False
 
@@ -42,17 +44,17 @@ class Block(nn.Module):
         att = F.softmax(scores, dim=-1)
         y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
-        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        x = x + self.fc2(F.gelu(getattr(self, self.up_name)(self.ln2(x))))
         if self.perturbed:
             x = torch.clamp(x, -1e4, 1e4)
         return x
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, layers=2, d=16, heads=2, vocab=32, perturbed=False):
+    def __init__(self, layers=2, d=16, heads=2, vocab=32, perturbed=False, up_name="fc1"):
         super().__init__()
         self.emb = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, heads, i) for i in range(layers))
+        self.blocks = nn.ModuleList(Block(d, heads, i, up_name) for i in range(layers))
         if perturbed and layers > PERTURBED_BLOCK:
             self.blocks[PERTURBED_BLOCK].perturbed = True
         self.ln_f = nn.LayerNorm(d)
@@ -66,10 +68,10 @@ class TinyTransformer(nn.Module):
 
 
 def dump_transformer(dump_path, perturbed=False, layers=2, micro_batches=1, d=16, task="statistics",
-                     rank_id=None, steps=1):
+                     rank_id=None, steps=1, up_name="fc1"):
     """Dump `steps` training steps; returns the step-0 rank directory (`step0/rank{R}` or `proc{pid}`)."""
     seed_all(1234)
-    model = TinyTransformer(layers=layers, d=d, perturbed=perturbed)
+    model = TinyTransformer(layers=layers, d=d, perturbed=perturbed, up_name=up_name)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(7)
     batches = [torch.randint(0, 32, (2, 9), generator=gen) for _ in range(micro_batches)]

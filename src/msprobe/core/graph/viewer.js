@@ -346,7 +346,8 @@
   function showDetail(i) {
     const compared = !!G.compare_mode;
     let h = "<h2>" + esc(G.names[i]) + "</h2><div class=\"meta\">";
-    h += "<b>kind</b> " + doc.kinds[G.kind[i]] + " &nbsp; <b>verdict</b> <span id=\"detail-verdict\">" + VERDICTS[G.verdict[i]] + "</span>";
+    h += "<b>kind</b> " + doc.kinds[G.kind[i]];
+    if (compared) h += " &nbsp; <b>verdict</b> <span id=\"detail-verdict\">" + VERDICTS[G.verdict[i]] + "</span>";
     if (compared) h += " &nbsp; <b>golden</b> " + (G.match[i] ? esc(G.match[i]) : "<i>no match</i>");
     if (G.overflow[i]) h += " &nbsp; <b>overflow</b> " + doc.overflow_levels[G.overflow[i]];
     if (G.parent[i] >= 0) h += "<br><b>in</b> " + esc(G.names[G.parent[i]]);
