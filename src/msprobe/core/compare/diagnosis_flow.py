@@ -63,7 +63,7 @@ class RankDiagnosis:
 
 
 def _max_error(rows):
-    errs = [r.error for r in rows if r.matched and (r.is_tensor or r.flags)]
+    errs = [r.error for r in rows if r.matched and r.is_tensor]
     return max(errs) if errs else 0.0
 
 
@@ -125,169 +125,164 @@ def diagnose_calls(calls):
     Returns:
         RankDiagnosis with suspects in call order (ranking across ranks happens in diagnosis.py).
     """
-    producers = _Producers()
-    params = _parameter_index(calls)
-    diverged_keys = set()
-    unmatched = []
-    carriers = set()  # calls golden lacks whose inputs already diverged: they pass the error on
-    reported = {}     # value key of a diverging input already blamed -> the suspect that named it
-    suspect_by_key = {}
-    suspects = []
-    propagating = 0
-    seen_divergence = seen_nonfinite = False
-    compared_rows = diverging_rows = 0
+    walk = _RankWalk(calls)
     for call in calls:
-        rows = call.rows
-        compared_rows += sum(1 for r in rows if r.matched)
-        diverging_rows += sum(1 for r in rows if r.diverges)
-        if not call.matched:
-            unmatched.append(call.key)
-            if any(_fed_by_divergence(r, producers) for r in call.inputs):
-                carriers.add(call.key)
-            producers.add(call, call.outputs)
-            continue
-        div_in = [r for r in call.inputs if r.diverges]
-        div_out = [r for r in call.outputs if r.diverges]
-        if not div_in and not div_out:
-            producers.add(call, call.outputs)
-            continue
-        diverged_keys.add(call.key)
-        inner = _inner_producers(call, div_out, producers)
-        if inner:
-            # A module's diverging outputs are values a call inside it produced: that call is the
-            # place to look (named already if it introduced the error), the module is context.
-            for key in inner:
-                if key in suspect_by_key:
-                    suspect_by_key[key].folded_modules.append(call.key)
-            propagating += 1
-            seen_divergence = True
-            producers.add(call, call.outputs)
-            continue
-        suspect = _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, reported,
-                            seen_divergence, seen_nonfinite)
-        if suspect is None:
-            propagating += 1
-        else:
-            suspects.append(suspect)
-            suspect_by_key[call.key] = suspect
-            for r in div_in:
-                if r.value_key() is not None:
-                    reported.setdefault(r.value_key(), call.key)
-        seen_divergence = True
-        seen_nonfinite = seen_nonfinite or any(NONFINITE in r.flags for r in div_in + div_out)
-        producers.add(call, call.outputs)
-    first = next((c.key for c in calls if c.key in diverged_keys), None)
-    return RankDiagnosis(suspects=suspects, diverging_calls=len(diverged_keys), propagating_calls=propagating,
-                         compared_rows=compared_rows, diverging_rows=diverging_rows, unmatched_calls=unmatched,
+        walk.visit(call)
+    first = next((c.key for c in calls if c.key in walk.diverged_keys), None)
+    return RankDiagnosis(suspects=walk.suspects, diverging_calls=len(walk.diverged_keys),
+                         propagating_calls=walk.propagating, compared_rows=walk.compared_rows,
+                         diverging_rows=walk.diverging_rows, unmatched_calls=walk.unmatched,
                          first_divergence=first)
 
 
-def _inner_producers(call, div_out, producers):
-    """For a module whose every diverging output was produced by an earlier diverging call: the keys
-    of those calls (modules are recorded after the calls inside them); otherwise an empty list."""
-    if not call.is_module or call.direction != "forward" or not div_out:
-        return []
-    keys = []
-    for r in div_out:
-        found = producers.find(r)
-        if found is None or not found[0].matched or not found[1].diverges:
+class _RankWalk:
+    """The state of one walk through a rank's calls: what has been produced, what already diverged."""
+
+    def __init__(self, calls):
+        self.producers = _Producers()
+        self.params = _parameter_index(calls)
+        self.diverged_keys = set()
+        self.unmatched = []
+        self.carriers = set()      # calls golden lacks whose inputs already diverged: they pass it on
+        self.reported = {}         # value key of a diverging input already blamed -> that suspect's key
+        self.suspects = []
+        self.suspect_by_key = {}
+        self.propagating = 0
+        self.seen_divergence = self.seen_nonfinite = False
+        self.compared_rows = self.diverging_rows = 0
+
+    def visit(self, call):
+        self.compared_rows += sum(1 for r in call.rows if r.matched)
+        self.diverging_rows += sum(1 for r in call.rows if r.diverges)
+        if not call.matched:
+            self.unmatched.append(call.key)
+            if any(self._fed_by_divergence(r) for r in call.inputs):
+                self.carriers.add(call.key)
+            self.producers.add(call, call.outputs)
+            return
+        div_in = [r for r in call.inputs if r.diverges]
+        div_out = [r for r in call.outputs if r.diverges]
+        if div_in or div_out:
+            self.diverged_keys.add(call.key)
+            inner = self._inner_producers(call, div_out)
+            suspect = None if inner else self._classify(call, div_in, div_out)
+            for key in inner:
+                # A module's diverging outputs are values a call inside it produced: that call is the
+                # place to look (named already if it introduced the error), the module is context.
+                if key in self.suspect_by_key:
+                    self.suspect_by_key[key].folded_modules.append(call.key)
+            if suspect is None:
+                self.propagating += 1
+            else:
+                self.suspects.append(suspect)
+                self.suspect_by_key[call.key] = suspect
+                for r in div_in:
+                    if r.value_key() is not None:
+                        self.reported.setdefault(r.value_key(), call.key)
+            self.seen_divergence = True
+            self.seen_nonfinite = self.seen_nonfinite or any(NONFINITE in r.flags for r in div_in + div_out)
+        self.producers.add(call, call.outputs)
+
+    def _inner_producers(self, call, div_out):
+        """For a module whose every diverging output was produced by an earlier diverging call: the keys
+        of those calls (modules are recorded after the calls inside them); otherwise an empty list."""
+        if not call.is_module or call.direction != "forward" or not div_out:
             return []
-        keys.append(found[0].key)
-    return keys
+        keys = []
+        for r in div_out:
+            found = self.producers.find(r)
+            if found is None or not found[0].matched or not found[1].diverges:
+                return []
+            keys.append(found[0].key)
+        return keys
+
+    def _fed_by_divergence(self, row):
+        found = self.producers.find(row)
+        return found is not None and found[1].diverges
+
+    def _origin_of(self, row):
+        """(explained, where-from text, kind if not explained) for one diverging input row."""
+        if ARGUMENT in row.flags:
+            return False, "a scalar argument with a different value", ARGUMENT_CHANGED
+        found = self.producers.find(row)
+        if found is not None:
+            src_call, src_row = found
+            if not src_call.matched:
+                if src_call.key in self.carriers:
+                    return True, f"output of {src_call.key} (golden lacks it), computed from values already off", None
+                return False, f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT
+            if src_row.diverges:
+                return True, f"output of {src_call.key} (already off)", None
+        value = row.value_key()
+        param = self.params.get(value) if value is not None else None
+        if row.is_parameter or param is not None:
+            if value is not None and value in self.reported:
+                return True, f"{param or 'a parameter'}, already found differing at {self.reported[value]}", None
+            return False, param or "a parameter", PARAMETER
+        if NONFINITE in row.flags and not self.seen_nonfinite:
+            return False, "inf/nan that no recorded call produced (computed outside the recorded calls)", FIRST_INPUT
+        if self.seen_divergence:
+            return True, "not produced by a recorded call; earlier calls already diverge", None
+        return False, "not produced by any recorded call (model input or untracked computation)", FIRST_INPUT
+
+    def _hidden_inputs_diverged(self, call):
+        """Backward calls also read tensors saved in forward; parameter gradients are reduced or
+        accumulated outside recorded calls. Either makes their divergence explainable by earlier ones."""
+        if call.is_param_grad:
+            return self.seen_divergence
+        return call.direction == "backward" and forward_key_of(call.key) in self.diverged_keys
+
+    def _classify(self, call, div_in, div_out):
+        """The Suspect this diverging call is, or None when its divergence only propagates."""
+        if self._hidden_inputs_diverged(call):
+            return None  # a backward whose forward diverged: its saved tensors differ, whatever else matches
+        in_err, out_err = _max_error(call.inputs), _max_error(call.outputs)
+        floor = max(_floor(call.outputs), _floor(call.inputs), 1e-30)
+        amplification = out_err / max(in_err, floor)
+        origins, unexplained = {}, []
+        for r in div_in:
+            explained, text, kind = self._origin_of(r)
+            origins[r.name] = text
+            if not explained:
+                unexplained.append((r, kind))
+
+        def make(kind, tier, reason):
+            return Suspect(call=call, kind=kind, tier=tier, input_error=in_err, output_error=out_err,
+                           amplification=amplification, reason=reason, origins=origins)
+
+        finite_inputs = all(r.target_finite for r in call.inputs if r.is_tensor)
+        new_nonfinite = [r for r in div_out if NONFINITE in r.flags and not r.target_finite]
+        if new_nonfinite and finite_inputs:
+            return make(OVERFLOW, STRONG, f"inputs are finite but {_short(new_nonfinite[0].name)} holds inf/nan "
+                                          f"(golden finite)")
+        if unexplained:
+            r, kind = max(unexplained, key=lambda u: (bool(u[0].flags), u[0].error))
+            return make(kind, _tier(r), f"{_short(r.name)} differs ({_describe(r)}) and is {origins[r.name]}")
+        if not div_in:
+            if in_err > 0 and out_err < AMPLIFICATION * in_err and not _flagged(div_out):
+                return None  # input error below the noise floor grown a little past it
+            if not any(r.is_tensor for r in call.inputs) and self.seen_divergence:
+                return None  # inputs not dumped (data_mode) or none: earlier divergence may reach it
+            if _is_communication(call.key):
+                return make(RECEIVED, COMM, "a collective returns values that differ although this rank sent "
+                                            "matching ones: another rank diverged")
+            r = max(div_out, key=lambda x: (bool(x.flags), x.error))
+            return make(INTRODUCED, _tier(r), f"inputs match but {_short(r.name)} differs ({_describe(r)})")
+        if div_out and amplification >= AMPLIFIED_ONLY and not _is_communication(call.key):
+            r = max(div_out, key=lambda x: x.error)
+            return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {in_err:.2g} but {_short(r.name)} "
+                                               f"by {r.error:.2g} ({amplification:.0f}x)")
+        return None
 
 
-def _fed_by_divergence(row, producers):
-    found = producers.find(row)
-    return found is not None and found[1].diverges
-
-
-def _origin_of(row, producers, params, carriers, reported, seen_divergence, seen_nonfinite):
-    """(explained, where-from text, kind if not explained) for one diverging input row."""
-    if ARGUMENT in row.flags:
-        return False, "a scalar argument with a different value", ARGUMENT_CHANGED
-    found = producers.find(row)
-    if found is not None:
-        src_call, src_row = found
-        if not src_call.matched:
-            if src_call.key in carriers:
-                return True, f"output of {src_call.key} (golden lacks it), computed from values already off", None
-            return False, f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT
-        if src_row.diverges:
-            return True, f"output of {src_call.key} (already off)", None
-    value = row.value_key()
-    param = params.get(value) if value is not None else None
-    if row.is_parameter or param is not None:
-        if value is not None and value in reported:
-            return True, f"{param or 'a parameter'}, already found differing at {reported[value]}", None
-        return False, param or "a parameter", PARAMETER
-    if NONFINITE in row.flags and not seen_nonfinite:
-        return False, "inf/nan that no recorded call produced (computed outside the recorded calls)", FIRST_INPUT
-    if seen_divergence:
-        return True, "not produced by a recorded call; earlier calls already diverge", None
-    return False, "not produced by any recorded call (model input or untracked computation)", FIRST_INPUT
-
-
-def _classify(call, div_in, div_out, producers, params, diverged_keys, carriers, reported, seen_divergence,
-              seen_nonfinite):
-    in_err, out_err = _max_error(call.inputs), _max_error(call.outputs)
-    floor = max(_floor(call.outputs), _floor(call.inputs), 1e-30)
-    amplification = out_err / max(in_err, floor)
-    if _hidden_inputs_diverged(call, diverged_keys, seen_divergence):
-        return None  # a backward whose forward diverged: its saved tensors differ, whatever else matches
-    origins, unexplained = {}, []
-    for r in div_in:
-        explained, text, kind = _origin_of(r, producers, params, carriers, reported, seen_divergence,
-                                           seen_nonfinite)
-        origins[r.name] = text
-        if not explained:
-            unexplained.append((r, kind))
-
-    def make(kind, tier, reason):
-        return Suspect(call=call, kind=kind, tier=tier, input_error=in_err, output_error=out_err,
-                       amplification=amplification, reason=reason, origins=origins)
-
-    finite_inputs = all(r.target_finite for r in call.inputs if r.is_tensor)
-    new_nonfinite = [r for r in div_out if NONFINITE in r.flags and not r.target_finite]
-    if new_nonfinite and finite_inputs:
-        return make(OVERFLOW, STRONG, f"inputs are finite but {_short(new_nonfinite[0].name)} holds inf/nan "
-                                      f"(golden finite)")
-    if unexplained:
-        r, kind = max(unexplained, key=lambda u: (bool(u[0].flags), u[0].error))
-        strong = bool(r.flags) or r.error >= AMPLIFICATION * r.floor
-        return make(kind, STRONG if strong else WEAK,
-                    f"{_short(r.name)} differs ({_describe(r)}) and is {origins[r.name]}")
-    if not div_in:
-        if in_err > 0 and out_err < AMPLIFICATION * in_err and not _flagged(div_out):
-            return None  # input error below the noise floor grown a little past it
-        if not any(r.is_tensor for r in call.inputs) and seen_divergence:
-            return None  # inputs not dumped (data_mode) or none: earlier divergence may reach it
-        if _is_communication(call.key):
-            return make(RECEIVED, COMM, "a collective returns values that differ although this rank sent "
-                                        "matching ones: another rank diverged")
-        r = max(div_out, key=lambda x: (bool(x.flags), x.error))
-        strong = bool(r.flags) or r.error >= AMPLIFICATION * r.floor
-        return make(INTRODUCED, STRONG if strong else WEAK,
-                    f"inputs match but {_short(r.name)} differs ({_describe(r)})")
-    if div_out and amplification >= AMPLIFIED_ONLY and not _is_communication(call.key):
-        r = max(div_out, key=lambda x: x.error)
-        return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {in_err:.2g} but {_short(r.name)} by "
-                                           f"{r.error:.2g} ({amplification:.0f}x)")
-    return None
+def _tier(row):
+    """Strong when a flag says so or the error is well past the noise floor; weak just past it."""
+    return STRONG if row.flags or row.error >= AMPLIFICATION * row.floor else WEAK
 
 
 def _flagged(rows):
     return any(r.flags for r in rows)
 
-
-def _hidden_inputs_diverged(call, diverged_keys, seen_divergence):
-    """Backward calls also read tensors saved in forward; parameter gradients are reduced or
-    accumulated outside recorded calls. Either makes their divergence explainable by earlier ones."""
-    if call.is_param_grad:
-        return seen_divergence
-    if call.direction != "backward":
-        return False
-    fwd = forward_key_of(call.key)
-    return fwd in diverged_keys
 
 
 def _short(row_name):
