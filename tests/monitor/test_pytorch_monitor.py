@@ -226,7 +226,7 @@ def test_activations_and_their_gradients_match_the_modules(tmp_path, out_dir):
         got = [value(df, tag, name, 0, op) for op in ALL_OPS]
         assert np.allclose(got, want, rtol=1e-5, atol=1e-6), (key, got, want)
     # the root module is named "" as in msProbe (".input", ".output"); its int-free input has no gradient
-    assert value(df, "actv", ".output", 0, "norm") == pytest.approx(seen["fc2.output"][0], rel=1e-6)
+    assert value(df, "actv", ".output", 0, "norm") == pytest.approx(seen["fc2.output"][0], rel=1e-5)
     assert ".input" not in set(rows(df, "actv_grad")["name"])
 
 

@@ -12,12 +12,18 @@ from msprobe.core.monitor.records import MICRO_STEP_TAGS
 
 
 def format_value(value, ndigits):
-    """Round for the CSV; inf/nan stay as the words csv readers (pandas) understand."""
+    """`ndigits` significant digits; inf/nan stay as the words csv readers (pandas) understand.
+
+    msProbe rounds to `ndigits` decimal places, which writes Adam's exp_avg_sq (~1e-9) as 0.0;
+    significant digits keep small values readable at the same width.
+    """
     if value is None or math.isnan(value):
         return "nan"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return repr(round(value, ndigits))
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value)) if abs(value) >= 1 or value == 0 else repr(value)
+    return f"{value:.{max(ndigits, 1)}g}"
 
 
 def shape_text(shape):
@@ -30,7 +36,7 @@ class MonitorCsvWriter:
     Args:
         rank_dir: the rank's output directory (created if missing).
         ops: op names, the value columns.
-        ndigits: digits kept after the decimal point.
+        ndigits: significant digits kept.
         start_step: first step of the first file window.
         steps_per_file: steps per file (`step_count_per_record`).
     """

@@ -1,0 +1,199 @@
+"""`TrainerMon` for MindSpore (PyNative): Cell activations and their gradients, the gradients the
+optimizer is called with, its moments and the parameters before and after the update.
+
+The optimizer is a Cell, so a forward pre-hook on it sees `optimizer(grads)` (`grad_reduced`,
+`param_origin`) and a forward hook runs after the update (moments, `param_updated`; then the step's rows
+are written and the step counter advances). MindSpore has no per-parameter accumulation hook, so
+`grad_unreduced` is not recorded: the gradients reach the optimizer after any reducer of the train step.
+Statistics are computed in numpy (float64) from `Tensor.asnumpy()`.
+"""
+
+import atexit
+import logging
+
+from msprobe.mindspore import numpy_compat  # noqa: F401  (before any op with a Python scalar)
+import mindspore
+from mindspore import nn
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.monitor.config import load_monitor_config
+from msprobe.core.monitor.ops import stats_from_array
+from msprobe.core.monitor.records import MetricRow
+from msprobe.core.monitor.recorder import StepRecorder
+from msprobe.mindspore.monitor.cell_hooks import CellActivationMonitor
+
+logger = logging.getLogger(__name__)
+
+# optimizer attribute holding per-parameter state -> the name msProbe's tables use for it
+MOMENT_NAMES = {"moment1": "exp_avg", "moments1": "exp_avg", "moment2": "exp_avg_sq", "moments2": "exp_avg_sq",
+                "moments": "momentum_buffer", "accum": "sum", "mean_square": "square_avg"}
+_MAX_DEPTH = 8
+
+
+def _rank():
+    try:
+        from mindspore.communication import get_rank
+        return get_rank()
+    except Exception:  # not initialised: MindSpore raises RuntimeError or ValueError depending on backend
+        return 0
+
+
+def unwrap_optimizer(optimizer):
+    current = optimizer
+    for _ in range(_MAX_DEPTH):
+        if isinstance(current, nn.Optimizer):
+            return current
+        current = getattr(current, "optimizer", None)
+        if current is None:
+            break
+    raise MsprobeError(f"set_monitor: optimizer {type(optimizer).__name__} is not a mindspore.nn.Optimizer and "
+                       "has none in its .optimizer attribute chain; pass the nn optimizer")
+
+
+def moment_tuples(optimizer):
+    """{name: ParameterTuple} of the optimizer's per-parameter state, shaped like the parameters."""
+    shapes = [tuple(p.shape) for p in optimizer.parameters]
+    found = {}
+    for attr, value in vars(optimizer).items():
+        if attr in ("parameters", "_parameters") or not isinstance(value, mindspore.ParameterTuple):
+            continue
+        if len(value) == len(shapes) and [tuple(v.shape) for v in value] == shapes:
+            found[MOMENT_NAMES.get(attr, attr)] = value
+    return found
+
+
+class TrainerMon:
+    """Training-state monitor for MindSpore, with the PyTorch `TrainerMon` interface.
+
+    Args:
+        config_file_path: monitor config.json.
+        process_group: accepted for compatibility.
+        params_have_main_grad: accepted for compatibility (MindSpore gradients come from the optimizer call).
+
+    Example:
+        >>> mon = TrainerMon("monitor_config.json")
+        >>> mon.set_monitor(net, grad_acc_steps=1, optimizer=optimizer)
+        >>> grad_fn = mindspore.value_and_grad(forward, None, optimizer.parameters)
+        >>> for x, y in data:
+        ...     loss, grads = grad_fn(x, y); optimizer(grads)
+
+    Raises:
+        ConfigError: a config field is not allowed (the message names it).
+    """
+
+    def __init__(self, config_file_path, process_group=None, params_have_main_grad=True):
+        self.config = load_monitor_config(config_file_path)
+        self.process_group = process_group
+        self.collecting = False
+        self.step = 0
+        self.collected = 0
+        self.recorder = None
+        self.rank = 0
+        self._rows = []
+        self._handles = []
+        self._activations = []
+
+    def set_monitor(self, model, grad_acc_steps, optimizer, dp_group=None, tp_group=None, start_iteration=0):
+        """Attach to a network (or list of chunks) and its optimizer; see the PyTorch `TrainerMon`.
+
+        Raises:
+            MsprobeError: optimizer or grad_acc_steps unusable.
+        """
+        if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
+            raise MsprobeError(f"set_monitor: grad_acc_steps {grad_acc_steps!r} is not allowed; "
+                               "allowed: an integer >= 1")
+        chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+        for c in chunks:
+            if not isinstance(c, nn.Cell):
+                raise MsprobeError(f"set_monitor: model {type(c).__name__} is not a mindspore.nn.Cell")
+        self.optimizer = unwrap_optimizer(optimizer)
+        self.rank = _rank()
+        self.step = start_iteration
+        self.recorder = StepRecorder(self.config, self.rank)
+        cfg = self.config
+        if cfg.monitors_activations and cfg.monitors_rank(self.rank):
+            self._activations = [CellActivationMonitor(self, c, vpp) for vpp, c in enumerate(chunks)]
+        self._names = [p.name for p in self.optimizer.parameters]
+        self._selected = [i for i, n in enumerate(self._names) if cfg.target_of(n) is not None]
+        self._handles.append(self.optimizer.register_forward_pre_hook(self._before_step))
+        self._handles.append(self.optimizer.register_forward_hook(self._after_step))
+        atexit.register(self.close)
+        self._begin_step()
+        return self
+
+    def _begin_step(self):
+        self.collecting = self.config.collects(self.step, self.collected)
+        for a in self._activations:
+            a.reset_step()
+
+    def record(self, tag, name, tensor, micro=None, vpp_stage=0):
+        if tensor.dtype == mindspore.bfloat16:
+            tensor = tensor.astype(mindspore.float32)
+        values = stats_from_array(tensor.asnumpy(), self.config.ops, self.config.eps)
+        self._rows.append(MetricRow(tag, name, self.step, micro, values, tuple(tensor.shape), str(tensor.dtype),
+                                    vpp_stage))
+
+    def _record_params(self, tag, tensors):
+        for i in self._selected:
+            if tensors[i] is not None:
+                self.record(tag, self._names[i], tensors[i])
+
+    def _before_step(self, cell, args):
+        if not self.collecting:
+            return
+        if self.config.wg_distribution and args and isinstance(args[0], (tuple, list)):
+            grads = args[0]
+            if len(grads) == len(self._names):
+                self._record_params("grad_reduced", grads)
+            else:
+                logger.warning("monitor: optimizer called with %d gradients for %d parameters; step %d gradients "
+                               "not recorded", len(grads), len(self._names), self.step)
+        if self.config.param_distribution:
+            self._record_params("param_origin", self.optimizer.parameters)
+
+    def _after_step(self, cell, args, output):
+        if self.collecting:
+            if self.config.mv_distribution:
+                for key, tensors in moment_tuples(self.optimizer).items():
+                    self._record_params(key, tensors)
+            if self.config.param_distribution:
+                self._record_params("param_updated", self.optimizer.parameters)
+            if self._rows:
+                self.recorder.write_step(self._rows)
+                self.recorder.flush()
+            self._rows = []
+            self.collected += 1
+        self.step += 1
+        self._begin_step()
+
+    def _metrics(self, tag):
+        ops = self.config.ops
+        return {r.name: dict(zip(ops, r.values)) for r in self.recorder.last_rows.get(tag, [])}
+
+    def generate_wgrad_metrics(self):
+        """(reduced, unreduced) of the latest recorded step; unreduced is empty on MindSpore."""
+        return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
+
+    def generate_xy_metrics(self):
+        """(actv, actv_grad): {cell io name: {op: value}} of the latest recorded step."""
+        return self._metrics("actv"), self._metrics("actv_grad")
+
+    @property
+    def anomalies(self):
+        return list(self.recorder.anomalies) if self.recorder else []
+
+    @property
+    def output_dir(self):
+        return self.recorder.rank_dir if self.recorder else None
+
+    def close(self):
+        """Remove every hook and close the writers (also run at interpreter exit)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for a in self._activations:
+            a.remove()
+        self._activations = []
+        self.collecting = False
+        if self.recorder is not None:
+            self.recorder.close()
