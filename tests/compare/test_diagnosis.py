@@ -74,6 +74,7 @@ def test_planted_divergence_is_suspect_one(dumps, task, plant):
 
 
 def _row(rows, suffix):
+    """The evidence row whose name ends with `suffix` (a string or a tuple of them)."""
     return next(r for r in rows if r["name"].endswith(suffix))
 
 
@@ -86,6 +87,9 @@ def test_evidence_of_each_plant(dumps, task):
     assert top["kind"] == "foreign_input" and inp["flags"] == ["dtype"]
     assert (inp["target_dtype"], inp["golden_dtype"]) == ("torch.bfloat16", "torch.float32")
     assert "Tensor.bfloat16.0.forward" in inp["origin"]
+    if task == "tensor":  # msProbe's own tensor metrics come along as evidence
+        m = _row(top["outputs"], ".output.0")["tensor_metrics"]
+        assert 0.99 < m["Cosine"] < 1.0 and m["One Thousandth Err Ratio"] < 1.0
     # wrong epsilon: a scalar argument changed; the LayerNorm module is context, not a second suspect.
     d = _diagnose(dumps[(task, "ln_eps")], golden)
     top = d["suspects"][0]

@@ -20,7 +20,7 @@ import os
 
 from msprobe.core.compare import diagnosis_flow as flow
 from msprobe.core.compare.diagnosis_report import format_diagnosis, stack_line  # noqa: F401 (re-export)
-from msprobe.core.compare.diagnosis_rows import calls_from_table
+from msprobe.core.compare.diagnosis_rows import TENSOR_METRIC_COLUMNS, calls_from_table, number
 from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, DTYPE_NOISE_FLOOR,
                                                       EVIDENCE_ROWS, MAX_SUSPECTS)
 from msprobe.core.dump.reader import load_json
@@ -218,6 +218,8 @@ def _evidence(rows, origins):
                 "flags": sorted(r.flags), "target_dtype": r.target_dtype, "golden_dtype": r.golden_dtype,
                 "target": dict(zip(("max", "min", "mean", "norm"), r.target)),
                 "golden": dict(zip(("max", "min", "mean", "norm"), r.golden))}
+        if r.tensor_metrics:
+            item["tensor_metrics"] = {c: number(v) for c, v in zip(TENSOR_METRIC_COLUMNS, r.tensor_metrics)}
         if r.name in origins:
             item["origin"] = origins[r.name]
         out.append(item)

@@ -56,6 +56,7 @@ class Row:
     floor: float = 0.0        # noise floor of the row's dtypes
     flags: set = field(default_factory=set)
     requires_grad: bool | None = None
+    tensor_metrics: tuple = ()  # tensor mode: the table's (Cosine, MaxRelativeErr, One Thousandth) cells
 
     @property
     def diverges(self):
@@ -323,7 +324,8 @@ def calls_from_table(table):
         "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
         "NPU Requires_grad", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min",
         "Bench mean", "Bench l2norm", "EucDist", "MaxAbsErr", "NPU MD5", "BENCH MD5", "Err_message",
-        "NPU_Stack_Info")}
+        "NPU_Stack_Info") + TENSOR_METRIC_COLUMNS}
+    tensor_mode = "Cosine" in table.columns
     has_md5 = "NPU MD5" in table.columns
     t, tp = _stats_matrix(col, _TARGET_STATS)
     g, gp = _stats_matrix(col, _GOLDEN_STATS)
@@ -345,10 +347,13 @@ def calls_from_table(table):
         if call.stack_cell is None and _has_stack(col["NPU_Stack_Info"][i]):
             call.stack_cell = col["NPU_Stack_Info"][i]
         row = _row(col, stats, i, str(name), role, slot, is_param, has_md5)
+        if tensor_mode and row.matched and row.is_tensor:
+            row.tensor_metrics = tuple(col[c][i] for c in TENSOR_METRIC_COLUMNS)
         (call.inputs if role == "input" else call.outputs).append(row)
     return calls
 
 
+TENSOR_METRIC_COLUMNS = ("Cosine", "MaxRelativeErr", "One Thousandth Err Ratio")
 _TARGET_STATS = ("NPU max", "NPU min", "NPU mean", "NPU l2norm")
 _GOLDEN_STATS = ("Bench max", "Bench min", "Bench mean", "Bench l2norm")
 
