@@ -5,8 +5,10 @@ Guarded by `benchmarks/compare_throughput.py`. Must not import torch or mindspor
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
@@ -49,6 +51,22 @@ def _file_size(path):
         return 0
 
 
+@contextlib.contextmanager
+def _single_threaded_blas():
+    """Workers started meanwhile get one BLAS thread each: the processes are the parallelism, and
+    BLAS threads spinning next to them only steal the cores (environment read at numpy import)."""
+    names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {n: os.environ.get(n) for n in names}
+    for n in names:
+        os.environ.setdefault(n, "1")
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+
+
 def _run_tasks(tasks, workers, progress):
     from tqdm import tqdm
     total = sum(_file_size(t) + _file_size(g) for _, t, g in tasks)
@@ -64,7 +82,8 @@ def _run_tasks(tasks, workers, progress):
             return
         # big tensors first so the workers finish together
         tasks = sorted(tasks, key=lambda t: -sizes[t[0]])
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with _single_threaded_blas(), ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for out in pool.map(_one_pair, tasks, chunksize=1):
                 bar.update(sizes[out[0]])
                 yield out

@@ -1,0 +1,226 @@
+"""Speed of `msprobe compare`, each number next to a baseline measured in the same run.
+
+1. Real-data (tensor) compare of a generated fp32-vs-bf16 dump pair in the layout of an L1 tensor
+   dump (dump.json + dump_tensor_data/*.npy; bf16 stored as float32 like our dumper does), with 1 and
+   2 worker processes, interleaved, medians. Throughput = bytes of both sides / wall time. Baseline:
+   reading the same bytes (np.load mmap + sum). Peak memory = max RSS of the compare process and of
+   its largest worker. Also the CPU throughput of one worker (metrics only, one core).
+2. Statistics compare of two dump.json files with N tensor records. Baseline: json.load of both.
+3. `msprobe compare -h` start-up against `python -c pass`.
+
+    python benchmarks/compare_throughput.py                  # quick (CI-safe): 0.2 GB, 100k records
+    python benchmarks/compare_throughput.py --tensor-gb 3 --records 1000000 --dir /tmp/cmpbench
+
+Generated files go under --dir (default: a temporary folder, removed afterwards); keep them out of
+the repository. The machine may be shared: read the ratios, and the CPU-time columns.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+TENSOR_ELEMENTS = 1 << 22  # 16 MiB per float32 tensor file
+
+
+def gen_tensor_pair(root, total_gb):
+    """Two rank dirs (target bf16, golden fp32) holding about `total_gb` GB of .npy files together."""
+    n_files = max(2, int(total_gb * 1e9 / 2 / (TENSOR_ELEMENTS * 4)))
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(TENSOR_ELEMENTS).astype(np.float32)
+    sides = {}
+    for side in ("target", "golden"):
+        rank = os.path.join(root, side, "step0", "rank0")
+        os.makedirs(os.path.join(rank, "dump_tensor_data"), exist_ok=True)
+        sides[side] = rank
+    data_t, data_g = {}, {}
+    for i in range(n_files // 2):  # one forward record per pair of files: input.0 and output.0
+        key = f"Functional.linear.{i}.forward"
+        rec_t, rec_g = {"input_args": [], "input_kwargs": {}, "output": []}, \
+            {"input_args": [], "input_kwargs": {}, "output": []}
+        for role, slot in (("input", "input_args"), ("output", "output")):
+            golden = np.roll(base, i * 7 + len(role)) * (1 + i % 5)
+            target = (golden.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)  # bf16 truncation
+            name = f"{key}.{role}.0.npy"
+            np.save(os.path.join(sides["golden"], "dump_tensor_data", name), golden)
+            np.save(os.path.join(sides["target"], "dump_tensor_data", name), target)
+            for rec, arr, dtype in ((rec_g, golden, "torch.float32"), (rec_t, target, "torch.bfloat16")):
+                rec[slot].append({"type": "torch.Tensor", "dtype": dtype, "shape": [TENSOR_ELEMENTS],
+                                  "Max": float(arr.max()), "Min": float(arr.min()), "Mean": float(arr.mean()),
+                                  "Norm": float(np.linalg.norm(arr)), "requires_grad": True, "data_name": name})
+        data_t[key], data_g[key] = rec_t, rec_g
+    for side, data in (("target", data_t), ("golden", data_g)):
+        with open(os.path.join(sides[side], "dump.json"), "w") as f:
+            json.dump({"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                       "data": data}, f)
+    nbytes = sum(os.path.getsize(os.path.join(r, "dump_tensor_data", n))
+                 for r in sides.values() for n in os.listdir(os.path.join(r, "dump_tensor_data")))
+    return sides["target"], sides["golden"], nbytes
+
+
+def gen_stats_pair(root, n_tensors):
+    """Two statistics dump.json files with `n_tensors` tensor records (3 per call), 1% apart."""
+    rng = np.random.default_rng(1)
+    paths = []
+    for side, scale in (("target", 1.01), ("golden", 1.0)):
+        rank = os.path.join(root, "stats_" + side, "step0", "rank0")
+        os.makedirs(rank, exist_ok=True)
+        vals = rng.random(n_tensors)
+        with open(os.path.join(rank, "dump.json"), "w") as f:
+            f.write('{"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": null, "data": {')
+            for i in range(0, n_tensors, 3):
+                ts = [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 64, 256],
+                       "Max": float(v * scale), "Min": float(-v), "Mean": float(v / 100), "Norm": float(v * 30),
+                       "requires_grad": True} for v in vals[i:i + 3]]
+                rec = {"input_args": ts[:2], "input_kwargs": {}, "output": ts[2:]}
+                f.write((", " if i else "") + json.dumps(f"Functional.linear.{i // 3}.forward") + ": " + json.dumps(rec))
+            f.write("}}")
+        paths.append(rank)
+    return paths
+
+
+_CHILD = r"""
+import json, resource, sys, time
+from msprobe.core.compare.engine import compare_dumps
+from msprobe.core.compare.writer import write_result
+t, g, workers, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+w, c = time.perf_counter(), time.process_time()
+(r,) = compare_dumps(t, g, workers=workers, progress=False, stack=False)
+compare_wall, compare_cpu = time.perf_counter() - w, time.process_time() - c
+w = time.perf_counter()
+if out != "-":
+    write_result(r.table, out, "bench.csv")
+print(json.dumps({"wall": compare_wall, "cpu": compare_cpu, "write": time.perf_counter() - w,
+                  "rows": len(r.table), "children_cpu": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+_READ = r"""
+import os, sys, time, numpy as np
+root = sys.argv[1]
+w = time.perf_counter()
+s = 0.0
+for side in ("target", "golden"):
+    d = os.path.join(root, side, "step0", "rank0", "dump_tensor_data")
+    for n in sorted(os.listdir(d)):
+        a = np.load(os.path.join(d, n), mmap_mode="r")
+        for i in range(0, a.size, 1 << 20):
+            s += float(a[i:i + (1 << 20)].sum(dtype=np.float64))
+print(time.perf_counter() - w)
+"""
+
+
+def run_child(t, g, workers, out="-"):
+    proc = subprocess.run([sys.executable, "-c", _CHILD, t, g, str(workers), out], capture_output=True, text=True,
+                          check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def tensor_bench(root, gb, rounds):
+    t, g, nbytes = gen_tensor_pair(root, gb)
+    print(f"\n[tensor] {nbytes / 1e9:.2f} GB in {len(os.listdir(os.path.join(t, 'dump_tensor_data'))) * 2} "
+          f"files; {rounds} interleaved rounds, medians")
+    rows = {"read (baseline)": [], "compare, 1 worker": [], "compare, 2 workers": []}
+    extra = {"compare, 1 worker": [], "compare, 2 workers": []}
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, "-c", _READ, root], capture_output=True, text=True, check=True)
+        rows["read (baseline)"].append(float(out.stdout.strip()))
+        for workers in (1, 2):
+            r = run_child(t, g, workers)
+            name = f"compare, {workers} worker" + ("s" if workers > 1 else "")
+            rows[name].append(r["wall"])
+            extra[name].append(r)
+    base = statistics.median(rows["read (baseline)"])
+    print(f"{'':22s}{'wall s':>9s}{'GB/s':>8s}{'x read':>8s}{'cpu s':>9s}{'peak MB main/worker':>22s}")
+    for name, walls in rows.items():
+        w = statistics.median(walls)
+        line = f"{name:22s}{w:9.2f}{nbytes / 1e9 / w:8.2f}{w / base:8.2f}"
+        if name in extra:
+            e = extra[name]
+            cpu = statistics.median(x["cpu"] + x["children_cpu"] for x in e)
+            line += f"{cpu:9.2f}{max(x['rss_mb'] for x in e):11.0f} /{max(x['child_rss_mb'] for x in e):7.0f}"
+        print(line)
+    # one worker's own speed: metrics of one pair of memory-mapped files on one core (CPU time)
+    from msprobe.core.compare.metrics import tensor_metrics
+    name = sorted(os.listdir(os.path.join(t, "dump_tensor_data")))[0]
+    a = np.load(os.path.join(t, "dump_tensor_data", name), mmap_mode="r")
+    b = np.load(os.path.join(g, "dump_tensor_data", name), mmap_mode="r")
+    cpu = []
+    for _ in range(max(3, rounds)):
+        c = time.process_time()
+        tensor_metrics(a, b)
+        cpu.append(time.process_time() - c)
+    c = statistics.median(cpu)
+    print(f"single core, metrics only: {(a.nbytes + b.nbytes) / 1e9 / c:.2f} GB/s of CPU time "
+          f"({(a.nbytes + b.nbytes) / 1e6:.0f} MB pair in {c * 1000:.0f} ms)")
+
+
+def stats_bench(root, n, rounds):
+    t, g = gen_stats_pair(root, n)
+    size = sum(os.path.getsize(os.path.join(p, "dump.json")) for p in (t, g))
+    print(f"\n[statistics] {n} tensor records per side, {size / 1e6:.0f} MB of dump.json; {rounds} rounds, medians")
+    parse, comp, cpu, write = [], [], [], []
+    for _ in range(rounds):
+        w = time.perf_counter()
+        for p in (t, g):
+            with open(os.path.join(p, "dump.json")) as f:
+                json.load(f)
+        parse.append(time.perf_counter() - w)
+        r = run_child(t, g, 1, os.path.join(root, "stats_out"))
+        comp.append(r["wall"])
+        cpu.append(r["cpu"] + r["children_cpu"])
+        write.append(r["write"])
+    p, c = statistics.median(parse), statistics.median(comp)
+    print(f"json.load of both (baseline) {p:7.2f} s")
+    print(f"compare_dumps                {c:7.2f} s  ({c / p:.2f}x the baseline; CPU {statistics.median(cpu):.2f} s "
+          f"in all processes)")
+    print(f"csv of {n} rows             {statistics.median(write):7.2f} s")
+
+
+def cli_bench(rounds):
+    def timed(cmd):
+        w = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True)
+        return time.perf_counter() - w
+    exe = shutil.which("msprobe")
+    base, helps = [], []
+    for _ in range(rounds):
+        base.append(timed([sys.executable, "-c", "pass"]))
+        helps.append(timed([exe, "compare", "-h"] if exe else [sys.executable, "-m", "msprobe.cli.main", "compare", "-h"]))
+    b, h = statistics.median(base), statistics.median(helps)
+    print(f"\n[cli] msprobe compare -h {h:.3f} s; python -c pass {b:.3f} s ({h / b:.1f}x)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tensor-gb", type=float, default=0.2, help="total size of the tensor pair (default 0.2)")
+    ap.add_argument("--records", type=int, default=100_000, help="tensor records per statistics dump")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", help="where to generate (default: a temporary folder, removed at the end)")
+    ap.add_argument("--skip", nargs="*", default=(), choices=("tensor", "statistics", "cli"))
+    args = ap.parse_args()
+    root = args.dir or tempfile.mkdtemp(prefix="msprobe_cmpbench_")
+    os.makedirs(root, exist_ok=True)
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; files in {root}")
+    try:
+        if "tensor" not in args.skip:
+            tensor_bench(os.path.join(root, "tensor"), args.tensor_gb, args.rounds)
+        if "statistics" not in args.skip:
+            stats_bench(root, args.records, args.rounds)
+        if "cli" not in args.skip:
+            cli_bench(max(5, args.rounds))
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
