@@ -139,6 +139,22 @@ def test_minus_inf_attention_mask_is_not_an_anomaly(tmp_path):
     assert json.load(open(write_analysis_json(result, str(tmp_path / "out")))) == {}
 
 
+def test_nan_in_the_input_batch_is_inherited(tmp_path):
+    """No op turns finite into non-finite: the first node holding nan is reported as inherited."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "d"), level="L1")
+    try:
+        debugger.start()
+        model(torch.tensor([[1.0, float("nan"), 0.0, 2.0]])).sum().backward()
+        debugger.stop()
+        debugger.step()
+    finally:
+        debugger.close()
+    culprit = analyze_overflow(str(tmp_path / "d")).culprit
+    assert (culprit.key, culprit.kind) == ("Functional.linear.0.forward", "inherited")
+
+
 def test_msprobe_statistics_sample(tmp_path):
     """msProbe's statistics dump (bare Infinity/NaN tokens) gives the same node as msProbe's analysis."""
     with open(os.path.join(SAMPLES, "overflow_check_anomaly_analyze_statistics_L1.json")) as f:

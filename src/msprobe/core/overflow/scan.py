@@ -75,15 +75,35 @@ def scan_rank(rank_dir):
     reader = DumpReader(rank_dir)
     nodes = []
     comm = 0
+    forward_finite = {}  # forward key -> inputs and outputs finite
+    tainted = set()  # key bases (API or module) with a non-finite forward: their gradients echo it
     for index, (key, record) in enumerate(reader.items()):
         api = _api_name(key)
+        base, direction, _ = split_key(key)
         is_comm = key.split(".", 1)[0] in COLLECTIVE_PREFIXES and api in COLLECTIVES
         inputs, outputs = split_record(record)
+        inputs_finite = values_finite(inputs, reader)
         outputs_finite = values_finite(outputs, reader)
         if api in INTENDED_NONFINITE and not outputs_finite:
             # a -inf mask or uninitialised buffer; whatever consumes it is judged on its own
             outputs_finite = True
-        nodes.append(NodeState(key, index, comm, values_finite(inputs, reader), outputs_finite, is_comm, api))
+        if direction == "forward":
+            forward_finite[key] = inputs_finite and outputs_finite
+            if not forward_finite[key]:
+                tainted.add(base)
+        elif direction == "backward":
+            # a backward also reads what its forward saved (inputs, outputs): a nan there is not new
+            inputs_finite = inputs_finite and forward_finite.get(_forward_key(key), True)
+        elif direction == "parameters_grad":
+            inputs_finite = base not in tainted
+        nodes.append(NodeState(key, index, comm, inputs_finite, outputs_finite, is_comm, api))
         if is_comm:
             comm += 1
     return reader, nodes
+
+
+def _forward_key(backward_key):
+    parts = backward_key.split(".")
+    i = len(parts) - 1 - parts[::-1].index("backward")
+    parts[i] = "forward"
+    return ".".join(parts)
