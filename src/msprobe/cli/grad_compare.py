@@ -17,7 +17,8 @@ def add_arguments(parser):
     parser.add_argument("-o", "--output_path", default="./grad_compare_out",
                         help="output directory (default ./grad_compare_out)")
     parser.add_argument("--threshold", type=float, default=None, help="total similarity below this diverges (0.97)")
-    parser.add_argument("--drop", type=float, default=None, help="a fall larger than this between steps diverges (0.03)")
+    parser.add_argument("--drop", type=float, default=None,
+                        help="a fall larger than this between steps diverges (0.03)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -1,10 +1,10 @@
 """Reduce a list of gradients to what one grad_probe step records.
 
-Statistics of all parameters are stacked into one float32 tensor (Max, Min, Norm; then the L2 interval
-shares). On the CPU everything is computed with numpy on views of the gradients, the sign bits packed
-at once through one reused bool buffer (no gradient-sized allocation per step). On an accelerator the bits are packed on the device, and statistics
-and bitmaps travel to the host as one uint8 buffer (pinned, non-blocking on CUDA) that the writer thread
-waits for; the training loop never synchronises. Guarded by benchmarks/grad_probe_overhead.py.
+On the CPU: numpy on views of the gradients (single-threaded passes, no copies), the sign bits packed
+at once through one reused bool buffer, so no gradient-sized allocation per step. On an accelerator:
+Max, Min, Norm (then the L2 interval shares) stacked into one float32 tensor, the bits packed on the
+device, and both copied to the host as one uint8 buffer (pinned, non-blocking on CUDA) that the writer
+thread waits for; the training loop never synchronises. Guarded by benchmarks/grad_probe_overhead.py.
 """
 
 import zlib
