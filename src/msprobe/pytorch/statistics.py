@@ -6,7 +6,7 @@ Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; com
 Cost, per float tensor: aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
 a view whose strides are a permutation of a dense layout (a transpose) is reduced in memory order,
 not element order. A tensor seen again unchanged — the same memory, shape, strides and dtype at the
-same version counter, while the tensor first summarised is alive — reuses its record: an API's input
+same version counter, while that memory is alive (a weak reference to its storage) — reuses its record: an API's input
 is usually the previous API's output, an optimizer's gradient is the one backward produced.
 Guarded by benchmarks/dump_overhead.py.
 """
@@ -77,13 +77,11 @@ class Summarizer:
         if not t.is_inference() and t.layout is torch.strided:
             key = _memory_key(t)
             hit = self._cache.get(key)
-            if hit is not None:
-                src = hit.ref()
-                version = t._version
-                if src is not None and version == hit.version and src._version == version:
-                    rec = dict(hit.rec)
-                    rec["requires_grad"] = t.requires_grad
-                    return rec, hit
+            # alive storage: the memory was not freed and reused by another tensor since
+            if hit is not None and t._version == hit.version and hit.ref() is not None:
+                rec = dict(hit.rec)
+                rec["requires_grad"] = t.requires_grad
+                return rec, hit
         rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
         if self.stats:
             rec.update(self._stats(t))
@@ -93,7 +91,7 @@ class Summarizer:
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
-            entry = self._cache[key] = CacheEntry(weakref.ref(t), t._version, rec)
+            entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, rec)
             rec = dict(rec)
         rec["requires_grad"] = t.requires_grad
         return rec, entry
