@@ -1,5 +1,6 @@
 """Demo: dump one training step of a small transformer twice — fp32, and a run with one planted
-difference (the attention softmax of block 1 computed in bfloat16) — and summarise both dumps.
+difference (the attention softmax of block 1 computed in bfloat16) — summarise both dumps, compare
+them tensor by tensor and name the call where the error is introduced.
 
     python examples/demo.py --out demo_out
 """
@@ -8,10 +9,13 @@ import argparse
 import os
 import shutil
 
+import pandas as pd
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from msprobe.core.compare import compare_dumps
+from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
 from msprobe.core.dump.summary import format_summary, summarize_dump
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
@@ -86,7 +90,25 @@ def main():
         loss = train_one_step(path, planted)
         print(f"== {name}: loss {loss:.6f}, dump in {path}")
         print(format_summary(summarize_dump(path), top=3))
-    print("\nNext: compare the two dumps to find the diverging API (dumps are in msProbe's format).")
+    compare_and_diagnose(os.path.join(args.out, "planted"), os.path.join(args.out, "fp32"))
+
+
+def compare_and_diagnose(target, golden):
+    """What `msprobe compare -tp planted -gp fp32` does, from Python."""
+    results = compare_dumps(target, golden, progress=False)
+    table = results[0].table
+    counts = table["Result"].value_counts().to_dict()
+    print(f"\n== compare planted vs fp32 ({results[0].mode} mode): {len(table)} rows, "
+          + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    flagged = table[table["Result"].isin(("error", "warning"))]
+    columns = ["NPU Name", "NPU Dtype", "Bench Dtype", "MaxRelativeErr", "NormRelativeErr", "Result"]
+    if flagged.empty:
+        print("no row is an error or a warning")
+    else:
+        with pd.option_context("display.width", 200, "display.max_colwidth", 48):
+            print(flagged[columns].head(8).to_string(index=False))
+    print()
+    print(format_diagnosis(diagnose(results)))
 
 
 if __name__ == "__main__":
