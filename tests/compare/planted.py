@@ -66,22 +66,22 @@ class PlantedNet(nn.Module):
 
     def __init__(self, plant=None):
         super().__init__()
-        if plant is not None and plant not in PLANTS:
-            raise ValueError(f"plant {plant!r}; allowed: {', '.join(PLANTS)}")
-        self.plant = plant
+        self.plants = set(plant.split("+")) if plant else set()  # "a+b" plants both
+        if self.plants - set(PLANTS):
+            raise ValueError(f"plant {plant!r}; allowed: {', '.join(PLANTS)}, or several joined by '+'")
         self.fc1 = nn.Linear(self.IN, self.DIM)
-        self.ln = nn.LayerNorm(self.DIM, eps=1e-1 if plant == "ln_eps" else 1e-5)
-        self.act = Swish(wrong_backward=plant == "bad_backward")
+        self.ln = nn.LayerNorm(self.DIM, eps=1e-1 if "ln_eps" in self.plants else 1e-5)
+        self.act = Swish(wrong_backward="bad_backward" in self.plants)
         self.fc2 = nn.Linear(self.DIM, self.CLASSES)
 
     def forward(self, x):
         h = self.fc1(x)
-        if self.plant == "fp16_exp":
+        if "fp16_exp" in self.plants:
             e = torch.exp(h.half()).float()
         else:
             e = torch.exp(h)
         h = self.act(self.ln(h * torch.sigmoid(e)))
-        if self.plant == "bf16_softmax":
+        if "bf16_softmax" in self.plants:
             a = F.softmax(h.bfloat16(), dim=-1).float()
         else:
             a = F.softmax(h, dim=-1)
@@ -92,7 +92,7 @@ def build(plant=None, seed=0):
     """The model with the same initial weights for every plant; `weight` then perturbs fc2."""
     torch.manual_seed(seed)
     model = PlantedNet(plant)
-    if plant == "weight":
+    if "weight" in model.plants:
         with torch.no_grad():
             w = model.fc2.weight
             w[1, 3] += 0.05 * float(w.max() - w.min())

@@ -132,6 +132,17 @@ def test_md5_mode_names_the_planted_call_from_checksums_alone(tmp_path_factory, 
 
 
 @pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("plants", ["bf16_softmax+weight", "fp16_exp+bad_backward"])
+def test_two_plants_are_both_named_in_execution_order(dumps, tmp_path, task, plants):
+    """A later fault is not hidden by an earlier one: the perturbed weight is a parameter, not a value
+    computed from the bf16 softmax; the wrong backward amplifies far beyond what its forward carried."""
+    target = planted.dump_run(tmp_path / "t", plants, task=task)
+    d = _diagnose(target, dumps[(task, None)])
+    named = [(s["api"], s["direction"]) for s in d["suspects"]]
+    assert named == [planted.EXPECTED[p][:2] for p in plants.split("+")], format_diagnosis(d)
+
+
+@pytest.mark.parametrize("task", TASKS)
 def test_identical_runs_say_no_divergence(dumps, task):
     d = _diagnose(dumps[(task, "again")], dumps[(task, None)])
     assert d["divergence"] is False and d["suspects"] == []

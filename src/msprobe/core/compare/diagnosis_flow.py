@@ -141,6 +141,7 @@ class _RankWalk:
     def __init__(self, calls):
         self.producers = _Producers()
         self.params = _parameter_index(calls)
+        self.calls_by_key = {c.key: c for c in calls}
         self.diverged_keys = set()
         self.unmatched = []
         self.carriers = set()      # calls golden lacks whose inputs already diverged: they pass it on
@@ -225,19 +226,35 @@ class _RankWalk:
             return True, "not produced by a recorded call; earlier calls already diverge", None
         return False, "not produced by any recorded call (model input or untracked computation)", FIRST_INPUT
 
-    def _hidden_inputs_diverged(self, call):
+    def _hidden_input_error(self, call):
         """Backward calls also read tensors saved in forward; parameter gradients are reduced or
-        accumulated outside recorded calls. Either makes their divergence explainable by earlier ones."""
+        accumulated outside recorded calls. The error those hidden inputs may carry (inf: unknown, but
+        earlier divergence may reach them), or None when they cannot differ."""
         if call.is_param_grad:
-            return self.seen_divergence
-        return call.direction == "backward" and forward_key_of(call.key) in self.diverged_keys
+            return math.inf if self.seen_divergence else None
+        fwd = forward_key_of(call.key) if call.direction == "backward" else None
+        if fwd not in self.diverged_keys:
+            return None
+        return max(_max_error(self.calls_by_key[fwd].rows), 0.0) if fwd in self.calls_by_key else math.inf
 
     def _classify(self, call, div_in, div_out):
         """The Suspect this diverging call is, or None when its divergence only propagates."""
-        if self._hidden_inputs_diverged(call):
-            return None  # a backward whose forward diverged: its saved tensors differ, whatever else matches
         in_err, out_err = _max_error(call.inputs), _max_error(call.outputs)
         floor = max(_floor(call.outputs), _floor(call.inputs), 1e-30)
+        hidden_err = self._hidden_input_error(call)
+        if hidden_err is not None:
+            # A backward whose forward diverged: its saved tensors differ, whatever else matches. Named
+            # only when its outputs are far worse than everything it read (a wrong backward formula).
+            if not math.isfinite(out_err) or not math.isfinite(hidden_err):
+                return None  # inf/nan carried on from a forward overflow, or hidden inputs unknown
+            amplification = out_err / max(in_err, hidden_err, floor)
+            if amplification < AMPLIFIED_ONLY or not div_out:
+                return None
+            r = max(div_out, key=lambda x: x.error)
+            return Suspect(call=call, kind=AMPLIFIED, tier=AMPLIFYING, input_error=max(in_err, hidden_err),
+                           output_error=out_err, amplification=amplification,
+                           reason=f"its forward diverged by at most {hidden_err:.2g} and its gradient inputs by "
+                                  f"{in_err:.2g}, but {_short(r.name)} is off by {r.error:.2g} ({amplification:.0f}x)")
         amplification = out_err / max(in_err, floor)
         origins, unexplained = {}, []
         for r in div_in:
