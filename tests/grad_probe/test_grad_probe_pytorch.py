@@ -217,3 +217,27 @@ def test_ddp_two_ranks_write_one_dir_each_with_reduced_gradients(tmp_path):
                                                  "module.2.bias"]
         # the optimizer sees DDP's averaged gradients: the same on both ranks although the batches differ
         assert [r["Norm"] for r in r0] == [r["Norm"] for r in r1]
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "L2"])
+def test_accelerator_path_matches_the_cpu_path(level):
+    """The path used off the CPU (stats stacked, bits packed with torch, one uint8 buffer to the host) run
+    on CPU tensors gives what the numpy path gives: same statistics, shares, checksums and bits."""
+    from msprobe.pytorch.grad_probe.reduce import GradReducer
+    torch.manual_seed(3)
+    grads = [torch.randn(7, 5), torch.zeros(3), torch.randn(13) * 3, torch.empty(0), torch.randn(2, 2, 2)]
+    grads[2][4] = 0.0
+    host = GradReducer(level, [-1, 0, 1]).reduce(grads)()
+    device = GradReducer(level, [-1, 0, 1], numpy_on_cpu=False).reduce(grads)()
+    for a, b in zip(host.stats, device.stats):
+        np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-6)
+    assert host.md5 == device.md5
+    if level == "L2":
+        np.testing.assert_allclose(np.asarray(host.dist, dtype=np.float64), np.asarray(device.dist, dtype=np.float64),
+                                   rtol=1e-6)
+    if level == "L0":
+        assert host.bits is None and device.bits is None
+    else:
+        assert len(host.bits) == len(device.bits) == len(grads)
+        for a, b, g in zip(host.bits, device.bits, grads):
+            assert np.array_equal(a, b) and a.size == (g.numel() + 7) // 8

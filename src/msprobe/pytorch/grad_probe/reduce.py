@@ -50,10 +50,13 @@ class GradReducer:
     Args:
         level: L0, L1 or L2.
         bounds: interval boundaries for L2.
+        numpy_on_cpu: take the numpy path for CPU gradients (default); False runs the accelerator path
+            on the CPU, which is how the tests check it on machines without one.
     """
 
-    def __init__(self, level, bounds):
+    def __init__(self, level, bounds, numpy_on_cpu=True):
         self.level = level
+        self.numpy_on_cpu = numpy_on_cpu
         self.bounds = bounds
         self._np_bounds = np.asarray(bounds, dtype=np.float64)
         self._consts = {}  # device -> (boundaries float32, bit weights uint8)
@@ -73,7 +76,7 @@ class GradReducer:
         nonempty = [g for g in grads if g.numel()]
         numels = [g.numel() for g in grads]
         md5 = [g.to("cpu", copy=True) for g in grads] if self.level == "L0" else None
-        if device.type == "cpu":
+        if device.type == "cpu" and self.numpy_on_cpu:
             # numpy on views of the gradients: single-threaded passes, no allocation, no thread pool to
             # wake for every parameter (torch's CPU reductions fork-join per call)
             views = [_host_view(g) for g in nonempty]
