@@ -59,7 +59,12 @@ def format_diagnosis(d):
     lines.append(f"  {'#':>2}  {'call':44s} {'dir':8s} {'kind':13s} {'in err':>9s} {'out err':>9s} "
                  f"{'amplif.':>8s}  ranks")
     for i, s in enumerate(d["suspects"][:10], 1):
-        amp = _num(s["amplification"], "{:.3g}") if s["kind"] in _AMPLIFYING_KINDS else "-"
+        if s["kind"] not in _AMPLIFYING_KINDS:
+            amp = "-"
+        elif s["input_error"] == 0:
+            amp = "new"  # exact inputs: no ratio to show
+        else:
+            amp = _num(s["amplification"], "{:.3g}")
         lines.append(f"  {i:>2}  {s['api'][:44]:44s} {s['direction']:8s} {s['kind']:13s} "
                      f"{_num(s['input_error']):>9s} {_num(s['output_error']):>9s} {amp:>8s}  "
                      f"{','.join(str(r) for r in s['ranks'])} (step {s['step']})")
