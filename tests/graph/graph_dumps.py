@@ -10,6 +10,7 @@ fp32 golden in two planted ways inside block 1:
 """
 
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +69,7 @@ class TinyTransformer(nn.Module):
 
 
 def dump_transformer(dump_path, perturbed=False, layers=2, micro_batches=1, d=16, task="statistics",
-                     rank_id=None, steps=1, up_name="fc1"):
+                     rank_id=None, steps=1, up_name="fc1", collective=False):
     """Dump `steps` training steps; returns the step-0 rank directory (`step0/rank{R}` or `proc{pid}`)."""
     seed_all(1234)
     model = TinyTransformer(layers=layers, d=d, perturbed=perturbed, up_name=up_name)
@@ -85,14 +86,18 @@ def dump_transformer(dump_path, perturbed=False, layers=2, micro_batches=1, d=16
             logits = model(tokens[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
             (loss / micro_batches).backward()
+            if collective:  # a recorded all_reduce, as data parallelism would do with the loss
+                import torch.distributed as dist
+                dist.all_reduce(loss.detach().clone())
         opt.step()
         opt.zero_grad()
         debugger.stop()
         debugger.step()
     debugger.close()
     step0 = os.path.join(str(dump_path), "step0")
-    if rank_id is not None:
-        return os.path.join(step0, f"rank{rank_id}")
+    if rank_id is not None or collective:
+        import torch.distributed as dist
+        return os.path.join(step0, f"rank{dist.get_rank() if rank_id is None else rank_id}")
     (rank_dir,) = os.listdir(step0)
     return os.path.join(step0, rank_dir)
 
@@ -178,3 +183,43 @@ def tile_dump(src_rank_dir, dst_rank_dir, copies):
         with open(os.path.join(dst_rank_dir, name), "w") as f:
             json.dump(obj, f)
     return dst_rank_dir
+
+
+def dump_two_ranks(root, perturbed_rank=1, steps=2, layers=2):
+    """Golden and target dumps of a real 2-process gloo run: `root/golden` and `root/target`, each
+    with step{S}/rank{0,1}; the target differs only on `perturbed_rank`."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "worker", str(root),
+                                       str(perturbed_rank), str(steps), str(layers)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out
+    return os.path.join(str(root), "golden"), os.path.join(str(root), "target")
+
+
+def _worker(root, perturbed_rank, steps, layers):
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    rank = dist.get_rank()
+    dump_transformer(os.path.join(root, "golden"), layers=layers, steps=steps, collective=True)
+    dump_transformer(os.path.join(root, "target"), layers=layers, steps=steps, collective=True,
+                     perturbed=rank == perturbed_rank)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
+    _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

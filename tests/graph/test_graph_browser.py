@@ -198,17 +198,16 @@ def test_unmatched_filter_and_keyboard(compared, open_page):
 
 
 def test_step_and_rank_selectors(tmp_path, open_page):
-    """Two ranks and two steps; only rank 1 of the target is perturbed."""
-    for rank in (0, 1):
-        graph_dumps.dump_transformer(tmp_path / "golden", layers=2, rank_id=rank, steps=2)
-        graph_dumps.dump_transformer(tmp_path / "target", layers=2, rank_id=rank, steps=2, perturbed=rank == 1)
-    msprobe("graph_visualize", "-tp", str(tmp_path / "target"), "-gp", str(tmp_path / "golden"),
-            "-o", str(tmp_path / "out"), "--no-progress")
+    """A real 2-process gloo run, two steps, dumped twice; the target differs only on rank 1, whose
+    loss reaches rank 0 through an all_reduce."""
+    golden, target = graph_dumps.dump_two_ranks(tmp_path, perturbed_rank=1, steps=2)
+    msprobe("graph_visualize", "-tp", target, "-gp", golden, "-o", str(tmp_path / "out"), "--no-progress")
     (html,) = glob.glob(str(tmp_path / "out" / "*.html"))
     page = open_page(html)
     assert page.eval_on_selector_all("#step-select option", "o => o.map(x => x.value)") == ["0", "1"]
     assert page.eval_on_selector_all("#rank-select option", "o => o.map(x => x.value)") == ["0", "1"]
-    assert page.is_hidden("#start-here")  # rank 0 agrees with its golden
+    # rank 0 computes like its golden; only the all_reduce brings rank 1's difference in
+    assert "Distributed.all_reduce.0.forward" in page.inner_text("#start-here")
     page.check("#filters input[data-filter='error']")
     assert page.inner_text("#detail") == "Nothing matches these filters."
     page.select_option("#rank-select", "1")
@@ -222,6 +221,7 @@ def test_step_and_rank_selectors(tmp_path, open_page):
     page.wait_for_selector("body[data-ready='1'][data-graph='1:1']")
     page.check("#filters input[data-filter='error']")
     assert page.inner_text("#detail-verdict") == "error"
+    assert page.inner_text("#detail h2") == "Tensor.__mul__.1.forward"
 
 
 @pytest.mark.parametrize("folder", [("pt_dump", "transformer_statistics_mix_statistics"),
