@@ -381,3 +381,34 @@ def test_api_format_and_bad_arguments(tmp_path, out_dir):
     assert not out_dir.exists() or not list(out_dir.glob("*/*.csv"))   # api: nothing on disk
     with pytest.raises(ConfigError, match="config field 'ops'"):
         TrainerMon(write_config(tmp_path, ops=["norm", "median"]))
+
+
+def test_clipping_and_edited_params_are_seen(tmp_path, out_dir):
+    """grad_unreduced is the gradient as backward left it, grad_reduced what the optimizer got after
+    clip_grad_norm_; param_origin sees a parameter edited between steps (no stale reuse)."""
+    torch.manual_seed(7)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = TrainerMon(write_config(tmp_path, wg_distribution=True, param_distribution=True, ops=["norm"]))
+    mon.set_monitor(model, 1, opt)
+    raw_norms, clipped, edited = [], [], None
+    for step in range(2):
+        (model(torch.randn(4, 6)) * 50).sum().backward()
+        raw_norms.append(model.fc1.weight.grad.norm().item())
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)
+        clipped.append(model.fc1.weight.grad.norm().item())
+        opt.step()
+        opt.zero_grad()
+        if step == 0:
+            with torch.no_grad():
+                model.fc2.weight.mul_(3.0)
+            edited = model.fc2.weight.norm().item()
+    mon.close()
+    df = load_monitor_dir(str(out_dir))
+    for step in range(2):
+        assert value(df, "grad_unreduced", "fc1.weight", step, "norm") == pytest.approx(raw_norms[step], rel=1e-5)
+        assert value(df, "grad_reduced", "fc1.weight", step, "norm") == pytest.approx(clipped[step], rel=1e-5)
+        assert raw_norms[step] > 10 * clipped[step]
+    assert value(df, "param_origin", "fc2.weight", 1, "norm") == pytest.approx(edited, rel=1e-5)
+    assert value(df, "param_origin", "fc2.weight", 1, "norm") == pytest.approx(
+        3 * value(df, "param_updated", "fc2.weight", 0, "norm"), rel=1e-5)

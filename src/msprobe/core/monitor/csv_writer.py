@@ -69,8 +69,8 @@ class MonitorCsvWriter:
                 writer = csv.writer(f)
                 if new:
                     writer.writerow(self.header(tag))
-                for r in tag_rows:
-                    micro = [r.micro_step] if tag in MICRO_STEP_TAGS else []
-                    writer.writerow([r.vpp_stage, r.name, r.step] + micro
-                                    + [format_value(v, self.ndigits) for v in r.values]
-                                    + [shape_text(r.shape), r.dtype])
+                micro = tag in MICRO_STEP_TAGS
+                nd = self.ndigits
+                writer.writerows([r.vpp_stage, r.name, r.step] + ([r.micro_step] if micro else [])
+                                 + [format_value(v, nd) for v in r.values] + [shape_text(r.shape), r.dtype]
+                                 for r in tag_rows)

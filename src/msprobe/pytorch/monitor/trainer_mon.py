@@ -66,7 +66,8 @@ class TrainerMon:
         self.rank = 0
         self._handles = []
         self._activations = []
-        self._unreduced = {}   # param -> (grad, grad version, raw ops) from the post-accumulate hook
+        self._unreduced = []   # ([param index], [grad], [grad version], raw ops matrix) per batch of hook calls
+        self._pending = []     # params whose gradient is complete in the running backward (single process)
         self._acc_calls = {}
         self._updated = None   # ([param versions], raw ops matrix) of the last param_updated
 
@@ -105,6 +106,11 @@ class TrainerMon:
             self._hook_structure(chunks)
         elif cfg.monitors_activations and cfg.monitors_rank(self.rank):
             self._activations = [ActivationMonitor(self, c, vpp) for vpp, c in enumerate(chunks)]
+        # With a process group, a data-parallel wrapper may write the reduced gradient into .grad during
+        # the backward, so each gradient is reduced to its ops the moment it is complete; alone, nothing
+        # can, and all of them are taken together at the end of the backward (one foreach kernel).
+        dist = torch.distributed
+        self._eager_unreduced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if cfg.wg_distribution:
             for p in self.params:
                 self._handles.append(p.register_post_accumulate_grad_hook(self._unreduced_hook))
@@ -137,7 +143,8 @@ class TrainerMon:
         self.collecting = self.config.collects(self.step, self.collected)
         if not self.collecting:
             self._updated = None
-        self._unreduced.clear()
+        self._unreduced = []
+        self._pending = []
         self._acc_calls.clear()
         for a in self._activations:
             a.reset_step()
@@ -155,10 +162,26 @@ class TrainerMon:
             return
         calls = self._acc_calls.get(p, 0) + 1
         self._acc_calls[p] = calls
-        if calls % self.grad_acc_steps == 0:
+        if calls % self.grad_acc_steps:
+            return
+        if self._eager_unreduced:
             g = self._grad_of(p)
             if g is not None:
-                self._unreduced[p] = (g, g._version, self.stats.raw(g))
+                self._unreduced.append(([self._param_index[p]], [g], [g._version], self.stats.raw(g).unsqueeze(0)))
+            return
+        self._pending.append(p)
+        if len(self._pending) == 1:
+            torch.autograd.Variable._execution_engine.queue_callback(self._flush_pending)
+
+    def _flush_pending(self):
+        """End of a backward pass (single process): the ops of every gradient accumulated in it, at once."""
+        pairs = [(self._param_index[p], self._grad_of(p)) for p in self._pending]
+        pairs = [(i, g) for i, g in pairs if g is not None]
+        self._pending = []
+        if pairs:
+            grads = [g for _, g in pairs]
+            self._unreduced.append(([i for i, _ in pairs], grads, [g._version for g in grads],
+                                    self.stats.raw_many(grads)))
 
     def _add_group(self, tag, idxs, tensors):
         idxs = list(idxs)
@@ -171,9 +194,9 @@ class TrainerMon:
             return
         cfg = self.config
         if cfg.wg_distribution:
-            for p, (g, _, vec) in self._unreduced.items():
-                i = self._param_index[p]
-                self.batch.add("grad_unreduced", self.param_names[i], None, g, vec, self.param_vpp[i])
+            for idxs, grads, _, matrix in self._unreduced:
+                self.batch.add_many("grad_unreduced", [self.param_names[i] for i in idxs], grads, matrix,
+                                    [self.param_vpp[i] for i in idxs])
             self._add_reduced_grads()
         if cfg.param_distribution:
             if self._updated is not None and self._updated[0] == [p._version for p in self.params]:
@@ -183,18 +206,16 @@ class TrainerMon:
                 self._add_group("param_origin", range(len(self.params)), self.params)
 
     def _add_reduced_grads(self):
-        """grad_reduced: a gradient no reduction wrote into since the unreduced hook read it (single
-        process, or a data-parallel wrapper that did not touch it) reuses those ops."""
-        fresh = []
-        for i, p in enumerate(self.params):
-            g = self._grad_of(p)
-            if g is None:
-                continue
-            seen = self._unreduced.get(p)
-            if seen is not None and seen[0] is g and seen[1] == g._version:
-                self.batch.add("grad_reduced", self.param_names[i], None, g, seen[2], self.param_vpp[i])
-            else:
-                fresh.append((i, g))
+        """grad_reduced: gradients no reduction wrote into since the unreduced ops were taken (one process,
+        or a data-parallel wrapper that left them alone) reuse those ops; the rest are computed now."""
+        covered = set()
+        for idxs, grads, versions, matrix in self._unreduced:
+            if all(self._grad_of(self.params[i]) is g and g._version == v for i, g, v in zip(idxs, grads, versions)):
+                self.batch.add_many("grad_reduced", [self.param_names[i] for i in idxs], grads, matrix,
+                                    [self.param_vpp[i] for i in idxs])
+                covered.update(idxs)
+        fresh = [(i, self._grad_of(p)) for i, p in enumerate(self.params) if i not in covered]
+        fresh = [(i, g) for i, g in fresh if g is not None]
         self._add_group("grad_reduced", [i for i, _ in fresh], [g for _, g in fresh])
 
     def _after_step(self, optimizer, args, kwargs):
