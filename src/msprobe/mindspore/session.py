@@ -77,7 +77,8 @@ class DumpSession:
             w = self._writer()
             name = file_stem + ".npy"
             path = w.tensor_path(name)
-            arr = host_array(t) if arr is None else arr.copy()  # written later, on the pool
+            if arr is None:
+                arr = host_array(t)
             waits.append(w.submit(lambda: save_npy(path, arr), arr.nbytes))
             rec["data_name"] = name
             self.tensor_count += 1
