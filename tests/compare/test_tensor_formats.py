@@ -1,0 +1,79 @@
+"""Tensor mode across file formats: msProbe's PyTorch `.pt` files against our `.npy` files, and msProbe's
+MindSpore `.npy` sample."""
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import SAMPLES
+from msprobe.core.compare import compare_dumps
+
+
+def _as_pt_dump(src, dst):
+    """Copy a dump, saving every tensor with torch.save as msProbe's PyTorch dumps do (bf16 as bf16)."""
+    shutil.copytree(src, dst)
+    rank = os.path.join(dst, "step0", "rank0")
+    with open(os.path.join(rank, "dump.json")) as f:
+        doc = json.load(f)
+    for npy in glob.glob(os.path.join(rank, "dump_tensor_data", "*.npy")):
+        array = np.load(npy)
+        name = os.path.basename(npy)
+        tensor = torch.from_numpy(array)
+        if _dtype_of(doc["data"], name) == "torch.bfloat16":
+            tensor = tensor.to(torch.bfloat16)
+        torch.save(tensor, npy[:-4] + ".pt")
+        os.remove(npy)
+    doc["dump_data_dir"] = None
+    with open(os.path.join(rank, "dump.json"), "w") as f:
+        f.write(json.dumps(doc).replace('.npy"', '.pt"'))
+    return dst
+
+
+def _dtype_of(data, name):
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if v.get("data_name") == name:
+                return v.get("dtype")
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
+def test_pt_files_against_npy_files_give_the_same_metrics(dumps, tmp_path):
+    target, golden = dumps("softmax_bf16", "tensor"), dumps("fp32", "tensor")
+    pt_target = _as_pt_dump(target, str(tmp_path / "pt"))
+    assert glob.glob(os.path.join(pt_target, "step0", "rank0", "dump_tensor_data", "*.pt"))
+    (npy_res,) = compare_dumps(target, golden, progress=False)
+    (pt_res,) = compare_dumps(pt_target, golden, progress=False)
+    cols = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Result"]
+    assert (npy_res.table[cols].astype(str).to_numpy() == pt_res.table[cols].astype(str).to_numpy()).all()
+    row = pt_res.table.set_index("NPU Name").loc["Functional.softmax.0.forward.output.0"]
+    assert row["Data_name"] == str(["Functional.softmax.0.forward.output.0.pt",
+                                    "Functional.softmax.0.forward.output.0.npy"])
+    assert 0.99 < row["Cosine"] < 1.0
+
+
+def test_msprobe_mindspore_tensor_sample(tmp_path):
+    src = os.path.join(SAMPLES, "ms_dump", "tensor_L1_statistics_shim")
+    rank = tmp_path / "step0" / "rank0"
+    (rank / "dump_tensor_data").mkdir(parents=True)
+    for name in ("dump.json", "stack.json", "construct.json"):
+        shutil.copy(os.path.join(src, name), rank / name)
+    shutil.copy(os.path.join(src, "Mint.where.0.forward.output.0.npy"), rank / "dump_tensor_data")
+    (res,) = compare_dumps(str(tmp_path), str(tmp_path), progress=False)
+    assert res.mode == "tensor" and res.target_framework == "mindspore"
+    tab = res.table.set_index("NPU Name")
+    row = tab.loc["Mint.where.0.forward.output.0"]
+    assert row["Cosine"] == 1.0 and row["MaxAbsErr"] == 0.0 and row["Result"] == "pass"
+    # the sample ships one tensor file: every other row says so and compares nothing
+    other = tab.loc["Mint.where.0.forward.input.1"]
+    assert other["Cosine"] == "N/A" and "tensor file unreadable" in other["Err_message"]
+    assert "Mint.where.0.forward.input.1.npy" in other["Err_message"]
