@@ -241,3 +241,18 @@ def test_msprobe_sample_dumps_render(folder, tmp_path, open_page):
     assert page.inner_text("#detail h2") == module
     assert "Call stack" in page.inner_text("#detail")
     keep_shot(page, tmp_path, f"sample_{folder[0]}.png")
+
+
+def test_overflow_filter_and_badges(tmp_path, open_page):
+    rank = graph_dumps.dump_overflow(tmp_path / "dump")
+    msprobe("graph_visualize", "-tp", rank, "-o", str(tmp_path / "out"), "-oc", "--no-progress")
+    (html,) = glob.glob(str(tmp_path / "out" / "*.html"))
+    page = open_page(html)
+    assert page.is_visible(".f-overflow") and page.is_hidden(".f-error")  # one graph: no compare filters
+    page.check("#filters input[data-filter='overflow']")
+    badges = dict(page.eval_on_selector_all(
+        "#spacer .row", "els => els.filter(e => e.style.display !== 'none')"
+                        ".map(e => [e.dataset.name, (e.querySelector('.badge.ovf') || {}).textContent || ''])"))
+    assert badges == {"Torch.exp.0.forward": "overflow critical", "Tensor.sum.0.forward": "overflow high"}
+    assert page.inner_text("#detail h2") == "Torch.exp.0.forward"
+    assert page.inner_text("#detail .tensor[data-name='Torch.exp.0.forward.output.0'] td[data-col='NPU max']") == "inf"

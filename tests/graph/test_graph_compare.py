@@ -116,3 +116,15 @@ def test_graph_command_reads_compare_json(transformer_dumps, tmp_path):
     (ref,) = read_graph_db(direct.db_path)["graphs"]
     assert via_json["names"] == ref["names"] and via_json["verdict"] == ref["verdict"]
     assert "error" in via_json["verdict"]
+
+
+@pytest.mark.parametrize("folder", [("pt_dump", "transformer_statistics_mix_statistics"),
+                                    ("ms_dump", "statistics_mix_statistics_shim")])
+def test_msprobe_sample_compared_with_itself_passes(folder, tmp_path):
+    src = os.path.join(os.path.dirname(__file__), "samples", *folder)
+    out = visualize(src, str(tmp_path), golden_path=src, progress=False)
+    (g,) = read_graph_db(out.db_path)["graphs"]
+    with_rows = {t["node_id"] for t in g["tensors"]}
+    assert with_rows and {g["verdict"][i] for i in with_rows} == {"pass"}
+    assert all(m == n for n, m in zip(g["names"], g["match"]))
+    assert out.document["diagnosis"]["divergence"] is False
