@@ -58,16 +58,42 @@ def _cell_text(v):
     return v
 
 
-def _renderable(table):
-    out = table.copy()
-    for c in out.columns:
-        if out[c].dtype == object:
-            out[c] = out[c].map(_cell_text)
+_INF_VALUES = [math.inf, -math.inf, "inf", "-inf"]
+_TEXT_COLUMNS = frozenset(C.COMMON + (C.RESULT, C.ERR_MESSAGE, C.STACK, C.DATA_NAME) + C.MD5)
+
+
+def _rendered_columns(table):
+    """Each column as a list of cell values, None and infinities already rendered (vectorised: only
+    the cells that need it go through Python)."""
+    import numpy as np
+    import pandas as pd
+    out = []
+    for name in table.columns:
+        col = table[name]
+        arr = col.to_numpy(dtype=object).copy()
+        missing = np.flatnonzero(pd.isna(arr))
+        for i in missing:
+            arr[i] = "None" if arr[i] is None else "nan"
+        if name not in _TEXT_COLUMNS:
+            for i in np.flatnonzero(pd.Series(arr, dtype=object).isin(_INF_VALUES).to_numpy()):
+                arr[i] = _cell_text(arr[i])
+        out.append(arr.tolist())
     return out
 
 
+def _renderable(table):
+    import pandas as pd
+    cols = _rendered_columns(table)
+    return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in zip(table.columns, cols)})
+
+
 def write_csv(table, path):
-    _renderable(table).to_csv(path, index=False)
+    import csv
+    cols = _rendered_columns(table)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(list(table.columns))
+        w.writerows(zip(*cols))
     return path
 
 
