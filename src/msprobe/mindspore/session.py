@@ -7,6 +7,8 @@ statistics). Hot path: `record_call`.
 
 import mindspore as ms
 
+from concurrent.futures import Future
+
 from msprobe.core import naming
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
@@ -46,6 +48,8 @@ class DumpSession:
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
         self.tensor_count = 0
+        self._late = []  # (gradient, record, file stem, save, future): summarised at the next forward call
+        self._late_bytes = 0
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -77,12 +81,41 @@ class DumpSession:
             w = self._writer()
             name = file_stem + ".npy"
             path = w.tensor_path(name)
-            if arr is None:
-                arr = host_array(t)
+            arr = host_array(t) if arr is None else arr.copy()  # written later, on the pool
             waits.append(w.submit(lambda: save_npy(path, arr), arr.nbytes))
             rec["data_name"] = name
             self.tensor_count += 1
         return rec
+
+    def gradient_record(self, g, file_stem, save, waits):
+        """Record of a gradient met in a backward hook, summarised later (at the next forward call or
+        the step end): reading it now would make MindSpore finish all queued work in the middle of its
+        backward pass, and the step would take twice as long. The writer holds the record (and every
+        later one) until the statistics are in."""
+        rec = {}
+        fut = Future()
+        self._late.append((g, rec, file_stem, save, fut))
+        waits.append(fut)
+        self._late_bytes += g.nbytes
+        if self._late_bytes > LATE_BYTES_LIMIT:
+            self.resolve_late()
+        return rec
+
+    def resolve_late(self):
+        """Summarise the gradients gradient_record queued."""
+        late, self._late, self._late_bytes = self._late, [], 0
+        for g, rec, stem, save, fut in late:
+            waits = []
+            try:
+                rec.update(self.tensor_record(g, stem, save, waits))
+            except Exception as e:  # the writer logs it to dump_error_info.log
+                fut.set_exception(e)
+                continue
+            if waits:
+                chain = _all_done(waits)
+                chain.add_done_callback(lambda f, fut=fut: _copy_outcome(f, fut))
+            else:
+                fut.set_result(None)
 
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
@@ -116,6 +149,8 @@ class DumpSession:
 
     def record_call(self, prefix, name, func, args, kwargs, inplace=False):
         """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
+        if self._late:
+            self.resolve_late()
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
         flt = self.filter
@@ -166,6 +201,8 @@ class DumpSession:
 
     def begin_cell(self, key, args, kwargs):
         """Cell pre-hook: input statistics now; returns the frame for end_cell and the (hooked) args."""
+        if self._late:
+            self.resolve_late()
         flt = self.filter
         save = flt.saves_tensor(key)
         waits = []
@@ -205,7 +242,7 @@ class DumpSession:
         key = naming.params_grad_key(prefix, path, cls, self.counter.next(base + ".parameters_grad"))
         save = self.filter.saves_tensor(key)
         waits = []
-        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
+        record = {n: [self.gradient_record(g, f"{key}.{n}", save, waits) if g is not None else None]
                   for n, g in grads.items()}
         self.emit(key, record, waits)
 
@@ -225,6 +262,7 @@ class DumpSession:
         for tracker in reversed(list(self.trackers)):
             tracker.emit_partial()
         self.trackers.clear()
+        self.resolve_late()
         if self.writer is not None:
             self.writer.flush()
 
@@ -237,6 +275,35 @@ class DumpSession:
         if self.writer is not None:
             self.writer.close()
         self.summarizer.clear()
+
+
+# Bytes of gradients waiting for their statistics before they are summarised at once.
+LATE_BYTES_LIMIT = 256 << 20
+
+
+def _all_done(futures):
+    """A future that completes when all of `futures` have (with the first exception, if any)."""
+    done = Future()
+    left = [len(futures)]
+
+    def one(f):
+        left[0] -= 1
+        if left[0] == 0:
+            errors = [x.exception() for x in futures if x.exception() is not None]
+            if errors:
+                done.set_exception(errors[0])
+            else:
+                done.set_result(None)
+    for f in futures:
+        f.add_done_callback(one)
+    return done
+
+
+def _copy_outcome(src, dst):
+    if src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(None)
 
 
 def _backward_parent(stack):

@@ -102,7 +102,8 @@ class GradTracker:
         with tool_work():
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
             if g is not None and self.out_recs[i] is None:
-                self.out_recs[i] = self.session.tensor_record(g, f"{self.key}.input.{i}", self.save, self.waits)
+                self.out_recs[i] = self.session.gradient_record(g, f"{self.key}.input.{i}", self.save,
+                                                                self.waits)
             self.outs_left -= 1
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()
@@ -113,7 +114,8 @@ class GradTracker:
         with tool_work():
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
             if g is not None and self.in_recs[i] is None:
-                self.in_recs[i] = self.session.tensor_record(g, f"{self.key}.output.{i}", self.save, self.waits)
+                self.in_recs[i] = self.session.gradient_record(g, f"{self.key}.output.{i}", self.save,
+                                                               self.waits)
             self.left -= 1
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()

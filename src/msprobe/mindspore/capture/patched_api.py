@@ -48,6 +48,7 @@ class PatchedApis:
         self._originals = {}  # (id(owner), attr) -> (owner, original, owner defined it itself)
         self._table = None
         self._prims = []  # (cell, attr, original primitive)
+        self._wrappers = {}  # (id(owner), attr, prefix, name) -> wrapper, reused across start/stop
 
     def patch(self, owner, attr, prefix, name=None, inplace=False):
         if (id(owner), attr) in self._originals:
@@ -61,7 +62,11 @@ class PatchedApis:
         # an inherited attribute (Tensor methods live on the C++ base) is deleted again on restore
         own = attr in getattr(owner, "__dict__", {})
         self._originals[(id(owner), attr)] = (owner, orig, own)
-        setattr(owner, attr, _wrap(orig, prefix, name or attr, inplace))
+        key = (id(owner), attr, prefix, name or attr)
+        wrapper = self._wrappers.get(key)
+        if wrapper is None or wrapper.__msprobe_original__ is not orig:
+            wrapper = self._wrappers[key] = _wrap(orig, prefix, name or attr, inplace)
+        setattr(owner, attr, wrapper)
 
     def patch_builtin(self):
         """Wrap every API of the run-time table (api_table.py)."""
