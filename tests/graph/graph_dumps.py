@@ -52,8 +52,9 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, layers=2, d=16, heads=2, vocab=32, perturbed=False, up_name="fc1"):
+    def __init__(self, layers=2, d=16, heads=2, vocab=32, perturbed=False, up_name="fc1", extra_add=False):
         super().__init__()
+        self.extra_add = extra_add  # one more `x + 0.0` first: every later Tensor.__add__ index shifts by one
         self.emb = nn.Embedding(vocab, d)
         self.blocks = nn.ModuleList(Block(d, heads, i, up_name) for i in range(layers))
         if perturbed and layers > PERTURBED_BLOCK:
@@ -63,16 +64,18 @@ class TinyTransformer(nn.Module):
 
     def forward(self, idx):
         x = self.emb(idx)
+        if self.extra_add:
+            x = x + 0.0
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.ln_f(x))
 
 
 def dump_transformer(dump_path, perturbed=False, layers=2, micro_batches=1, d=16, task="statistics",
-                     rank_id=None, steps=1, up_name="fc1", collective=False):
+                     rank_id=None, steps=1, up_name="fc1", collective=False, extra_add=False):
     """Dump `steps` training steps; returns the step-0 rank directory (`step0/rank{R}` or `proc{pid}`)."""
     seed_all(1234)
-    model = TinyTransformer(layers=layers, d=d, perturbed=perturbed, up_name=up_name)
+    model = TinyTransformer(layers=layers, d=d, perturbed=perturbed, up_name=up_name, extra_add=extra_add)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(7)
     batches = [torch.randint(0, 32, (2, 9), generator=gen) for _ in range(micro_batches)]

@@ -75,14 +75,19 @@ def test_layer_mapping_matches_renamed_layers(renamed, tmp_path):
     names = plain["names"]
     up_nodes = [i for i, n in enumerate(names) if ".up.Linear." in n]
     assert up_nodes
-    # without the mapping the renamed module's own tensors find no golden partner
-    assert any(plain["verdict"][i] == UNMATCHED for i in up_nodes)
-    # ... and the golden's fc1 parameter gradients have no target partner: shown as golden-only nodes
-    golden_only = [n for n, side in zip(names, plain["side"]) if side == 1]
-    assert golden_only and all(".fc1.Linear.parameters_grad." in n for n in golden_only)
-    for i, side in enumerate(plain["side"]):
-        if side == 1:
-            assert ".up.Linear.backward." in names[plain["parent"][i]]
+    # without the mapping the renamed modules' own tensors find no golden partner ...
+    assert all(plain["verdict"][i] == UNMATCHED and plain["match"][i] is None
+               for i in up_nodes if ".parameters_grad." not in names[i])
+    # ... and the golden's fc1 modules have no target partner: shown as golden-only nodes, inside the
+    # target block that matches their golden parent (or inside another golden-only node)
+    golden_only = [i for i, side in enumerate(plain["side"]) if side == 1]
+    assert golden_only and all(".fc1.Linear." in names[i] for i in golden_only)
+    for i in golden_only:
+        parent = plain["parent"][i]
+        assert plain["side"][parent] == 1 or ".Block." in names[parent], names[i]
+    assert "Module.blocks.1.fc1.Linear.forward.0" in [names[i] for i in golden_only]
+    # the APIs inside are matched by name and shown once, under the target's renamed module
+    assert names.count("Functional.linear.6.forward") == 1
     # with it, every renamed node is matched to its fc1 counterpart and nothing is unmatched
     assert UNMATCHED not in mapped["verdict"] and 1 not in mapped["side"]
     for i, n in enumerate(mapped["names"]):
@@ -128,3 +133,20 @@ def test_msprobe_sample_compared_with_itself_passes(folder, tmp_path):
     assert with_rows and {g["verdict"][i] for i in with_rows} == {"pass"}
     assert all(m == n for n, m in zip(g["names"], g["match"]))
     assert out.document["diagnosis"]["divergence"] is False
+
+
+def test_fuzzy_match_realigns_shifted_call_indexes(tmp_path):
+    golden = graph_dumps.dump_transformer(tmp_path / "golden", layers=2)
+    target = graph_dumps.dump_transformer(tmp_path / "target", layers=2, extra_add=True)
+    exact = visualize(target, str(tmp_path / "exact"), golden_path=golden, progress=False).document["graphs"][0]
+    fuzzy = visualize(target, str(tmp_path / "fuzzy"), golden_path=golden, fuzzy_match=True,
+                      progress=False).document["graphs"][0]
+    adds = [n for n in fuzzy["names"] if n.startswith("Tensor.__add__.") and n.endswith(".forward")]
+    assert len(adds) >= 5
+    match = dict(zip(fuzzy["names"], fuzzy["match"]))
+    verdict = dict(zip(fuzzy["names"], fuzzy["verdict"]))
+    assert match["Tensor.__add__.0.forward"] is None and verdict["Tensor.__add__.0.forward"] == UNMATCHED
+    for k in range(1, len(adds)):  # each later add pairs with the golden call one index lower
+        assert match[f"Tensor.__add__.{k}.forward"] == f"Tensor.__add__.{k - 1}.forward"
+    exact_match = dict(zip(exact["names"], exact["match"]))
+    assert exact_match["Tensor.__add__.1.forward"] == "Tensor.__add__.1.forward"  # by name only

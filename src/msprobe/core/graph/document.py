@@ -113,6 +113,7 @@ def compare_graph_json(merged, step, rank, compare_mode, overflow_check=False, s
     """
     target, golden = merged.target, merged.golden
     b = _Builder(list(merged.columns))
+    matched = {m for m in merged.match.values() if m is not None}
     golden_children = {}
     for gname, tparent in merged.golden_only:
         golden_children.setdefault(tparent, []).append(gname)
@@ -128,7 +129,8 @@ def compare_graph_json(merged, step, rank, compare_mode, overflow_check=False, s
                     r[b.col["Result"]] = "unmatched"
             b.add(name, pidx, node.kind, UNMATCHED, None, name, 1, golden.stacks.get(name), rows)
             me = len(b.names) - 1
-            stack.extend((c, me) for c in reversed(node.children))
+            # children matched by a target node are shown there, not twice
+            stack.extend((c, me) for c in reversed(node.children) if c not in matched)
 
     for name in golden_children.get(None, ()):
         add_golden_subtree(name, -1)

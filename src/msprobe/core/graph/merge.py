@@ -109,8 +109,8 @@ def merge_compare(target, golden, table):
 def _match_structure(target, golden, merged):
     """Nodes without rows (modules at some levels, scopes) match by name, else through their children."""
     for name in reversed(list(target.nodes)):  # children before parents
-        if merged.match[name] is not None:
-            continue
+        if merged.match[name] is not None or name in merged.rows:
+            continue  # a node with rows is matched by them (or, when none found a partner, unmatched)
         if name in golden.nodes:
             merged.match[name] = name
             continue
