@@ -180,6 +180,17 @@ def test_output_only_dumps_name_the_first_diverging_call_only(tmp_path, plant):
     assert d["suspects"][0]["inputs"] == []
 
 
+def test_api_level_dump_locates_an_unrecorded_wrong_backward(tmp_path):
+    """At L1 the custom Function's backward is not recorded (it is no API): the first recorded backward
+    reading its gradient is named, with the last matching call before the gap."""
+    golden = planted.dump_run(tmp_path / "g", None, level="L1")
+    target = planted.dump_run(tmp_path / "t", "bad_backward", level="L1")
+    top = _diagnose(target, golden)["suspects"][0]
+    assert (top["api"], top["kind"], top["direction"]) == ("Functional.layer_norm.0.backward", "input", "backward")
+    assert "a gradient no recorded backward produced" in top["reason"]
+    assert top["reason"].endswith("it entered after Functional.softmax.0.backward")
+
+
 def test_later_steps_do_not_repeat_carried_parameters(tmp_path):
     """Step 1 starts from parameters step 0 already moved apart: they are not new suspects."""
     golden = planted.dump_run(tmp_path / "g", None, steps=2)

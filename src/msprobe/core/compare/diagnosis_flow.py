@@ -150,6 +150,7 @@ class _RankWalk:
         self.suspect_by_key = {}
         self.propagating = 0
         self.seen_divergence = self.seen_nonfinite = False
+        self.last_matching = None  # the latest call whose rows all match: error entered after it
         self.compared_rows = self.diverging_rows = 0
 
     def visit(self, call):
@@ -163,7 +164,9 @@ class _RankWalk:
             return
         div_in = [r for r in call.inputs if r.diverges]
         div_out = [r for r in call.outputs if r.diverges]
-        if div_in or div_out:
+        if not div_in and not div_out:
+            self.last_matching = call.key
+        else:
             self.diverged_keys.add(call.key)
             inner = self._inner_producers(call, div_out)
             suspect = None if inner else self._classify(call, div_in, div_out)
@@ -220,11 +223,15 @@ class _RankWalk:
             if value is not None and value in self.reported:
                 return True, f"{param or 'a parameter'}, already found differing at {self.reported[value]}", None
             return False, param or "a parameter", PARAMETER
+        after = f"; it entered after {self.last_matching}" if self.last_matching else ""
         if NONFINITE in row.flags and not self.seen_nonfinite:
-            return False, "inf/nan that no recorded call produced (computed outside the recorded calls)", FIRST_INPUT
+            return False, f"inf/nan that no recorded call produced{after}", FIRST_INPUT
         if self.seen_divergence:
             return True, "not produced by a recorded call; earlier calls already diverge", None
-        return False, "not produced by any recorded call (model input or untracked computation)", FIRST_INPUT
+        if row.role == "input" and direction_of_row(row) == "backward":
+            return False, (f"a gradient no recorded backward produced (an unrecorded backward ran in "
+                           f"between, e.g. a custom autograd Function){after}"), FIRST_INPUT
+        return False, f"not produced by any recorded call (model input or untracked computation){after}", FIRST_INPUT
 
     def _hidden_input_error(self, call):
         """Backward calls also read tensors saved in forward; parameter gradients are reduced or
@@ -290,6 +297,10 @@ class _RankWalk:
             return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {in_err:.2g} but {_short(r.name)} "
                                                f"by {r.error:.2g} ({amplification:.0f}x)")
         return None
+
+
+def direction_of_row(row):
+    return "backward" if ".backward." in row.name else "forward"
 
 
 def _tier(row):
