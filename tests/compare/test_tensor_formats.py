@@ -7,7 +7,6 @@ import os
 import shutil
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import SAMPLES

@@ -50,7 +50,6 @@ def stat_diff_columns(t_stats, g_stats, matched):
     """
     cols = {}
     norm_rel = None
-    n = len(matched)
     for field, diff_name, rel_name in zip(STAT_FIELDS, STAT_DIFFS, STAT_REL_ERRS):
         t, t_ok = t_stats[field]
         g, g_ok = g_stats[field]
@@ -78,5 +77,4 @@ def stat_diff_columns(t_stats, g_stats, matched):
         if field == "norm":
             norm_rel = np.where(matched & t_ok & g_ok & ~has_nan, np.where(both_none, 0.0, rel), np.nan)
             norm_rel = np.where(both_none & matched, 0.0, norm_rel)
-    assert norm_rel is not None and len(norm_rel) == n
     return cols, norm_rel

@@ -6,7 +6,6 @@ Guarded by `benchmarks/compare_throughput.py`. Must not import torch or mindspor
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import multiprocessing
 import os
@@ -19,7 +18,6 @@ from msprobe.core.compare.metrics import tensor_metrics
 from msprobe.core.dump.tensor_files import load_tensor_file
 from msprobe.core.errors import MsprobeError
 
-log = logging.getLogger(__name__)
 UNSUPPORTED = "unsupported"
 # below this many bytes in all, starting worker processes costs more than it saves
 PARALLEL_MIN_BYTES = 64 << 20
