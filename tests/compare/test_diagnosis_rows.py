@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
+from msprobe.core.compare.diagnosis_report import stack_line
 from msprobe.core.compare.diagnosis_rows import noise_floor, number, row_error, split_row_name
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diagnosis_samples")
@@ -116,3 +117,17 @@ def test_msprobe_tensor_csv_bf16_autocast():
     assert all(r["diverges"] is False for r in top["inputs"])
     assert d["ranks"][0]["propagating_calls"] > 100
     assert "Functional.linear.0.forward" in format_diagnosis(d).splitlines()[0]
+
+
+def test_stack_line_skips_installed_packages_and_msprobe_not_user_dirs_named_like_them():
+    msprobe_dir = os.path.dirname(os.path.abspath(diagnose.__code__.co_filename))
+    lines = [
+        f"File {msprobe_dir}/engine.py, line 3, in wrapper, \n return f()",
+        "File /opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py, line 134, in forward, \n"
+        " return F.linear(input, self.weight, self.bias)",
+        "File /home/me/proj/mindspore/net.py, line 21, in construct, \n h = mint.tanh(x)",   # user code
+        "File /home/me/proj/train.py, line 9, in main, \n net(x)",
+    ]
+    assert stack_line(lines) == "/home/me/proj/mindspore/net.py:21 in construct: h = mint.tanh(x)"
+    assert stack_line(lines[:2]) == f"{msprobe_dir}/engine.py:3 in wrapper: return f()"  # none is the user's
+    assert stack_line([]) is None

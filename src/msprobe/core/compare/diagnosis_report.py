@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import os
 import re
+import sysconfig
 
 _FRAME_RE = re.compile(r"^File (?P<file>.+?), line (?P<line>\d+), in (?P<func>.+?),\s*\n?\s*(?P<code>.*)$", re.S)
-# Frames inside these are the framework's or msprobe's own, not the user's code.
-_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep,
-                  os.sep + "torch" + os.sep, os.sep + "mindspore" + os.sep, os.sep + "msprobe" + os.sep)
+# Frames in installed packages (torch, mindspore, ... on any machine) are not the user's code.
+_INSTALLED_PARTS = ("/site-packages/", "/dist-packages/", "\\site-packages\\", "\\dist-packages\\")
+
+
+def _library_dirs():
+    """This interpreter's standard library and msprobe's own package directory."""
+    paths = sysconfig.get_paths()
+    dirs = {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}  # .../msprobe
+    dirs.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k))
+    return tuple(os.path.join(d, "") for d in dirs)
+
+
+def _is_library(path, library_dirs):
+    return any(p in path for p in _INSTALLED_PARTS) or path.startswith(library_dirs)
 
 
 def stack_line(lines):
@@ -19,7 +31,8 @@ def stack_line(lines):
     frames = [m for m in (_FRAME_RE.match(str(x).strip()) for x in lines or []) if m]
     if not frames:
         return None
-    pick = next((m for m in frames if not any(p in m["file"] for p in _LIBRARY_PARTS)), frames[0])
+    library_dirs = _library_dirs()
+    pick = next((m for m in frames if not _is_library(m["file"], library_dirs)), frames[0])
     code = " ".join(pick["code"].split())
     return f"{pick['file']}:{pick['line']} in {pick['func']}: {code}"
 
