@@ -9,6 +9,7 @@ argument changed, shape changed). Must not import torch or mindspore.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -194,6 +195,12 @@ def _is_tensor_dtype(dtype):
     return bool(text) and text not in _MISSING and not text.startswith("<class") and text != "nan"
 
 
+@functools.lru_cache(maxsize=256)
+def _dtype_pair(t_dtype, g_dtype):
+    """(noise floor, dtypes differ) of a row's two dtype strings; a table has only a handful."""
+    return noise_floor(t_dtype, g_dtype), canonical_dtype(t_dtype) != canonical_dtype(g_dtype)
+
+
 def noise_floor(*dtypes):
     """The noise floor of a comparison between tensors of these dtypes (the coarser one wins)."""
     floors = []
@@ -330,7 +337,7 @@ def calls_from_table(table):
     t, tp = _stats_matrix(col, _TARGET_STATS)
     g, gp = _stats_matrix(col, _GOLDEN_STATS)
     errors, nonfinite = row_errors(t, tp, g, gp, _floats(col["EucDist"])[0], _floats(col["MaxAbsErr"])[0])
-    stats = (t, tp, g, gp, errors, nonfinite)
+    stats = (t.tolist(), tp.tolist(), g.tolist(), gp.tolist(), errors.tolist(), nonfinite.tolist())
     calls, by_key = [], {}
     for i in range(n):
         name = col["NPU Name"][i]
@@ -364,7 +371,7 @@ def _stats_matrix(col, names):
 
 
 def _stat_tuple(values, present):
-    return tuple(float(v) if p else None for v, p in zip(values, present))
+    return tuple([v if p else None for v, p in zip(values, present)])
 
 
 def _row(col, stats, i, name, role, slot, is_param, has_md5):
@@ -393,8 +400,8 @@ def _row(col, stats, i, name, role, slot, is_param, has_md5):
             row.flags.add(ARGUMENT)
             row.error = math.inf
         return row
-    row.floor = noise_floor(t_dtype, g_dtype)
-    if canonical_dtype(t_dtype) != canonical_dtype(g_dtype):
+    row.floor, dtype_changed = _dtype_pair(str(t_dtype), str(g_dtype))
+    if dtype_changed:
         row.flags.add(DTYPE)
     if str(col["NPU Tensor Shape"][i]) != str(col["Bench Tensor Shape"][i]):
         row.flags.add(SHAPE)
