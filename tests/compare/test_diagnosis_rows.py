@@ -131,3 +131,10 @@ def test_stack_line_skips_installed_packages_and_msprobe_not_user_dirs_named_lik
     assert stack_line(lines) == "/home/me/proj/mindspore/net.py:21 in construct: h = mint.tanh(x)"
     assert stack_line(lines[:2]) == f"{msprobe_dir}/engine.py:3 in wrapper: return f()"  # none is the user's
     assert stack_line([]) is None
+
+
+@pytest.mark.parametrize("table", [pd.DataFrame(), pd.DataFrame({"NPU Name": ["not.a.row.name", "N/A"]})])
+def test_tables_with_nothing_comparable_say_so(table):
+    d = diagnose([_Result(table, "statistics")])
+    assert d["divergence"] is False and d["suspects"] == []
+    assert d["verdict"] == "nothing to diagnose: no value of the target has a counterpart in golden"

@@ -232,6 +232,8 @@ def _verdict(divergence, suspects, per_rank):
         return "nothing to diagnose: structure dumps hold no values"
     if not divergence:
         rows = sum(p["compared_rows"] for p in per_rank)
+        if rows == 0:
+            return "nothing to diagnose: no value of the target has a counterpart in golden"
         return (f"no divergence: {rows} compared values on {n_ranks} rank(s) agree within the noise floor "
                 f"of their dtypes")
     top = suspects[0]
