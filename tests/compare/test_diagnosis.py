@@ -1,4 +1,4 @@
-"""Diagnosis on real dumps: the planted model (tests/compare/planted.py) is trained one step under
+"""Diagnosis on real planted_dumps: the planted model (tests/compare/planted.py) is trained one step under
 PrecisionDebugger once clean (golden) and once per planted single-op divergence (target), in statistics
 and in tensor mode; compare_dumps + diagnose must name the planted call first, with the right direction
 and evidence, and say "no divergence" for identical runs. Also the CLI contract (--fail-on-divergence,
@@ -37,7 +37,7 @@ TASKS = ("statistics", "tensor")
 
 
 @pytest.fixture(scope="module")
-def dumps(tmp_path_factory):
+def planted_dumps(tmp_path_factory):
     """{(task, plant): dump path} for every plant and the clean run, at level mix, plus a second
     clean run per task (to check that identical runs agree)."""
     root = tmp_path_factory.mktemp("planted")
@@ -51,14 +51,14 @@ def dumps(tmp_path_factory):
 
 def _diagnose(target, golden):
     d = diagnose(compare_dumps(target, golden, progress=False))
-    json.dumps(d, allow_nan=False)  # diagnosis.json must be strict JSON
+    json.planted_dumps(d, allow_nan=False)  # diagnosis.json must be strict JSON
     return d
 
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("plant", planted.PLANTS)
-def test_planted_divergence_is_suspect_one(dumps, task, plant):
-    d = _diagnose(dumps[(task, plant)], dumps[(task, None)])
+def test_planted_divergence_is_suspect_one(planted_dumps, task, plant):
+    d = _diagnose(planted_dumps[(task, plant)], planted_dumps[(task, None)])
     api, direction, module = planted.EXPECTED[plant]
     assert d["divergence"] is True
     top = d["suspects"][0]
@@ -79,10 +79,10 @@ def _row(rows, suffix):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_evidence_of_each_plant(dumps, task):
-    golden = dumps[(task, None)]
+def test_evidence_of_each_plant(planted_dumps, task):
+    golden = planted_dumps[(task, None)]
     # bf16 softmax: the input arrives in bfloat16 from a cast golden does not have.
-    top = _diagnose(dumps[(task, "bf16_softmax")], golden)["suspects"][0]
+    top = _diagnose(planted_dumps[(task, "bf16_softmax")], golden)["suspects"][0]
     inp = _row(top["inputs"], ".input.0")
     assert top["kind"] == "foreign_input" and inp["flags"] == ["dtype"]
     assert (inp["target_dtype"], inp["golden_dtype"]) == ("torch.bfloat16", "torch.float32")
@@ -91,7 +91,7 @@ def test_evidence_of_each_plant(dumps, task):
         m = _row(top["outputs"], ".output.0")["tensor_metrics"]
         assert 0.99 < m["Cosine"] < 1.0 and m["One Thousandth Err Ratio"] < 1.0
     # wrong epsilon: a scalar argument changed; the LayerNorm module is context, not a second suspect.
-    d = _diagnose(dumps[(task, "ln_eps")], golden)
+    d = _diagnose(planted_dumps[(task, "ln_eps")], golden)
     top = d["suspects"][0]
     eps = _row(top["inputs"], (".input.eps", ".input.4"))  # by name or position
     assert top["kind"] == "argument" and eps["flags"] == ["argument"]
@@ -99,18 +99,18 @@ def test_evidence_of_each_plant(dumps, task):
     assert "Module.ln.LayerNorm.forward.0" in top["also_explains"]
     assert all(s["api"] != "Module.ln.LayerNorm.forward.0" for s in d["suspects"])
     # perturbed weight: the parameter is named; outputs differ much less than the weight.
-    top = _diagnose(dumps[(task, "weight")], golden)["suspects"][0]
+    top = _diagnose(planted_dumps[(task, "weight")], golden)["suspects"][0]
     assert top["kind"] == "parameter"
     assert _row(top["inputs"], ".input.1")["origin"] == "parameter 'weight' of Module.fc2.Linear"
     assert _row(top["inputs"], ".input.0")["diverges"] is False  # the activation coming in matches
     # wrong backward: nothing diverges in forward; the module's own backward has matching gradient in.
-    d = _diagnose(dumps[(task, "bad_backward")], golden)
+    d = _diagnose(planted_dumps[(task, "bad_backward")], golden)
     assert all(s["direction"] == "backward" for s in d["suspects"])
     top = d["suspects"][0]
     assert top["kind"] == "introduced" and top["input_error"] == 0.0
     assert top["output_error"] == pytest.approx(0.5, rel=1e-3)  # the planted factor 1.5
     # overflow: finite inputs, inf out; golden finite.
-    top = _diagnose(dumps[(task, "fp16_exp")], golden)["suspects"][0]
+    top = _diagnose(planted_dumps[(task, "fp16_exp")], golden)["suspects"][0]
     out = _row(top["outputs"], ".output.0")
     assert top["kind"] == "overflow" and "nonfinite" in out["flags"] and out["target"]["max"] == "inf"
 
@@ -133,18 +133,18 @@ def test_md5_mode_names_the_planted_call_from_checksums_alone(tmp_path_factory, 
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("plants", ["bf16_softmax+weight", "fp16_exp+bad_backward"])
-def test_two_plants_are_both_named_in_execution_order(dumps, tmp_path, task, plants):
+def test_two_plants_are_both_named_in_execution_order(planted_dumps, tmp_path, task, plants):
     """A later fault is not hidden by an earlier one: the perturbed weight is a parameter, not a value
     computed from the bf16 softmax; the wrong backward amplifies far beyond what its forward carried."""
     target = planted.dump_run(tmp_path / "t", plants, task=task)
-    d = _diagnose(target, dumps[(task, None)])
+    d = _diagnose(target, planted_dumps[(task, None)])
     named = [(s["api"], s["direction"]) for s in d["suspects"]]
     assert named == [planted.EXPECTED[p][:2] for p in plants.split("+")], format_diagnosis(d)
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_identical_runs_say_no_divergence(dumps, task):
-    d = _diagnose(dumps[(task, "again")], dumps[(task, None)])
+def test_identical_runs_say_no_divergence(planted_dumps, task):
+    d = _diagnose(planted_dumps[(task, "again")], planted_dumps[(task, None)])
     assert d["divergence"] is False and d["suspects"] == []
     assert d["verdict"].startswith("no divergence")
     assert d["ranks"][0]["compared_rows"] > 50 and d["ranks"][0]["diverging_rows"] == 0
@@ -208,8 +208,8 @@ def _msprobe(*args):
                           timeout=300)
 
 
-def test_cli_writes_diagnosis_and_fails_on_divergence(dumps, tmp_path):
-    target, golden = dumps[("statistics", "bad_backward")], dumps[("statistics", None)]
+def test_cli_writes_diagnosis_and_fails_on_divergence(planted_dumps, tmp_path):
+    target, golden = planted_dumps[("statistics", "bad_backward")], planted_dumps[("statistics", None)]
     out = tmp_path / "out"
     proc = _msprobe("compare", "-tp", target, "-gp", golden, "-o", str(out), "--no-progress",
                     "--fail-on-divergence")
@@ -219,7 +219,7 @@ def test_cli_writes_diagnosis_and_fails_on_divergence(dumps, tmp_path):
         d = json.load(f)
     assert d["divergence"] is True and d["suspects"][0]["api"] == "Module.act.Swish.backward.0"
 
-    same = _msprobe("compare", "-tp", dumps[("statistics", "again")], "-gp", golden, "-o", str(tmp_path / "o2"),
+    same = _msprobe("compare", "-tp", planted_dumps[("statistics", "again")], "-gp", golden, "-o", str(tmp_path / "o2"),
                     "--no-progress", "--fail-on-divergence")
     assert same.returncode == 0, same.stdout + same.stderr
     assert "no divergence" in same.stdout
@@ -242,4 +242,4 @@ def test_structure_dumps_have_nothing_to_diagnose(tmp_path):
     target = planted.dump_run(tmp_path / "t", "ln_eps", task="structure")
     d = _diagnose(target, golden)
     assert d["mode"] == "structure" and d["divergence"] is False and d["suspects"] == []
-    assert d["verdict"] == "nothing to diagnose: structure dumps hold no values"
+    assert d["verdict"] == "nothing to diagnose: structure planted_dumps hold no values"
