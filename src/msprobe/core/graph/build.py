@@ -80,7 +80,8 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
                for d in rank_dirs_for_graph(golden_path)}
 
     from msprobe.core.compare.engine import compare_dumps
-    results = compare_dumps(target_path, golden_path, fuzzy_match=fuzzy_match, layer_mapping=layer_mapping)
+    results = compare_dumps(target_path, golden_path, fuzzy_match=fuzzy_match, layer_mapping=layer_mapping,
+                            stack_path=stack_path, progress=progress)
     if not results:
         raise MsprobeError(f"compare '{target_path}' with '{golden_path}': no step/rank pair to compare")
     diagnosis = _diagnose(results)

@@ -396,7 +396,8 @@
     const value = cell(r, col, "Value");
     if (value) h += '<div class="err">' + esc(value) + "</div>";
     h += "<table><tr><th></th><th>target</th>" + (compared ? "<th>golden</th>" : "") + "</tr>";
-    if (compared) h += "<tr><td>name</td><td>" + esc(fmt(tname)) + "</td><td>" + esc(fmt(bname)) + "</td></tr>";
+    if (compared && tname !== bname)  // matched under another name (mapping, fuzzy match), or unmatched
+      h += "<tr><td>name</td><td>" + esc(fmt(tname)) + "</td><td>" + esc(fmt(bname)) + "</td></tr>";
     for (const [label, tc, bc] of PAIRS) {
       const a = cell(r, col, tc), b = cell(r, col, bc);
       if ((a === undefined || a === null || a === "") && (b === undefined || b === null || b === "")) continue;
