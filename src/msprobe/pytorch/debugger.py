@@ -19,6 +19,7 @@ from msprobe.pytorch.capture.api_mode import ApiCapture
 from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture
 from msprobe.pytorch.capture.patched_api import PatchedApis
+from msprobe.pytorch.overflow import OverflowBudget
 from msprobe.pytorch.session import DumpSession, current_rank
 
 logger = logging.getLogger(__name__)
@@ -46,9 +47,8 @@ class PrecisionDebugger:
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
-        if self.config.task == "overflow_check":
-            raise ConfigError("task", "overflow_check", "statistics | tensor | structure (overflow_check "
-                              "is not available yet)")
+        # overflow_check: overflowing records counted over the whole run, against overflow_nums
+        self._overflow = OverflowBudget(self.config.overflow_nums)
         self.current_step = 0
         self._session = None
         self._api_capture = None
@@ -181,7 +181,8 @@ class PrecisionDebugger:
             rank = self._rank_id if self._rank_id is not None else current_rank()
             if self.config.rank and (rank is None or rank not in self.config.rank):
                 return None
-            self._session = DumpSession(self.config, self.current_step, rank, pool=self._pool)
+            self._session = DumpSession(self.config, self.current_step, rank, pool=self._pool,
+                                        overflow=self._overflow)
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         _state.session = self._session
         return self._session

@@ -15,6 +15,7 @@ from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
+from msprobe.pytorch.overflow import record_overflows, tensor_overflows
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of, resolve_deferred
 
@@ -32,7 +33,7 @@ class DumpSession:
         pool: shared writer thread pool.
     """
 
-    def __init__(self, cfg, step, rank, pool=None):
+    def __init__(self, cfg, step, rank, pool=None, overflow=None):
         self.cfg = cfg
         self.step = step
         self.rank = rank
@@ -51,6 +52,8 @@ class DumpSession:
         self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
         self.tensor_count = 0
+        # overflow_check: the run's OverflowBudget; only overflowing records are written
+        self.overflow = overflow if cfg.task == "overflow_check" else None
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -59,7 +62,7 @@ class DumpSession:
             self.writer = DumpWriter(
                 step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
                 framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-                with_tensors=cfg.task == "tensor" or bool(cfg.tensor_list))
+                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list))
         return self.writer
 
     def emit(self, key, record, waits=()):
@@ -143,6 +146,8 @@ class DumpSession:
         flt = self.filter
         if not flt.want_call(key, self.module_stack):
             return func(*args, **kwargs)
+        if self.overflow is not None:
+            return self._record_call_overflow(prefix, name, index, key, func, args, kwargs, inplace)
         save = flt.saves_tensor(key)
         waits = []
         _state.busy = True
@@ -182,14 +187,68 @@ class DumpSession:
             _state.busy = False
         return out
 
+    def _record_call_overflow(self, prefix, name, index, key, func, args, kwargs, inplace):
+        """overflow_check: run the call, check its outputs, write a record only when they overflowed.
+
+        Inputs are summarised after the call (they are unchanged by it), except for in-place calls,
+        whose inputs are summarised before (no tensor files for those: their memory is overwritten).
+        """
+        flt = self.filter
+        _state.busy = True
+        try:
+            pre = (self.args_records(key, args, kwargs, "input", False, [])
+                   if inplace and flt.forward and flt.input else None)
+            edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
+                     if flt.backward and not inplace and torch.is_grad_enabled() else None)
+        finally:
+            _state.busy = False
+        _state.depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            _state.depth -= 1
+        _state.busy = True
+        try:
+            result = out
+            if inplace and args and not isinstance(out, torch.Tensor):
+                result = args[0]
+            if inplace:
+                self.summarizer.forget(flat_tensors(result))
+            if (flt.forward and not self.overflow.exhausted
+                    and any(tensor_overflows(t) for t in flat_tensors(result))
+                    and self.overflow.take(key)):
+                waits = []
+                if not flt.input:
+                    in_args, in_kwargs = [], {}
+                elif pre is not None:
+                    in_args, in_kwargs = pre
+                else:
+                    in_args, in_kwargs = self.args_records(key, args, kwargs, "input", True, waits)
+                record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                          "output": self.outputs_record(key, result, True, waits) if flt.output else []}
+                self._writer().add(key, record, waits)
+                self.note_structure(key, self.parent_key(), capture_stack() if self.with_stack else None)
+            if edges is not None and torch.is_grad_enabled() and not self.overflow.exhausted:
+                parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
+                self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, False,
+                                    parent)
+        finally:
+            _state.busy = False
+        return out
+
+    def _overflow_keeps(self, key, record, outputs):
+        """overflow_check gate for a finished module or backward record."""
+        return record_overflows(outputs) and self.overflow.take(key)
+
     def begin_module(self, key, args, kwargs):
         """Module pre-hook: statistics of the inputs now, before an in-place forward changes them."""
         flt = self.filter
         save = flt.saves_tensor(key)
         waits = []
         stack = capture_stack() if self.with_stack else None
+        lazy = self.overflow is not None  # overflow_check: inputs summarised only if the module overflows
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
-                              if flt.forward and flt.input else ([], {}))
+                              if flt.forward and flt.input and not lazy else ([], {}))
         # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
         edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
                  if flt.backward and torch.is_grad_enabled() else None)
@@ -201,21 +260,40 @@ class DumpSession:
         flt = self.filter
         base = key.rsplit(".", 2)[0]
         self.recorded_modules.add(base)
-        if flt.forward:
+        if self.overflow is not None:
+            self._end_module_overflow(key, parent, module, stack, args, kwargs, output)
+        elif flt.forward:
             params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
                       for n, p in module.named_parameters(recurse=False)}
             record = {"input_args": in_args, "input_kwargs": in_kwargs,
                       "output": self.outputs_record(key, output, save, waits) if flt.output else [],
                       "parameters": params}
             self.emit(key, record, waits)
-        self.note_structure(key, parent, stack)
+        if self.overflow is None:
+            self.note_structure(key, parent, stack)
         if edges is not None and torch.is_grad_enabled() and output is not None:
             bwd = key.replace(".forward.", ".backward.")
             bwd_parent = parent.replace(".forward.", ".backward.") if parent else None
             self.track_backward(bwd, edges, output, save, parent=bwd_parent, floor=floor)
 
+    def _end_module_overflow(self, key, parent, module, stack, args, kwargs, output):
+        flt = self.filter
+        if (not flt.forward or self.overflow.exhausted
+                or not any(tensor_overflows(t) for t in flat_tensors(output)) or not self.overflow.take(key)):
+            return
+        waits = []
+        in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", True, waits)
+                              if flt.input else ([], {}))
+        params = {n: self.tensor_record(p, f"{key}.parameters.{n}", True, waits)
+                  for n, p in module.named_parameters(recurse=False)}
+        record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                  "output": self.outputs_record(key, output, True, waits) if flt.output else [],
+                  "parameters": params}
+        self._writer().add(key, record, waits)
+        self.note_structure(key, parent, stack)
+
     def emit_params_grad(self, base, grads):
-        if not self.filter.backward:
+        if not self.filter.backward or self.overflow is not None:
             return
         key = naming.params_grad_key(*_split_module_base(base), self.counter.next(base + ".parameters_grad"))
         save = self.filter.saves_tensor(key)
@@ -237,6 +315,13 @@ class DumpSession:
         flt = self.filter
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}
+        if self.overflow is not None:
+            if not self._overflow_keeps(tracker.key, record, tracker.in_recs):
+                return
+            self._writer().add(tracker.key, record, tracker.waits)
+            if self.cfg.extra_info:
+                self._writer().add_construct(tracker.key, tracker.parent)
+            return
         self.emit(tracker.key, record, tracker.waits)
         if self.cfg.extra_info and self.cfg.level in ("mix", "L0", "L2"):  # extra_info false: no structure
             self._writer().add_construct(tracker.key, tracker.parent)
