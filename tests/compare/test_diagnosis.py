@@ -1,4 +1,4 @@
-"""Diagnosis on real planted_dumps: the planted model (tests/compare/planted.py) is trained one step under
+"""Diagnosis on real dumps: the planted model (tests/compare/planted.py) is trained one step under
 PrecisionDebugger once clean (golden) and once per planted single-op divergence (target), in statistics
 and in tensor mode; compare_dumps + diagnose must name the planted call first, with the right direction
 and evidence, and say "no divergence" for identical runs. Also the CLI contract (--fail-on-divergence,
@@ -51,7 +51,7 @@ def planted_dumps(tmp_path_factory):
 
 def _diagnose(target, golden):
     d = diagnose(compare_dumps(target, golden, progress=False))
-    json.planted_dumps(d, allow_nan=False)  # diagnosis.json must be strict JSON
+    json.dumps(d, allow_nan=False)  # diagnosis.json must be strict JSON
     return d
 
 
@@ -242,4 +242,4 @@ def test_structure_dumps_have_nothing_to_diagnose(tmp_path):
     target = planted.dump_run(tmp_path / "t", "ln_eps", task="structure")
     d = _diagnose(target, golden)
     assert d["mode"] == "structure" and d["divergence"] is False and d["suspects"] == []
-    assert d["verdict"] == "nothing to diagnose: structure planted_dumps hold no values"
+    assert d["verdict"] == "nothing to diagnose: structure dumps hold no values"
