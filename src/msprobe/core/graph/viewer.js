@@ -359,7 +359,12 @@
     const col = {}; G.columns.forEach((c, j) => { col[c] = j; });
     h += "<h3>Tensors (" + rows.length + ")</h3>";
     if (!rows.length) h += '<p class="hint">No data recorded for this node.</p>';
-    for (const r of rows) h += tensorCard(r, col, compared);
+    let lastRole = "";
+    for (const r of rows) {
+      const role = roleOf(G.names[i], r[col["NPU Name"]] && r[col["NPU Name"]] !== "N/A" ? r[col["NPU Name"]] : r[col["Bench Name"]]);
+      if (role !== lastRole) { h += '<h4 class="role">' + role + "</h4>"; lastRole = role; }
+      h += tensorCard(r, col, compared);
+    }
     if (G.stack[i] >= 0) h += "<h3>Call stack</h3><pre class=\"stack\">" + esc(G.stacks[G.stack[i]].join("\n")) + "</pre>";
     detail.innerHTML = h;
   }
@@ -370,6 +375,15 @@
     ["requires_grad", "NPU Requires_grad", "Bench Requires_grad"]];
   const NOT_METRIC = new Set(["NPU Name", "Bench Name", "Result", "Err_message", "Value", "Data_name"]);
   PAIRS.forEach((p) => { NOT_METRIC.add(p[1]); NOT_METRIC.add(p[2]); });
+
+  // "inputs" / "outputs" / "parameters" / "parameter gradients", from the part of the name after the node's.
+  const ROLES = { input: "inputs", output: "outputs", parameters: "parameters", parameters_grad: "parameter gradients" };
+  function roleOf(node, tensor) {
+    const rest = String(tensor || "").startsWith(node + ".") ? tensor.slice(node.length + 1) : String(tensor || "");
+    const head = rest.split(".")[0];
+    if (node.indexOf(".parameters_grad.") >= 0) return ROLES.parameters_grad;
+    return ROLES[head] || "values";
+  }
 
   // Err_message is a JSON list of messages in our tables and plain text in msProbe's.
   function messages(v) {
