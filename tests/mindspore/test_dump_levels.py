@@ -76,9 +76,15 @@ def test_l1_mlp_keys_and_records(dumps):
     assert forward == ["Primitive.dense.Dense.0.forward", "MintFunctional.relu.0.forward",
                        "Primitive.dense.Dense.1.forward", "Mint.tanh.0.forward", "Tensor.__add__.0.forward",
                        "Primitive.dense.Dense.2.forward", "Tensor.__sub__.0.forward", "Tensor.__pow__.0.forward",
-                       "Mint.mean.0.forward"]
-    backward = {k for k in r.keys() if k.endswith(".backward")}
-    assert backward == {k.replace(".forward", ".backward") for k in forward}
+                       "Mint.mean.0.forward", "Jit.SGD.0.forward"]
+    backward = [k for k in r.keys() if k.endswith(".backward")]
+    # every differentiable call has a backward record (the optimizer runs outside the gradient)
+    assert set(backward) == {k.replace(".forward", ".backward") for k in forward[:-1]}
+    assert backward[:3] == ["Mint.mean.0.backward", "Tensor.__pow__.0.backward", "Tensor.__sub__.0.backward"]
+    keys = list(r.keys())
+    assert keys.index("Jit.SGD.0.forward") == len(keys) - 1  # the optimizer runs after the backward
+    sgd = r["Jit.SGD.0.forward"]
+    assert sgd["input_args"][0] is None and len(sgd["input_args"][1]) == 6  # self, the 6 gradients
     rec = r["Tensor.__pow__.0.forward"]
     assert rec["input_args"][1] == {"type": "int", "value": 2}
     assert rec["input_args"][0]["dtype"] == "Float32" and rec["input_args"][0]["shape"] == [4, 4]

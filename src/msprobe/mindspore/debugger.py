@@ -231,6 +231,7 @@ class PrecisionDebugger:
             self._cells.attach()
         if level in ("L1", "mix"):
             self._patched.patch_builtin()
+            self._patched.patch_jit()
             if self._model is not None:
                 self._patched.patch_primitives(all_cells(self._model))
             for (_, attr), (owner, prefix) in self._custom.items():

@@ -48,6 +48,8 @@ class DumpSession:
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
         self.tensor_count = 0
+        self.stuck = {}  # trackers with every output gradient in and some input gradient missing
+        self._seq = 0
         self._late = []  # (gradient, record, file stem, save, future): summarised at the next forward call
         self._late_bytes = 0
 
@@ -129,6 +131,8 @@ class DumpSession:
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):
             return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+        if isinstance(v, ms.nn.Cell):
+            return None  # the `self` of a jit-compiled Cell method (Jit.SGD's first argument)
         return other_value_record(v)
 
     def args_records(self, key, args, kwargs, role, save, waits):
@@ -149,6 +153,8 @@ class DumpSession:
 
     def record_call(self, prefix, name, func, args, kwargs, inplace=False):
         """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
+        if self.stuck:
+            self.release_stuck(-1)  # a forward call: the backward pass is over
         if self._late:
             self.resolve_late()
         index = self.counter.next(f"{prefix}.{name}")
@@ -168,8 +174,9 @@ class DumpSession:
                 in_args, in_kwargs = [], {}
             # in-place calls must mutate the caller's tensors, not hook copies: no backward for them
             if flt.backward and not inplace and grad_recording():
+                self._seq += 1
                 tracker = GradTracker(self, naming.api_key(prefix, name, index, naming.BACKWARD), save,
-                                      _backward_parent(self.module_stack))
+                                      _backward_parent(self.module_stack), self._seq)
                 self.trackers[tracker] = None  # creation order: the order partial records go out in
                 args = tracker.hook_inputs(args)
         finally:
@@ -201,6 +208,8 @@ class DumpSession:
 
     def begin_cell(self, key, args, kwargs):
         """Cell pre-hook: input statistics now; returns the frame for end_cell and the (hooked) args."""
+        if self.stuck:
+            self.release_stuck(-1)
         if self._late:
             self.resolve_late()
         flt = self.filter
@@ -211,8 +220,9 @@ class DumpSession:
                               if flt.forward and flt.input else ([], {}))
         tracker = None
         if flt.backward and grad_recording():
+            self._seq += 1
             tracker = GradTracker(self, key.replace(".forward.", ".backward."), save,
-                                  _backward_parent(self.module_stack[:-1]))
+                                  _backward_parent(self.module_stack[:-1]), self._seq)
             self.trackers[tracker] = None
             args = tracker.hook_inputs(args)
         return (save, waits, stack, in_args, in_kwargs, tracker), args
@@ -246,9 +256,17 @@ class DumpSession:
                   for n, g in grads.items()}
         self.emit(key, record, waits)
 
+    def release_stuck(self, seq):
+        """Emit the stuck trackers created after call number `seq`, latest first (backward order)."""
+        ready = sorted((t for t in self.stuck if t.seq > seq), key=lambda t: -t.seq)
+        for t in ready:
+            self.stuck.pop(t, None)
+            t.emit_partial()
+
     def emit_backward(self, tracker):
         """Called by a GradTracker when the gradients of a call are complete."""
         self.trackers.pop(tracker, None)
+        self.stuck.pop(tracker, None)
         flt = self.filter
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}

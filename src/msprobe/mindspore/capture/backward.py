@@ -35,10 +35,10 @@ class GradTracker:
     (or at step end with what arrived, e.g. a data input MindSpore computes no gradient for)."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "left", "outs_left", "fired",
-                 "waits")
+                 "waits", "seq")
 
-    def __init__(self, session, key, save, parent):
-        self.session, self.key, self.save, self.parent = session, key, save, parent
+    def __init__(self, session, key, save, parent, seq=0):
+        self.session, self.key, self.save, self.parent, self.seq = session, key, save, parent, seq
         self.out_recs = []
         self.in_recs = []
         self.left = 0  # hooked inputs whose gradient has not arrived
@@ -100,6 +100,9 @@ class GradTracker:
         if self.session is None:
             return
         with tool_work():
+            # the backward reached this call: later calls still waiting for an input gradient will
+            # not get it (a data input MindSpore computes no gradient for); their records go out now
+            self.session.release_stuck(self.seq)
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
             if g is not None and self.out_recs[i] is None:
                 self.out_recs[i] = self.session.gradient_record(g, f"{self.key}.input.{i}", self.save,
@@ -107,6 +110,8 @@ class GradTracker:
             self.outs_left -= 1
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()
+            elif self.outs_left <= 0:
+                self.session.stuck[self] = None
 
     def _on_input(self, i, grads):
         if self.session is None:

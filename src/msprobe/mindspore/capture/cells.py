@@ -6,18 +6,49 @@ parameter gradients through Parameter hooks. The root Cell itself is not recorde
 from msprobe.mindspore import _state
 
 
-def named_subcells(models):
-    """(path, cell) for every sub-Cell; a list/tuple of models prefixes paths with the index."""
+def is_jit_cell(cell):
+    """A Cell whose construct is compiled by mindspore.jit (runs as one graph inside PyNative)."""
+    return bool(getattr(cell.construct, "__wrapped_by_jit__", False))
+
+
+def _walk(cell, path, out, inside_jit, seen=None):
+    seen = set() if seen is None else seen
+    for name, child in cell.name_cells().items():
+        if id(child) in seen:  # a Cell held twice is recorded under its first path
+            continue
+        seen.add(id(child))
+        child_path = f"{path}.{name}" if path else name
+        out.append((child_path, child, inside_jit))
+        _walk(child, child_path, out, inside_jit or is_jit_cell(child), seen)
+
+
+def named_subcells(models, include_jit_inner=False):
+    """(path, cell) for every sub-Cell; a list/tuple of models prefixes paths with the index.
+
+    Cells inside a jit-compiled Cell are left out: MindSpore would compile a hook put on them into
+    the graph (and fail on it); the jit Cell itself is hooked from the outside, in PyNative.
+    """
     roots = [(None, models)] if not isinstance(models, (list, tuple)) else list(enumerate(models))
     for index, root in roots:
-        for name, cell in root.cells_and_names():
-            if name:
-                yield (f"{index}.{name}" if index is not None else name), cell
+        found = []
+        _walk(root, str(index) if index is not None else "", found, is_jit_cell(root))
+        for path, cell, inside_jit in found:
+            if include_jit_inner or not inside_jit:
+                yield path, cell
 
 
 def all_cells(models):
+    """The model(s) and their sub-Cells, none inside a jit-compiled Cell (see named_subcells)."""
     roots = [models] if not isinstance(models, (list, tuple)) else list(models)
-    return [c for root in roots for _, c in root.cells_and_names()]
+    out = [r for r in roots if not is_jit_cell(r)]
+    for root in roots:
+        out += [c for _, c in named_subcells(root) if not is_jit_cell(c)]
+    return out
+
+
+def jit_cells(models):
+    """(path, cell) of the outermost jit-compiled sub-Cells."""
+    return [(p, c) for p, c in named_subcells(models) if is_jit_cell(c)]
 
 
 class CellCapture:

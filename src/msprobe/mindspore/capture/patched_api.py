@@ -41,6 +41,20 @@ class PrimitiveCall:
         return getattr(self._prim, name)
 
 
+def _jit_call(orig):
+    """Replacement of `_JitExecutor.__call__`: a jit-compiled function or Cell runs as one API `Jit.{name}`
+    (the Cell's class name, e.g. Jit.SGD for an optimizer, or the function's name)."""
+    def call(executor, *args, **kwargs):
+        session = _state.session
+        if session is None or _state.busy or _state.depth:
+            return orig(executor, *args, **kwargs)
+        obj = executor.obj
+        name = type(obj).__name__ if obj is not None else executor.fn.__name__
+        return session.record_call("Jit", name, lambda *a, **k: orig(executor, *a, **k), args, kwargs)
+    call.__msprobe_original__ = orig
+    return call
+
+
 class PatchedApis:
     """Installed wrappers, each remembered with the original it replaced."""
 
@@ -75,6 +89,19 @@ class PatchedApis:
             self._table = build_api_table()
         for owner, attr, prefix, inplace in self._table:
             self.patch(owner, attr, prefix, attr, inplace)
+
+    def patch_jit(self):
+        """Record calls of mindspore.jit-compiled functions and Cells as `Jit.{name}`."""
+        from mindspore.graph import api
+        cls = api._JitExecutor
+        if (id(cls), "__call__") in self._originals:
+            return
+        orig = cls.__dict__["__call__"]
+        self._originals[(id(cls), "__call__")] = (cls, orig, True)
+        wrapper = self._wrappers.get("jit")
+        if wrapper is None or wrapper.__msprobe_original__ is not orig:
+            wrapper = self._wrappers["jit"] = _jit_call(orig)
+        cls.__call__ = wrapper
 
     def patch_primitives(self, cells):
         """Wrap the Primitive instances that `cells` (a list of Cells) hold as attributes."""
