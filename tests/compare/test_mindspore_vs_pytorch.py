@@ -77,7 +77,11 @@ def test_mindspore_dump_against_pytorch_dump_of_the_same_network(tmp_path):
     assert any(n.startswith("Mint.tanh.0.forward") and b.startswith("Torch.tanh.0.forward") for n, b in pairs.items())
     assert pairs["Cell.head.Linear.parameters_grad.0.weight"] == "Module.head.Linear.parameters_grad.0.weight"
     matched = tab[tab["Bench Name"] != "N/A"]
-    assert len(matched) >= 0.9 * len(tab)
+    # unpaired: only what one framework records and the other does not (MindSpore's jitted optimizer
+    # step; `x ** 2`, which torch dispatches to a method that is not captured)
+    unpaired = tab[tab["Bench Name"] == "N/A"]["NPU Name"]
+    assert unpaired.str.startswith(("Jit.", "Tensor.__pow__.")).all(), unpaired.tolist()
+    assert len(matched) >= 60
     # same weights and data: statistics agree to float32 rounding, so no row is an error
     assert not (matched["Result"] == "error").any(), matched[matched["Result"] == "error"][["NPU Name", "Err_message"]]
     norm = matched["NormRelativeErr"].map(lambda v: float(v[:-1]) / 100 if v.endswith("%") else float(v))
