@@ -42,6 +42,9 @@ def open_page(browser):
         page = browser.new_page(viewport={"width": width, "height": height})
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
+        # the page is self-contained: nothing may be fetched from anywhere but the file itself
+        page.on("request", lambda r: errors.append("network: " + r.url)
+                if not r.url.startswith(("file://", "data:", "blob:")) else None)
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.goto("file://" + os.path.abspath(path))
         page.wait_for_selector("body[data-ready='1']", timeout=60000)
