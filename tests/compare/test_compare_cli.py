@@ -172,3 +172,14 @@ def test_bad_input_is_one_line(case, dumps, runs, tmp_path):
                         "layer mapping", str(lm))
     elif case == "not_a_dump":
         _one_line_error(msprobe("compare", "-tp", str(tmp_path), "-gp", golden), "no dump found")
+
+
+def test_debug_json_results_are_named_for_single_point_saves(tmp_path):
+    from conftest import SAMPLES
+    debug = os.path.join(SAMPLES, "pt_dump", "mlp_debug_level", "debug.json")
+    proc = msprobe("compare", "-tp", debug, "-gp", debug, "-o", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (name,) = [os.path.basename(p) for p in glob.glob(str(tmp_path / "*.csv"))]
+    assert re.fullmatch(r"debug_compare_result_rank0_\d{14}\.csv", name)
+    table = pd.read_csv(tmp_path / name, dtype=str, keep_default_na=False)
+    assert len(table) == 4 and set(table["Result"]) == {"pass"}

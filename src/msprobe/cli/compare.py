@@ -123,7 +123,8 @@ def run(args):
     several_steps = len({r.step for r in results}) > 1
     os.makedirs(args.output_path, exist_ok=True)
     for r in results:
-        name = result_file_name(r.step, r.rank, r.is_proc, several_steps, single_file, args.xlsx, ts)
+        debug = not os.path.isfile(os.path.join(r.target_dir, "dump.json"))  # a debug.json dump
+        name = result_file_name(r.step, r.rank, r.is_proc, several_steps, single_file, args.xlsx, ts, debug)
         r.output_path = write_result(r.table, args.output_path, name)
         counts = r.table["Result"].value_counts().to_dict()
         summary = ", ".join(f"{counts[k]} {k}" for k in ("error", "warning", "pass", "N/A") if k in counts)

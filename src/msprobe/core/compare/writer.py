@@ -35,10 +35,13 @@ _MESSAGE_COLUMNS = {
 
 
 def result_file_name(step=None, rank=None, is_proc=False, several_steps=False, single_file=False,
-                     xlsx=False, timestamp=None):
+                     xlsx=False, timestamp=None, debug=False):
     """`compare_result_{ts}`, `compare_result_rank{r}_{ts}` or, for several steps,
-    `compare_result_step{s}_rank{r}_{ts}` (msprobe-facts §8.5); `proc{pid}` for process-named dirs."""
+    `compare_result_step{s}_rank{r}_{ts}` (msprobe-facts §8.5); `proc{pid}` for process-named dirs;
+    `debug_compare_result_{rank|proc}_{ts}` for debug.json (single-point saves)."""
     ts = timestamp or time.strftime("%Y%m%d%H%M%S")
+    if debug:
+        return f"debug_compare_result_{'proc' if is_proc else 'rank'}{rank}_{ts}" + (".xlsx" if xlsx else ".csv")
     parts = ["compare_result"]
     if several_steps and step is not None:
         parts.append(f"step{step}")
