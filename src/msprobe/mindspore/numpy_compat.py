@@ -13,7 +13,7 @@ import numpy as np
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """numpy prints a long 'compiled using NumPy 1.x' notice, MindSpore a C++ warning: both expected."""
     sys.stderr.flush()
     saved = os.dup(2)
@@ -32,7 +32,7 @@ def _quiet_stderr():
 def absorb_first_scalar_failure():
     if int(np.__version__.split(".", 1)[0]) < 2:
         return
-    with _quiet_stderr():
+    with quiet_stderr():
         try:
             ms.Tensor(np.zeros(1, np.float32)) + 1
         except SystemError:
