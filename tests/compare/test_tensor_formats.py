@@ -76,3 +76,25 @@ def test_msprobe_mindspore_tensor_sample(tmp_path):
     other = tab.loc["Mint.where.0.forward.input.1"]
     assert other["Cosine"] == "N/A" and "tensor file unreadable" in other["Err_message"]
     assert "Mint.where.0.forward.input.1.npy" in other["Err_message"]
+
+
+def test_saved_tensors_of_different_shapes_or_garbage_are_row_messages(tmp_path):
+    from conftest import tensor, write_dump
+    rows = {}
+    for side, shape in (("t", (2, 3)), ("g", (3, 2))):
+        data = {"Functional.f.0.forward": {
+            "input_args": [tensor(1.0, shape=shape, data_name="Functional.f.0.forward.input.0.npy")],
+            "input_kwargs": {}, "output": [tensor(1.0, shape=(4,), data_name="Functional.f.0.forward.output.0.npy")]}}
+        rank = write_dump(tmp_path / side, data, task="tensor")
+        os.makedirs(os.path.join(rank, "dump_tensor_data"))
+        np.save(os.path.join(rank, "dump_tensor_data", "Functional.f.0.forward.input.0.npy"), np.ones(shape, np.float32))
+        with open(os.path.join(rank, "dump_tensor_data", "Functional.f.0.forward.output.0.npy"), "wb") as f:
+            f.write(b"not an npy file" if side == "t" else np.ones(4, np.float32).tobytes())
+        rows[side] = rank
+    (res,) = compare_dumps(rows["t"], rows["g"], progress=False)
+    tab = res.table.set_index("NPU Name")
+    shape_row = tab.loc["Functional.f.0.forward.input.0"]
+    assert shape_row["Result"] == "error"
+    assert "shapes differ" in shape_row["Err_message"] and "[2, 3] vs [3, 2]" in shape_row["Err_message"]
+    bad = tab.loc["Functional.f.0.forward.output.0"]
+    assert bad["Cosine"] == "N/A" and "not an .npy array file" in bad["Err_message"]
