@@ -75,7 +75,7 @@ MODELS = {"mlp": MintMLP, "cnn": CNN, "transformer": TransformerBlock}
 
 def make_data(name, batch=4, seed=0):
     rng = np.random.default_rng(seed)
-    shape = {"mlp": (batch, 16), "cnn": (batch, 1, 8, 8), "transformer": (batch, 6, 16)}[name]
+    shape = {"mlp": (batch, 16), "jit": (batch, 16), "cnn": (batch, 1, 8, 8), "transformer": (batch, 6, 16)}[name]
     x = rng.standard_normal(shape).astype(np.float32)
     y = rng.standard_normal((batch, 4)).astype(np.float32)
     return x, y
@@ -149,3 +149,30 @@ def run_dump(tmp_path, name, level, task="statistics", summary_mode=None, steps=
     losses = train(net, x, y, steps=steps, debugger=debugger)
     debugger.close()
     return tmp_path / "dump", losses
+
+
+class JitBlock(nn.Cell):
+    """A Cell whose construct MindSpore compiles (mindspore.jit) inside a PyNative run."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(16, 16)
+        self.act = nn.ReLU()
+
+    @ms.jit
+    def construct(self, x):
+        return self.act(self.fc(x))
+
+
+class JitNet(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.inp = mint.nn.Linear(16, 16)
+        self.block = JitBlock()
+        self.head = mint.nn.Linear(16, 4)
+
+    def construct(self, x):
+        return self.head(self.block(mint.tanh(self.inp(x))))
+
+
+MODELS["jit"] = JitNet

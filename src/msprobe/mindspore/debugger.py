@@ -11,6 +11,7 @@ MindSpore's own dump); everything else here is PyNative.
 
 import atexit
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import mindspore as ms
@@ -18,7 +19,7 @@ import mindspore as ms
 from msprobe.core.config import load_config
 from msprobe.core.errors import ConfigError
 from msprobe.mindspore import _state
-from msprobe.mindspore.capture.cells import CellCapture, all_cells
+from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
 from msprobe.mindspore.session import DumpSession, current_rank
@@ -66,6 +67,7 @@ class PrecisionDebugger:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
         self._save_counts = {}
         self._static = None
+        self._jit_warned = False
         _state.debugger = self
         atexit.register(self._at_exit)
 
@@ -209,7 +211,17 @@ class PrecisionDebugger:
             rank = self._rank_id if self._rank_id is not None else current_rank()
             if self.config.rank and (rank is None or rank not in self.config.rank):
                 return None
-            self._session = DumpSession(self.config, self.current_step, rank, pool=self._pool)
+            cfg = self.config
+            jit = jit_cells(self._model) if cfg.level in ("L0", "mix") and self._model is not None else []
+            if jit:
+                # seed 000: a jit-compiled Cell at L0/mix splits the dump into graph/ and pynative/
+                self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+                                            dump_path=os.path.join(cfg.dump_path, "pynative"))
+                self._session.graph = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+                                                  dump_path=os.path.join(cfg.dump_path, "graph"))
+                self._warn_jit(jit)
+            else:
+                self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool)
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         _state.session = self._session
         return self._session
@@ -272,6 +284,18 @@ class PrecisionDebugger:
         if self._session is not None and self._running and self._token_active():
             self._capture_off()
         self._token_iter += 1
+
+    def _warn_jit(self, jit):
+        if self._jit_warned:
+            return
+        self._jit_warned = True
+        from msprobe.mindspore.static_graph import tensor_dump_missing
+        missing = tensor_dump_missing()
+        if missing is not None:
+            names = ", ".join(f"{p} ({type(c).__name__})" for p, c in jit)
+            logger.warning("msprobe: jit-compiled Cells %s are recorded at their border in graph/ and "
+                           "pynative/; the Cells inside them need mindspore.ops.TensorDump, which this "
+                           "MindSpore build cannot run (%s)", names, missing)
 
     # -- static graph ------------------------------------------------------------------------------
     def _start_static(self, model):

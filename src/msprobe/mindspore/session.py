@@ -48,6 +48,7 @@ class DumpSession:
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
         self.tensor_count = 0
+        self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
         self.stuck = {}  # trackers with every output gradient in and some input gradient missing
         self._seq = 0
         self._late = []  # (gradient, record, file stem, save, future): summarised at the next forward call
@@ -206,7 +207,7 @@ class DumpSession:
             self.trackers.pop(tracker, None)
         return new
 
-    def begin_cell(self, key, args, kwargs):
+    def begin_cell(self, key, args, kwargs, track=True):
         """Cell pre-hook: input statistics now; returns the frame for end_cell and the (hooked) args."""
         if self.stuck:
             self.release_stuck(-1)
@@ -219,7 +220,7 @@ class DumpSession:
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
                               if flt.forward and flt.input else ([], {}))
         tracker = None
-        if flt.backward and grad_recording():
+        if track and flt.backward and grad_recording():
             self._seq += 1
             tracker = GradTracker(self, key.replace(".forward.", ".backward."), save,
                                   _backward_parent(self.module_stack[:-1]), self._seq)
@@ -293,6 +294,8 @@ class DumpSession:
         if self.writer is not None:
             self.writer.close()
         self.summarizer.clear()
+        if self.graph is not None:
+            self.graph.close()
 
 
 # Bytes of gradients waiting for their statistics before they are summarised at once.

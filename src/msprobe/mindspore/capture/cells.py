@@ -66,7 +66,8 @@ class CellCapture:
             return
         for path, cell in self.cells:
             base = f"Cell.{path}.{type(cell).__name__}"
-            self._fwd_handles.append(cell.register_forward_pre_hook(self._pre(base), with_kwargs=True))
+            jit = is_jit_cell(cell)
+            self._fwd_handles.append(cell.register_forward_pre_hook(self._pre(base, jit), with_kwargs=True))
             self._fwd_handles.append(cell.register_forward_hook(self._post(cell), with_kwargs=True))
         if not self._grad_handles:
             self._attach_grad_hooks()
@@ -83,7 +84,7 @@ class CellCapture:
         self._grad_handles = []
 
     # -- forward -------------------------------------------------------------------------------
-    def _pre(self, base):
+    def _pre(self, base, jit):
         def hook(cell, args, kwargs):
             session = _state.session
             if session is None or _state.busy or _state.depth:
@@ -96,14 +97,17 @@ class CellCapture:
             parent = enclosing[-1] if enclosing else None
             session.module_stack.append(key)
             if not want:
-                self._frames.append((key, parent, None))
+                self._frames.append((key, parent, None, None))
                 return None
             _state.busy = True
             try:
+                graph = session.graph if jit else None
+                # a jit Cell is also recorded in graph/ (what msProbe's in-graph dump gives at its border)
+                graph_frame = graph.begin_cell(key, args, kwargs, track=False)[0] if graph is not None else None
                 frame, new_args = session.begin_cell(key, args, kwargs)
             finally:
                 _state.busy = False
-            self._frames.append((key, parent, frame))
+            self._frames.append((key, parent, frame, graph_frame))
             return (new_args, kwargs) if new_args is not args else None
         return hook
 
@@ -113,13 +117,15 @@ class CellCapture:
             session = _state.session
             if entry is None or session is None:
                 return None
-            key, parent, frame = entry
+            key, parent, frame, graph_frame = entry
             if session.module_stack and session.module_stack[-1] == key:
                 session.module_stack.pop()
             if frame is None:
                 return None
             _state.busy = True
             try:
+                if graph_frame is not None and session.graph is not None:
+                    session.graph.end_cell(key, None, cell, graph_frame, output)
                 new_out = session.end_cell(key, parent, cell, frame, output)
             finally:
                 _state.busy = False
