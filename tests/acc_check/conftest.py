@@ -1,6 +1,7 @@
 """Fixtures of the acc_check tests: real dumps of the PyTorch and MindSpore model zoos (made once per
 session), and the zoo modules loaded by path under private names."""
 
+from pathlib import Path
 import importlib.util
 import os
 import sys
@@ -9,7 +10,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
-SEED_WHERE = "/work/shared/reference/msprobe-samples/acc_check/seed_ms_mint_where_dump.json"
+SEED_WHERE = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/acc_check/seed_ms_mint_where_dump.json")
 
 
 def load_by_path(name, path):

@@ -1,5 +1,6 @@
 """Fixtures of the compare tests: real PyTorch dumps (runs.py) and hand-written dump.json files."""
 
+from pathlib import Path
 import importlib.util
 import json
 import os
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-SAMPLES = "/work/shared/reference/msprobe-samples"
+SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples")
 
 
 def _load_runs():

@@ -3,6 +3,7 @@
 Every ConfigError must name the field, the value given and what is allowed (msprobe-facts §2).
 """
 
+from pathlib import Path
 import glob
 import json
 import logging
@@ -13,7 +14,7 @@ import pytest
 from msprobe.core.config import DumpConfig, config_from_dict, load_config, parse_index_list
 from msprobe.core.errors import ConfigError, MsprobeError
 
-SAMPLES = "/work/shared/reference/msprobe-samples"
+SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples")
 
 
 def write_config(tmp_path, content, name="config.json"):

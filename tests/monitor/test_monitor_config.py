@@ -2,6 +2,7 @@
 allowed; good configs parse into the right MonitorConfig; step selection follows start_step,
 step_interval and collect_times."""
 
+from pathlib import Path
 import json
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from msprobe.core.errors import ConfigError
 from msprobe.core.monitor.config import load_monitor_config, monitor_config_from_dict
 
-SAMPLES = "/work/shared/reference/msprobe-samples/monitor"
+SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/monitor")
 
 
 @pytest.mark.parametrize("raw, field, fragment", [

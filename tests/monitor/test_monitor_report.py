@@ -2,6 +2,7 @@
 TensorBoard) and on msProbe's sample CSVs: PNG charts, one HTML page naming every module and the
 anomalies, and one-line errors for bad input."""
 
+from pathlib import Path
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from torch import nn  # noqa: E402
 
 from msprobe.pytorch import TrainerMon  # noqa: E402
 
-SAMPLES = "/work/shared/reference/msprobe-samples/monitor"
+SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/monitor")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -60,9 +61,8 @@ def runs(tmp_path_factory):
 def check_report(report, anomalies):
     html = (report / "index.html").read_text()
     pngs = sorted((report / "png").glob("*.png"))
-    # one trend chart (norm and max panels) and one per-module grid per data type
-    assert {p.name for p in pngs} == {f"rank0_{tag}_{kind}.png" for tag in ("actv", "grad_unreduced", "grad_reduced")
-                                      for kind in ("trend", "norm_modules0")}
+    # one trend chart (norm and max panels) per data type
+    assert {p.name for p in pngs} == {f"rank0_{tag}_trend.png" for tag in ("actv", "grad_unreduced", "grad_reduced")}
     for p in pngs:
         data = p.read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, p
@@ -74,6 +74,10 @@ def check_report(report, anomalies):
     # the module table lists the anomaly step of a blown-up parameter
     row = re.search(r"<tr class=\"bad\"><td>0\.weight</td>(.*?)</tr>", html)
     assert row and re.search(r"<td>4(, \d+)*</td>$", row.group(1)), row   # first anomaly at the blow-up
+    # its per-module trends: a sparkline per op, the anomaly drawn as a red dot
+    assert row.group(1).count("<svg") == 2 and 'class="anomaly-dot"' in row.group(1)
+    quiet = re.search(r"<tr><td>0\.input</td>(.*?)</tr>", html)            # the fixed input never jumps
+    assert quiet and quiet.group(1).count("<svg") == 2 and "anomaly-dot" not in quiet.group(1)
     return html
 
 

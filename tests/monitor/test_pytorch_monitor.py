@@ -3,6 +3,7 @@ computes itself from the model's own tensors (gradients before `optimizer.step()
 parameters, module outputs), plus the planted-blow-up alert, the msProbe CSV layout, gradient
 accumulation, TensorBoard output, targets, step selection, print_struct and wrapped optimizers."""
 
+from pathlib import Path
 import glob
 import json
 import os
@@ -18,7 +19,7 @@ from msprobe.core.monitor.ops import stats_from_array  # noqa: E402
 from msprobe.core.monitor.reader import load_monitor_dir  # noqa: E402
 from msprobe.pytorch import TrainerMon  # noqa: E402
 
-SAMPLES = "/work/shared/reference/msprobe-samples/monitor"
+SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/monitor")
 ALL_OPS = ["norm", "min", "max", "mean", "nans", "zeros"]
 
 

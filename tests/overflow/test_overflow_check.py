@@ -1,6 +1,7 @@
 """msprobe overflow_check on real dumps: PyTorch models that overflow in one known op, msProbe's sample,
 a tensor dump without statistics, and a 2-rank gloo run where all_reduce spreads rank 1's inf."""
 
+from pathlib import Path
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from msprobe.core.overflow import analyze_overflow  # noqa: E402
 from msprobe.core.overflow.report import NO_ANOMALY, write_analysis_json  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
 
-SAMPLES = "/work/shared/reference/msprobe-samples/overflow"
+SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/overflow")
 
 
 class ExpNet(nn.Module):

@@ -4,6 +4,7 @@ msProbe samples: /work/shared/reference/msprobe-samples/{pt_dump,ms_dump}/*/ (du
 stack.json, construct.json). Tests on them are skipped when the samples are absent.
 """
 
+from pathlib import Path
 import glob
 import json
 import math
@@ -16,7 +17,7 @@ from msprobe.core.dump.reader import DumpReader, RankDir, find_rank_dirs, iter_t
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.errors import DumpFormatError, MsprobeError
 
-SAMPLES = "/work/shared/reference/msprobe-samples"
+SAMPLES = str(Path(__file__).resolve().parents[2] / "data" / "msprobe-samples")
 SAMPLE_DIRS = sorted(glob.glob(os.path.join(SAMPLES, "pt_dump", "*", ""))
                      + glob.glob(os.path.join(SAMPLES, "ms_dump", "*", "")))
 OVERFLOW_DUMP = os.path.join(SAMPLES, "overflow", "ovf_statistics_L1_dump.json")
