@@ -227,7 +227,7 @@ def test_step_and_rank_selectors(tmp_path, open_page):
 @pytest.mark.parametrize("folder", [("pt_dump", "transformer_statistics_mix_statistics"),
                                     ("ms_dump", "statistics_mix_statistics_shim")])
 def test_msprobe_sample_dumps_render(folder, tmp_path, open_page):
-    src = os.path.join(os.path.dirname(__file__), "samples", *folder)
+    src = os.path.join(os.path.dirname(__file__), os.pardir, "data", "msprobe-samples", *folder)
     msprobe("graph_visualize", "-tp", src, "-o", str(tmp_path), "--no-progress")
     (html,) = glob.glob(str(tmp_path / "*.html"))
     construct = json.load(open(os.path.join(src, "construct.json")))

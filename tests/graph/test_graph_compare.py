@@ -126,7 +126,7 @@ def test_graph_command_reads_compare_json(transformer_dumps, tmp_path):
 @pytest.mark.parametrize("folder", [("pt_dump", "transformer_statistics_mix_statistics"),
                                     ("ms_dump", "statistics_mix_statistics_shim")])
 def test_msprobe_sample_compared_with_itself_passes(folder, tmp_path):
-    src = os.path.join(os.path.dirname(__file__), "samples", *folder)
+    src = os.path.join(os.path.dirname(__file__), os.pardir, "data", "msprobe-samples", *folder)
     out = visualize(src, str(tmp_path), golden_path=src, progress=False)
     (g,) = read_graph_db(out.db_path)["graphs"]
     with_rows = {t["node_id"] for t in g["tensors"]}

@@ -14,7 +14,7 @@ from msprobe.core.graph.build import visualize
 from msprobe.core.graph.hierarchy import graph_from_dump, tensor_entries
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLE_DIR = os.path.join(HERE, "samples")  # copies of msProbe's sample dumps, checked in
+SAMPLE_DIR = os.path.join(HERE, os.pardir, "data", "msprobe-samples")  # msProbe sample dumps, checked in
 
 
 def sample(*parts):
