@@ -132,7 +132,7 @@ def test_md5_mode_names_the_planted_call_from_checksums_alone(tmp_path_factory, 
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("plants", ["bf16_softmax+weight", "fp16_exp+bad_backward"])
+@pytest.mark.parametrize("plants", ["bf16_softmax+weight", "fp16_exp+bad_backward", "ln_eps+bad_backward"])
 def test_two_plants_are_both_named_in_execution_order(planted_dumps, tmp_path, task, plants):
     """A later fault is not hidden by an earlier one: the perturbed weight is a parameter, not a value
     computed from the bf16 softmax; the wrong backward amplifies far beyond what its forward carried."""

@@ -21,8 +21,8 @@ import os
 from msprobe.core.compare import diagnosis_flow as flow
 from msprobe.core.compare.diagnosis_report import format_diagnosis, stack_line  # noqa: F401 (re-export)
 from msprobe.core.compare.diagnosis_rows import TENSOR_METRIC_COLUMNS, calls_from_table, number
-from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, DTYPE_NOISE_FLOOR,
-                                                      EVIDENCE_ROWS, MAX_SUSPECTS)
+from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, BACKWARD_AMPLIFIED,
+                                                      DTYPE_NOISE_FLOOR, EVIDENCE_ROWS, MAX_SUSPECTS)
 from msprobe.core.dump.reader import load_json
 
 TIER_NAMES = {flow.STRONG: "strong", flow.AMPLIFYING: "amplifying", flow.WEAK: "weak",
@@ -56,7 +56,7 @@ def diagnose(results):
         "receiving_ranks": receiving_ranks(suspects),
         "ranks": [{k: v for k, v in p.items() if not k.startswith("_")} for p in per_rank],
         "thresholds": {"noise_floor": dict(DTYPE_NOISE_FLOOR), "amplification": AMPLIFICATION,
-                       "amplified_only": AMPLIFIED_ONLY},
+                       "amplified_only": AMPLIFIED_ONLY, "backward_amplified": BACKWARD_AMPLIFIED},
     }
     return _json_safe(d)
 

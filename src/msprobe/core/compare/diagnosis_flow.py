@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from msprobe.core import naming
 from msprobe.core.compare.diagnosis_rows import ARGUMENT, DTYPE, NONFINITE, SHAPE
-from msprobe.core.compare.diagnosis_thresholds import AMPLIFICATION, AMPLIFIED_ONLY, COMMUNICATION_PREFIXES
+from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, BACKWARD_AMPLIFIED,
+                                                      COMMUNICATION_PREFIXES)
 
 # Suspect kinds, and the tier each is ranked in (lower first).
 OVERFLOW = "overflow"            # finite inputs, inf/nan outputs
@@ -255,7 +256,7 @@ class _RankWalk:
             if not math.isfinite(out_err) or not math.isfinite(hidden_err):
                 return None  # inf/nan carried on from a forward overflow, or hidden inputs unknown
             amplification = out_err / max(in_err, hidden_err, floor)
-            if amplification < AMPLIFIED_ONLY or not div_out:
+            if amplification < BACKWARD_AMPLIFIED or not div_out:
                 return None
             r = max(div_out, key=lambda x: x.error)
             return Suspect(call=call, kind=AMPLIFIED, tier=AMPLIFYING, input_error=max(in_err, hidden_err),
