@@ -39,10 +39,11 @@ def diagnose(results):
             its construct.json gives module paths, its stack.json stack lines when the table has none).
 
     Returns:
-        dict, JSON-serialisable: `divergence`, `verdict`, `mode`, `suspects`, `ranks`, `thresholds`.
+        dict, JSON-serialisable: `divergence`, `verdict`, `mode`, `suspects`, `receiving_ranks` (ranks
+        that only receive the error from others), `ranks` (per step and rank counts), `thresholds`.
     """
     per_rank = []
-    for res in sorted(results, key=lambda r: (r.step, r.rank)):
+    for res in sorted(results, key=lambda r: (r.step or 0, r.rank or 0)):
         per_rank.append(_diagnose_rank(res))
     suspects = _rank_suspects(per_rank)
     modes = sorted({p["mode"] for p in per_rank})
@@ -90,12 +91,15 @@ def _construct_of(rank_dir):
     if not rank_dir:
         return {}
     path = os.path.join(str(rank_dir), "construct.json")
-    return load_json(path) if os.path.isfile(path) else {}
+    construct = load_json(path) if os.path.isfile(path) else {}
+    return construct if isinstance(construct, dict) else {}
 
 
 def _fill_stacks(calls, rank_dir):
     """Stacks from stack.json when the table has no stack column (the engine adds one when it can)."""
-    if any(c.stack_cell is not None for c in calls) or not rank_dir or not os.path.isfile(os.path.join(str(rank_dir), "stack.json")):
+    if any(c.stack_cell is not None for c in calls) or not rank_dir:
+        return
+    if not os.path.isfile(os.path.join(str(rank_dir), "stack.json")):
         return
     from msprobe.core.dump.reader import DumpReader
     stacks = DumpReader(str(rank_dir)).stack
