@@ -1,8 +1,9 @@
 """`msprobe monitor_report`: PNG charts and one HTML page of per-module trends from a monitor dir, with
 the anomalies marked. Must not import torch or mindspore; pandas and matplotlib (Agg) are imported here.
 
-Per rank and data type (`actv`, `grad_reduced`, ...): one trend chart with a panel per op and a line per
-module or parameter, and a grid of small per-module charts of the first op; anomaly points are red crosses.
+Per rank and data type (`actv`, `grad_reduced`, ...): one PNG trend chart with a panel per op and a line
+per module or parameter (anomalies as red crosses), and a table with a row per module or parameter and
+an inline SVG sparkline per op (anomalies as red dots).
 Rows of several micro steps are averaged per step.
 """
 
@@ -14,8 +15,8 @@ from typing import List
 
 from msprobe.core.monitor.ops import OPS
 from msprobe.core.monitor.reader import anomaly_point, load_anomalies, load_monitor_dir
+from msprobe.core.monitor.sparkline import sparkline
 
-GRID_PER_FIGURE = 36
 LEGEND_MAX = 12
 TAG_ORDER = ("actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg", "exp_avg_sq", "param_origin",
              "param_updated")
@@ -62,6 +63,7 @@ def _draw_series(ax, series, op, anomalies, rank, tag, legend):
     for i, (name, s) in enumerate(ranked):
         top = i < LEGEND_MAX
         ax.plot(s.index, s.values, linewidth=1.2 if top else 0.6, alpha=1.0 if top else 0.5,
+                marker="o" if len(s) <= 20 else None, markersize=3,
                 label=(name or "(model)") if top and legend else None)
         steps = [st for st in _marked_steps(anomalies, rank, tag, name, op) if st in s.index]
         if steps:
@@ -87,31 +89,6 @@ def _trend_chart(plt, series_by_op, anomalies, rank, tag, title, path):
     axes[-1, 0].set_xlabel("step")
     fig.subplots_adjust(left=0.08, right=0.72, top=0.95, bottom=0.08, hspace=0.15)
     fig.savefig(path, dpi=72)
-    plt.close(fig)
-
-
-def _grid_chart(plt, series, op, anomalies, rank, tag, title, path):
-    from matplotlib.ticker import MaxNLocator
-
-    names = list(series)
-    cols = min(6, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 1.9 * rows), squeeze=False)
-    for ax in axes.flat[len(names):]:
-        ax.axis("off")
-    for ax, name in zip(axes.flat, names):
-        s = series[name]
-        ax.plot(s.index, s.values, linewidth=1)
-        steps = [st for st in _marked_steps(anomalies, rank, tag, name, op) if st in s.index]
-        if steps:
-            ax.scatter(steps, s.loc[steps].values, marker="x", s=40, color="red", zorder=5)
-            ax.set_facecolor("#fff0f0")
-        ax.set_title((name or "(model)")[-38:], fontsize=7)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.tick_params(labelsize=6)
-    fig.suptitle(title, fontsize=10)
-    fig.subplots_adjust(left=0.05, right=0.98, top=1 - 0.5 / (1.9 * rows), bottom=0.04, hspace=0.6, wspace=0.35)
-    fig.savefig(path, dpi=60)
     plt.close(fig)
 
 
@@ -151,19 +128,11 @@ def build_report(input_dir, output_dir, ops=None, show_progress=True):
         series = {op: {n: per_step.loc[n][op] for n in names if n in per_step.index.get_level_values(0)}
                   for op in ops}
         jobs.append(("trend", rank, tag, None, series, None))
-        for k in range(0, len(names), GRID_PER_FIGURE):
-            chunk = {n: series[ops[0]][n] for n in names[k:k + GRID_PER_FIGURE] if n in series[ops[0]]}
-            jobs.append(("grid", rank, tag, ops[0], chunk, k // GRID_PER_FIGURE))
     sections = {}
     for kind, rank, tag, op, series, part in tqdm(jobs, desc="monitor_report charts", unit="chart",
                                                   disable=not show_progress):
-        if kind == "trend":
-            fname = _slug(f"rank{rank}_{tag}_trend.png")
-            _trend_chart(plt, series, anomalies, rank, tag, f"rank {rank} · {tag}", os.path.join(png_dir, fname))
-        else:
-            fname = _slug(f"rank{rank}_{tag}_{op}_modules{part}.png")
-            _grid_chart(plt, series, op, anomalies, rank, tag, f"rank {rank} · {tag} · {op} per module",
-                        os.path.join(png_dir, fname))
+        fname = _slug(f"rank{rank}_{tag}_trend.png")
+        _trend_chart(plt, series, anomalies, rank, tag, f"rank {rank} · {tag}", os.path.join(png_dir, fname))
         result.png_paths.append(os.path.join(png_dir, fname))
         sections.setdefault((rank, tag), []).append((kind, op, fname))
 
@@ -173,17 +142,24 @@ def build_report(input_dir, output_dir, ops=None, show_progress=True):
 
 
 def _module_table(g, ops, anomalies, rank, tag):
-    op = ops[0]
-    per_step = g.groupby(["name", "step"])[op].mean()
-    out = ["<table><tr><th>name</th><th>first step</th><th>last step</th>"
-           f"<th>{op} first</th><th>{op} last</th><th>{op} max</th><th>anomaly steps</th></tr>"]
+    """One row per module/parameter: a sparkline per op (anomalies as red dots), first/last/max of the first op."""
+    per_step = g.groupby(["name", "step"])[ops].mean()
+    head = "".join(f"<th>{html.escape(op)} trend</th>" for op in ops)
+    out = [f"<table><tr><th>name</th>{head}<th>steps</th><th>{ops[0]} first</th><th>{ops[0]} last</th>"
+           f"<th>{ops[0]} max</th><th>anomaly steps</th></tr>"]
     for name in dict.fromkeys(g["name"]):
         s = per_step.loc[name]
+        steps = [int(x) for x in s.index]
+        cells = []
+        for op in ops:
+            marked = _marked_steps(anomalies, rank, tag, name, op) | _marked_steps(anomalies, rank, tag, name, None)
+            cells.append("<td>" + sparkline(steps, s[op].tolist(), marked, f"{name or '(model)'} {op}") + "</td>")
         marked = sorted(set().union(*[_marked_steps(anomalies, rank, tag, name, o) for o in ops + [None]]))
         cls = ' class="bad"' if marked else ""
-        out.append(f"<tr{cls}><td>{html.escape(name or '(model)')}</td><td>{s.index.min()}</td>"
-                   f"<td>{s.index.max()}</td><td>{s.iloc[0]:.6g}</td><td>{s.iloc[-1]:.6g}</td>"
-                   f"<td>{s.max():.6g}</td><td>{', '.join(map(str, marked)) or '-'}</td></tr>")
+        first = s[ops[0]]
+        out.append(f"<tr{cls}><td>{html.escape(name or '(model)')}</td>{''.join(cells)}"
+                   f"<td>{steps[0]}–{steps[-1]}</td><td>{first.iloc[0]:.6g}</td><td>{first.iloc[-1]:.6g}</td>"
+                   f"<td>{first.max():.6g}</td><td>{', '.join(map(str, marked)) or '-'}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -194,7 +170,7 @@ def _html(df, ops, records, anomalies, sections, input_dir):
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}"
         "tr.bad{background:#ffe0e0}img{max-width:100%;border:1px solid #ddd;margin:4px 0}"
-        "h2{border-bottom:1px solid #888}.anomaly{color:#b00}</style></head><body>",
+        "h2{border-bottom:1px solid #888}.anomaly{color:#b00}svg.spark{display:block}</style></head><body>",
         "<h1>msprobe monitor report</h1>",
         f"<p>source: <code>{html.escape(os.path.abspath(input_dir))}</code> · ranks "
         f"{', '.join(map(str, sorted(df['rank'].unique())))} · steps {df['step'].min()}–{df['step'].max()} · "
@@ -215,7 +191,7 @@ def _html(df, ops, records, anomalies, sections, input_dir):
     for (rank, tag), items in sections.items():
         parts.append(f"<h2 id='rank{rank}-{html.escape(tag)}'>rank {rank} · {html.escape(tag)}</h2>")
         for kind, op, fname in items:
-            alt = f"{tag} {op} per module" if kind == "grid" else f"{tag} trend of {', '.join(ops)}"
+            alt = f"{tag} trend of {', '.join(ops)}"
             parts.append(f"<img src='png/{html.escape(fname)}' alt='{html.escape(alt)}'>")
         g = df[(df["rank"] == rank) & (df["tag"] == tag)]
         parts.append(_module_table(g, ops, anomalies, rank, tag))
