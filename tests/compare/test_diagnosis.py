@@ -243,3 +243,12 @@ def test_structure_dumps_have_nothing_to_diagnose(tmp_path):
     d = _diagnose(target, golden)
     assert d["mode"] == "structure" and d["divergence"] is False and d["suspects"] == []
     assert d["verdict"] == "nothing to diagnose: structure dumps hold no values"
+
+
+def test_stack_line_from_stack_json_when_the_table_has_none(planted_dumps):
+    results = compare_dumps(planted_dumps[("statistics", "ln_eps")], planted_dumps[("statistics", None)],
+                            progress=False, stack=False)
+    assert "NPU_Stack_Info" not in results[0].table.columns
+    top = diagnose(results)["suspects"][0]
+    assert top["api"] == "Functional.layer_norm.0.forward"
+    assert "planted.py" in top["stack"] and "self.ln(" in top["stack"]
