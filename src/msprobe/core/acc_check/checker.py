@@ -20,6 +20,10 @@ def _shapes(tree_value):
         return []
 
 
+# Elements per tensor_metrics pass: its float64 temporaries then stay in cache (~3x faster than 1M).
+METRIC_CHUNK = 1 << 16
+
+
 def judge(case, run):
     """ApiResult of an ApiCase from the executor's CaseRun."""
     fwd = case.forward
@@ -66,7 +70,7 @@ def _row(compared, reduction_length, input_rms):
                           five_thousandths=1.0)
         ulp = 0.0
     else:
-        m = tensor_metrics(compared.tested, compared.bench)
+        m = tensor_metrics(compared.tested, compared.bench, chunk=METRIC_CHUNK)
         ulp = ulp_error(compared.tested, compared.bench, compared.dtype, reduction_length, input_rms)
     status, note = seed_status(m)
     message = "; ".join(x for x in (compared.message, note) if x)
@@ -79,12 +83,14 @@ def _input_rms(inputs, prefix):
     """The largest RMS among the floating arrays fed to one direction of the call (finite part)."""
     best = 0.0
     for key, a in inputs.items():
-        if not key.startswith(prefix) or a.dtype.kind not in "fc" or a.size == 0:
+        if not key.startswith(prefix) or a.dtype.kind != "f" or a.size == 0:
             continue
-        flat = np.abs(a.reshape(-1)).astype(np.float64, copy=False)
-        sq = float(np.dot(flat, flat))
+        flat = a.reshape(-1)
+        if flat.dtype.itemsize < 4:
+            flat = flat.astype(np.float32)
+        sq = float(np.dot(flat, flat))  # BLAS dot in the array's own precision: plenty for a scale
         if not math.isfinite(sq):
-            flat = flat[np.isfinite(flat)]
+            flat = flat[np.isfinite(flat)].astype(np.float64)
             sq = float(np.dot(flat, flat)) if flat.size else 0.0
         best = max(best, math.sqrt(sq / a.size))
     return best

@@ -47,6 +47,9 @@ def seed_status(metrics):
     return (PASS if cos > COSINE_MIN and abs_err < MAX_ABS_ERR else ERROR), ""
 
 
+CHUNK = 1 << 16  # elements per pass: float64 temporaries of 512 KiB stay in cache (3x faster than 1M)
+
+
 def ulp_error(tested, bench, dtype, reduction_length, input_rms=0.0):
     """Largest per-element error in dtype-aware units (see the module docstring); inf on a mismatch
     of inf/nan positions or of integer values.
@@ -64,28 +67,47 @@ def ulp_error(tested, bench, dtype, reduction_length, input_rms=0.0):
         return 0.0 if np.array_equal(t, b) else math.inf
     if kind == "complex":
         t, b = np.abs(t), np.abs(b)
-    b = b.astype(np.float64, copy=False)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: handled just below
-        diff = np.subtract(t, b, dtype=np.float64)
-    np.abs(diff, out=diff)
-    if not math.isfinite(float(diff.max())):
-        t = t.astype(np.float64)
-        t_bad, b_bad = ~np.isfinite(t), ~np.isfinite(b)
-        same = (t_bad == b_bad) & ((t == b) | (np.isnan(t) & np.isnan(b)) | ~t_bad)
-        if not same.all():
-            return math.inf
-        keep = ~(t_bad | b_bad)
-        b, diff = b[keep], diff[keep]
-        if b.size == 0:
-            return 0.0
     eps = dtypes.epsilon(dtype) if dtype in dtypes.DTYPES else dtypes.epsilon("float32")
     tiny = 2.0 ** dtypes.min_normal_exponent(dtype) if dtype in dtypes.DTYPES else 2.0 ** -126
+    sq = float(np.dot(b, b)) if b.dtype.kind == "f" else float(np.dot(b.astype(np.float64), b.astype(np.float64)))
+    if not math.isfinite(sq):
+        return _ulp_error_nonfinite(t, b, eps, tiny, reduction_length, input_rms)
+    floor = max(math.sqrt(max(1, reduction_length)) * max(math.sqrt(sq / b.size), input_rms), tiny)
+    worst = 0.0
+    for start in range(0, t.size, CHUNK):
+        tc, bc = t[start:start + CHUNK], b[start:start + CHUNK]
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.subtract(tc, bc, dtype=np.float64)
+        np.abs(diff, out=diff)
+        unit = np.abs(bc, dtype=np.float64)
+        unit += floor
+        np.divide(diff, unit, out=diff)
+        m = float(diff.max())
+        if not m <= worst:  # larger, or nan: a non-finite tested value
+            if not math.isfinite(m):
+                return _ulp_error_nonfinite(t, b, eps, tiny, reduction_length, input_rms)
+            worst = m
+    return worst / eps
+
+
+def _ulp_error_nonfinite(t, b, eps, tiny, reduction_length, input_rms):
+    """inf/nan present: they must sit at the same places with the same values, then are left out."""
+    t = t.astype(np.float64)
+    b = b.astype(np.float64)
+    t_bad, b_bad = ~np.isfinite(t), ~np.isfinite(b)
+    same = (t_bad == b_bad) & ((t == b) | (np.isnan(t) & np.isnan(b)) | ~t_bad)
+    if not same.all():
+        return math.inf
+    keep = ~(t_bad | b_bad)
+    if not keep.any():
+        return 0.0
+    return _finite_ulp(t[keep], b[keep], eps, tiny, reduction_length, input_rms)
+
+
+def _finite_ulp(t, b, eps, tiny, reduction_length, input_rms):
     rms = math.sqrt(float(np.dot(b, b)) / b.size)
     floor = max(math.sqrt(max(1, reduction_length)) * max(rms, input_rms), tiny)
-    unit = np.abs(b)
-    unit += floor
-    np.divide(diff, unit, out=diff)
-    return float(diff.max()) / eps
+    return float((np.abs(t - b) / (np.abs(b) + floor)).max()) / eps
 
 
 def dtype_status(ulp_err, dtype):

@@ -6,7 +6,6 @@ Must not import torch or mindspore.
 """
 
 import heapq
-import math
 
 from msprobe.core.acc_check.input_spec import iter_tensor_specs, spec_tree, UnsupportedArgument
 
@@ -34,7 +33,3 @@ def split_cases(cases, n):
     for idx, case in enumerate(cases):
         parts[owner[idx]].append(case)
     return parts
-
-
-def threads_per_worker(cpu_count, workers):
-    return max(1, math.floor(cpu_count / max(1, workers)))

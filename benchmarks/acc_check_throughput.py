@@ -1,0 +1,136 @@
+"""acc_check throughput on the L1 statistics dump of the transformer from dump_overhead.py.
+
+One training step (forward, backward, SGD) of `Transformer` (d_model 256, 4 blocks, batch 4 x 128) is
+dumped at level L1 with task statistics: 153 APIs, 98 of them with a backward. Then, in rounds with
+the order rotated each round:
+
+  single   run_acc_check in this process (random inputs, CPU float32 vs CPU float64, fwd + bwd)
+  multi1   run_multi_acc_check with 1 worker process (-d 0)
+  multi2   run_multi_acc_check with 2 worker processes (-d 0 1)
+
+APIs/s = APIs checked / wall seconds of the call (single: the checking loop, the executor already
+built; multi: worker start-up with its torch import included). The 2-worker speed-up is the median
+over rounds of multi1 time / multi2 time of the same round, so a burst of load from other processes
+spoils one round, not the ratio. CPU seconds of this process (single) are printed too: on a shared
+machine they show how much of the wall time was spent waiting for a core.
+
+    python benchmarks/acc_check_throughput.py                 # 3 rounds
+    python benchmarks/acc_check_throughput.py --rounds 1 --skip-multi
+    python benchmarks/acc_check_throughput.py --check         # exit 1 below 20 APIs/s or 1.7x
+
+msProbe's PyTorch acc_check, forced onto the CPU, checks 2.4 APIs/s on this model (issue 5).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dump_overhead import Transformer  # noqa: E402  (the benchmark model of the dump issue)
+
+from msprobe.core.acc_check.execution import ExecutorSpec  # noqa: E402
+from msprobe.core.acc_check.csv_files import ResultFiles  # noqa: E402
+from msprobe.core.acc_check.runner import check_cases, load_dump, run_multi_acc_check  # noqa: E402
+from msprobe.pytorch import PrecisionDebugger  # noqa: E402
+
+MSPROBE_APIS_PER_S = 2.4
+TARGET_APIS_PER_S = 20.0
+TARGET_SPEEDUP = 1.7
+
+
+def make_dump(root):
+    torch.manual_seed(0)
+    model = Transformer()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 1000, (4, 128))
+    y = torch.randint(0, 1000, (4, 128))
+    dbg = PrecisionDebugger(dump_path=os.path.join(root, "dump"), task="statistics", level="L1")
+    dbg.start()
+    loss = F.cross_entropy(model(x).reshape(-1, 1000), y.reshape(-1))
+    loss.backward()
+    opt.step()
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    from msprobe.core.dump.reader import find_rank_dirs
+    return os.path.join(find_rank_dirs(os.path.join(root, "dump"))[0].path, "dump.json")
+
+
+def time_single(dump, out, executor):
+    reader, cases = load_dump(dump)
+    spec = ExecutorSpec("pytorch")
+    c0, t0 = time.process_time(), time.perf_counter()
+    with ResultFiles(out, f"single{time.monotonic_ns()}") as files:
+        results = list(check_cases(cases, reader, spec, files, executor=executor))
+    return len(results), time.perf_counter() - t0, time.process_time() - c0
+
+
+def time_multi(dump, out, workers):
+    t0 = time.perf_counter()
+    report = run_multi_acc_check(dump, devices=list(range(workers)), out_path=out, progress=False)
+    return len(report.results), time.perf_counter() - t0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-multi", action="store_true", help="measure the single-process run only")
+    ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args(argv)
+
+    from msprobe.pytorch.acc_check.executor import create_executor
+    root = tempfile.mkdtemp(prefix="acc_check_bench_")
+    dump = make_dump(root)
+    executor = create_executor()
+    n_apis = len(load_dump(dump)[1])
+    modes = ["single"] + ([] if args.skip_multi else ["multi1", "multi2"])
+    times = {m: [] for m in modes}
+    cpu = []
+    for r in range(args.rounds):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        for mode in order:
+            out = os.path.join(root, f"r{r}-{mode}")
+            if mode == "single":
+                n, wall, c = time_single(dump, out, executor)
+                cpu.append(c)
+            else:
+                n, wall = time_multi(dump, out, int(mode[-1]))
+            assert n == n_apis, f"{mode}: {n} of {n_apis} APIs"
+            times[mode].append(wall)
+            print(f"round {r} {mode:7s} {wall:7.2f} s  {n / wall:6.1f} APIs/s", file=sys.stderr)
+    res = {"apis": n_apis, "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()[0]}
+    print(f"\nacc_check throughput, {n_apis} APIs (fwd + bwd), {args.rounds} rounds, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'mode':<10}{'median s':>10}{'APIs/s':>9}{'target':>9}")
+    for mode in modes:
+        med = statistics.median(times[mode])
+        res[mode] = {"median_s": med, "apis_per_s": n_apis / med, "all_s": times[mode]}
+        target = f"{TARGET_APIS_PER_S:.0f}" if mode == "single" else ""
+        print(f"{mode:<10}{med:>10.2f}{n_apis / med:>9.1f}{target:>9}")
+    res["single"]["cpu_s_median"] = statistics.median(cpu)
+    print(f"single: {statistics.median(cpu):.2f} CPU s of this process "
+          f"({n_apis / statistics.median(cpu):.1f} APIs per CPU second); msProbe on CPU: {MSPROBE_APIS_PER_S} APIs/s "
+          f"-> {res['single']['apis_per_s'] / MSPROBE_APIS_PER_S:.1f}x")
+    ok = res["single"]["apis_per_s"] >= TARGET_APIS_PER_S
+    if not args.skip_multi:
+        ratios = [a / b for a, b in zip(times["multi1"], times["multi2"])]
+        res["speedup_2_workers"] = statistics.median(ratios)
+        print(f"2 workers vs 1: {res['speedup_2_workers']:.2f}x (median of per-round ratios "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}; target {TARGET_SPEEDUP}x)")
+        ok = ok and res["speedup_2_workers"] >= TARGET_SPEEDUP
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
