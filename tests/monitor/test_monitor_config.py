@@ -3,7 +3,6 @@ allowed; good configs parse into the right MonitorConfig; step selection follows
 step_interval and collect_times."""
 
 from pathlib import Path
-import json
 
 import pytest
 

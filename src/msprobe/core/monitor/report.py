@@ -8,7 +8,6 @@ Rows of several micro steps are averaged per step.
 """
 
 import html
-import math
 import os
 from dataclasses import dataclass, field
 from typing import List
