@@ -66,10 +66,12 @@ def run(tmp_path_factory):
         for step in range(5):
             before = {p.name: oracle(p) for p in opt.parameters}
             _, grads = grad_fn(x, y)
+            backward = {p.name: oracle(g) for p, g in zip(opt.parameters, grads)}
             if step == 3:
-                grads = tuple(g * 1000.0 for g in grads)      # planted blow-up
+                grads = tuple(g * 1000.0 for g in grads)      # planted blow-up, after backward
             opt(grads)
             record.append({"before": before, "grads": {p.name: oracle(g) for p, g in zip(opt.parameters, grads)},
+                           "backward": backward,
                            "m1": {p.name: oracle(m) for p, m in zip(opt.parameters, opt.moment1)},
                            "m2": {p.name: oracle(m) for p, m in zip(opt.parameters, opt.moment2)},
                            "after": {p.name: oracle(p) for p in opt.parameters}})
@@ -82,11 +84,12 @@ def run(tmp_path_factory):
 def test_adam_moments_grads_and_params(run):
     out, _, record, _ = run
     df = load_monitor_dir(str(out))
-    assert set(df["tag"]) == {"actv", "actv_grad", "grad_reduced", "exp_avg", "exp_avg_sq", "param_origin",
-                              "param_updated"}
+    assert set(df["tag"]) == {"actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg", "exp_avg_sq",
+                              "param_origin", "param_updated"}
     for step, rec in enumerate(record):
         for name in rec["grads"]:
-            for tag, key in (("grad_reduced", "grads"), ("exp_avg", "m1"), ("exp_avg_sq", "m2"),
+            for tag, key in (("grad_unreduced", "backward"), ("grad_reduced", "grads"), ("exp_avg", "m1"),
+                             ("exp_avg_sq", "m2"),
                              ("param_origin", "before"), ("param_updated", "after")):
                 assert np.allclose(value(df, tag, name, step), rec[key][name], rtol=1e-5, atol=1e-7), (tag, name, step)
 
@@ -111,4 +114,30 @@ def test_planted_blowup_alert(run):
     assert min(step for step, tag in kinds if tag == "grad_reduced") == 3
     tags = {a["tag_name"] for a in mon.anomalies if a["step"] == 3}
     assert "0:fc1.weight/rank0/grad_reduced" in tags
+    # the blow-up was applied after backward: the gradients backward computed stayed quiet
+    assert not any(t.endswith("/grad_unreduced") for t in tags)
     assert json.load(open(out / "anomaly_detected" / "anomaly_0.json"))
+
+
+def test_grad_accumulation_sums_the_backward_passes(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    ms.set_seed(1)
+    net = Net()
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    cfg = tmp_path / "monitor.json"
+    cfg.write_text(json.dumps({"wg_distribution": True, "xy_distribution": True, "forward_only": True,
+                               "ops": OPS}))
+    mon = TrainerMon(str(cfg))
+    mon.set_monitor(net, grad_acc_steps=2, optimizer=opt)
+    grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, opt.parameters)
+    rng = np.random.default_rng(1)
+    xs = [ms.Tensor(rng.standard_normal((4, 6)).astype(np.float32)) for _ in range(2)]
+    parts = [grad_fn(x)[1] for x in xs]
+    summed = tuple(a + b for a, b in zip(*parts))
+    opt(summed)
+    mon.close()
+    df = load_monitor_dir(str(tmp_path / "out"))
+    for p, g in zip(opt.parameters, summed):
+        assert np.allclose(value(df, "grad_unreduced", p.name, 0), oracle(g), rtol=1e-5, atol=1e-6)
+        assert np.allclose(value(df, "grad_reduced", p.name, 0), oracle(g), rtol=1e-5, atol=1e-6)
+    assert sorted(df[(df["tag"] == "actv") & (df["name"] == "fc1.output")]["micro_step"]) == [0, 1]

@@ -1,11 +1,12 @@
 """`TrainerMon` for MindSpore (PyNative): Cell activations and their gradients, the gradients the
 optimizer is called with, its moments and the parameters before and after the update.
 
-The optimizer is a Cell, so a forward pre-hook on it sees `optimizer(grads)` (`grad_reduced`,
-`param_origin`) and a forward hook runs after the update (moments, `param_updated`; then the step's rows
-are written and the step counter advances). MindSpore has no per-parameter accumulation hook, so
-`grad_unreduced` is not recorded: the gradients reach the optimizer after any reducer of the train step.
-Statistics are computed in numpy (float64) from `Tensor.asnumpy()`.
+The optimizer is a Cell, so a forward pre-hook on it sees `optimizer(grads)` (`grad_reduced`: what the
+optimizer gets, after any reducer or scaling of the train step; `param_origin`) and a forward hook runs
+after the update (moments, `param_updated`; then the step's rows are written and the step counter
+advances). `Parameter.register_hook` gives each parameter's gradient as backward computes it
+(`grad_unreduced`; summed over the `grad_acc_steps` backward passes of a step). Statistics are computed
+in numpy (float64) from `Tensor.asnumpy()`.
 """
 
 import atexit
@@ -115,6 +116,10 @@ class TrainerMon:
             self._activations = [CellActivationMonitor(self, c, vpp) for vpp, c in enumerate(chunks)]
         self._names = [p.name for p in self.optimizer.parameters]
         self._selected = [i for i, n in enumerate(self._names) if cfg.target_of(n) is not None]
+        if cfg.wg_distribution:
+            self.grad_acc_steps = grad_acc_steps
+            for i in self._selected:
+                self._handles.append(self.optimizer.parameters[i].register_hook(self._unreduced_hook(i)))
         self._handles.append(self.optimizer.register_forward_pre_hook(self._before_step))
         self._handles.append(self.optimizer.register_forward_hook(self._after_step))
         atexit.register(self.close)
@@ -123,15 +128,36 @@ class TrainerMon:
 
     def _begin_step(self):
         self.collecting = self.config.collects(self.step, self.collected)
+        self._acc_calls, self._acc_sums = {}, {}
         for a in self._activations:
             a.reset_step()
 
     def record(self, tag, name, tensor, micro=None, vpp_stage=0):
+        dtype = str(tensor.dtype)
         if tensor.dtype == mindspore.bfloat16:
             tensor = tensor.astype(mindspore.float32)
-        values = stats_from_array(tensor.asnumpy(), self.config.ops, self.config.eps)
-        self._rows.append(MetricRow(tag, name, self.step, micro, values, tuple(tensor.shape), str(tensor.dtype),
-                                    vpp_stage))
+        self._add_row(tag, name, tensor.asnumpy(), tuple(tensor.shape), dtype, micro, vpp_stage)
+
+    def _add_row(self, tag, name, array, shape, dtype, micro=None, vpp_stage=0):
+        values = stats_from_array(array, self.config.ops, self.config.eps)
+        self._rows.append(MetricRow(tag, name, self.step, micro, values, shape, dtype, vpp_stage))
+
+    def _unreduced_hook(self, i):
+        def hook(grad):
+            if not self.collecting or grad is None:
+                return
+            calls = self._acc_calls.get(i, 0) + 1
+            self._acc_calls[i] = calls
+            if self.grad_acc_steps == 1:
+                self.record("grad_unreduced", self._names[i], grad)
+                return
+            array = grad.astype(mindspore.float32).asnumpy()
+            total = self._acc_sums.get(i)
+            self._acc_sums[i] = array.copy() if total is None else total + array
+            if calls % self.grad_acc_steps == 0:
+                self._add_row("grad_unreduced", self._names[i], self._acc_sums.pop(i), tuple(grad.shape),
+                              str(grad.dtype))
+        return hook
 
     def _record_params(self, tag, tensors):
         for i in self._selected:
@@ -171,7 +197,7 @@ class TrainerMon:
         return {r.name: dict(zip(ops, r.values)) for r in self.recorder.last_rows.get(tag, [])}
 
     def generate_wgrad_metrics(self):
-        """(reduced, unreduced) of the latest recorded step; unreduced is empty on MindSpore."""
+        """(reduced, unreduced): {param name: {op: value}} of the latest recorded step."""
         return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
 
     def generate_xy_metrics(self):
