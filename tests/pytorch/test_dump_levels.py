@@ -503,3 +503,28 @@ def test_async_dump_statistics_equal_the_synchronous_ones(tmp_path, full):
         assert r.keys() == rr.keys()
         for k in r.keys():
             assert r[k] == rr[k], k
+
+
+def test_list_backward_key_selects_that_backward_record(tmp_path, full):
+    ref = full("transformer", "L1")
+    run = models.run_dump(tmp_path, "transformer", "L1", "statistics",
+                          list=["Functional.linear.0.backward", "Torch.matmul.1.backward"])
+    for step in (0, 1):
+        r = run.readers[step]
+        assert list(r.keys()) == [k for k in ref.readers[step].keys()
+                                  if k in ("Functional.linear.0.backward", "Torch.matmul.1.backward")]
+        assert set(r.keys()) == {"Functional.linear.0.backward", "Torch.matmul.1.backward"}
+        for key in r.keys():
+            assert r[key] == ref.readers[step][key]
+        models.assert_stats(r["Functional.linear.0.backward"]["output"][1], run.history[step]["grads"]["l.weight"])
+
+
+def test_list_module_backward_key_mix(tmp_path, full):
+    ref = full("transformer", "mix")
+    run = models.run_dump(tmp_path, "transformer", "mix", "statistics", list=["Module.l.Linear.backward.0"])
+    for step in (0, 1):
+        r = run.readers[step]
+        assert "Module.l.Linear.backward.0" in r.keys() and "Module.l.Linear.forward.0" not in r.keys()
+        assert r["Module.l.Linear.backward.0"] == ref.readers[step]["Module.l.Linear.backward.0"]
+        # the calls inside the module follow the module's selection: their backward records only
+        assert all(k.endswith(".backward") or ".backward." in k or ".parameters_grad." in k for k in r.keys())

@@ -1,10 +1,12 @@
 """Which calls get recorded: `scope`, `list`, `data_mode`, `tensor_list` (msprobe-facts §2.2).
 
-The decision is made once per call, at forward time, on the forward key; the backward record of a
-call follows its forward decision. Must not import torch or mindspore.
+The decision is made once per call, at forward time. A `list` entry matching the forward key (or an
+enclosing module) selects the call's forward and backward records; an entry matching only the backward
+key (`Functional.linear.0.backward`) selects the backward record alone (`wants_forward` is False).
+Must not import torch or mindspore.
 """
 
-from msprobe.core.naming import is_module_key
+from msprobe.core.naming import backward_of, is_module_key
 
 
 class DumpFilter:
@@ -46,8 +48,18 @@ class DumpFilter:
         if self.scope and not self._in_scope(key, enclosing):
             return False
         if self.list:
-            return _matches(key, self.list) or any(_matches(m, self.list) for m in enclosing)
+            return self.wants_forward(key, enclosing) or self._backward_listed(key, enclosing)
         return True
+
+    def wants_forward(self, key, enclosing=()):
+        """Is the forward record of a call `want_call` accepted selected too? False when `list` names
+        only its backward key."""
+        if not self.list:
+            return True
+        return _matches(key, self.list) or any(_matches(m, self.list) for m in enclosing)
+
+    def _backward_listed(self, key, enclosing):
+        return _matches(backward_of(key), self.list) or any(_matches(backward_of(m), self.list) for m in enclosing)
 
     def _in_scope(self, key, enclosing):
         start, end = self.scope

@@ -149,11 +149,13 @@ class DumpSession:
         if self.overflow is not None:
             return self._record_call_overflow(prefix, name, index, key, func, args, kwargs, inplace)
         save = flt.saves_tensor(key)
+        listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
+        forward = flt.forward and listed_forward
         waits = []
         _state.busy = True
         try:
             stack = capture_stack() if self.with_stack else None
-            if flt.forward and flt.input:
+            if forward and flt.input:
                 in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
             else:
                 in_args, in_kwargs = [], {}
@@ -174,11 +176,12 @@ class DumpSession:
                 result = args[0]  # __setitem__, collectives: the mutated argument is the result
             if inplace:
                 self.summarizer.forget(flat_tensors(result))
-            if flt.forward:
+            if forward:
                 record = {"input_args": in_args, "input_kwargs": in_kwargs,
                           "output": self.outputs_record(key, result, save, waits) if flt.output else []}
                 self.emit(key, record, waits)
-            self.note_structure(key, self.parent_key(), stack)
+            if listed_forward:
+                self.note_structure(key, self.parent_key(), stack)
             if edges is not None and torch.is_grad_enabled():
                 parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
                 self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save,
@@ -247,8 +250,9 @@ class DumpSession:
         waits = []
         stack = capture_stack() if self.with_stack else None
         lazy = self.overflow is not None  # overflow_check: inputs summarised only if the module overflows
+        forward = flt.forward and not lazy and flt.wants_forward(key, self.module_stack)
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
-                              if flt.forward and flt.input and not lazy else ([], {}))
+                              if forward and flt.input else ([], {}))
         # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
         edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
                  if flt.backward and torch.is_grad_enabled() else None)
@@ -262,7 +266,7 @@ class DumpSession:
         self.recorded_modules.add(base)
         if self.overflow is not None:
             self._end_module_overflow(key, parent, module, stack, args, kwargs, output)
-        elif flt.forward:
+        elif flt.forward and flt.wants_forward(key, self.module_stack):  # (its own key is popped already)
             params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
                       for n, p in module.named_parameters(recurse=False)}
             record = {"input_args": in_args, "input_kwargs": in_kwargs,
