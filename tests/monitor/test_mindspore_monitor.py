@@ -141,3 +141,19 @@ def test_grad_accumulation_sums_the_backward_passes(tmp_path, monkeypatch):
         assert np.allclose(value(df, "grad_unreduced", p.name, 0), oracle(g), rtol=1e-5, atol=1e-6)
         assert np.allclose(value(df, "grad_reduced", p.name, 0), oracle(g), rtol=1e-5, atol=1e-6)
     assert sorted(df[(df["tag"] == "actv") & (df["name"] == "fc1.output")]["micro_step"]) == [0, 1]
+
+
+def test_print_struct_writes_cells_and_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    net = Net()
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    cfg = tmp_path / "monitor.json"
+    cfg.write_text(json.dumps({"print_struct": True, "xy_distribution": True}))
+    mon = TrainerMon(str(cfg))
+    mon.set_monitor(net, grad_acc_steps=1, optimizer=opt)
+    grads = ms.value_and_grad(lambda x: net(x).sum(), None, opt.parameters)(ms.Tensor(np.ones((2, 6), np.float32)))[1]
+    with pytest.raises(SystemExit):
+        opt(grads)
+    struct = json.load(open(tmp_path / "out" / "module_struct" / "rank0" / "module_struct.json"))
+    assert set(struct) == {"", "fc1", "act", "fc2"} and struct["fc2"]["type"] == "Dense"
+    assert struct["fc1"]["input"] == "tensor" and struct["fc1"]["output"] == "tensor"

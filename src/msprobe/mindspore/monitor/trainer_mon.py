@@ -10,7 +10,9 @@ in numpy (float64) from `Tensor.asnumpy()`.
 """
 
 import atexit
+import json
 import logging
+import os
 
 from msprobe.mindspore import numpy_compat  # noqa: F401  (before any op with a Python scalar)
 import mindspore
@@ -20,7 +22,7 @@ from msprobe.core.errors import MsprobeError
 from msprobe.core.monitor.config import load_monitor_config
 from msprobe.core.monitor.ops import stats_from_array
 from msprobe.core.monitor.records import MetricRow
-from msprobe.core.monitor.recorder import StepRecorder
+from msprobe.core.monitor.recorder import StepRecorder, output_root
 from msprobe.mindspore.monitor.cell_hooks import CellActivationMonitor
 
 logger = logging.getLogger(__name__)
@@ -112,7 +114,9 @@ class TrainerMon:
         self.step = start_iteration
         self.recorder = StepRecorder(self.config, self.rank)
         cfg = self.config
-        if cfg.monitors_activations and cfg.monitors_rank(self.rank):
+        if cfg.print_struct:
+            self._hook_structure(chunks)
+        elif cfg.monitors_activations and cfg.monitors_rank(self.rank):
             self._activations = [CellActivationMonitor(self, c, vpp) for vpp, c in enumerate(chunks)]
         self._names = [p.name for p in self.optimizer.parameters]
         self._selected = [i for i, n in enumerate(self._names) if cfg.target_of(n) is not None]
@@ -189,8 +193,39 @@ class TrainerMon:
                 self.recorder.flush()
             self._rows = []
             self.collected += 1
+        if self._struct is not None:
+            self._write_structure()
         self.step += 1
         self._begin_step()
+
+    _struct = None
+
+    def _hook_structure(self, chunks):
+        self._struct = {}
+
+        def describe(value):
+            if isinstance(value, mindspore.Tensor):
+                return "tensor"
+            if isinstance(value, (tuple, list)):
+                return f"tuple[{len(value)}]"
+            return type(value).__name__
+
+        for vpp, chunk in enumerate(chunks):
+            for name, cell in chunk.cells_and_names():
+                def hook(cell, inputs, outputs, name=name, vpp=vpp):
+                    self._struct.setdefault(name, {"vpp_stage": vpp, "type": type(cell).__name__,
+                                                   "input": describe(inputs[0] if len(inputs) == 1 else inputs),
+                                                   "output": describe(outputs)})
+                self._handles.append(cell.register_forward_hook(hook))
+
+    def _write_structure(self):
+        path = os.path.join(output_root(), "module_struct", f"rank{self.rank}", "module_struct.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self._struct, f, indent=1)
+        self.close()
+        logger.warning("print_struct: cell structure written to %s; stopping as configured", path)
+        raise SystemExit(0)
 
     def _metrics(self, tag):
         ops = self.config.ops
