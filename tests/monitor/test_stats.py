@@ -58,3 +58,12 @@ def test_mixed_dtypes_fall_back_per_tensor():
     stats = TensorStats(ALL, 1e-8)
     rows = stats.raw_many(ts).tolist()
     assert close(stats.finish(rows[1], 4), stats_from_array(np.arange(4), ALL, 1e-8))
+
+
+def test_bf16_group_norm_is_accumulated_in_float32():
+    torch.manual_seed(0)
+    ts = [torch.randn(4096).to(torch.bfloat16) for _ in range(3)]
+    stats = TensorStats(("norm",), 1e-8)
+    got = [row[0] for row in stats.raw_many(ts).tolist()]
+    want = [float(np.linalg.norm(t.float().numpy().astype(np.float64))) for t in ts]
+    assert got == pytest.approx(want, rel=1e-5)     # a bf16 accumulation would be off by ~1e-3

@@ -87,7 +87,9 @@ class TensorStats:
         """Many tensors -> float32 matrix [len(tensors), len(ops)] of raw ops; norms and maxima in foreach
         kernels when the tensors share a float dtype and device."""
         ts = [t.detach() for t in tensors]
-        uniform = all(t.is_floating_point() and t.numel() > 0 and t.dtype == ts[0].dtype
+        # foreach kernels reduce in the tensors' own dtype: only float32/float64 groups take them, so bf16/fp16
+        # norms are still accumulated in float32 (per tensor)
+        uniform = all(t.dtype in (torch.float32, torch.float64) and t.numel() > 0 and t.dtype == ts[0].dtype
                       and t.device == ts[0].device for t in ts)
         if not uniform or not ts or ("nans" in self.ops and ts[0].device.type != "cpu"):
             return torch.stack([self.raw(t) for t in ts]) if ts else None
