@@ -2,8 +2,10 @@
 moments and parameters, reduced to the configured ops once per recorded step.
 
 Everything is driven by hooks: forward/gradient hooks on modules (see `module_hooks`), a
-post-accumulate-grad hook per parameter (`grad_unreduced`: the local gradient, before DDP or any other
-data-parallel reduction is copied in), and the optimizer's step pre-hook (`grad_reduced`,
+post-accumulate-grad hook per parameter (`grad_unreduced`: the local gradient as backward left it, before
+DDP or any other data-parallel reduction is copied in and before clipping; with a process group its ops
+are taken in the hook, alone all together at the end of the backward), and the optimizer's step
+pre-hook (`grad_reduced`,
 `param_origin`) and post-hook (moments, `param_updated`, then the step's rows are written and the step
 counter advances). Guarded by `benchmarks/monitor_overhead.py`.
 """
