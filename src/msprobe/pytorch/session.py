@@ -62,7 +62,8 @@ class DumpSession:
             self.writer = DumpWriter(
                 step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
                 framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list))
+                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
+                structure=cfg.extra_info and cfg.level != "debug")
         return self.writer
 
     def emit(self, key, record, waits=()):

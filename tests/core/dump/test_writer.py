@@ -393,3 +393,14 @@ def test_written_dump_reads_back(tmp_path):
     assert r["parameters_grad"]["weight"][0]["Max"] == "nan"
     assert math.isnan(float(r["parameters_grad"]["weight"][0]["Max"]))
     assert r.construct == {"Module.fc.Linear.forward.0": None}
+
+
+def test_structure_false_writes_neither_construct_nor_stack(tmp_path):
+    """level debug / extra_info false (msProbe): only the data file is written."""
+    w = DumpWriter(str(tmp_path / "r"), task="statistics", level="mix", framework="pytorch", structure=False)
+    w.add("Functional.relu.0.forward", {"input_args": [], "input_kwargs": {}, "output": []})
+    w.add_construct("Functional.relu.0.forward", "Module.a.A.forward.0")
+    w.add_stack("Functional.relu.0.forward", ((__file__, 1, "f"),))
+    w.close()
+    assert sorted(os.listdir(tmp_path / "r")) == ["dump.json"]
+    assert list(DumpReader(str(tmp_path / "r")).keys()) == ["Functional.relu.0.forward"]

@@ -42,9 +42,13 @@ class DumpWriter:
         task, level, framework: the dump.json envelope.
         debug: write debug.json instead of dump.json (level=debug).
         pool: executor for tensor files and checksums, shared across steps.
+        with_tensors: create dump_tensor_data/ and name it in dump_data_dir.
+        structure: write construct.json and stack.json. msProbe leaves both out at level debug and
+            with extra_info false; construct/stack entries are then ignored.
     """
 
-    def __init__(self, rank_dir, *, task, level, framework, debug=False, pool=None, with_tensors=False):
+    def __init__(self, rank_dir, *, task, level, framework, debug=False, pool=None, with_tensors=False,
+                 structure=True):
         self.rank_dir = rank_dir
         os.makedirs(rank_dir, exist_ok=True)
         self.tensor_dir = os.path.join(rank_dir, TENSOR_DIR)
@@ -56,7 +60,8 @@ class DumpWriter:
                 ' "data": {')
         self._dump = JsonAppendFile(os.path.join(rank_dir, "debug.json" if debug else "dump.json"),
                                     head=head, trailer="\n }\n}\n", indent="\n  ")
-        self._construct = JsonAppendFile(os.path.join(rank_dir, "construct.json"))
+        self.structure = structure
+        self._construct = JsonAppendFile(os.path.join(rank_dir, "construct.json")) if structure else None
         self._stacks = {}  # frames tuple -> index into _stack_keys
         self._stack_keys = []
         self._stack_frames = []
@@ -96,10 +101,13 @@ class DumpWriter:
                 self.records += 1
 
     def add_construct(self, key, parent):
-        self._construct.append(key, parent)
+        if self._construct is not None:
+            self._construct.append(key, parent)
 
     def add_stack(self, key, frames):
         """`frames` is a tuple of (filename, lineno, function) from innermost outward, already filtered."""
+        if not self.structure:
+            return
         idx = self._stacks.get(frames)
         if idx is None:
             idx = self._stacks[frames] = len(self._stack_frames)
@@ -141,6 +149,8 @@ class DumpWriter:
     # -- closing -------------------------------------------------------------------------------
     def write_stacks(self):
         """Write stack.json (deduplicated: one entry per distinct stack, listing the keys sharing it)."""
+        if not self.structure:
+            return
         out = {}
         for i, (frames, keys) in enumerate(zip(self._stack_frames, self._stack_keys)):
             lines = [f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
@@ -167,7 +177,8 @@ class DumpWriter:
     def close(self):
         self.flush()
         self._dump.close()
-        self._construct.close()
+        if self._construct is not None:
+            self._construct.close()
         if self._errors is not None:
             self._errors.close()
         if self._owns_pool and self._pool is not None:
