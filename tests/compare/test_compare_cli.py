@@ -183,3 +183,14 @@ def test_debug_json_results_are_named_for_single_point_saves(tmp_path):
     assert re.fullmatch(r"debug_compare_result_rank0_\d{14}\.csv", name)
     table = pd.read_csv(tmp_path / name, dtype=str, keep_default_na=False)
     assert len(table) == 4 and set(table["Result"]) == {"pass"}
+
+
+def test_csv_written_by_two_processes_equals_the_serial_file(dumps, tmp_path, monkeypatch):
+    from msprobe.core.compare import compare_dumps, writer
+    (res,) = compare_dumps(dumps("perturbed", "statistics"), dumps("fp32", "statistics"), progress=False)
+    writer._write_csv_rows(res.table, str(tmp_path / "serial.csv"), True)
+    monkeypatch.setattr(writer, "PARALLEL_CSV_ROWS", 10)
+    writer.write_csv(res.table, str(tmp_path / "parallel.csv"))
+    assert (tmp_path / "serial.csv").read_bytes() == (tmp_path / "parallel.csv").read_bytes()
+    assert not list(tmp_path.glob("*.part"))
+    assert len(pd.read_csv(tmp_path / "parallel.csv")) == len(res.table)

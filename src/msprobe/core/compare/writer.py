@@ -90,13 +90,43 @@ def _renderable(table):
     return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in zip(table.columns, cols)})
 
 
-def write_csv(table, path):
+# tables longer than this are written by two processes, one half each (forked: no copy of the table)
+PARALLEL_CSV_ROWS = 200_000
+
+
+def _write_csv_rows(table, path, header):
     import csv
     cols = _rendered_columns(table)
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(list(table.columns))
+        if header:
+            w.writerow(list(table.columns))
         w.writerows(zip(*cols))
+
+
+def write_csv(table, path):
+    import multiprocessing
+    import shutil
+    if len(table) < PARALLEL_CSV_ROWS or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+        _write_csv_rows(table, path, True)
+        return path
+    half = len(table) // 2
+    part = path + ".part"
+    child = multiprocessing.get_context("fork").Process(target=_write_csv_rows,
+                                                        args=(table.iloc[half:], part, False))
+    child.start()
+    try:
+        _write_csv_rows(table.iloc[:half], path, True)
+    finally:
+        child.join()
+    try:
+        if child.exitcode != 0:
+            raise OSError(f"writing the second half of {path} failed (exit code {child.exitcode})")
+        with open(path, "ab") as out, open(part, "rb") as rest:
+            shutil.copyfileobj(rest, out, 1 << 20)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
     return path
 
 
