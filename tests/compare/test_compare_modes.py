@@ -146,3 +146,17 @@ def test_different_tasks_are_refused(dumps):
     from msprobe.core.errors import MsprobeError
     with pytest.raises(MsprobeError, match="different tasks.*statistics.*tensor|different tasks.*tensor.*statistics"):
         compare_dumps(dumps("fp32", "statistics"), dumps("fp32", "tensor"), progress=False)
+
+
+def test_ranks_pair_by_number_and_helper_process_dirs_are_ignored(dumps, runs, tmp_path):
+    import shutil
+    fp32, perturbed = dumps("fp32", "statistics"), dumps("perturbed", "statistics")
+    for side, rank1_source in (("t", perturbed), ("g", fp32)):
+        shutil.copytree(runs.rank_dir(fp32), tmp_path / side / "step0" / "rank0")
+        shutil.copytree(runs.rank_dir(rank1_source), tmp_path / side / "step0" / "rank1")
+    shutil.copytree(runs.rank_dir(perturbed), tmp_path / "t" / "step0" / "proc4242")  # a helper process
+    results = compare_dumps(str(tmp_path / "t"), str(tmp_path / "g"), progress=False)
+    assert [(r.step, r.rank, r.is_proc) for r in results] == [(0, 0, False), (0, 1, False)]
+    by_rank = {r.rank: r.table for r in results}
+    assert (by_rank[0]["Max diff"] == 0).all() and set(by_rank[0]["Result"]) == {"pass"}
+    assert (by_rank[1]["L2norm diff"] != 0).any()

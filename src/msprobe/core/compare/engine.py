@@ -89,8 +89,11 @@ def pair_inputs(target_path, golden_path):
             log.warning("steps present on one side only are skipped: %s", missing)
     pairs = []
     for ts, gs in step_pairs:
-        tr, gr = t_steps[ts], g_steps[gs]
+        tr, gr = _ranks_first(t_steps[ts]), _ranks_first(g_steps[gs])
         if all(d.is_proc for d in tr + gr) or (len(tr) == 1 and len(gr) == 1):
+            if len(tr) != len(gr):
+                log.warning("step %s: %d target and %d golden process dirs; pairing the first %d in order",
+                            ts, len(tr), len(gr), min(len(tr), len(gr)))
             pairs += [(_dir_side(a), _dir_side(b)) for a, b in zip(tr, gr)]
             continue
         g_by_rank = {d.rank: d for d in gr}
@@ -102,6 +105,12 @@ def pair_inputs(target_path, golden_path):
     if not pairs:
         raise MsprobeError(f"compare: no step/rank directories pair up between '{target_path}' and '{golden_path}'")
     return pairs
+
+
+def _ranks_first(dirs):
+    """rank{R} dirs when a step has any: proc{pid} dirs next to them are helper processes."""
+    ranks = [d for d in dirs if not d.is_proc]
+    return ranks or dirs
 
 
 def _by_step(dirs):
