@@ -108,11 +108,12 @@ def batch(seed=1):
 
 
 def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, rank=0, exchange=None, wrap=None,
-             data_mode=None):
+             data_mode=None, input_noise=0.0):
     """Train `steps` SGD steps of the planted model under a PrecisionDebugger writing to
     dump_path/step{N}/rank{rank} (rank=None: the process group's rank).
 
     task "md5" and `data_mode` (e.g. ["output"]) go through a config.json, as a user would write them.
+    `input_noise` multiplies the inputs by (1 + input_noise * N(0, 1)): another device's rounding.
 
     `exchange(out) -> tensor`, when given, is added (x 1e-3) to the logits before the loss: the
     distributed test passes an all_reduce of the logits there, so every rank's loss depends on all ranks.
@@ -122,6 +123,8 @@ def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, ran
     if wrap is not None:
         model = wrap(model)
     x, y = batch(seed=1 if rank is None else 1 + rank)
+    if input_noise:
+        x = x * (1 + input_noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(99)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if task == "md5" or data_mode:  # only a config file can ask for these
         block = {"summary_mode": "md5"} if task == "md5" else {}

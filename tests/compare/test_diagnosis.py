@@ -143,6 +143,22 @@ def test_two_plants_are_both_named_in_execution_order(planted_dumps, tmp_path, t
 
 
 @pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("plant", [None, "bf16_softmax", "weight"])
+def test_noise_below_the_fp32_floor_is_no_divergence_and_hides_no_plant(planted_dumps, tmp_path, task, plant):
+    """Target inputs jittered by 1e-6 (relative), as two devices' kernels would: every value downstream
+    differs a little, yet nothing is a suspect but the plant."""
+    target = planted.dump_run(tmp_path / "t", plant, task=task, input_noise=1e-6)
+    results = compare_dumps(target, planted_dumps[(task, None)], progress=False)
+    table = results[0].table
+    assert (table["NPU l2norm"] != table["Bench l2norm"]).sum() > 20  # the jitter reaches most values
+    d = diagnose(results)
+    if plant is None:
+        assert d["divergence"] is False, format_diagnosis(d)
+    else:
+        assert [s["api"] for s in d["suspects"]] == [planted.EXPECTED[plant][0]], format_diagnosis(d)
+
+
+@pytest.mark.parametrize("task", TASKS)
 def test_identical_runs_say_no_divergence(planted_dumps, task):
     d = _diagnose(planted_dumps[(task, "again")], planted_dumps[(task, None)])
     assert d["divergence"] is False and d["suspects"] == []

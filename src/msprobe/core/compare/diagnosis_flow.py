@@ -213,6 +213,10 @@ class _RankWalk:
         if found is not None:
             src_call, src_row = found
             if not src_call.matched:
+                if DTYPE in row.flags and any(r.is_tensor and r.target_dtype == row.golden_dtype
+                                              for r in src_call.inputs):
+                    return False, (f"output of {src_call.key}, which golden does not have, casting "
+                                   f"{row.golden_dtype} to {row.target_dtype}"), FOREIGN_INPUT
                 if src_call.key in self.carriers:
                     return True, f"output of {src_call.key} (golden lacks it), computed from values already off", None
                 return False, f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT
