@@ -143,12 +143,15 @@ class Runner:
 
 
 def slot(runner, steps, debugger=None):
-    times = []
+    """(median wall time, median process CPU time) of `steps` steps. CPU time counts every thread of
+    the process and not the time spent waiting for a core, so it is steadier on a loaded machine."""
+    wall, cpu = [], []
     for _ in range(steps):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         runner.step(debugger)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def measure(models, configs, rounds, steps, root, log):
@@ -167,25 +170,32 @@ def measure(models, configs, rounds, steps, root, log):
             debuggers[c] = PrecisionDebugger(config_path=cfg_path)
             slot(runner, 1, debuggers[c])  # warm-up of the tool's own paths
         ratios = {c: [] for c in configs}
-        base = []
+        cpu_ratios = {c: [] for c in configs}
+        base, base_cpu = [], []
         for r in range(rounds):
             order = list(configs[r % len(configs):]) + list(configs[:r % len(configs)])
             for c in order:
-                b = slot(runner, steps)
-                t = slot(runner, steps, debuggers[c])
+                b, bc = slot(runner, steps)
+                t, tc = slot(runner, steps, debuggers[c])
                 base.append(b)
+                base_cpu.append(bc)
                 ratios[c].append(t / b)
+                cpu_ratios[c].append(tc / bc)
                 shutil.rmtree(os.path.join(root, name, c), ignore_errors=True)
             log(f"{name}: round {r + 1}/{rounds} done")
         results[name] = {"base_ms": statistics.median(base) * 1e3,
                          **{c: statistics.median(v) for c, v in ratios.items()}}
+        results[name + " (cpu)"] = {"base_ms": statistics.median(base_cpu) * 1e3,
+                                    **{c: statistics.median(v) for c, v in cpu_ratios.items()}}
         for d in debuggers.values():
             d.close()
     return results
 
 
 def render(results, configs):
-    lines = ["| model | step (no tool) | " + " | ".join(configs) + " |",
+    lines = ["Ratios of step time with the tool to step time without (median over rounds); "
+             "'(cpu)' rows: process CPU time instead of wall time.",
+             "| model | step (no tool) | " + " | ".join(configs) + " |",
              "|---|---|" + "---|" * len(configs)]
     for name, res in results.items():
         cells = [f"{res[c]:.2f}x" for c in configs]
@@ -221,7 +231,8 @@ def main(argv=None):
         shutil.rmtree(root, ignore_errors=True)
     print(render(results, configs))
     if args.check:
-        missed = [(m, c) for m in results for c, t in TARGETS.items() if c in results[m] and results[m][c] > t]
+        missed = [(m, c) for m in results if not m.endswith("(cpu)")
+                  for c, t in TARGETS.items() if c in results[m] and results[m][c] > t]
         if missed:
             print("missed targets: " + ", ".join(f"{m}/{c}" for m, c in missed))
             return 1

@@ -79,6 +79,15 @@ class Summarizer:
     def clear(self):
         self._cache.clear()
 
+    def alias(self, new, old):
+        """`new` holds the same values as `old` (a HookBackward identity): share old's cached record."""
+        hit = self._cache.get(id(old))
+        if hit is not None and hit[0]() is old:
+            try:
+                self._cache[id(new)] = (weakref.ref(new), getattr(new, "_version", -1), hit[2])
+            except TypeError:
+                pass
+
     def summarize(self, t):
         """(record, host view or None) for tensor `t`; the view (see host_view) is returned when it was
         made anyway, to be copied at once by a caller that keeps it."""

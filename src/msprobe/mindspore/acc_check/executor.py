@@ -58,7 +58,7 @@ class MindSporeExecutor:
     Args:
         device: device id under test (Ascend); ignored on a CPU-only install.
         custom_apis: ('Prefix=python.module', ...) for APIs registered with register_custom_api.
-        threads: intra-op threads (set by multi-worker runs).
+        threads: accepted for the runner's interface; MindSpore keeps its own thread settings.
     """
 
     framework = "mindspore"
@@ -67,11 +67,6 @@ class MindSporeExecutor:
         target = ms.get_context("device_target")
         if target != "CPU" and device is not None:
             ms.set_device(target, device)
-        if threads:
-            try:
-                ms.runtime.set_cpu_affinity(False)
-            except Exception:  # older MindSpore: keep its defaults
-                pass
         self.device_name = target if device is None or target == "CPU" else f"{target}:{device}"
         self.resolver = MindSporeResolver(custom_apis)
 

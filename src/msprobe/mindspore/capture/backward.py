@@ -61,7 +61,9 @@ class GradTracker:
             if v.dtype not in _FLOATS:
                 return v
             self.left += 1
-            return ops.HookBackward(self._input_hook(i))(v)
+            new = ops.HookBackward(self._input_hook(i))(v)
+            self.session.summarizer.alias(new, v)
+            return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
             return type(v)(self._wrap_in(x, pos) for x in v)
         return v
@@ -80,7 +82,9 @@ class GradTracker:
             if v.dtype not in _FLOATS:
                 return v
             self.outs_left += 1
-            return ops.HookBackward(self._output_hook(i))(v)
+            new = ops.HookBackward(self._output_hook(i))(v)
+            self.session.summarizer.alias(new, v)
+            return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
             return type(v)(self._wrap_out(x, pos) for x in v)
         return v
