@@ -1,15 +1,12 @@
 """Fixtures of the compare tests: real PyTorch dumps (runs.py) and hand-written dump.json files."""
 
-from pathlib import Path
 import importlib.util
-import json
 import os
 import sys
 
 import pytest
 
-SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples")
-
+from compare_fixtures import write_dump
 
 def _load_runs():
     name = "msprobe_compare_test_runs"
@@ -31,32 +28,6 @@ def dumps(tmp_path_factory, runs):
     """dumps(variant, task, steps=1) -> dump root of a real one-step training run (cached)."""
     root = tmp_path_factory.mktemp("dumps")
     return lambda variant, task, **kw: runs.dump(root, variant, task, **kw)
-
-
-_SAME = object()
-
-
-def tensor(mx, mn=_SAME, mean=_SAME, norm=_SAME, dtype="torch.float32", shape=(4,), rg=True, **extra):
-    """A tensor record; unspecified statistics equal Max (None means absent, as in integer dumps)."""
-    rec = {"type": "torch.Tensor", "dtype": dtype, "shape": list(shape), "Max": mx,
-           "Min": mx if mn is _SAME else mn, "Mean": mx if mean is _SAME else mean,
-           "Norm": mx if norm is _SAME else norm}
-    if rg is not None:
-        rec["requires_grad"] = rg
-    rec.update(extra)
-    return rec
-
-
-def write_dump(folder, data, task="statistics", framework="pytorch", level="L1", step=0, rank=0, stack=None):
-    """Write `folder/step{step}/rank{rank}/dump.json` (and stack.json) and return the rank dir."""
-    rank_dir = os.path.join(str(folder), f"step{step}", f"rank{rank}")
-    os.makedirs(rank_dir, exist_ok=True)
-    with open(os.path.join(rank_dir, "dump.json"), "w") as f:
-        json.dump({"task": task, "level": level, "framework": framework, "dump_data_dir": None, "data": data}, f)
-    if stack is not None:
-        with open(os.path.join(rank_dir, "stack.json"), "w") as f:
-            json.dump(stack, f)
-    return rank_dir
 
 
 @pytest.fixture

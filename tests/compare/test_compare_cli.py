@@ -12,7 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import tensor, write_dump
+from compare_fixtures import tensor, write_dump
 
 
 def msprobe(*args, cwd=None):
@@ -175,7 +175,7 @@ def test_bad_input_is_one_line(case, dumps, runs, tmp_path):
 
 
 def test_debug_json_results_are_named_for_single_point_saves(tmp_path):
-    from conftest import SAMPLES
+    from compare_fixtures import SAMPLES
     debug = os.path.join(SAMPLES, "pt_dump", "mlp_debug_level", "debug.json")
     proc = msprobe("compare", "-tp", debug, "-gp", debug, "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr

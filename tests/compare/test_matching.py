@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from conftest import SAMPLES, tensor
+from compare_fixtures import SAMPLES, tensor
 from msprobe.core.compare import compare_dumps
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch import PrecisionDebugger, seed_all

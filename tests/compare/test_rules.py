@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import tensor
+from compare_fixtures import tensor
 from msprobe.core.compare import compare_dumps
 
 

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import torch
 
-from conftest import SAMPLES
+from compare_fixtures import SAMPLES
 from msprobe.core.compare import compare_dumps
 
 
@@ -79,7 +79,7 @@ def test_msprobe_mindspore_tensor_sample(tmp_path):
 
 
 def test_saved_tensors_of_different_shapes_or_garbage_are_row_messages(tmp_path):
-    from conftest import tensor, write_dump
+    from compare_fixtures import tensor, write_dump
     rows = {}
     for side, shape in (("t", (2, 3)), ("g", (3, 2))):
         data = {"Functional.f.0.forward": {
