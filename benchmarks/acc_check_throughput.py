@@ -5,11 +5,11 @@ dumped at level L1 with task statistics: 153 APIs, 98 of them with a backward. T
 the order rotated each round:
 
   single   run_acc_check in this process (random inputs, CPU float32 vs CPU float64, fwd + bwd)
-  multi1   run_multi_acc_check with 1 worker process (-d 0)
+  multi1   run_multi_acc_check with 1 worker process (-d 0), forked as the command line does
   multi2   run_multi_acc_check with 2 worker processes (-d 0 1)
 
 APIs/s = APIs checked / wall seconds of the call (single: the checking loop, the executor already
-built; multi: worker start-up with its torch import included). The 2-worker speed-up is the median
+built; multi: worker start-up, split and merge included). The 2-worker speed-up is the median
 over rounds of multi1 time / multi2 time of the same round, so a burst of load from other processes
 spoils one round, not the ratio. CPU seconds of this process (single) are printed too: on a shared
 machine they show how much of the wall time was spent waiting for a core.
@@ -74,7 +74,9 @@ def time_single(dump, out, executor):
 
 def time_multi(dump, out, workers):
     t0 = time.perf_counter()
-    report = run_multi_acc_check(dump, devices=list(range(workers)), out_path=out, progress=False)
+    # as `msprobe multi_acc_check` does for a PyTorch dump on a CPU machine
+    report = run_multi_acc_check(dump, devices=list(range(workers)), out_path=out, progress=False,
+                                 start_method="fork")
     return len(report.results), time.perf_counter() - t0
 
 
@@ -87,6 +89,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from msprobe.pytorch.acc_check.executor import create_executor
+    torch.set_num_threads(1)  # before any op: forked workers must not inherit a busy OpenMP pool
     root = tempfile.mkdtemp(prefix="acc_check_bench_")
     dump = make_dump(root)
     executor = create_executor()

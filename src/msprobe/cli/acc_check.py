@@ -58,8 +58,12 @@ def run(args):
                   custom_apis=tuple(args.custom_api), progress=not args.no_progress and sys.stderr.isatty(),
                   seed=args.seed)
     if multi:
-        report = run_multi_acc_check(args.api_info, devices=devices,
-                                     accelerator_count=_accelerators(args.api_info), **common)
+        framework_of_dump, accelerators = _accelerators(args.api_info)
+        # fork is safe here (no framework op has run in this process) and saves each worker a torch
+        # import; MindSpore starts threads at import, and CUDA/NPU contexts must not be forked
+        fork = framework_of_dump == "pytorch" and not accelerators and sys.platform.startswith("linux")
+        report = run_multi_acc_check(args.api_info, devices=devices, accelerator_count=accelerators,
+                                     start_method="fork" if fork else "spawn", **common)
     else:
         report = run_acc_check(args.api_info, device=args.device[0] if args.device else None, **common)
     if framework and framework != report.framework and report.framework != "mindtorch":
@@ -69,11 +73,11 @@ def run(args):
 
 
 def _accelerators(api_info):
-    """How many accelerators the dump's framework sees here (imports the framework)."""
+    """(framework of the dump, how many accelerators that framework sees here); imports the framework."""
     from msprobe.core.acc_check.runner import load_dump
     reader, _ = load_dump(api_info)
     if reader.framework in ("pytorch", "mindtorch"):
         from msprobe.pytorch.acc_check.executor import accelerator_count
     else:
         from msprobe.mindspore.acc_check.executor import accelerator_count
-    return accelerator_count()
+    return reader.framework, accelerator_count()

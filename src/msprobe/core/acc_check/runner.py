@@ -6,6 +6,7 @@ Both resume from an interrupted run's result CSV. Must not import torch or minds
 """
 
 import collections
+import importlib
 import logging
 import multiprocessing
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from msprobe.core.acc_check.checker import judge
 from msprobe.core.acc_check.csv_files import ResultFiles, merge_parts, read_rows
 from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
-from msprobe.core.acc_check.execution import ExecutorSpec
+from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.input_spec import cases_from_dump
 from msprobe.core.acc_check.work_split import split_cases
@@ -177,7 +178,7 @@ def _exit_with_parent():
 
 
 def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, save_error_data=False,
-                        custom_apis=(), progress=True, seed=1234, accelerator_count=0):
+                        custom_apis=(), progress=True, seed=1234, accelerator_count=0, start_method="spawn"):
     """Check every API of a dump with one worker process per entry of `devices`.
 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
@@ -187,6 +188,10 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
 
     Args:
         accelerator_count: how many accelerators the executor's framework sees (0 = CPU workers).
+        start_method: multiprocessing start method. "spawn" (the default) is always safe; "fork" starts
+            a worker in milliseconds instead of seconds (no second torch import), which is what makes two
+            workers pay off on a small dump, but is only safe from a process that has not run framework
+            ops yet (the command line uses it for PyTorch dumps on CPU machines).
         Others as run_acc_check.
     """
     reader, cases = load_dump(api_info)
@@ -213,7 +218,9 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
     threads = 1  # as in run_acc_check: small APIs gain nothing from more, workers share the cores
     error_root = os.path.join(os.path.dirname(result_path), "error_data")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "fork":  # workers inherit the framework import instead of repeating it
+        importlib.import_module(EXECUTOR_MODULES[reader.framework])
     queue = ctx.Queue()
     procs = []
     for i, group in enumerate(groups):
