@@ -158,6 +158,17 @@ def test_noise_below_the_fp32_floor_is_no_divergence_and_hides_no_plant(planted_
         assert [s["api"] for s in d["suspects"]] == [planted.EXPECTED[plant][0]], format_diagnosis(d)
 
 
+def test_noise_at_the_floor_is_listed_as_marginal_not_a_divergence(planted_dumps, tmp_path):
+    """Jitter of 1e-5 lands just past float32's floor: listed (weak), but no divergence for CI."""
+    target = planted.dump_run(tmp_path / "t", None, input_noise=1e-5)
+    d = _diagnose(target, planted_dumps[("statistics", None)])
+    assert d["divergence"] is False and d["suspects"]
+    assert {s["tier"] for s in d["suspects"]} == {"weak"}
+    assert d["suspects"][0]["api"] == "Functional.linear.0.forward"  # the jittered model input
+    assert d["verdict"].startswith("no divergence beyond noise")
+    assert format_diagnosis(d).startswith("Diagnosis: no divergence beyond noise")
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_identical_runs_say_no_divergence(planted_dumps, task):
     d = _diagnose(planted_dumps[(task, "again")], planted_dumps[(task, None)])

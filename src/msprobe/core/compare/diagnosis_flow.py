@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from msprobe.core import naming
-from msprobe.core.compare.diagnosis_rows import ARGUMENT, DTYPE, NONFINITE, SHAPE
+from msprobe.core.compare.diagnosis_rows import ARGUMENT, CHECKSUM, DTYPE, NONFINITE, SHAPE
 from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, BACKWARD_AMPLIFIED,
                                                       COMMUNICATION_PREFIXES)
 
@@ -334,6 +334,8 @@ def _describe(row):
         bits.append("inf/nan differ")
     if SHAPE in row.flags:
         bits.append("shape differs")
+    if CHECKSUM in row.flags:
+        bits.append("checksum differs")
     if ARGUMENT in row.flags:
         bits.append(f"{_fmt(row.target[0])} vs golden {_fmt(row.golden[0])}")
     if row.is_tensor and math.isfinite(row.error):

@@ -48,6 +48,9 @@ def format_diagnosis(d):
     code line, errors); the ranking and the evidence rows follow."""
     if not d["divergence"]:
         lines = [f"Diagnosis: {d['verdict']}."]
+        for s in d["suspects"][:5]:  # only marginal ones when there is no divergence
+            worst = max((e for e in (s["input_error"], s["output_error"]) if isinstance(e, (int, float))), default=0)
+            lines.append(f"  {s['api']} ({s['direction']}, step {s['step']}): error {_num(worst)}")
         unmatched = sum(r.get("unmatched_calls", 0) for r in d["ranks"])
         if unmatched:
             lines.append(f"  ({unmatched} call(s) of the target have no counterpart in golden.)")

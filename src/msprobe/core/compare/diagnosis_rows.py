@@ -35,7 +35,7 @@ _INTEGER_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
 _FLOAT_DTYPES = set(DTYPE_NOISE_FLOOR)
 
 # Flags: reasons a row diverges that are not (only) a number.
-DTYPE, NONFINITE, ARGUMENT, SHAPE = "dtype", "nonfinite", "argument", "shape"
+DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
 
 
 @dataclass
@@ -410,9 +410,9 @@ def _row(col, stats, i, name, role, slot, is_param, has_md5):
     row.error = float(errors[i])
     if has_md5:
         t_md5, g_md5 = col["NPU MD5"][i], col["BENCH MD5"][i]
-        if t_md5 is not None and g_md5 is not None and str(t_md5) != str(g_md5) and row.error <= row.floor:
-            # Same statistics, different bytes: at least one element differs; say so at the floor.
-            row.error = max(row.floor * 2, 1e-12)
+        if t_md5 is not None and g_md5 is not None and str(t_md5) != str(g_md5):
+            # md5 mode asks for bitwise equality: different bytes are a divergence whatever the size.
+            row.flags.add(CHECKSUM)
     return row
 
 
