@@ -239,10 +239,13 @@ def test_bad_input_gives_one_line_errors(tmp_path):
 # -- seed_all -------------------------------------------------------------------------------------------
 def test_seed_all_reproduces_weights_and_random_ops():
     import random
+    def draw():
+        return (random.random(), np.random.rand(), ms.ops.standard_normal((3,)).asnumpy(),
+                ms.mint.nn.Linear(3, 2).weight.asnumpy())
     seed_all(7)
-    a = (random.random(), np.random.rand(), ms.ops.standard_normal((3,)).asnumpy(), ms.mint.nn.Linear(3, 2).weight.asnumpy())
+    a = draw()
     seed_all(7)
-    b = (random.random(), np.random.rand(), ms.ops.standard_normal((3,)).asnumpy(), ms.mint.nn.Linear(3, 2).weight.asnumpy())
+    b = draw()
     assert a[0] == b[0] and a[1] == b[1]
     np.testing.assert_array_equal(a[2], b[2])
     np.testing.assert_array_equal(a[3], b[3])

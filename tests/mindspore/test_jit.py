@@ -34,7 +34,8 @@ def test_jit_cell_splits_graph_and_pynative(models, tmp_path, caplog, plain_loss
         assert list(graph.keys()) == ["Cell.block.JitBlock.forward.0"]
         assert graph["Cell.block.JitBlock.forward.0"] == pyn["Cell.block.JitBlock.forward.0"]  # recorded twice
         keys = list(pyn.keys())
-        assert {"Cell.inp.Linear.forward.0", "Cell.head.Linear.backward.0", "Cell.block.JitBlock.backward.0"} <= set(keys)
+        assert {"Cell.inp.Linear.forward.0", "Cell.head.Linear.backward.0",
+                "Cell.block.JitBlock.backward.0"} <= set(keys)
         assert not any(k.startswith("Cell.block.fc") for k in keys)  # inside the compiled graph
         assert graph.construct == {"Cell.block.JitBlock.forward.0": None}
     warnings = [r.getMessage() for r in caplog.records if "jit-compiled" in r.getMessage()]

@@ -3,6 +3,7 @@ through GradTracker (inputs and outputs passed through HookBackward by the hooks
 parameter gradients through Parameter hooks. The root Cell itself is not recorded.
 """
 
+from msprobe.core import naming
 from msprobe.mindspore import _state
 
 
@@ -65,9 +66,9 @@ class CellCapture:
         if self._fwd_handles:
             return
         for path, cell in self.cells:
-            base = f"Cell.{path}.{type(cell).__name__}"
             jit = is_jit_cell(cell)
-            self._fwd_handles.append(cell.register_forward_pre_hook(self._pre(base, jit), with_kwargs=True))
+            pre = self._pre(path, type(cell).__name__, jit)
+            self._fwd_handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
             self._fwd_handles.append(cell.register_forward_hook(self._post(cell), with_kwargs=True))
         if not self._grad_handles:
             self._attach_grad_hooks()
@@ -84,14 +85,15 @@ class CellCapture:
         self._grad_handles = []
 
     # -- forward -------------------------------------------------------------------------------
-    def _pre(self, base, jit):
+    def _pre(self, path, cls, jit):
+        base = f"Cell.{path}.{cls}"  # the counter's name: forward and parameters_grad count apart
+
         def hook(cell, args, kwargs):
             session = _state.session
             if session is None or _state.busy or _state.depth:
                 self._frames.append(None)
                 return None
-            index = session.counter.next(base)
-            key = f"{base}.forward.{index}"
+            key = naming.module_key("Cell", path, cls, naming.FORWARD, session.counter.next(base))
             enclosing = session.module_stack
             want = session.filter.want_call(key, enclosing)
             parent = enclosing[-1] if enclosing else None
