@@ -209,14 +209,16 @@ def test_custom_api_and_start_stop_segments(tmp_path):
         debugger.register_custom_api(lib, "scale", "")
 
 
-def test_apis_are_restored_after_stop():
+def test_apis_are_restored_after_stop(tmp_path):
     import mindspore.mint as mint
-    before = (mint.abs, ms.ops.relu, ms.Tensor.__add__)
-    debugger = PrecisionDebugger(dump_path="unused_dump", level="L1")
+    from mindspore.communication import comm_func
+    before = (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
     debugger.start()
-    assert mint.abs is not before[0] and ms.Tensor.__add__ is not before[2]
+    now = (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather)
+    assert all(a is not b for a, b in zip(now, before))  # collectives too (Distributed, MintDistributed)
     debugger.stop()
-    assert (mint.abs, ms.ops.relu, ms.Tensor.__add__) == before
+    assert (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather) == before
     assert "__add__" not in vars(ms.Tensor)  # the C++ base's operator is visible again
 
 
