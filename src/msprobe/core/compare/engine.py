@@ -198,41 +198,72 @@ def _mapping(value, loader):
     return dict(value) if isinstance(value, dict) else loader(value)
 
 
-def compare_pair(target, golden, opts):
+@dataclass(frozen=True)
+class _LoadedMappings:
+    data: dict
+    cell: dict
+    layer: dict
+    api_file: str | None
+
+
+def _load_mappings(opts):
+    """Read and validate the mapping files before any dump is loaded: a bad file fails fast."""
+    api_file = opts.api_mapping if isinstance(opts.api_mapping, str) else None
+    if api_file:
+        mappings.load_api_mapping(api_file)
+    return _LoadedMappings(data=_mapping(opts.data_mapping, mappings.load_data_mapping),
+                           cell=_mapping(opts.cell_mapping, mappings.load_cell_mapping),
+                           layer=_mapping(opts.layer_mapping, mappings.load_layer_mapping),
+                           api_file=api_file)
+
+
+def _dump_size(side):
+    f = side.path if os.path.isfile(side.path) else os.path.join(side.path, "dump.json")
+    return os.path.getsize(f) if os.path.isfile(f) else 0
+
+
+def compare_pair(target, golden, opts, maps=None):
     """CompareResult of one target rank dir/file against one golden rank dir/file."""
+    from tqdm import tqdm
+
     from msprobe.core.compare.table import build_table
-    (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
-    mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
-    t_fw, g_fw = t_reader.framework, g_reader.framework
-    cross = bool(t_fw and g_fw and t_fw != g_fw)
-    if opts.api_mapping and t_fw == "pytorch":
-        raise MsprobeError("compare: -am/--api_mapping maps MindSpore APIs to PyTorch ones; the target dump "
-                           f"{t_reader.dump_file} is a PyTorch dump")
-    data_map = _mapping(opts.data_mapping, mappings.load_data_mapping)
-    if data_map and opts.fuzzy_match:
+    maps = maps or _load_mappings(opts)
+    if maps.data and opts.fuzzy_match:
         raise MsprobeError("compare: -dm/--data_mapping and -fm/--fuzzy_match cannot be combined")
-    match_opts = MatchOptions(
-        fuzzy=opts.fuzzy_match,
-        renumber_backward=not t_reader.dump_file.endswith("debug.json"),
-        cross_framework=cross and t_fw == "mindspore",
-        api_rules=mappings.load_api_mapping(opts.api_mapping if isinstance(opts.api_mapping, str) else None)
-        if (cross and t_fw == "mindspore") or opts.api_mapping else {},
-        cell_mapping=_mapping(opts.cell_mapping, mappings.load_cell_mapping),
-        layer_mapping=_mapping(opts.layer_mapping, mappings.load_layer_mapping),
-        data_mapping=data_map,
-    )
-    if opts.api_mapping and not match_opts.cross_framework:
-        match_opts.cross_framework = True  # MindSpore vs MindSpore-on-torch (mindtorch) names
-    gidx = match_rows(t_rows, g_rows, match_opts)
-    stack = None
-    if opts.stack:
-        stack = _stack_of(t_reader, opts.stack_path)
-    metrics = None
-    if mode == "tensor":
-        from msprobe.core.compare.tensor_mode import compute_tensor_metrics
-        metrics = compute_tensor_metrics(t_rows, g_rows, gidx, t_reader, g_reader,
-                                         workers=opts.workers, progress=opts.progress)
-    table = build_table(t_rows, g_rows, gidx, mode, cross_framework=cross, stack=stack, tensor_metrics=metrics)
+    # phases of a big statistics compare take a while too: show them (tensor mode has its own bar)
+    phases = tqdm(total=3, desc=f"compare step {target.step} rank {target.rank}", unit="phase", leave=False,
+                  disable=not opts.progress or _dump_size(target) + _dump_size(golden) < PARALLEL_LOAD_BYTES)
+    with phases:
+        phases.set_postfix_str("reading dumps")
+        (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
+        phases.update()
+        mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
+        t_fw, g_fw = t_reader.framework, g_reader.framework
+        cross = bool(t_fw and g_fw and t_fw != g_fw)
+        if opts.api_mapping and t_fw == "pytorch":
+            raise MsprobeError("compare: -am/--api_mapping maps MindSpore APIs to PyTorch ones; the target dump "
+                               f"{t_reader.dump_file} is a PyTorch dump")
+        ms_target = (cross and t_fw == "mindspore") or bool(opts.api_mapping)
+        match_opts = MatchOptions(
+            fuzzy=opts.fuzzy_match,
+            renumber_backward=not t_reader.dump_file.endswith("debug.json"),
+            # with -am on MindSpore vs MindSpore-on-torch (mindtorch) names too
+            cross_framework=ms_target,
+            api_rules=mappings.load_api_mapping(maps.api_file) if ms_target else {},
+            cell_mapping=maps.cell, layer_mapping=maps.layer, data_mapping=maps.data)
+        phases.set_postfix_str("matching")
+        gidx = match_rows(t_rows, g_rows, match_opts)
+        phases.update()
+        stack = _stack_of(t_reader, opts.stack_path) if opts.stack else None
+        metrics = None
+        if mode == "tensor":
+            from msprobe.core.compare.tensor_mode import compute_tensor_metrics
+            metrics = compute_tensor_metrics(t_rows, g_rows, gidx, t_reader, g_reader,
+                                             workers=opts.workers, progress=opts.progress)
+        phases.set_postfix_str("result table")
+        table = build_table(t_rows, g_rows, gidx, mode, cross_framework=cross, stack=stack,
+                            tensor_metrics=metrics)
+        phases.update()
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
                          target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
                          target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc)
@@ -288,11 +319,12 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
     opts = CompareOptions(fuzzy_match=fuzzy_match, data_mapping=data_mapping, cell_mapping=cell_mapping,
                           api_mapping=api_mapping, layer_mapping=layer_mapping, stack=stack,
                           stack_path=stack_path, progress=progress, workers=workers)
+    maps = _load_mappings(opts)
     pairs = pair_inputs(target_path, golden_path)
-    if opts.data_mapping and len(pairs) > 1:
+    if maps.data and len(pairs) > 1:
         raise MsprobeError("compare: -dm/--data_mapping works on a single rank; give two dump.json files or "
                            "two rank directories")
-    return [compare_pair(t, g, opts) for t, g in pairs]
+    return [compare_pair(t, g, opts, maps) for t, g in pairs]
 
 
 def compare(target_path, golden_path, **kwargs):
