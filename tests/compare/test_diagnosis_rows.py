@@ -138,3 +138,25 @@ def test_tables_with_nothing_comparable_say_so(table):
     d = diagnose([_Result(table, "statistics")])
     assert d["divergence"] is False and d["suspects"] == []
     assert d["verdict"] == "nothing to diagnose: no value of the target has a counterpart in golden"
+
+
+def test_tensor_mode_nan_at_different_positions_is_a_divergence():
+    """Both tensors hold a nan, so their statistics agree (all nan); only the tensor metrics' message
+    says the positions differ. The first call where that happens is where inf/nan enter."""
+    nan = float("nan")
+    moved = '["inf/nan at different positions in 2 of 8 elements"]'
+    rows = []
+    for name, stats, msg in (("Torch.exp.0.forward.input.0", (1.0, -1.0, 0.1, 2.0), "[]"),
+                             ("Torch.exp.0.forward.output.0", (nan,) * 4, moved),
+                             ("Torch.log.0.forward.input.0", (nan,) * 4, moved),
+                             ("Torch.log.0.forward.output.0", (nan,) * 4, moved)):
+        row = {"NPU Name": name, "Bench Name": name, "NPU Dtype": "torch.float32", "Bench Dtype": "torch.float32",
+               "NPU Tensor Shape": "[8]", "Bench Tensor Shape": "[8]", "Cosine": nan, "EucDist": nan,
+               "MaxAbsErr": nan, "Err_message": msg}
+        for side in ("NPU", "Bench"):
+            row.update({f"{side} {c}": v for c, v in zip(("max", "min", "mean", "l2norm"), stats)})
+        rows.append(row)
+    d = diagnose([_Result(pd.DataFrame(rows), "tensor")])
+    assert [(s["api"], s["kind"]) for s in d["suspects"]] == [("Torch.exp.0.forward", "overflow")]
+    assert d["suspects"][0]["outputs"][0]["flags"] == ["nonfinite"]
+    assert d["suspects"][0]["reason"].endswith("holds inf/nan (golden's inf/nan sit elsewhere)")

@@ -282,8 +282,9 @@ class _RankWalk:
         finite_inputs = all(r.target_finite for r in call.inputs if r.is_tensor)
         new_nonfinite = [r for r in div_out if NONFINITE in r.flags and not r.target_finite]
         if new_nonfinite and finite_inputs:
-            return make(OVERFLOW, STRONG, f"inputs are finite but {_short(new_nonfinite[0].name)} holds inf/nan "
-                                          f"(golden finite)")
+            r = new_nonfinite[0]
+            golden = "golden finite" if r.golden_finite else "golden's inf/nan sit elsewhere"
+            return make(OVERFLOW, STRONG, f"inputs are finite but {_short(r.name)} holds inf/nan ({golden})")
         if unexplained:
             r, kind = max(unexplained, key=lambda u: (bool(u[0].flags), u[0].error))
             return make(kind, _tier(r), f"{_short(r.name)} differs ({_describe(r)}) and is {origins[r.name]}")

@@ -67,6 +67,10 @@ class Row:
     def target_finite(self):
         return all(v is None or not isinstance(v, float) or math.isfinite(v) for v in self.target)
 
+    @property
+    def golden_finite(self):
+        return all(v is None or not isinstance(v, float) or math.isfinite(v) for v in self.golden)
+
     def value_key(self):
         """What identifies this tensor's value in the target run (for finding who produced it), or None
         for values too plain to tell apart (scalars, constants, empty tensors)."""
@@ -405,9 +409,13 @@ def _row(col, stats, i, name, role, slot, is_param, has_md5):
         row.flags.add(DTYPE)
     if str(col["NPU Tensor Shape"][i]) != str(col["Bench Tensor Shape"][i]):
         row.flags.add(SHAPE)
+    row.error = float(errors[i])
     if nonfinite[i]:
         row.flags.add(NONFINITE)
-    row.error = float(errors[i])
+    elif "different positions" in message:
+        # tensor mode: both sides hold inf/nan (same statistics) but not in the same elements
+        row.flags.add(NONFINITE)
+        row.error = math.inf
     if has_md5:
         t_md5, g_md5 = col["NPU MD5"][i], col["BENCH MD5"][i]
         if t_md5 is not None and g_md5 is not None and str(t_md5) != str(g_md5):
