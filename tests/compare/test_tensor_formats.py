@@ -98,3 +98,13 @@ def test_saved_tensors_of_different_shapes_or_garbage_are_row_messages(tmp_path)
     assert "shapes differ" in shape_row["Err_message"] and "[2, 3] vs [3, 2]" in shape_row["Err_message"]
     bad = tab.loc["Functional.f.0.forward.output.0"]
     assert bad["Cosine"] == "N/A" and "not an .npy array file" in bad["Err_message"]
+
+
+def test_worker_processes_give_the_serial_results(dumps, monkeypatch):
+    from msprobe.core.compare import tensor_mode
+    target, golden = dumps("perturbed", "tensor"), dumps("fp32", "tensor")
+    (serial,) = compare_dumps(target, golden, progress=False, workers=1)
+    monkeypatch.setattr(tensor_mode, "PARALLEL_MIN_BYTES", 0)
+    (pooled,) = compare_dumps(target, golden, progress=True, workers=2)
+    assert serial.table.astype(str).equals(pooled.table.astype(str))
+    assert (pooled.table["Cosine"] != "N/A").sum() > 100

@@ -80,8 +80,11 @@ def _run_tasks(tasks, workers, progress):
             return
         # big tensors first so the workers finish together
         tasks = sorted(tasks, key=lambda t: -sizes[t[0]])
+        # fork: spawned workers would re-run the caller's __main__ script (no main guard in a notebook
+        # or training script); the metrics use no BLAS, so the parent's BLAS threads do not matter
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         with _single_threaded_blas(), ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
             for out in pool.map(_one_pair, tasks, chunksize=1):
                 bar.update(sizes[out[0]])
                 yield out
