@@ -16,6 +16,7 @@ from msprobe.core.config import load_config
 from msprobe.core.errors import ConfigError, MsprobeError
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_mode import ApiCapture
+from msprobe.pytorch.capture.aten_mode import AtenCapture
 from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture
 from msprobe.pytorch.capture.patched_api import PatchedApis
@@ -52,6 +53,7 @@ class PrecisionDebugger:
         self.current_step = 0
         self._session = None
         self._api_capture = None
+        self._aten_capture = None
         self._modules = None
         self._model = None
         self._patched = PatchedApis()
@@ -202,17 +204,20 @@ class PrecisionDebugger:
                     self._modules.release()
                 self._modules, self._model = ModuleCapture(model), model
             self._modules.attach()
-        if level in ("L1", "mix"):
+        if level in ("L1", "mix", "L2"):
             if self._api_capture is None:
                 self._api_capture = ApiCapture()
             if self._capturing:
                 return
             self._api_capture.__enter__()
-            self._patched.patch_collectives()
-            for (module, api), prefix in self._custom.items():
-                self._patched.patch(module, api, prefix, api)
-        elif level == "L2":
-            raise ConfigError("level", "L2", "L0 | L1 | mix | debug (L2 is not available yet)")
+            if level == "L2":  # entered after ApiCapture: the API handler runs first, then aten below it
+                if self._aten_capture is None:
+                    self._aten_capture = AtenCapture()
+                self._aten_capture.__enter__()
+            else:
+                self._patched.patch_collectives()
+                for (module, api), prefix in self._custom.items():
+                    self._patched.patch(module, api, prefix, api)
         if level == "mix" and not self._optim_handles:
             # APIs run by optimizer.step() get "optimizer" as their parent in construct.json
             from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -234,8 +239,10 @@ class PrecisionDebugger:
         if not self._capturing:
             return
         self._capturing = False
-        if self._api_capture is not None and self.config.level in ("L1", "mix"):
+        if self._api_capture is not None and self.config.level in ("L1", "mix", "L2"):
             try:
+                if self.config.level == "L2":
+                    self._aten_capture.__exit__(None, None, None)
                 self._api_capture.__exit__(None, None, None)
             except Exception as e:  # another mode was pushed after ours and not popped
                 raise MsprobeError(f"stop(): could not leave msprobe's capture mode ({e}); "

@@ -44,6 +44,7 @@ class DumpSession:
                                      defer=cfg.async_dump, pool=pool)
         self.module_stack = []  # forward keys of the modules being run, innermost last
         self.in_optimizer = False
+        self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
         self.writer = None
         # backward trackers still waiting for gradients, in creation order (a dict: flush() emits the
         # partial ones, e.g. an LSTM whose unused cell state never gets a gradient, in a stable order)
@@ -149,6 +150,12 @@ class DumpSession:
             return func(*args, **kwargs)
         if self.overflow is not None:
             return self._record_call_overflow(prefix, name, index, key, func, args, kwargs, inplace)
+        if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
+            outer, self.current_api = self.current_api, key
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.current_api = outer
         save = flt.saves_tensor(key)
         listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
         forward = flt.forward and listed_forward
@@ -187,6 +194,34 @@ class DumpSession:
                 parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
                 self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save,
                                     parent)
+        finally:
+            _state.busy = False
+        return out
+
+    def record_aten(self, name, func, args, kwargs, inplace):
+        """L2: run aten operator `func` and record it as `Aten.{name}.{n}.forward` (name: `mm.default`)."""
+        key = naming.api_key("Aten", name, self.counter.next("Aten." + name), naming.FORWARD)
+        flt = self.filter
+        if not flt.forward or not flt.want_call(key, self.module_stack):
+            return func(*args, **kwargs)
+        save = flt.saves_tensor(key)
+        waits = []
+        _state.busy = True
+        try:
+            stack = capture_stack() if self.with_stack else None
+            in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
+                                  if flt.input else ([], {}))
+        finally:
+            _state.busy = False
+        out = func(*args, **kwargs)
+        _state.busy = True
+        try:
+            if inplace:
+                self.summarizer.forget(flat_tensors(out))
+            record = {"input_args": in_args, "input_kwargs": in_kwargs,
+                      "output": self.outputs_record(key, out, save, waits) if flt.output else []}
+            self.emit(key, record, waits)
+            self.note_structure(key, self.current_api, stack)
         finally:
             _state.busy = False
         return out
