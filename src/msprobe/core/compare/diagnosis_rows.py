@@ -32,7 +32,6 @@ _MISSING = {"", "N/A", "None", "none", "unsupported", "null"}
 _NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan,
                    "infinity": math.inf, "-infinity": -math.inf}
 _INTEGER_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
-_FLOAT_DTYPES = set(DTYPE_NOISE_FLOOR)
 
 # Flags: reasons a row diverges that are not (only) a number.
 DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
@@ -56,7 +55,6 @@ class Row:
     error: float = 0.0        # scale-free relative error, 0 = identical (see row_error)
     floor: float = 0.0        # noise floor of the row's dtypes
     flags: set = field(default_factory=set)
-    requires_grad: bool | None = None
     tensor_metrics: tuple = ()  # tensor mode: the table's (Cosine, MaxRelativeErr, One Thousandth) cells
 
     @property
@@ -92,7 +90,7 @@ class Call:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     stack_cell: object = None  # the table's NPU_Stack_Info cell, parsed only when a report needs it
-    _stack: list = None
+    _stack: list = field(default=None, repr=False)
 
     @property
     def stack(self):
@@ -333,7 +331,7 @@ def calls_from_table(table):
     n = len(table)
     col = {c: _column(table, c, n) for c in (
         "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
-        "NPU Requires_grad", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min",
+        "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min",
         "Bench mean", "Bench l2norm", "EucDist", "MaxAbsErr", "NPU MD5", "BENCH MD5", "Err_message",
         "NPU_Stack_Info") + TENSOR_METRIC_COLUMNS}
     tensor_mode = "Cosine" in table.columns
@@ -391,11 +389,10 @@ def _row(col, stats, i, name, role, slot, is_param, has_md5):
     else:  # scalar arguments: the value itself (may be text: a slice, a dtype, a string)
         target = tuple(number(col[c][i]) for c in _TARGET_STATS)
         golden = tuple(number(col[c][i]) for c in _GOLDEN_STATS)
-    rg = col["NPU Requires_grad"][i]
     row = Row(name=name, role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param, matched=matched,
               target_dtype=str(t_dtype), golden_dtype=str(g_dtype),
               numel=_numel(col["NPU Tensor Shape"][i]) if is_tensor else None,
-              target=target, golden=golden, requires_grad=(rg is True or str(rg) == "True"))
+              target=target, golden=golden)
     if not matched:
         return row
     if not is_tensor:
