@@ -9,7 +9,9 @@ the order rotated each round:
   multi2   run_multi_acc_check with 2 worker processes (-d 0 1)
 
 APIs/s = APIs checked / wall seconds of the call (single: the checking loop, the executor already
-built; multi: worker start-up, split and merge included). The 2-worker speed-up is the median
+built; multi: worker start-up, split and merge included). Each round also times the same pure-Python
+work in one process and split over two (`spin1`, `spin2`): their ratio is how much parallelism the
+machine had to give at that moment, the ceiling for the 2-worker speed-up. The 2-worker speed-up is the median
 over rounds of multi1 time / multi2 time of the same round, so a burst of load from other processes
 spoils one round, not the ratio. CPU seconds of this process (single) are printed too: on a shared
 machine they show how much of the wall time was spent waiting for a core.
@@ -80,6 +82,27 @@ def time_multi(dump, out, workers):
     return len(report.results), time.perf_counter() - t0
 
 
+def _spin(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def time_spin(processes, n=4_000_000):
+    """Wall time of `processes` forked processes sharing 2n iterations of pure Python: how much
+    parallelism the machine gives right now (2.0 on two idle cores)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    t0 = time.perf_counter()
+    procs = [ctx.Process(target=_spin, args=(2 * n // processes,)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return time.perf_counter() - t0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -94,7 +117,7 @@ def main(argv=None):
     dump = make_dump(root)
     executor = create_executor()
     n_apis = len(load_dump(dump)[1])
-    modes = ["single"] + ([] if args.skip_multi else ["multi1", "multi2"])
+    modes = ["single"] + ([] if args.skip_multi else ["multi1", "multi2", "spin1", "spin2"])
     times = {m: [] for m in modes}
     cpu = []
     for r in range(args.rounds):
@@ -104,6 +127,8 @@ def main(argv=None):
             if mode == "single":
                 n, wall, c = time_single(dump, out, executor)
                 cpu.append(c)
+            elif mode.startswith("spin"):
+                n, wall = n_apis, time_spin(int(mode[-1]))
             else:
                 n, wall = time_multi(dump, out, int(mode[-1]))
             assert n == n_apis, f"{mode}: {n} of {n_apis} APIs"
@@ -113,7 +138,7 @@ def main(argv=None):
     print(f"\nacc_check throughput, {n_apis} APIs (fwd + bwd), {args.rounds} rounds, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"{'mode':<10}{'median s':>10}{'APIs/s':>9}{'target':>9}")
-    for mode in modes:
+    for mode in [m for m in modes if not m.startswith("spin")]:
         med = statistics.median(times[mode])
         res[mode] = {"median_s": med, "apis_per_s": n_apis / med, "all_s": times[mode]}
         target = f"{TARGET_APIS_PER_S:.0f}" if mode == "single" else ""
@@ -125,9 +150,13 @@ def main(argv=None):
     ok = res["single"]["apis_per_s"] >= TARGET_APIS_PER_S
     if not args.skip_multi:
         ratios = [a / b for a, b in zip(times["multi1"], times["multi2"])]
+        spin = [a / b for a, b in zip(times["spin1"], times["spin2"])]
         res["speedup_2_workers"] = statistics.median(ratios)
+        res["machine_speedup_2_processes"] = statistics.median(spin)
         print(f"2 workers vs 1: {res['speedup_2_workers']:.2f}x (median of per-round ratios "
               f"{', '.join(f'{x:.2f}' for x in ratios)}; target {TARGET_SPEEDUP}x)")
+        print(f"the machine meanwhile, 2 vs 1 processes of pure Python: {res['machine_speedup_2_processes']:.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in spin)}; 2.0 on two idle cores)")
         ok = ok and res["speedup_2_workers"] >= TARGET_SPEEDUP
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -59,7 +59,7 @@ def judge(case, run):
         if r.status == ERROR:
             messages.append(f"{r.api_name[len(case.name) + 1:]}: cosine {r.cosine:.6g}, max abs err "
                             f"{r.max_abs_err:.3g}" + (f" ({r.message})" if r.message else ""))
-    worst = min(details, key=_badness, default=None)
+    worst = min(details, key=badness, default=None)
     return ApiResult(case.name, forward, backward, "; ".join(messages), forward_dtype, backward_dtype, details, worst)
 
 
@@ -96,7 +96,7 @@ def _input_rms(inputs, prefix):
     return best
 
 
-def _badness(row):
+def badness(row):
     """Sort key: erroring rows first, then lower cosine, then larger absolute error."""
     cos = row.cosine if not math.isnan(row.cosine) else -2.0
     err = row.max_abs_err if not math.isnan(row.max_abs_err) else math.inf

@@ -12,7 +12,7 @@ import io
 import os
 import re
 
-from msprobe.core.acc_check.results import DETAILS_COLUMNS, RESULT_COLUMNS
+from msprobe.core.acc_check.results import DETAILS_COLUMNS, RESULT_COLUMNS, ApiResult, DetailRow
 from msprobe.core.errors import MsprobeError
 
 RESULT_PREFIX = "accuracy_checking_result_"
@@ -171,3 +171,32 @@ def merge_parts(parts, result_path, details_path, order):
             f.writelines(_line([row.get(c, "") for c in columns]) for row in rows)
         os.replace(tmp, path)
     return names
+
+
+def results_from_csv(result_path, details_path, names, worst_key):
+    """ApiResults of the APIs in `names`, read back from merged files (for a multi-worker summary).
+
+    Args:
+        worst_key: sort key picking each API's worst details row.
+    """
+    details = {}
+    for row in read_rows(details_path):
+        details.setdefault(case_of_detail(row["API Name"]), []).append(DetailRow(
+            row["API Name"], row["Bench Dtype"], row["Tested Dtype"], row["Shape"], _float(row["Cosine"]),
+            _float(row["MaxAbsErr"]), _float(row["MaxRelativeErr"]), row["Status"], row["Message"],
+            _float(row["MaxUlpErr"]), row["ReductionLength"], row["Dtype Status"]))
+    results = []
+    for row in read_rows(result_path):
+        if row["API Name"] in names:
+            rows = details.get(row["API Name"], [])
+            results.append(ApiResult(row["API Name"], row["Forward Test Success"], row["Backward Test Success"],
+                                     row["Message"], row["Forward Dtype Check"], row["Backward Dtype Check"],
+                                     rows, min(rows, key=worst_key, default=None)))
+    return results
+
+
+def _float(text):
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")

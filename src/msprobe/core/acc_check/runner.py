@@ -16,8 +16,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from msprobe.core.acc_check.checker import judge
-from msprobe.core.acc_check.csv_files import ResultFiles, merge_parts, read_rows
+from msprobe.core.acc_check.checker import badness, judge
+from msprobe.core.acc_check.csv_files import ResultFiles, merge_parts, read_rows, results_from_csv
 from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
 from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
@@ -67,11 +67,11 @@ def timestamp():
 
 
 def check_cases(cases, reader, spec, files, save_error_data=False, error_root="", progress=None, seed=1234,
-                executor=None):
+                executor=None, pipeline=True):
     """Run `cases` with one executor, appending each result to `files`; yields each ApiResult in order.
 
-    The next API runs on the framework while a second thread judges and writes the previous one
-    (numpy and torch both release the GIL), so metrics cost little extra wall time.
+    With `pipeline`, the next API runs on the framework while a second thread judges and writes the
+    previous one (numpy and torch both release the GIL): worth it when a spare core is there.
     """
     executor = executor or spec.create()
     source = TensorSource(reader, real_data=True)
@@ -85,6 +85,10 @@ def check_cases(cases, reader, spec, files, save_error_data=False, error_root=""
             progress(case.name)
         return result
 
+    if not pipeline:
+        for case in cases:
+            yield finish(case, executor.run(case, source, rng_for(case.name, seed)))
+        return
     pending = collections.deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="acc_check-judge") as pool:
         for case in cases:
@@ -137,7 +141,8 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         bar = _progress_bar(len(cases), report.resumed, progress)
         try:
             for result in check_cases(todo, reader, spec, files, save_error_data, error_root,
-                                      progress=lambda _: bar.update(1), seed=seed, executor=executor):
+                                      progress=lambda _: bar.update(1), seed=seed, executor=executor,
+                                      pipeline=(os.cpu_count() or 1) >= 2):
                 report.results.append(result)
         finally:
             bar.close()
@@ -146,7 +151,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
 
 
 def _worker(index, api_info, names, spec_options, framework, part_dir, save_error_data, error_root, seed,
-            queue):
+            queue, pipeline):
     """Body of one worker process: check `names` and report each finished API on `queue`."""
     _exit_with_parent()
     try:
@@ -156,7 +161,8 @@ def _worker(index, api_info, names, spec_options, framework, part_dir, save_erro
         spec = ExecutorSpec(framework, spec_options)
         with ResultFiles(part_dir, f"w{index}") as files:
             for _ in check_cases(cases, reader, spec, files, save_error_data, error_root,
-                                 progress=lambda name: queue.put(("done", index, name)), seed=seed):
+                                 progress=lambda name: queue.put(("done", index, name)), seed=seed,
+                                 pipeline=pipeline):
                 pass
         queue.put(("exit", index, ""))
     except BaseException as e:  # the parent reports it; a worker must never hang the run
@@ -217,6 +223,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     groups = [g for g in split_cases(todo, len(devices)) if g]
     attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
     threads = 1  # as in run_acc_check: small APIs gain nothing from more, workers share the cores
+    # a judging thread per worker only while there is a core for it: otherwise workers just contend
+    pipeline = (os.cpu_count() or 1) >= 2 * len(groups)
     error_root = os.path.join(os.path.dirname(result_path), "error_data")
     ctx = multiprocessing.get_context(start_method)
     if start_method == "fork":  # workers inherit the framework import instead of repeating it
@@ -229,7 +237,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
         p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
                         args=(i, api_info, [c.name for c in group], options, reader.framework, part_dir,
-                              save_error_data, error_root, seed, queue))
+                              save_error_data, error_root, seed, queue, pipeline))
         p.start()
         procs.append(p)
     bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
@@ -262,7 +270,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     report = RunReport(result_path, details_path, reader.framework,
                        f"{len(groups)} workers" + (f" on devices {devices}" if accelerator_count else " (CPU)"),
                        resumed=len(cases) - len(todo), workers=len(groups))
-    report.results = _results_from_csv(result_path, details_path, {c.name for c in todo})
+    report.results = results_from_csv(result_path, details_path, {c.name for c in todo}, badness)
     report.error_data_dir = error_root if save_error_data else ""
     report.seconds = time.perf_counter() - start
     return report
@@ -278,31 +286,3 @@ def _part_files(parts_root):
         if os.path.isfile(r) and os.path.isfile(dd):
             found.append((r, dd))
     return found
-
-
-def _results_from_csv(result_path, details_path, names):
-    """ApiResults of `names` read back from merged files (for the summary of a multi-worker run)."""
-    from msprobe.core.acc_check.csv_files import case_of_detail
-    from msprobe.core.acc_check.results import ApiResult, DetailRow
-    details = {}
-    for row in read_rows(details_path):
-        details.setdefault(case_of_detail(row["API Name"]), []).append(DetailRow(
-            row["API Name"], row["Bench Dtype"], row["Tested Dtype"], row["Shape"], _f(row["Cosine"]),
-            _f(row["MaxAbsErr"]), _f(row["MaxRelativeErr"]), row["Status"], row["Message"], _f(row["MaxUlpErr"]),
-            row["ReductionLength"], row["Dtype Status"]))
-    results = []
-    for row in read_rows(result_path):
-        if row["API Name"] in names:
-            rows = details.get(row["API Name"], [])
-            from msprobe.core.acc_check.checker import _badness
-            results.append(ApiResult(row["API Name"], row["Forward Test Success"], row["Backward Test Success"],
-                                     row["Message"], row["Forward Dtype Check"], row["Backward Dtype Check"],
-                                     rows, min(rows, key=_badness, default=None)))
-    return results
-
-
-def _f(text):
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
