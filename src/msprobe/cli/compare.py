@@ -12,15 +12,12 @@ Exit code: 0, 1 on bad input, 2 with --fail-on-divergence when the diagnosis fin
 """
 
 import argparse
-import importlib.util
 import json
-import logging
 import os
 import time
 
 from msprobe.core.errors import ConfigError, MsprobeError
 
-log = logging.getLogger(__name__)
 _COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log"}
 
 
@@ -93,12 +90,6 @@ def _optional_yaml(value):
     return None if value is True else value
 
 
-def _diagnose(results):
-    """The diagnosis dict, or None while the diagnosis module is not installed."""
-    if importlib.util.find_spec("msprobe.core.compare.diagnosis") is None:
-        return None, None
-    from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
-    return diagnose(results), format_diagnosis
 
 
 def _print_log(result):
@@ -133,14 +124,12 @@ def run(args):
         if print_log:
             _print_log(r)
 
-    diagnosis, fmt = _diagnose(results)
-    if diagnosis is None:
-        log.warning("diagnosis module not available; skipped")
-        return 0
+    from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
+    diagnosis = diagnose(results)
     path = os.path.join(args.output_path, "diagnosis.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(diagnosis, f, indent=1)
-    text = fmt(diagnosis)
+    text = format_diagnosis(diagnosis)
     if not args.diff_analyze:
         text = "\n".join(text.splitlines()[:8])
     print(text)
