@@ -10,7 +10,8 @@ import pytest
 
 from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
 from msprobe.core.compare.diagnosis_report import stack_line
-from msprobe.core.compare.diagnosis_rows import noise_floor, number, row_error, split_row_name
+from msprobe.core.compare.diagnosis_errors import noise_floor, number, row_error
+from msprobe.core.compare.diagnosis_rows import split_row_name
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diagnosis_samples")
 

@@ -20,7 +20,8 @@ import os
 
 from msprobe.core.compare import diagnosis_flow as flow
 from msprobe.core.compare.diagnosis_report import format_diagnosis, stack_line  # noqa: F401 (re-export)
-from msprobe.core.compare.diagnosis_rows import TENSOR_METRIC_COLUMNS, calls_from_table, number
+from msprobe.core.compare.diagnosis_errors import number
+from msprobe.core.compare.diagnosis_rows import TENSOR_METRIC_COLUMNS, calls_from_table
 from msprobe.core.compare.diagnosis_thresholds import (AMPLIFICATION, AMPLIFIED_ONLY, BACKWARD_AMPLIFIED,
                                                       DTYPE_NOISE_FLOOR, EVIDENCE_ROWS, MAX_SUSPECTS)
 from msprobe.core.dump.reader import load_json

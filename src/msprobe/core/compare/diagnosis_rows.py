@@ -4,21 +4,19 @@ The diagnosis needs, per API or module call in execution order, how far each inp
 is off. This module turns a compare table (msProbe's columns, any mode) into that: `Call` objects in
 table order (= dump order = execution order), with `Row`s holding a scale-free error, the noise floor
 of the row's dtypes and flags for what no error number says (dtype changed, inf/nan appeared, a scalar
-argument changed, shape changed). Must not import torch or mindspore.
+argument changed, shape changed); the numbers come from diagnosis_errors. Must not import torch or
+mindspore.
 """
 from __future__ import annotations
 
 import ast
-import functools
 import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprobe.core.compare.diagnosis_thresholds import (DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR,
-                                                      UNKNOWN_DTYPE_NOISE_FLOOR)
-from msprobe.core.compare.dtypes import canonical_dtype
+from msprobe.core.compare.diagnosis_errors import MISSING, dtype_pair, floats, number, row_errors
 
 # Flattened row names (msprobe-facts §3.3): key + .input/.output/.parameters + slot, or a
 # parameters_grad key + parameter name, or a debug key + nested index.
@@ -27,11 +25,6 @@ _MODULE_RE = re.compile(r"^(?P<key>(?:Module|Cell)\..+?\.(?:forward|backward)\.\
                         r"(?P<role>input|output|parameters)(?:\.(?P<slot>.+))?$")
 _API_RE = re.compile(r"^(?P<key>.+?\.\d+\.(?:forward|backward))\.(?P<role>input|output)(?:\.(?P<slot>.+))?$")
 _DEBUG_RE = re.compile(r"^(?P<key>.+?\.\d+\.debug)(?:\.(?P<slot>.+))?$")
-
-_MISSING = {"", "N/A", "None", "none", "unsupported", "null"}
-_NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan,
-                   "infinity": math.inf, "-infinity": -math.inf}
-_INTEGER_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 
 # Flags: reasons a row diverges that are not (only) a number.
 DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
@@ -147,32 +140,6 @@ def direction_of(key):
     return "forward"
 
 
-def number(value):
-    """A table cell as float, None when missing, or the original string for non-numeric values."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:  # numpy scalars
-        return float(value)
-    except (TypeError, ValueError):
-        pass
-    text = str(value).strip()
-    if text in _MISSING:
-        return None
-    low = text.lower()
-    if low in _NONFINITE_TEXT:
-        return _NONFINITE_TEXT[low]
-    if text.endswith("%"):
-        try:
-            return float(text[:-1]) / 100.0
-        except ValueError:
-            return text
-    return text
-
-
 _DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
 
 
@@ -194,109 +161,7 @@ def _numel(shape):
 
 def _is_tensor_dtype(dtype):
     text = "" if dtype is None else str(dtype)
-    return bool(text) and text not in _MISSING and not text.startswith("<class") and text != "nan"
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype_pair(t_dtype, g_dtype):
-    """(noise floor, dtypes differ) of a row's two dtype strings; a table has only a handful."""
-    return noise_floor(t_dtype, g_dtype), canonical_dtype(t_dtype) != canonical_dtype(g_dtype)
-
-
-def noise_floor(*dtypes):
-    """The noise floor of a comparison between tensors of these dtypes (the coarser one wins)."""
-    floors = []
-    for d in dtypes:
-        c = canonical_dtype(d)
-        if c in DTYPE_NOISE_FLOOR:
-            floors.append(DTYPE_NOISE_FLOOR[c])
-        elif c in _INTEGER_DTYPES:
-            floors.append(INTEGER_NOISE_FLOOR)
-        else:
-            floors.append(UNKNOWN_DTYPE_NOISE_FLOOR)
-    return max(floors) if floors else UNKNOWN_DTYPE_NOISE_FLOOR
-
-
-def row_error(target, golden, euc_dist=None, max_abs_err=None):
-    """Scale-free error of one tensor and whether inf/nan differ (see `row_errors`).
-
-    Args:
-        target, golden: (max, min, mean, norm), floats or None when absent.
-        euc_dist, max_abs_err: tensor-mode metrics, or None.
-
-    Returns:
-        (error, nonfinite_differs)
-    """
-    t, tp = _floats_2d([target])
-    g, gp = _floats_2d([golden])
-    euc, _ = _floats([euc_dist])
-    mae, _ = _floats([max_abs_err])
-    err, nonfinite = row_errors(t, tp, g, gp, euc, mae)
-    return float(err[0]), bool(nonfinite[0])
-
-
-def row_errors(t, t_present, g, g_present, euc_dist, max_abs_err):
-    """Scale-free errors of many tensors at once, and where inf/nan differ.
-
-    Every term is a lower bound of the element-wise error measured against the golden tensor's size:
-    |ΔNorm| / Norm and |ΔMax|, |ΔMin|, |ΔMean| over the golden range max(|Max|, |Min|); with tensor
-    metrics also EucDist / Norm (relative L2 error) and MaxAbsErr / range. So statistics and tensor
-    mode rank the same way, and an error of 1e-3 reads "a thousandth of the tensor's scale". A zero
-    golden scale makes any difference a full error (1).
-
-    Args:
-        t, g: float arrays (n, 4) of max, min, mean, norm (NaN where absent or NaN);
-        t_present, g_present: bool arrays (n, 4), False where the statistic is absent;
-        euc_dist, max_abs_err: float arrays (n,), NaN where absent.
-
-    Returns:
-        (errors (n,), nonfinite_differs (n,) bool); errors are inf where inf/nan differ.
-    """
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t_bad = t_present & ~np.isfinite(t)
-        g_bad = g_present & ~np.isfinite(g)
-        both = t_present & g_present
-        same_bad = (t == g) | (np.isnan(t) & np.isnan(g))
-        nonfinite = (both & ((t_bad != g_bad) | (t_bad & g_bad & ~same_bad))).any(axis=1)
-        fin = both & ~t_bad & ~g_bad
-        g_abs = np.where(fin | (g_present & ~g_bad), np.abs(g), 0.0)
-        scale = np.maximum(g_abs[:, 0], g_abs[:, 1])
-        norm = np.abs(g[:, 3])
-        terms = [np.where(fin[:, 3], _rel(np.abs(t[:, 3] - g[:, 3]), norm), 0.0),
-                 np.where(fin[:, 3] & np.isfinite(euc_dist), _rel(euc_dist, norm), 0.0),
-                 np.where(np.isfinite(max_abs_err), _rel(max_abs_err, scale), 0.0)]
-        for k in range(3):
-            terms.append(np.where(fin[:, k], _rel(np.abs(t[:, k] - g[:, k]), scale), 0.0))
-        err = np.maximum.reduce(terms)
-    err = np.where(nonfinite, np.inf, err)
-    return err, nonfinite
-
-
-def _rel(diff, scale):
-    """diff / scale, with a zero scale giving 0 for no difference and 1 (a full error) otherwise."""
-    return np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), np.where(diff == 0, 0.0, 1.0))
-
-
-def _floats(values):
-    """Float array and presence mask of table cells (None/'N/A' absent; 'inf', ' inf', 'nan' parsed)."""
-    out = np.empty(len(values), dtype=np.float64)
-    present = np.ones(len(values), dtype=bool)
-    for i, v in enumerate(values):
-        if type(v) is float:  # the common case first
-            out[i] = v
-            continue
-        x = number(v)
-        if isinstance(x, float):
-            out[i] = x
-        else:
-            out[i] = np.nan
-            present[i] = False
-    return out, present
-
-
-def _floats_2d(rows):
-    cols = [_floats([r[k] for r in rows]) for k in range(4)]
-    return np.stack([c[0] for c in cols], axis=1), np.stack([c[1] for c in cols], axis=1)
+    return bool(text) and text not in MISSING and not text.startswith("<class") and text != "nan"
 
 
 def _column(table, name, n):
@@ -338,7 +203,7 @@ def calls_from_table(table):
     has_md5 = "NPU MD5" in table.columns
     t, tp = _stats_matrix(col, _TARGET_STATS)
     g, gp = _stats_matrix(col, _GOLDEN_STATS)
-    errors, nonfinite = row_errors(t, tp, g, gp, _floats(col["EucDist"])[0], _floats(col["MaxAbsErr"])[0])
+    errors, nonfinite = row_errors(t, tp, g, gp, floats(col["EucDist"])[0], floats(col["MaxAbsErr"])[0])
     stats = (t.tolist(), tp.tolist(), g.tolist(), gp.tolist(), errors.tolist(), nonfinite.tolist())
     calls, by_key = [], {}
     for i in range(n):
@@ -368,7 +233,7 @@ _GOLDEN_STATS = ("Bench max", "Bench min", "Bench mean", "Bench l2norm")
 
 
 def _stats_matrix(col, names):
-    pairs = [_floats(col[c]) for c in names]
+    pairs = [floats(col[c]) for c in names]
     return np.stack([p[0] for p in pairs], axis=1), np.stack([p[1] for p in pairs], axis=1)
 
 
@@ -380,7 +245,7 @@ def _row(col, stats, i, name, role, slot, is_param, has_md5):
     bench_name = col["Bench Name"][i]
     message = str(col["Err_message"][i] or "")
     matched = not (bench_name is None or (isinstance(bench_name, float) and math.isnan(bench_name))
-                   or str(bench_name) in _MISSING or "No bench data matched" in message)
+                   or str(bench_name) in MISSING or "No bench data matched" in message)
     t_dtype, g_dtype = col["NPU Dtype"][i], col["Bench Dtype"][i]
     is_tensor = _is_tensor_dtype(t_dtype)
     t, tp, g, gp, errors, nonfinite = stats
@@ -401,7 +266,7 @@ def _row(col, stats, i, name, role, slot, is_param, has_md5):
             row.flags.add(ARGUMENT)
             row.error = math.inf
         return row
-    row.floor, dtype_changed = _dtype_pair(str(t_dtype), str(g_dtype))
+    row.floor, dtype_changed = dtype_pair(str(t_dtype), str(g_dtype))
     if dtype_changed:
         row.flags.add(DTYPE)
     if str(col["NPU Tensor Shape"][i]) != str(col["Bench Tensor Shape"][i]):
