@@ -12,6 +12,7 @@ Records carry msProbe's fields (rank, step, micro_step, pp_stage, vpp_stage, cal
 message, group_mates) plus rule, op, value and history_mean. Must not import torch or mindspore.
 """
 
+import json
 import logging
 import math
 import os
@@ -121,8 +122,11 @@ class AnomalyFile:
         if self._file is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self._file = JsonAppendFile(self.path)
-        for a in anomalies:
-            self._file.append(f"{a['tag_name']}_{a['op']}_step_{a['step']}_call_{a['call_id']}", a)
+        # one write per step: the first member goes through append_raw, the rest ride along in its value text
+        members = [(json.dumps(f"{a['tag_name']}_{a['op']}_step_{a['step']}_call_{a['call_id']}"),
+                    json.dumps(a, allow_nan=False)) for a in anomalies]
+        rest = "".join(f",\n {k}: {v}" for k, v in members[1:])
+        self._file.append_raw(members[0][0], members[0][1] + rest)
 
     def close(self):
         if self._file is not None:

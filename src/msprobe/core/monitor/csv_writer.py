@@ -5,25 +5,19 @@ Columns follow msProbe: `vpp_stage,name,step,[micro_step],<ops...>,shape,dtype`;
 """
 
 import csv
-import math
 import os
 
 from msprobe.core.monitor.records import MICRO_STEP_TAGS
 
 
 def format_value(value, ndigits):
-    """`ndigits` significant digits; inf/nan stay as the words csv readers (pandas) understand.
+    """`ndigits` significant digits (`%g`: integers without a point, `nan`, `inf`, `-inf` as words pandas
+    reads).
 
     msProbe rounds to `ndigits` decimal places, which writes Adam's exp_avg_sq (~1e-9) as 0.0;
     significant digits keep small values readable at the same width.
     """
-    if value is None or math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value)) if abs(value) >= 1 or value == 0 else repr(value)
-    return f"{value:.{max(ndigits, 1)}g}"
+    return "%.*g" % (ndigits, value)
 
 
 def shape_text(shape):
@@ -70,7 +64,7 @@ class MonitorCsvWriter:
                 if new:
                     writer.writerow(self.header(tag))
                 micro = tag in MICRO_STEP_TAGS
-                nd = self.ndigits
+                nd = max(self.ndigits, 1)
                 writer.writerows([r.vpp_stage, r.name, r.step] + ([r.micro_step] if micro else [])
-                                 + [format_value(v, nd) for v in r.values] + [shape_text(r.shape), r.dtype]
+                                 + ["%.*g" % (nd, v) for v in r.values] + [shape_text(r.shape), r.dtype]
                                  for r in tag_rows)
