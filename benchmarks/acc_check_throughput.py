@@ -89,7 +89,7 @@ def _spin(n):
     return s
 
 
-def time_spin(processes, n=4_000_000):
+def time_spin(processes, n=10_000_000):
     """Wall time of `processes` forked processes sharing 2n iterations of pure Python: how much
     parallelism the machine gives right now (2.0 on two idle cores)."""
     import multiprocessing
