@@ -63,11 +63,9 @@ def write_summary(path, header, rows):
 
 
 def write_direction(path, bits):
-    """Save a packed sign bitmap (uint8 from np.packbits)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp.npy"
-    np.save(tmp, bits, allow_pickle=False)
-    os.replace(tmp, path)
+    """Save a packed sign bitmap (uint8 from np.packbits). Written in place: a step is complete once its
+    grad_summary CSV exists, which is written after its bitmaps and renamed into place."""
+    np.save(path, bits, allow_pickle=False)
 
 
 def find_grad_ranks(root):

@@ -7,6 +7,7 @@ which bounds the memory held by step results not yet written. Must not import to
 
 import logging
 import math
+import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -76,6 +77,8 @@ class GradProbeWriter:
     def _write(self, rank, step, params, resolve):
         res = resolve()
         rows = []
+        if res.bits is not None:
+            os.makedirs(os.path.dirname(direction_path(self.cfg.dump_path, rank, step, "x")), exist_ok=True)
         for i, (name, shape) in enumerate(params):
             row = [name]
             if res.md5 is not None:
