@@ -98,7 +98,8 @@ w = time.perf_counter()
 if out != "-":
     write_result(r.table, out, "bench.csv")
 print(json.dumps({"wall": compare_wall, "cpu": compare_cpu, "write": time.perf_counter() - w,
-                  "rows": len(r.table), "children_cpu": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime,
+                  "rows": len(r.table), "children_cpu": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                  + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
