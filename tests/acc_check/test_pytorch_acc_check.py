@@ -152,6 +152,8 @@ def test_skip_rows_say_why(tmp_path):
                                 "output": [t]},
         "Aten.mul.Tensor.0.forward": {"input_args": [t, t], "input_kwargs": {}, "output": [t]},
         "Torch.linalg_norm.0.forward": {"input_args": [t], "input_kwargs": {}, "output": [t]},
+        "Torch.linalg_eigh.0.forward": {"input_args": [dict(t, dtype="torch.float16")], "input_kwargs": {},
+                                        "output": [t]},
         "Tensor.__getitem__.0.forward": {"input_args": [t, [{"type": "slice", "value": [0, 2, None]},
                                                             {"type": "ellipsis", "value": "..."}]],
                                          "input_kwargs": {}, "output": [t]},
@@ -167,6 +169,10 @@ def test_skip_rows_say_why(tmp_path):
     assert "has no such API" in result["Torch.no_such_api.0"]["Message"]
     assert "--custom_api MyOps=" in result["MyOps.fused.0"]["Message"]
     assert "my.Opaque cannot be rebuilt" in result["Torch.sum.0"]["Message"]
+    # no kernel for that dtype here: the framework's own words, with the device and dtype
+    eigh = result["Torch.linalg_eigh.0"]
+    assert eigh["Forward Test Success"] == "SKIP"
+    assert "cannot run on cpu (torch.float16)" in eigh["Message"] and "not implemented for 'Half'" in eigh["Message"]
     # resolved by name: aten overloads, torch.linalg under the Torch prefix, indexing with slices
     for name in ("Aten.mul.Tensor.0", "Torch.linalg_norm.0", "Tensor.__getitem__.0"):
         assert result[name]["Forward Test Success"] == "pass", result[name]
