@@ -273,3 +273,20 @@ def test_seed_all_rm_dropout_and_deterministic_mode():
         restore_dropout()  # (MindSpore cannot switch deterministic mode off again in a process)
     assert (ms.ops.Dropout(keep_prob=0.5)(x)[0].asnumpy() == 0).any()  # restored: dropout drops again
     assert ms.mint.nn.Dropout(p=0.5).p == 0.5
+
+
+def test_in_place_call_refreshes_cached_statistics(tmp_path):
+    """Statistics are cached per tensor object; an in-place API must not leave the old values behind."""
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    x = ms.Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
+    debugger.start()
+    y = ms.mint.abs(x)
+    y[0] = 10.0
+    ms.mint.neg(y)
+    debugger.stop()
+    debugger.step()
+    r = reader(tmp_path)
+    assert list(r.keys()) == ["Mint.abs.0.forward", "Tensor.__setitem__.0.forward", "Mint.neg.0.forward"]
+    assert r["Tensor.__setitem__.0.forward"]["input_args"][0]["Max"] == 4.0
+    assert r["Tensor.__setitem__.0.forward"]["output"][0]["Max"] == 10.0  # the changed tensor
+    assert r["Mint.neg.0.forward"]["input_args"][0]["Max"] == 10.0

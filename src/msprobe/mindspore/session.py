@@ -173,6 +173,8 @@ class DumpSession:
                 in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
             else:
                 in_args, in_kwargs = [], {}
+            if inplace:
+                self.summarizer.forget(_tensors_in(args))
             # in-place calls must mutate the caller's tensors, not hook copies: no backward for them
             if flt.backward and not inplace and grad_recording():
                 self._seq += 1
@@ -189,9 +191,12 @@ class DumpSession:
             _state.depth -= 1
         _state.busy = True
         try:
+            result = out
+            if inplace and args and not isinstance(out, ms.Tensor):
+                result = args[0]  # __setitem__, collectives: the changed argument is the result
             if flt.forward:
                 record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                          "output": self.outputs_record(key, out, save, waits) if flt.output else []}
+                          "output": self.outputs_record(key, result, save, waits) if flt.output else []}
                 self.emit(key, record, waits)
             self.note_structure(key, self.parent_key(), stack)
             if tracker is not None:
@@ -325,6 +330,16 @@ def _copy_outcome(src, dst):
         dst.set_exception(src.exception())
     else:
         dst.set_result(None)
+
+
+def _tensors_in(values):
+    out = []
+    for v in values:
+        if isinstance(v, ms.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(_tensors_in(v))
+    return out
 
 
 def _backward_parent(stack):

@@ -4,7 +4,10 @@ MindSpore's CPU build has no kernel for `mint.norm` (LinalgVectorNorm), which is
 dump statistics on a CPU; here every statistic is a numpy reduction of `asnumpy()`, so nothing needs a
 device kernel. Conventions shared with the PyTorch adapter (msprobe-facts §3.2): bool -> Max=any,
 Min=all, Mean/Norm null; complex -> statistics of |x|; empty -> all null; float16/bfloat16 reduced in
-float32. A tensor seen again unchanged (same object, same `_version`) reuses its statistics.
+float32. A tensor seen again in the same step (same object) reuses its statistics: an API's input is
+usually the previous API's output. Reading `_version` to validate that would make MindSpore finish all
+queued work (a spin-wait: it doubled the CPU time of a step), so calls that work in place drop their
+tensors from the cache instead (`forget`), and the cache lives for one step.
 """
 
 import weakref
@@ -84,17 +87,21 @@ class Summarizer:
         hit = self._cache.get(id(old))
         if hit is not None and hit[0]() is old:
             try:
-                self._cache[id(new)] = (weakref.ref(new), getattr(new, "_version", -1), hit[2])
+                self._cache[id(new)] = (weakref.ref(new), hit[1])
             except TypeError:
                 pass
+
+    def forget(self, tensors):
+        """Drop the cached records of tensors a call is about to change in place."""
+        for t in tensors:
+            self._cache.pop(id(t), None)
 
     def summarize(self, t):
         """(record, host view or None) for tensor `t`; the view (see host_view) is returned when it was
         made anyway, to be copied at once by a caller that keeps it."""
         hit = self._cache.get(id(t))
-        version = getattr(t, "_version", -1)
-        if hit is not None and hit[0]() is t and hit[1] == version:
-            return dict(hit[2]), None
+        if hit is not None and hit[0]() is t:
+            return dict(hit[1]), None
         rec = {"type": "mindspore.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
         arr = None
         if self.stats or self.md5:
@@ -106,7 +113,7 @@ class Summarizer:
         if len(self._cache) > _CACHE_LIMIT:
             self._cache.clear()
         try:
-            self._cache[id(t)] = (weakref.ref(t), version, rec)
+            self._cache[id(t)] = (weakref.ref(t), rec)
         except TypeError:  # not weak-referenceable: never cached
             pass
         return dict(rec), arr
