@@ -109,7 +109,7 @@ class PrecisionDebugger:
         self.stop()
         self._close_session()
         if self._modules is not None:
-            self._modules.release()
+            self._modules.end_step()
         self.current_step += 1
         self._token_iter = 0
         self._save_counts = {}

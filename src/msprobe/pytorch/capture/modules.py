@@ -22,16 +22,21 @@ def named_submodules(models):
 
 
 class ModuleCapture:
-    """Owns the module hooks. Forward hooks live between attach() and detach() (start/stop);
-    parameter-gradient hooks stay until release() (step end), since backward may follow stop()."""
+    """Owns the module hooks. They are installed once and stay until release() (close, or another
+    model): installing ~2 hooks per module at every start() cost more than an idle hook's flag check.
+    Forward hooks record between attach() and detach() (start/stop); parameter-gradient hooks until
+    end_step(), since backward may follow stop()."""
 
     def __init__(self, models):
         self.modules = list(named_submodules(models))
         self._fwd_handles = []
         self._grad_handles = []
         self._frames = []
+        self.forward_active = False
+        self.grads_active = False
 
     def attach(self):
+        self.forward_active = self.grads_active = True
         if self._fwd_handles:
             return
         for path, mod in self.modules:
@@ -43,21 +48,22 @@ class ModuleCapture:
             self._attach_grad_hooks()
 
     def detach(self):
-        for h in self._fwd_handles:
-            h.remove()
-        self._fwd_handles = []
+        self.forward_active = False
+
+    def end_step(self):
+        self.forward_active = self.grads_active = False
 
     def release(self):
-        self.detach()
-        for h in self._grad_handles:
+        self.end_step()
+        for h in self._fwd_handles + self._grad_handles:
             h.remove()
-        self._grad_handles = []
+        self._fwd_handles, self._grad_handles = [], []
 
     # -- forward -------------------------------------------------------------------------------
     def _pre(self, base):
         def hook(module, args, kwargs):
             session = _state.session
-            if session is None or _state.busy or _state.depth:
+            if session is None or not self.forward_active or _state.busy or _state.depth:
                 self._frames.append(None)
                 return None
             index = session.counter.next(base)
@@ -106,7 +112,7 @@ class ModuleCapture:
             if not params:
                 continue
             seen.update(id(p) for _, p in params)
-            state = _ParamGradState(f"Module.{path}.{type(mod).__name__}", [n for n, _ in params])
+            state = _ParamGradState(self, f"Module.{path}.{type(mod).__name__}", [n for n, _ in params])
             for name, p in params:
                 self._grad_handles.append(p.register_post_accumulate_grad_hook(state.hook(name)))
 
@@ -114,7 +120,8 @@ class ModuleCapture:
 class _ParamGradState:
     """Collects the accumulated .grad of one module's parameters; emits parameters_grad when all arrived."""
 
-    def __init__(self, base, names):
+    def __init__(self, owner, base, names):
+        self.owner = owner
         self.base = base
         self.names = names
         self.got = {}
@@ -122,7 +129,7 @@ class _ParamGradState:
     def hook(self, name):
         def on_grad(param):
             session = _state.session
-            if session is None or self.base not in session.recorded_modules:
+            if session is None or not self.owner.grads_active or self.base not in session.recorded_modules:
                 return
             prev, _state.busy = _state.busy, True
             try:

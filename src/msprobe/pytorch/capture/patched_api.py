@@ -16,7 +16,9 @@ from msprobe.pytorch import _state
 _DATA_PARAMS = ("tensor", "object", "output", "input", "scatter_list", "gather_list", "p2p_op_list")
 
 
+@functools.lru_cache(maxsize=1)
 def collective_names():
+    """Names of the collectives (signature inspection is slow: computed once per process)."""
     import torch.distributed as dist
     if not dist.is_available():
         return []
@@ -58,6 +60,8 @@ class PatchedApis:
 
     def __init__(self):
         self._originals = {}  # (module, attr) -> original callable
+        # (module, attr, original, prefix, name, inplace) -> wrapper, reused by the next start()
+        self._wrappers = {}
 
     def patch(self, module, attr, prefix, name=None, inplace=False):
         if (module, attr) in self._originals:
@@ -67,7 +71,11 @@ class PatchedApis:
             raise MsprobeError(f"register_custom_api: {getattr(module, '__name__', module)!s}.{attr} "
                                "is not a callable attribute")
         self._originals[(module, attr)] = orig
-        setattr(module, attr, _wrap(orig, prefix, name or attr, inplace))
+        spec = (module, attr, orig, prefix, name or attr, inplace)
+        wrapper = self._wrappers.get(spec)
+        if wrapper is None:
+            wrapper = self._wrappers[spec] = _wrap(orig, prefix, name or attr, inplace)
+        setattr(module, attr, wrapper)
 
     def restore(self, module=None, attr=None):
         """Restore one attribute, or every patched attribute when called without arguments."""
