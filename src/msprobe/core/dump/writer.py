@@ -2,9 +2,11 @@
 construct.json, dump_tensor_data/, dump_error_info.log.
 
 Records arrive from the capture hot path as plain dicts. dump.json is appended record by record and
-is valid JSON after every append (crash safety, see json_append.py). Work that may be slow — tensor
-files, checksums — runs on a small thread pool; a record waiting for such work is held back so that
-dump.json keeps capture order. Must not import torch or mindspore.
+is valid JSON after every append (crash safety, see json_append.py). Work an adapter hands to the small
+thread pool (`submit`: tensor files of device tensors, copied to the host first) may finish later; a
+record waiting for it is held back so that dump.json keeps capture order. (The PyTorch adapter writes
+files of CPU tensors and computes checksums on the calling thread, from the tensor's own memory.)
+Must not import torch or mindspore.
 """
 
 import json
