@@ -106,3 +106,48 @@ def test_tensor_dump_really_is_missing_on_cpu():
     reason = tensor_dump_missing()
     if ms.get_context("device_target") == "CPU":
         assert reason is not None and "TensorDump" in reason
+
+
+L2_PYNATIVE_SCRIPT = textwrap.dedent("""
+    import sys
+    from msprobe.mindspore import PrecisionDebugger
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn
+    debugger = PrecisionDebugger(config_path=sys.argv[1])
+    debugger.start()
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(4, 3)
+
+        @ms.jit
+        def construct(self, x):
+            return ms.ops.relu(self.fc(x))
+
+    block = Block()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    for _ in range(2):
+        y = ms.mint.tanh(block(x))  # PyNative: not a kernel of the compiled graph
+        debugger.stop()
+        debugger.step()
+""")
+
+
+def test_l2_in_pynative_dumps_the_jit_compiled_part(tmp_path):
+    cfg = tmp_path / "config.json"
+    dump = tmp_path / "dump"
+    cfg.write_text(json.dumps({"task": "tensor", "level": "L2", "dump_path": str(dump), "step": [1],
+                               "tensor": {"data_mode": ["output"]}}))
+    script = tmp_path / "run.py"
+    script.write_text(L2_PYNATIVE_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(cfg)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((dump / "kernel_kbyk_dump.json").read_text())["common_dump_settings"]["iteration"] == "1"
+    files = [os.path.basename(p) for p in glob.glob(str(dump / "rank_0" / "Net" / "*" / "*" / "*.npy"))]
+    kinds = {KERNEL_FILE.match(f).group(1) for f in files}
+    assert {"MatMul", "BiasAdd", "ReLU"} <= kinds and "Tanh" not in kinds
+    assert all(KERNEL_FILE.match(f).group(6) == "output" for f in files)  # data_mode output
+    iterations = {os.path.basename(p) for p in glob.glob(str(dump / "rank_0" / "Net" / "*" / "*"))}
+    assert iterations == {"1"}  # config step [1] -> MindSpore iteration "1" only
