@@ -197,6 +197,7 @@ class PrecisionDebugger:
             return
         if self._capturing:
             self._capture_off()
+            self._running = False  # start() goes on to capture with the new model
         if self._cells is not None:
             self._cells.release()
             self._cells = None
