@@ -188,5 +188,14 @@ def test_cli_aliases_and_one_line_errors(pt_dumps, tmp_path):
     bad_resume = _cli("acc_check", "-api_info", pt_dumps["statistics"], "-csv_path", str(tmp_path / "x.csv"))
     assert bad_resume.returncode == 1 and "accuracy_checking_result_" in bad_resume.stderr
     assert "Traceback" not in bad_resume.stderr
+    out_file = tmp_path / "a_file"
+    out_file.write_text("x")
+    bad_out = _cli("acc_check", "-api_info", pt_dumps["statistics"], "-o", str(out_file))
+    assert bad_out.returncode == 1 and "is a file" in bad_out.stderr and "Traceback" not in bad_out.stderr
+    l0 = tmp_path / "l0.json"
+    l0.write_text('{"task": "statistics", "level": "L0", "framework": "pytorch", "data": '
+                  '{"Module.fc.Linear.forward.0": {"input_args": [], "output": []}}}')
+    only_modules = _cli("acc_check", "-api_info", str(l0))
+    assert only_modules.returncode == 1 and "level L1 or mix is needed" in only_modules.stderr
     two = _cli("acc_check", "-api_info", pt_dumps["statistics"], "-d", "0", "1")
     assert two.returncode == 1 and "multi_acc_check" in two.stderr

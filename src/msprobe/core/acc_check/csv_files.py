@@ -83,6 +83,8 @@ class ResultFiles:
             self.timestamp = m.group(1)
             self.done = self.recover()
         else:
+            if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+                raise MsprobeError(f"-o '{out_dir}': is a file; expected a directory for the result CSVs")
             os.makedirs(out_dir, exist_ok=True)
             self.timestamp = timestamp
             self.result_path = os.path.join(out_dir, result_csv_name(timestamp))
