@@ -14,8 +14,10 @@ Not guaranteed:
   * stack.json of the killed step: it is written only at flush (stop/step/exit), so it is usually absent;
   * backward records of calls whose gradients were not complete at the kill, parameters_grad of modules
     whose gradients had not all arrived;
-  * records still waiting for background work (tensor files, md5 checksums) at the kill, and everything
-    after them in capture order (held back to keep dump.json in capture order); tensor files being written.
+  * records still waiting for background work (files of device tensors, copied to the host and written on
+    the writer pool) at the kill, and everything after them in capture order (held back to keep dump.json in
+    capture order); a tensor file being written at the kill (CPU tensors' files and md5 checksums are done
+    on the training thread before their record is appended, so a record on disk has its files).
 """
 
 import json
