@@ -56,6 +56,11 @@ def array_stats(a):
                 "Norm": float(np.sqrt(np.dot(f64, f64)))}
     if flat.dtype == np.float16:
         flat = flat.astype(np.float32)
+    with np.errstate(all="ignore"):  # inf/nan tensors are what an overflow hunt dumps
+        return _float_stats(flat)
+
+
+def _float_stats(flat):
     return {"Max": json_float(float(flat.max())), "Min": json_float(float(flat.min())),
             "Mean": json_float(float(flat.mean())), "Norm": json_float(float(np.sqrt(np.dot(flat, flat))))}
 
