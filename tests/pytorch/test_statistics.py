@@ -125,3 +125,13 @@ def test_write_npy_and_link(tmp_path):
     assert link_file(tmp_path / "x.npy", dst)
     assert os.path.samefile(tmp_path / "x.npy", dst)
     assert link_file(tmp_path / "x.npy", dst)  # replaces an existing file
+
+
+def test_tensors_without_storage_are_summarised_uncached():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    s = Summarizer(stats=False)
+    with FakeTensorMode():
+        fake = torch.empty(3, 4)
+    rec, entry = s.summarize(fake)
+    assert entry is None and rec["shape"] == [3, 4] and rec["dtype"] == "torch.float32"
+    s.forget([fake])

@@ -21,6 +21,7 @@ from msprobe.core.dump.json_append import json_float
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DTYPE_NAMES = {}
 # CRC-32 of buffers at least this large runs in two halves, one on a writer thread (zlib frees the GIL).
 _SPLIT_CRC_BYTES = 1 << 20
@@ -66,7 +67,12 @@ class Summarizer:
         """Drop cached results of tensors changed behind autograd's back (collectives write in place
         without bumping the version counter)."""
         for t in tensors:
-            self._cache.pop(_memory_key(t), None)
+            if type(t) not in _PLAIN:
+                continue
+            try:
+                self._cache.pop(_memory_key(t), None)
+            except (RuntimeError, NotImplementedError):
+                pass
 
     def summarize(self, t):
         """Record for tensor `t` (a fresh dict the caller may extend) and its cache entry (or None).
@@ -74,8 +80,13 @@ class Summarizer:
         The entry's `file` is where the tensor was saved, if it was: the caller may link to it.
         """
         key = None
-        if not t.is_inference() and t.layout is torch.strided:
-            key = _memory_key(t)
+        # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
+        if type(t) in _PLAIN and t.layout is torch.strided and not t.is_inference():
+            try:
+                key = _memory_key(t)
+            except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
+                key = None
+        if key is not None:
             hit = self._cache.get(key)
             # alive storage: the memory was not freed and reused by another tensor since
             if hit is not None and t._version == hit.version and hit.ref() is not None:
@@ -91,7 +102,10 @@ class Summarizer:
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
-            entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, rec)
+            try:
+                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, rec)
+            except (RuntimeError, TypeError):
+                entry = None
             rec = dict(rec)
         rec["requires_grad"] = t.requires_grad
         return rec, entry
