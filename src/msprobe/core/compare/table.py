@@ -69,7 +69,7 @@ def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None
     flags = V.Flags(len(target))
     all_ex, in_ex = V.exemptions(target["key"].to_numpy(dtype=object))
     V.row_checks(flags, target, g, matched, cross_framework,
-                 (p.t_num["max"][0], p.t_num["min"][0]), (p.g_num["max"][0], p.g_num["min"][0]))
+                 (p.t_num["max"][0], p.t_num["min"][0]), (p.g_num["max"][0], p.g_num["min"][0]), p.t_num["max"][1])
     roles = target["role"].to_numpy(dtype=object)
     keys = target["key"].to_numpy(dtype=object)
     extra = None

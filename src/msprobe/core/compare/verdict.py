@@ -67,8 +67,10 @@ def _fused(keys):
     return pd.Series(keys, dtype=object).isin(fused).to_numpy()
 
 
-def row_checks(flags, target, golden_rows, matched, cross_framework, t_minmax, g_minmax):
-    """Checks of each row on its own. `golden_rows` are the paired golden rows (aligned to target)."""
+def row_checks(flags, target, golden_rows, matched, cross_framework, t_minmax, g_minmax, t_has_stats):
+    """Checks of each row on its own. `golden_rows` are the paired golden rows (aligned to target);
+    `t_minmax`/`g_minmax` are (max, min) float arrays; `t_has_stats` marks target rows whose Max is a
+    number (NaN included), as opposed to absent."""
     fused = _fused(target["key"].to_numpy(dtype=object))
     t_kind = target["kind"].to_numpy(dtype=object)
     g_kind = golden_rows["kind"].to_numpy(dtype=object)
@@ -106,9 +108,7 @@ def row_checks(flags, target, golden_rows, matched, cross_framework, t_minmax, g
     with np.errstate(invalid="ignore"):
         t_bad = ~np.isfinite(t_max) | ~np.isfinite(t_min)
         g_fine = np.isfinite(g_max) & np.isfinite(g_min)
-    t_number = ~np.isnan(t_max) | np.array([isinstance(v, float) for v in target["max"]]) if np.isnan(t_max).any() \
-        else np.ones(flags.n, dtype=bool)
-    flags.add(MSG_NONFINITE, matched & (t_kind == "tensor") & (g_kind == "tensor") & t_bad & g_fine & t_number)
+    flags.add(MSG_NONFINITE, matched & (t_kind == "tensor") & (g_kind == "tensor") & t_bad & g_fine & t_has_stats)
 
 
 def _same_value(a, b):
