@@ -217,3 +217,19 @@ def test_msprobe_sample_dumps_compare_with_themselves(sample):
     assert len(res.table) > 0
     assert set(res.table["Result"]) == {"pass"}
     assert res.mode == ("md5" if '"md5"' in text else json.loads(text.replace("NaN", "null"))["task"])
+
+
+def test_fuzzy_alignment_of_differing_and_missing_calls():
+    from msprobe.core.compare.matching import _fuzzy_pairs
+    names = ["linear", "gelu", "add", "norm"] * 50
+    golden = [f"Functional.{n}.{i}.forward" for i, n in enumerate(names)]
+    target = list(golden)
+    target[10] = "Functional.other.0.forward"         # a different call in the same place
+    del target[40]                                     # a call the target does not make
+    target.insert(100, "Functional.linear.999.forward")  # an extra call
+    pairs = _fuzzy_pairs(target, golden)
+    assert "Functional.other.0.forward" not in pairs
+    assert "Functional.linear.999.forward" not in pairs
+    assert golden[40] not in pairs.values()
+    assert all(pairs[k] == k for k in target if k in pairs)
+    assert len(pairs) == len(golden) - 2

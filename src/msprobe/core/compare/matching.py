@@ -9,7 +9,6 @@ Must not import torch or mindspore.
 """
 from __future__ import annotations
 
-import difflib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -150,15 +149,60 @@ def _strip_index(key):
     return f"{base}.{direction}" if direction else key
 
 
+# fuzzy alignment: how far ahead to look for the place where the two call sequences agree again, and
+# how many consecutive calls must agree there (one equal name is not enough: call patterns repeat)
+FUZZY_WINDOW = 5000
+FUZZY_RUN = 4
+
+
+def _positions(seq):
+    where = defaultdict(list)
+    for i, name in enumerate(seq):
+        where[name].append(i)
+    return where
+
+
+def _next_agreement(seq, where, start, other, at):
+    """Smallest k > 0 (within the window) where seq[start+k:] begins like other[at:]: -1 if none."""
+    import bisect
+    spots = where.get(other[at], ())
+    run = other[at:at + FUZZY_RUN]
+    for pos in spots[bisect.bisect_right(spots, start):]:
+        k = pos - start
+        if k > FUZZY_WINDOW:
+            break
+        if seq[pos:pos + len(run)] == run:
+            return k
+    return -1
+
+
 def _fuzzy_pairs(target_keys, golden_keys):
-    """target key -> golden key by aligning the two call sequences with call indices removed."""
+    """target key -> golden key by aligning the two call sequences with call indices removed.
+
+    Walks both sequences together; at a disagreement it takes the cheapest way back to FUZZY_RUN agreeing
+    calls: skip extra calls on one side, or one differing call on each side (also the fallback when
+    nothing agrees within the window). Linear in the dump size for dumps that mostly agree.
+    """
     a = [_strip_index(k) for k in target_keys]
     b = [_strip_index(k) for k in golden_keys]
+    where_a, where_b = _positions(a), _positions(b)
     pairs = {}
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for block in matcher.get_matching_blocks():
-        for i in range(block.size):
-            pairs[target_keys[block.a + i]] = golden_keys[block.b + i]
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            pairs[target_keys[i]] = golden_keys[j]
+            i += 1
+            j += 1
+            continue
+        skip_a = _next_agreement(a, where_a, i, b, j)  # extra target calls before a[i + skip_a]
+        skip_b = _next_agreement(b, where_b, j, a, i)  # extra golden calls
+        # or one call differs on each side and the sequences agree right after it
+        swapped = a[i + 1:i + 1 + FUZZY_RUN] == b[j + 1:j + 1 + FUZZY_RUN]
+        options = [(2, 1, 1)] if swapped else []
+        options += [(k, k, 0) for k in (skip_a,) if k > 0] + [(k, 0, k) for k in (skip_b,) if k > 0]
+        _, di, dj = min(options) if options else (0, 1, 1)
+        i += di
+        j += dj
     return pairs
 
 
