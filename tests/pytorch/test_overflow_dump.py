@@ -166,3 +166,12 @@ def test_bad_overflow_nums_is_one_line_error(tmp_path):
                                "overflow_check": {"overflow_nums": 0}}))
     with pytest.raises(ConfigError, match="overflow_nums"):
         PrecisionDebugger(config_path=str(cfg))
+
+
+def test_l2_overflow_records_the_aten_op(tmp_path):
+    root, model, x = run(tmp_path, overflow_nums=1, level="L2")
+    reader, rank_dir = only_reader(root)
+    assert list(reader.keys()) == ["Aten.exp.default.0.forward"]
+    rec = reader["Aten.exp.default.0.forward"]
+    assert rec["output"][0]["Max"] == "inf" and rec["input_args"][0]["data_name"]
+    assert reader.construct["Aten.exp.default.0.forward"] == "Torch.exp.0.forward"

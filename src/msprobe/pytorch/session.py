@@ -146,17 +146,17 @@ class DumpSession:
         """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
-        flt = self.filter
-        if not flt.want_call(key, self.module_stack):
-            return func(*args, **kwargs)
-        if self.overflow is not None:
-            return self._record_call_overflow(prefix, name, index, key, func, args, kwargs, inplace)
         if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
             outer, self.current_api = self.current_api, key
             try:
                 return func(*args, **kwargs)
             finally:
                 self.current_api = outer
+        flt = self.filter
+        if not flt.want_call(key, self.module_stack):
+            return func(*args, **kwargs)
+        if self.overflow is not None:
+            return self._record_call_overflow(prefix, name, index, key, func, args, kwargs, inplace)
         save = flt.saves_tensor(key)
         listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
         forward = flt.forward and listed_forward
@@ -205,13 +205,18 @@ class DumpSession:
         flt = self.filter
         if not flt.forward or not flt.want_call(key, self.module_stack):
             return func(*args, **kwargs)
-        save = flt.saves_tensor(key)
+        overflow = self.overflow
+        if overflow is not None and overflow.exhausted:
+            return func(*args, **kwargs)
+        save = flt.saves_tensor(key) or overflow is not None
         waits = []
+        # overflow_check: inputs summarised after the call, and only if it overflowed (in place: before)
+        eager = flt.input and (overflow is None or inplace)
         _state.busy = True
         try:
             stack = capture_stack() if self.with_stack else None
-            in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
-                                  if flt.input else ([], {}))
+            in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save and not inplace, waits)
+                                  if eager else ([], {}))
         finally:
             _state.busy = False
         out = func(*args, **kwargs)
@@ -219,9 +224,17 @@ class DumpSession:
         try:
             if inplace:
                 self.summarizer.forget(flat_tensors(out))
+            if overflow is not None:
+                if not (any(tensor_overflows(t) for t in flat_tensors(out)) and overflow.take(key)):
+                    return out
+                if flt.input and not eager:
+                    in_args, in_kwargs = self.args_records(key, args, kwargs, "input", True, waits)
             record = {"input_args": in_args, "input_kwargs": in_kwargs,
                       "output": self.outputs_record(key, out, save, waits) if flt.output else []}
-            self.emit(key, record, waits)
+            if overflow is not None:
+                self._writer().add(key, record, waits)
+            else:
+                self.emit(key, record, waits)
             self.note_structure(key, self.current_api, stack)
         finally:
             _state.busy = False
