@@ -153,6 +153,7 @@ def _strip_index(key):
 # how many consecutive calls must agree there (one equal name is not enough: call patterns repeat)
 FUZZY_WINDOW = 5000
 FUZZY_RUN = 4
+FUZZY_DIFFER = 16  # at most this many consecutive calls differing on both sides are bridged
 
 
 def _positions(seq):
@@ -196,11 +197,13 @@ def _fuzzy_pairs(target_keys, golden_keys):
             continue
         skip_a = _next_agreement(a, where_a, i, b, j)  # extra target calls before a[i + skip_a]
         skip_b = _next_agreement(b, where_b, j, a, i)  # extra golden calls
-        # or one call differs on each side and the sequences agree right after it
-        swapped = a[i + 1:i + 1 + FUZZY_RUN] == b[j + 1:j + 1 + FUZZY_RUN]
-        options = [(2, 1, 1)] if swapped else []
-        options += [(k, k, 0) for k in (skip_a,) if k > 0] + [(k, 0, k) for k in (skip_b,) if k > 0]
-        _, di, dj = min(options) if options else (0, 1, 1)
+        # or d calls differ on each side and the sequences agree right after them (preferred on a tie:
+        # a periodic pattern such as transformer layers also agrees after skipping one whole period)
+        differ = next((d for d in range(1, FUZZY_DIFFER + 1)
+                       if a[i + d:i + d + FUZZY_RUN] == b[j + d:j + d + FUZZY_RUN]), 0)
+        options = [(differ, 0, differ, differ)] if differ else []
+        options += [(k, 1, k, 0) for k in (skip_a,) if k > 0] + [(k, 1, 0, k) for k in (skip_b,) if k > 0]
+        _, _, di, dj = min(options) if options else (0, 0, 1, 1)
         i += di
         j += dj
     return pairs
