@@ -51,8 +51,11 @@ class DumpSession:
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
         self.stuck = {}  # trackers with every output gradient in and some input gradient missing
         self._seq = 0
-        self._late = []  # (gradient, record, file stem, save, future): summarised at the next forward call
-        self._late_bytes = 0
+        self._late = []  # (tensor, record, file stem, save, future): summarised in one batch later
+        # defer every tensor's statistics (not only gradients) until a batch point; off for level debug,
+        # whose records go out one by one
+        self.defer = cfg.level != "debug"
+        self._after_backward = False  # gradients were queued: the next forward call summarises the batch
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -79,6 +82,14 @@ class DumpSession:
 
     # -- values -> records -----------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits):
+        """Record of tensor `t`, filled in later (see deferred_record) when deferring, else now.
+        Parameters are read now: they are ready (no wait) and the optimizer changes them in place
+        before a later batch would read them."""
+        if self.defer and not isinstance(t, ms.Parameter):
+            return self.deferred_record(t, file_stem, save, waits)
+        return self.tensor_record_now(t, file_stem, save, waits)
+
+    def tensor_record_now(self, t, file_stem, save, waits):
         rec, arr = self.summarizer.summarize(t)
         if save:
             w = self._writer()
@@ -90,27 +101,32 @@ class DumpSession:
             self.tensor_count += 1
         return rec
 
-    def gradient_record(self, g, file_stem, save, waits):
-        """Record of a gradient met in a backward hook, summarised later (at the next forward call or
-        the step end): reading it now would make MindSpore finish all queued work in the middle of its
-        backward pass, and the step would take twice as long. The writer holds the record (and every
-        later one) until the statistics are in."""
+    def deferred_record(self, t, file_stem, save, waits):
+        """Record of a tensor summarised later, in one batch (at the next forward call after a backward
+        pass, before an in-place call, at the step end, or when many are waiting). Reading a tensor —
+        even its dtype — makes MindSpore's PyNative pipeline spin until the op that makes it has run;
+        doing that per call, and inside the backward pass, doubled the step time. The writer holds the
+        record (and every later one) until it is filled in."""
         rec = {}
         fut = Future()
-        self._late.append((g, rec, file_stem, save, fut))
+        self._late.append((t, rec, file_stem, save, fut))
         waits.append(fut)
-        self._late_bytes += g.nbytes
-        if self._late_bytes > LATE_BYTES_LIMIT:
+        if len(self._late) > LATE_LIMIT:
             self.resolve_late()
         return rec
 
+    def gradient_record(self, g, file_stem, save, waits):
+        """deferred_record for a gradient: the batch is summarised at the next forward call."""
+        self._after_backward = True
+        return self.deferred_record(g, file_stem, save, waits)
+
     def resolve_late(self):
-        """Summarise the gradients gradient_record queued."""
-        late, self._late, self._late_bytes = self._late, [], 0
+        """Summarise the tensors deferred_record queued."""
+        late, self._late, self._after_backward = self._late, [], False
         for g, rec, stem, save, fut in late:
             waits = []
             try:
-                rec.update(self.tensor_record(g, stem, save, waits))
+                rec.update(self.tensor_record_now(g, stem, save, waits))
             except Exception as e:  # the writer logs it to dump_error_info.log
                 fut.set_exception(e)
                 continue
@@ -156,7 +172,7 @@ class DumpSession:
         """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
         if self.stuck:
             self.release_stuck(-1)  # a forward call: the backward pass is over
-        if self._late:
+        if self._after_backward:
             self.resolve_late()
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
@@ -174,6 +190,7 @@ class DumpSession:
             else:
                 in_args, in_kwargs = [], {}
             if inplace:
+                self.resolve_late()  # queued records must see the values before this call changes them
                 self.summarizer.forget(_tensors_in(args))
             # in-place calls must mutate the caller's tensors, not hook copies: no backward for them
             if flt.backward and not inplace and grad_recording():
@@ -216,7 +233,7 @@ class DumpSession:
         """Cell pre-hook: input statistics now; returns the frame for end_cell and the (hooked) args."""
         if self.stuck:
             self.release_stuck(-1)
-        if self._late:
+        if self._after_backward:
             self.resolve_late()
         flt = self.filter
         save = flt.saves_tensor(key)
@@ -303,8 +320,8 @@ class DumpSession:
             self.graph.close()
 
 
-# Bytes of gradients waiting for their statistics before they are summarised at once.
-LATE_BYTES_LIMIT = 256 << 20
+# Tensors waiting for their statistics before they are summarised at once (bounds the memory they hold).
+LATE_LIMIT = 512
 
 
 def _all_done(futures):

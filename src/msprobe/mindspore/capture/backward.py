@@ -22,12 +22,6 @@ def grad_recording():
     return _executor.requires_grad()
 
 
-def _differentiable(t):
-    return isinstance(t, ms.Tensor) and t.dtype in _FLOATS
-
-
-_FLOATS = frozenset(d for d in (getattr(ms, n, None) for n in ("float16", "float32", "float64", "bfloat16"))
-                    if d is not None)
 
 
 class GradTracker:
@@ -56,10 +50,10 @@ class GradTracker:
 
     def _wrap_in(self, v, pos):
         if isinstance(v, ms.Tensor):
+            # every tensor, integer ones too: asking a tensor's dtype waits for MindSpore's pipeline
+            # (~0.3 ms a time); an integer tensor simply never sees a gradient
             i = pos[0]
             pos[0] += 1
-            if v.dtype not in _FLOATS:
-                return v
             self.left += 1
             new = ops.HookBackward(self._input_hook(i))(v)
             self.session.summarizer.alias(new, v)
@@ -79,8 +73,6 @@ class GradTracker:
         if isinstance(v, ms.Tensor):
             i = pos[0]
             pos[0] += 1
-            if v.dtype not in _FLOATS:
-                return v
             self.outs_left += 1
             new = ops.HookBackward(self._output_hook(i))(v)
             self.session.summarizer.alias(new, v)
