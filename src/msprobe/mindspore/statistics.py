@@ -83,27 +83,32 @@ class Summarizer:
         self.stats = stats
         self.md5 = md5
         self._cache = {}
+        self._aliases = {}  # id(HookBackward copy) -> (weakref to it, the tensor it copies)
 
     def clear(self):
         self._cache.clear()
+        self._aliases.clear()
 
     def alias(self, new, old):
-        """`new` holds the same values as `old` (a HookBackward identity): share old's cached record."""
-        hit = self._cache.get(id(old))
-        if hit is not None and hit[0]() is old:
-            try:
-                self._cache[id(new)] = (weakref.ref(new), hit[1])
-            except TypeError:
-                pass
+        """`new` holds the same values as `old` (a HookBackward identity): summarising it is
+        summarising `old` (both may still be unread when this is called)."""
+        try:
+            self._aliases[id(new)] = (weakref.ref(new), old)
+        except TypeError:
+            pass
 
     def forget(self, tensors):
         """Drop the cached records of tensors a call is about to change in place."""
         for t in tensors:
             self._cache.pop(id(t), None)
+            self._aliases.pop(id(t), None)
 
     def summarize(self, t):
         """(record, host view or None) for tensor `t`; the view (see host_view) is returned when it was
         made anyway, to be copied at once by a caller that keeps it."""
+        alias = self._aliases.get(id(t))
+        if alias is not None and alias[0]() is t:
+            t = alias[1]
         hit = self._cache.get(id(t))
         if hit is not None and hit[0]() is t:
             return dict(hit[1]), None
@@ -117,6 +122,7 @@ class Summarizer:
                 rec["md5"] = crc32_of(arr)
         if len(self._cache) > _CACHE_LIMIT:
             self._cache.clear()
+            self._aliases.clear()
         try:
             self._cache[id(t)] = (weakref.ref(t), rec)
         except TypeError:  # not weak-referenceable: never cached

@@ -1,7 +1,7 @@
 """Backward records through `ops.HookBackward`, MindSpore's identity-in-forward op whose hook sees the
 gradient flowing through it.
 
-For a call (API or Cell) the floating-point input tensors are passed through a HookBackward before
+For a call (API or Cell) the input tensors are passed through a HookBackward before
 the call runs, and the outputs after it: the input hooks see this call's own contribution to each
 input's gradient (backward `output`), the output hooks the gradients of its outputs (backward
 `input`). Tensor.register_hook would give the input's *total* gradient and costs ~10x more per call.
@@ -22,8 +22,6 @@ def grad_recording():
     return _executor.requires_grad()
 
 
-
-
 class GradTracker:
     """Gradients of one call, emitted as one backward record when every hooked tensor saw its gradient
     (or at step end with what arrived, e.g. a data input MindSpore computes no gradient for)."""
@@ -42,7 +40,7 @@ class GradTracker:
 
     # -- forward: wrap tensors -----------------------------------------------------------------
     def hook_inputs(self, args):
-        """`args` (a tuple, lists inside kept) with each float tensor passed through a hook."""
+        """`args` (a tuple, lists inside kept) with each tensor passed through a hook."""
         pos = [0]
         new = tuple(self._wrap_in(a, pos) for a in args)
         self.in_recs = [None] * pos[0]
@@ -63,7 +61,7 @@ class GradTracker:
         return v
 
     def hook_outputs(self, out):
-        """`out` with each float output tensor passed through a hook (same container shape)."""
+        """`out` with each output tensor passed through a hook (same container shape)."""
         pos = [0]
         new = self._wrap_out(out, pos)
         self.out_recs = [None] * pos[0]
