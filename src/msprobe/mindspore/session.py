@@ -135,6 +135,7 @@ class DumpSession:
                 chain.add_done_callback(lambda f, fut=fut: _copy_outcome(f, fut))
             else:
                 fut.set_result(None)
+        self.summarizer.drop_aliases()
 
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""

@@ -108,7 +108,9 @@ class Summarizer:
         made anyway, to be copied at once by a caller that keeps it."""
         alias = self._aliases.get(id(t))
         if alias is not None and alias[0]() is t:
-            t = alias[1]
+            rec, arr = self.summarize(alias[1])
+            self._remember(t, rec)
+            return rec, arr
         hit = self._cache.get(id(t))
         if hit is not None and hit[0]() is t:
             return dict(hit[1]), None
@@ -120,11 +122,17 @@ class Summarizer:
                 rec.update(array_stats(arr))
             if self.md5:
                 rec["md5"] = crc32_of(arr)
+        self._remember(t, rec)
+        return dict(rec), arr
+
+    def _remember(self, t, rec):
         if len(self._cache) > _CACHE_LIMIT:
             self._cache.clear()
-            self._aliases.clear()
         try:
-            self._cache[id(t)] = (weakref.ref(t), rec)
+            self._cache[id(t)] = (weakref.ref(t), dict(rec))
         except TypeError:  # not weak-referenceable: never cached
             pass
-        return dict(rec), arr
+
+    def drop_aliases(self):
+        """Forget which copy stands for which tensor (the links hold the originals alive)."""
+        self._aliases.clear()
