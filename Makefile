@@ -18,6 +18,7 @@ demo: setup
 	$(BIN)/python examples/demo.py --out demo_out
 
 test: setup
+	sh scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q
 
 bench: setup
