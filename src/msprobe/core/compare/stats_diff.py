@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from msprobe.core.compare.columns import STAT_DIFFS, STAT_REL_ERRS
+from msprobe.core.compare.float_text import float_reprs
 
 STAT_FIELDS = ("max", "min", "mean", "norm")
 
@@ -33,7 +34,7 @@ def _percent_strings(rel):
     """`"x%"` of 100*rel for the finite non-zero entries; the caller fills the special cases."""
     out = np.full(len(rel), "0", dtype=object)
     idx = np.flatnonzero(np.isfinite(rel) & (rel != 0))
-    out[idx] = [f"{v!r}%" for v in (rel[idx] * 100.0).tolist()]
+    out[idx] = [v + "%" for v in float_reprs(rel[idx] * 100.0)]
     return out
 
 

@@ -14,6 +14,7 @@ import time
 
 from msprobe.core.compare import columns as C
 from msprobe.core.compare import verdict as V
+from msprobe.core.compare.float_text import float_reprs
 
 log = logging.getLogger(__name__)
 EXCEL_MAX_ROWS = 1_048_575  # one row of the sheet is the header
@@ -80,6 +81,10 @@ def _rendered_columns(table):
         if name not in _TEXT_COLUMNS:
             for i in np.flatnonzero(pd.Series(arr, dtype=object).isin(_INF_VALUES).to_numpy()):
                 arr[i] = _cell_text(arr[i])
+            # the finite floats left, as the csv module would print them (str), in one pass
+            floats = np.flatnonzero(np.fromiter((type(v) is float for v in arr), dtype=bool, count=len(arr)))
+            if len(floats):
+                arr[floats] = float_reprs(arr[floats].astype(np.float64))
         out.append(arr.tolist())
     return out
 

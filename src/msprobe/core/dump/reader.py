@@ -26,11 +26,20 @@ def stat_value(v):
 
 
 def load_json(path):
+    """The parsed JSON file; orjson first (dump.json files reach hundreds of MB), the standard parser
+    for what orjson refuses but Python's json accepts (msProbe's bare NaN/Infinity tokens)."""
+    import orjson
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         raise DumpFormatError(f"{path}: file not found") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DumpFormatError(f"{path}: not valid JSON ({e}); the file may be truncated or corrupt") from None
 

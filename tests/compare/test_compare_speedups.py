@@ -1,0 +1,46 @@
+"""The fast paths of a big compare give exactly what the plain Python ones gave."""
+import json
+import math
+
+import numpy as np
+
+from msprobe.core.compare.float_text import float_reprs
+from msprobe.core.compare.writer import write_csv
+from msprobe.core.dump.reader import load_json
+
+
+def test_float_reprs_match_repr_on_every_magnitude_and_bit_pattern():
+    rng = np.random.default_rng(0)
+    values = np.concatenate([
+        rng.random(20000) * 100,
+        rng.standard_normal(20000) * 10.0 ** rng.integers(-30, 30, 20000),
+        rng.integers(-2 ** 62, 2 ** 62, 20000).view(np.float64),  # arbitrary bit patterns
+        [1e16, 1e16 - 2, 9999999999999998.0, 1e15, 1e-4, 9.99999999999999e-5, 1e-5, 5e-324, -0.0, 0.0,
+         1.7976931348623157e308, 0.1, 1 / 3, 123456789012345678.0],
+    ])
+    values = values[np.isfinite(values)]
+    assert float_reprs(values) == [repr(v) for v in values.tolist()]
+    assert float_reprs(np.array([])) == []
+
+
+def test_csv_cells_are_the_str_of_each_value(tmp_path):
+    import csv
+
+    import pandas as pd
+    cells = [0.1, 1e-7, 2.5e16, -0.0, None, math.nan, math.inf, "N/A", True, 3, "12.5%"]
+    table = pd.DataFrame({"Max diff": pd.Series(cells, dtype=object), "Result": ["pass"] * len(cells)})
+    path = write_csv(table, str(tmp_path / "t.csv"))
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert [r[0] for r in rows] == ["0.1", "1e-07", "2.5e+16", "-0.0", "None", "nan", " inf", "N/A", "True", "3",
+                                    "12.5%"]
+
+
+def test_load_json_reads_msprobe_bare_nan_tokens(tmp_path):
+    # orjson refuses NaN/Infinity tokens; msProbe writes them, so the standard parser takes over
+    p = tmp_path / "dump.json"
+    p.write_text('{"data": {"a": {"Max": NaN, "Min": -Infinity, "Mean": 1.5}}}')
+    rec = load_json(str(p))["data"]["a"]
+    assert math.isnan(rec["Max"]) and rec["Min"] == -math.inf and rec["Mean"] == 1.5
+    p.write_text(json.dumps({"data": {"b": [1, 2 ** 70]}}))  # beyond 64-bit integers, too
+    assert load_json(str(p))["data"]["b"] == [1, 2 ** 70]
