@@ -119,9 +119,13 @@ print(time.perf_counter() - w)
 """
 
 
-def run_child(t, g, workers, out="-"):
+BASELINE_SRC = None  # --baseline-src: another checkout's src/ whose compare runs interleaved with ours
+
+
+def run_child(t, g, workers, out="-", baseline=False):
+    env = dict(os.environ, PYTHONPATH=BASELINE_SRC) if baseline else None
     proc = subprocess.run([sys.executable, "-c", _CHILD, t, g, str(workers), out], capture_output=True, text=True,
-                          check=True)
+                          check=True, env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -129,16 +133,17 @@ def tensor_bench(root, gb, rounds):
     t, g, nbytes = gen_tensor_pair(root, gb)
     print(f"\n[tensor] {nbytes / 1e9:.2f} GB in {len(os.listdir(os.path.join(t, 'dump_tensor_data'))) * 2} "
           f"files; {rounds} interleaved rounds, medians")
-    rows = {"read (baseline)": [], "compare, 1 worker": [], "compare, 2 workers": []}
-    extra = {"compare, 1 worker": [], "compare, 2 workers": []}
+    variants = [(w, False) for w in (1, 2)] + ([(w, True) for w in (1, 2)] if BASELINE_SRC else [])
+    names = {v: f"{'old ' if v[1] else ''}compare, {v[0]} worker" + ("s" if v[0] > 1 else "") for v in variants}
+    rows = {"read (baseline)": [], **{n: [] for n in names.values()}}
+    extra = {n: [] for n in names.values()}
     for _ in range(rounds):
         out = subprocess.run([sys.executable, "-c", _READ, root], capture_output=True, text=True, check=True)
         rows["read (baseline)"].append(float(out.stdout.strip()))
-        for workers in (1, 2):
-            r = run_child(t, g, workers)
-            name = f"compare, {workers} worker" + ("s" if workers > 1 else "")
-            rows[name].append(r["wall"])
-            extra[name].append(r)
+        for workers, old in variants:
+            r = run_child(t, g, workers, baseline=old)
+            rows[names[workers, old]].append(r["wall"])
+            extra[names[workers, old]].append(r)
     base = statistics.median(rows["read (baseline)"])
     print(f"{'':22s}{'wall s':>9s}{'GB/s':>8s}{'x read':>8s}{'cpu s':>9s}{'peak MB main/worker':>22s}")
     for name, walls in rows.items():
@@ -169,6 +174,7 @@ def stats_bench(root, n, rounds):
     size = sum(os.path.getsize(os.path.join(p, "dump.json")) for p in (t, g))
     print(f"\n[statistics] {n} tensor records per side, {size / 1e6:.0f} MB of dump.json; {rounds} rounds, medians")
     parse, comp, cpu, write = [], [], [], []
+    old = {"comp": [], "cpu": [], "write": []}
     for _ in range(rounds):
         w = time.perf_counter()
         for p in (t, g):
@@ -179,11 +185,29 @@ def stats_bench(root, n, rounds):
         comp.append(r["wall"])
         cpu.append(r["cpu"] + r["children_cpu"])
         write.append(r["write"])
+        if BASELINE_SRC:
+            r = run_child(t, g, 1, os.path.join(root, "stats_out_old"), baseline=True)
+            old["comp"].append(r["wall"])
+            old["cpu"].append(r["cpu"] + r["children_cpu"])
+            old["write"].append(r["write"])
     p, c = statistics.median(parse), statistics.median(comp)
     print(f"json.load of both (baseline) {p:7.2f} s")
     print(f"compare_dumps                {c:7.2f} s  ({c / p:.2f}x the baseline; CPU {statistics.median(cpu):.2f} s "
           f"in all processes)")
     print(f"csv of {n} rows             {statistics.median(write):7.2f} s")
+    if BASELINE_SRC:
+        oc, ow = statistics.median(old["comp"]), statistics.median(old["write"])
+        print(f"old compare_dumps            {oc:7.2f} s  (new/old {c / oc:.2f}; old CPU "
+              f"{statistics.median(old['cpu']):.2f} s)")
+        print(f"old csv                      {ow:7.2f} s  (new/old {statistics.median(write) / ow:.2f})")
+        print(f"compare + csv, new/old       {(c + statistics.median(write)) / (oc + ow):.2f}")
+        same = _same_file(os.path.join(root, "stats_out", "bench.csv"), os.path.join(root, "stats_out_old", "bench.csv"))
+        print(f"csv byte-identical to the old one: {same}")
+
+
+def _same_file(a, b):
+    import filecmp
+    return filecmp.cmp(a, b, shallow=False)
 
 
 def cli_bench(rounds):
@@ -207,7 +231,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", help="where to generate (default: a temporary folder, removed at the end)")
     ap.add_argument("--skip", nargs="*", default=(), choices=("tensor", "statistics", "cli"))
+    ap.add_argument("--baseline-src", help="the src/ folder of an older checkout (e.g. from `git archive`): its "
+                    "compare runs interleaved with this one's, for new/old ratios")
     args = ap.parse_args()
+    global BASELINE_SRC
+    BASELINE_SRC = os.path.abspath(args.baseline_src) if args.baseline_src else None
     root = args.dir or tempfile.mkdtemp(prefix="msprobe_cmpbench_")
     os.makedirs(root, exist_ok=True)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; files in {root}")
