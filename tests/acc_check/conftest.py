@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
+from acc_fixtures import dump_json_of
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
-SEED_WHERE = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/acc_check/seed_ms_mint_where_dump.json")
 
 
 def load_by_path(name, path):
@@ -33,10 +34,6 @@ def ms_models():
     return load_by_path("msprobe_acc_ms_models", os.path.join(TESTS, "mindspore", "models.py"))
 
 
-def dump_json_of(dump_path, step=0):
-    from msprobe.core.dump.reader import find_rank_dirs
-    rank = [r for r in find_rank_dirs(str(dump_path)) if r.step == step][0]
-    return os.path.join(rank.path, "dump.json")
 
 
 @pytest.fixture(scope="session")

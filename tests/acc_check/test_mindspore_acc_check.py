@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SEED_WHERE
+from acc_fixtures import SEED_WHERE
 
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 
@@ -103,7 +103,7 @@ def test_planted_defect_is_an_error_its_twin_passes(tmp_path):
         dbg.stop()
         dbg.step()
         dbg.close()
-        from conftest import dump_json_of
+        from acc_fixtures import dump_json_of
         report = run_acc_check(dump_json_of(tmp_path / "dump"), out_path=str(tmp_path / "out"), progress=False,
                                custom_apis=("LowPrec=ms_lowprec_ops",))
     finally:

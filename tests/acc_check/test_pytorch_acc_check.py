@@ -91,7 +91,7 @@ def custom_dump(tmp_path_factory):
     dbg.step()
     dbg.close()
     sys.path.remove(HERE)
-    from conftest import dump_json_of
+    from acc_fixtures import dump_json_of
     return dump_json_of(tmp / "dump")
 
 

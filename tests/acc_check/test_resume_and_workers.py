@@ -49,7 +49,7 @@ def slow_dump(tmp_path_factory):
     dbg.stop()
     dbg.step()
     dbg.close()
-    from conftest import dump_json_of
+    from acc_fixtures import dump_json_of
     return dump_json_of(tmp / "dump")
 
 
