@@ -98,3 +98,30 @@ def test_grad_compare_names_step3(tmp_path):
     assert (diverged.first_divergent_step, diverged.first_different_step) == (3, 3)
     [same] = compare_grad_runs(str(tmp_path / "a"), str(tmp_path / "c"))
     assert same.first_divergent_step is None and same.first_different_step is None
+
+
+def test_precision_debugger_with_task_grad_probe_monitors_the_optimizer(tmp_path):
+    """msProbe's MindSpore interface: PrecisionDebugger(config with task grad_probe).monitor(optimizer)."""
+    from msprobe.mindspore import PrecisionDebugger
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "out"), "step": [0],
+                                "grad_probe": {"grad_level": "L0"}}))
+    debugger = PrecisionDebugger(str(path))
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(6, 8), nn.Tanh(), nn.Dense(8, 3))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    debugger.monitor(opt)
+    grad_fn = ms.value_and_grad(lambda x, y: nn.MSELoss()(net(x), y), None, opt.parameters)
+    rng = np.random.default_rng(1)
+    seen = []
+    for _ in range(2):
+        _, grads = grad_fn(Tensor(rng.standard_normal((4, 6)).astype(np.float32)),
+                           Tensor(rng.standard_normal((4, 3)).astype(np.float32)))
+        seen.append(grads[0].asnumpy())
+        opt(grads)
+    debugger.stop()
+    assert os.listdir(tmp_path / "out" / "rank0") == ["grad_summary_0.csv"]
+    row = read_csv(tmp_path / "out" / "rank0" / "grad_summary_0.csv")[0]
+    assert row["Param_name"] == "0.weight"
+    assert float(row["Norm"]) == pytest.approx(np.linalg.norm(seen[0]), rel=1e-5)

@@ -241,3 +241,28 @@ def test_accelerator_path_matches_the_cpu_path(level):
         assert len(host.bits) == len(device.bits) == len(grads)
         for a, b, g in zip(host.bits, device.bits, grads):
             assert np.array_equal(a, b) and a.size == (g.numel() + 7) // 8
+
+
+def test_precision_debugger_with_task_grad_probe_monitors_like_msprobe(tmp_path):
+    """msProbe's interface: PrecisionDebugger(config with task grad_probe).monitor(model), then train."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "out"), "step": [1],
+                                "grad_probe": {"grad_level": "L1", "param_list": ["2."]}}))
+    debugger = PrecisionDebugger(str(path))
+    model = make_model()
+    debugger.monitor(model)
+    grads = []
+    train(model, batches(3), None, grads)
+    debugger.stop()
+    rows = read_csv(tmp_path / "out" / "rank0" / "grad_summary_1.csv")
+    assert [r["Param_name"] for r in rows] == ["2.weight", "2.bias"]
+    assert float(rows[0]["Norm"]) == pytest.approx(grads[1]["2.weight"].norm().item(), rel=1e-5)
+    assert sorted(os.listdir(tmp_path / "out" / "rank0")) == ["grad_summary_1.csv", "step1"]
+    # the constructor's task/dump_path override the file, as for dumps
+    other = PrecisionDebugger(task="grad_probe", dump_path=str(tmp_path / "other"))
+    assert other.config.dump_path == str(tmp_path / "other")
+    with pytest.raises(ConfigError, match="grad_probe.grad_level"):
+        path.write_text(json.dumps({"task": "grad_probe", "grad_probe": {"grad_level": "L9"}}))
+        PrecisionDebugger(str(path))

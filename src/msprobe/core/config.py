@@ -203,6 +203,29 @@ def _check_combinations(cfg):
         _fail("async_dump", True, "false when summary_mode is md5")
 
 
+def read_config_file(config_path):
+    """The JSON object of a config.json, or a ConfigError naming the file and what is wrong with it."""
+    if not isinstance(config_path, (str, os.PathLike)) or not os.path.isfile(config_path):
+        raise ConfigError("config_path", config_path, "an existing config.json file")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError("config_path", str(config_path), f"valid JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("config_path", str(config_path), f"a UTF-8 JSON file ({e.reason})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(str(config_path), raw, "a JSON object")
+    return raw
+
+
+def config_task(config_path=None, task=None):
+    """The task a PrecisionDebugger(config_path, task=...) is asked for: the argument wins over the file."""
+    if task is not None:
+        return task
+    return read_config_file(config_path).get("task", "statistics") if config_path is not None else "statistics"
+
+
 def load_config(config_path=None, *, task=None, dump_path=None, level=None, step=None):
     """Read config.json (optional) and apply constructor overrides, which win over the file.
 
@@ -216,19 +239,7 @@ def load_config(config_path=None, *, task=None, dump_path=None, level=None, step
     Raises:
         ConfigError: the file is missing or not JSON, or a field is not allowed.
     """
-    raw = {}
-    if config_path is not None:
-        if not os.path.isfile(config_path):
-            raise ConfigError("config_path", config_path, "an existing config.json file")
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConfigError("config_path", config_path, f"valid JSON ({e.msg} at line {e.lineno})") from None
-        except UnicodeDecodeError as e:
-            raise ConfigError("config_path", config_path, f"a UTF-8 JSON file ({e.reason})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(config_path, raw, "a JSON object")
+    raw = read_config_file(config_path) if config_path is not None else {}
     raw = dict(raw)
     for name, value in (("task", task), ("dump_path", dump_path), ("level", level), ("step", step)):
         if value is not None:

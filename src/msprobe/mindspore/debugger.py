@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import mindspore as ms
 
-from msprobe.core.config import load_config
+from msprobe.core.config import config_task, load_config
+from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
 from msprobe.core.errors import ConfigError
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
@@ -46,6 +47,13 @@ class PrecisionDebugger:
         ...     debugger.stop()
         ...     debugger.step()
     """
+
+    def __new__(cls, config_path=None, task=None, dump_path=None, level=None, step=None):
+        # task grad_probe is gradient monitoring, driven by `.monitor(optimizer)`: hand over to its monitor.
+        if config_task(config_path, task) == "grad_probe":
+            from msprobe.mindspore.grad_probe import GradientMonitor
+            return GradientMonitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
+        return super().__new__(cls)
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)

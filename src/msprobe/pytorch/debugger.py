@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from msprobe.core.config import load_config
+from msprobe.core.config import config_task, load_config
+from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
 from msprobe.core.errors import ConfigError, MsprobeError
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_mode import ApiCapture
@@ -45,6 +46,13 @@ class PrecisionDebugger:
         ...     debugger.stop()
         ...     debugger.step()
     """
+
+    def __new__(cls, config_path=None, task=None, dump_path=None, level=None, step=None):
+        # task grad_probe is gradient monitoring, driven by `.monitor(model)`: hand over to its monitor.
+        if config_task(config_path, task) == "grad_probe":
+            from msprobe.pytorch.grad_probe import GradientMonitor
+            return GradientMonitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
+        return super().__new__(cls)
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)

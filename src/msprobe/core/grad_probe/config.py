@@ -7,14 +7,12 @@ Must not import torch or mindspore. Every error names the field, the value and w
 """
 
 import difflib
-import json
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from typing import List
 
-from msprobe.core.config import ACCEPTED_NO_EFFECT, KNOWN_BLOCKS, parse_index_list
+from msprobe.core.config import ACCEPTED_NO_EFFECT, KNOWN_BLOCKS, parse_index_list, read_config_file
 from msprobe.core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -128,13 +126,16 @@ def load_grad_probe_config(config_path):
     Raises:
         ConfigError: the file is missing or not JSON, or a field is not allowed.
     """
-    if not isinstance(config_path, (str, os.PathLike)) or not os.path.isfile(config_path):
-        raise ConfigError("config_path", config_path, "an existing config.json file")
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ConfigError("config_path", str(config_path), f"valid JSON ({e.msg} at line {e.lineno})") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError("config_path", str(config_path), f"a UTF-8 JSON file ({e.reason})") from None
+    raw = read_config_file(config_path)
     return grad_probe_config_from_dict(raw, source=str(config_path))
+
+
+def grad_probe_config_for_debugger(config_path=None, *, dump_path=None, step=None):
+    """The GradProbeConfig of `PrecisionDebugger(config_path, task="grad_probe", dump_path=, step=)`:
+    the file (if any) with the constructor's overrides, which win."""
+    raw = dict(read_config_file(config_path)) if config_path is not None else {}
+    raw["task"] = "grad_probe"
+    for name, value in (("dump_path", dump_path), ("step", step)):
+        if value is not None:
+            raw[name] = value
+    return grad_probe_config_from_dict(raw, source=str(config_path or "config"))

@@ -82,6 +82,10 @@ class GradientMonitor:
             self._writer.close()
             self._writer = None
 
+    def stop(self):
+        """msProbe's name for finishing: `PrecisionDebugger(grad_probe config).stop()`."""
+        self.close()
+
     def __enter__(self):
         return self
 
