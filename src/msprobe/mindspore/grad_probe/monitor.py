@@ -10,8 +10,7 @@ from msprobe.mindspore import numpy_compat  # noqa: F401  (before any op with a 
 from mindspore import nn
 
 from msprobe.core.errors import ConfigError
-from msprobe.core.grad_probe.config import GradProbeConfig, load_grad_probe_config
-from msprobe.core.grad_probe.writer import GradProbeWriter
+from msprobe.core.grad_probe.monitor_base import GradientMonitorBase
 from msprobe.mindspore.grad_probe.reduce import GradReducer
 
 logger = logging.getLogger(__name__)
@@ -25,7 +24,7 @@ def _current_rank():
         return 0
 
 
-class GradientMonitor:
+class GradientMonitor(GradientMonitorBase):
     """Per-step, per-parameter gradient statistics and sign bitmaps (task grad_probe), MindSpore.
 
     Args:
@@ -46,17 +45,11 @@ class GradientMonitor:
     `dump_path/rank{R}/grad_summary_{S}.csv` and `dump_path/rank{R}/step{S}/{param}.npy`.
     """
 
+    reducer_class = GradReducer
+
     def __init__(self, config_path=None, *, config=None):
-        if config is None:
-            config = load_grad_probe_config(config_path)
-        elif not isinstance(config, GradProbeConfig):
-            raise ConfigError("config", type(config).__name__, "a GradProbeConfig")
-        self.config = config
-        self.current_step = 0
+        super().__init__(config_path, config=config)
         self._selected = []  # (index into the optimizer's parameters, name)
-        self._handle = None
-        self._writer = None
-        self._reducer = GradReducer(config.grad_level, config.bounds)
 
     def monitor(self, optimizer):
         """Start monitoring the parameters of `optimizer` (a mindspore.nn.Optimizer) selected by param_list."""
@@ -67,41 +60,15 @@ class GradientMonitor:
         if not self._selected:
             raise ConfigError("grad_probe.param_list", self.config.param_list,
                               f"names (or parts of names) of the optimizer's parameters, e.g. {', '.join(names[:8])}")
-        if self._handle is not None:
-            self._handle.remove()
-        self._handle = optimizer.register_forward_pre_hook(self._on_optimizer_call)
-        if self._writer is None:
-            self._writer = GradProbeWriter(self.config)
-
-    def close(self):
-        """Stop monitoring and finish writing."""
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def stop(self):
-        """msProbe's name for finishing: `PrecisionDebugger(grad_probe config).stop()`."""
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self._install(lambda: optimizer.register_forward_pre_hook(self._on_optimizer_call))
 
     def _on_optimizer_call(self, cell, args):
-        step, self.current_step = self.current_step, self.current_step + 1
         rank = _current_rank()
-        if not (self.config.wants_step(step) and self.config.wants_rank(rank)) or not args:
+        if not self._next_step(rank) or not args:
             return
         grads = args[0]
         if len(grads) != len(cell.parameters):
             logger.warning("msprobe grad_probe: optimizer called with %d gradients for %d parameters; step %d "
-                           "not recorded", len(grads), len(cell.parameters), step)
+                           "not recorded", len(grads), len(cell.parameters), self._step)
             return
-        chosen = [(n, grads[i]) for i, n in self._selected if grads[i] is not None]
-        params = [(n, tuple(g.shape)) for n, g in chosen]
-        self._writer.submit(rank, step, params, self._reducer.reduce([g for _, g in chosen]))
+        self._record(rank, [(n, grads[i]) for i, n in self._selected if grads[i] is not None])

@@ -10,8 +10,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from msprobe.core.errors import ConfigError
-from msprobe.core.grad_probe.config import GradProbeConfig, load_grad_probe_config
-from msprobe.core.grad_probe.writer import GradProbeWriter
+from msprobe.core.grad_probe.monitor_base import GradientMonitorBase
 from msprobe.pytorch.grad_probe.reduce import GradReducer
 
 logger = logging.getLogger(__name__)
@@ -24,7 +23,7 @@ def _current_rank():
     return 0
 
 
-class GradientMonitor:
+class GradientMonitor(GradientMonitorBase):
     """Per-step, per-parameter gradient statistics and sign bitmaps (task grad_probe).
 
     Args:
@@ -44,18 +43,12 @@ class GradientMonitor:
     `dump_path/rank{R}/grad_summary_{S}.csv` and `dump_path/rank{R}/step{S}/{param}.npy`.
     """
 
+    reducer_class = GradReducer
+
     def __init__(self, config_path=None, *, config=None):
-        if config is None:
-            config = load_grad_probe_config(config_path)
-        elif not isinstance(config, GradProbeConfig):
-            raise ConfigError("config", type(config).__name__, "a GradProbeConfig")
-        self.config = config
-        self.current_step = 0
+        super().__init__(config_path, config=config)
         self._params = []  # (name, Parameter) monitored, in model order
         self._owned = {}  # id(optimizer) -> (param count seen, holds a monitored param)
-        self._handle = None
-        self._writer = None
-        self._reducer = GradReducer(config.grad_level, config.bounds)
 
     def monitor(self, model):
         """Start monitoring the parameters of `model` (an nn.Module) selected by `param_list`."""
@@ -68,29 +61,7 @@ class GradientMonitor:
             raise ConfigError("grad_probe.param_list", self.config.param_list,
                               f"names (or parts of names) of trainable parameters, e.g. {', '.join(names)}")
         self._owned = {}
-        if self._handle is None:
-            self._handle = register_optimizer_step_pre_hook(self._on_optimizer_step)
-        if self._writer is None:
-            self._writer = GradProbeWriter(self.config)
-
-    def close(self):
-        """Stop monitoring and finish writing."""
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def stop(self):
-        """msProbe's name for finishing: `PrecisionDebugger(grad_probe config).stop()`."""
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self._install(lambda: register_optimizer_step_pre_hook(self._on_optimizer_step))
 
     def _updates_monitored(self, optimizer):
         count = sum(len(g["params"]) for g in optimizer.param_groups)
@@ -103,9 +74,8 @@ class GradientMonitor:
     def _on_optimizer_step(self, optimizer, args, kwargs):
         if not self._updates_monitored(optimizer):
             return
-        step, self.current_step = self.current_step, self.current_step + 1
         rank = _current_rank()
-        if not (self.config.wants_step(step) and self.config.wants_rank(rank)):
+        if not self._next_step(rank):
             return
         by_device = {}
         for name, p in self._params:
@@ -114,5 +84,4 @@ class GradientMonitor:
                 continue
             by_device.setdefault(g.device, []).append((name, g.detach()))
         for items in by_device.values():
-            params = [(n, tuple(g.shape)) for n, g in items]
-            self._writer.submit(rank, step, params, self._reducer.reduce([g for _, g in items]))
+            self._record(rank, items)
