@@ -23,6 +23,7 @@ from msprobe.mindspore import _state
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
+from msprobe.mindspore.overflow import OverflowBudget
 from msprobe.mindspore.session import DumpSession, current_rank
 
 logger = logging.getLogger(__name__)
@@ -57,9 +58,8 @@ class PrecisionDebugger:
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
-        if self.config.task == "overflow_check":
-            raise ConfigError("task", "overflow_check", "statistics | tensor | structure (overflow_check "
-                              "is not available for MindSpore yet)")
+        # overflow_check: overflowing records counted over the whole run, against overflow_nums
+        self._overflow = OverflowBudget(self.config.overflow_nums)
         self.current_step = 0
         self._session = None
         self._cells = None
@@ -225,12 +225,15 @@ class PrecisionDebugger:
             if jit:
                 # seed 000: a jit-compiled Cell at L0/mix splits the dump into graph/ and pynative/
                 self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
-                                            dump_path=os.path.join(cfg.dump_path, "pynative"))
+                                            dump_path=os.path.join(cfg.dump_path, "pynative"),
+                                            overflow=self._overflow)
                 self._session.graph = DumpSession(cfg, self.current_step, rank, pool=self._pool,
-                                                  dump_path=os.path.join(cfg.dump_path, "graph"))
+                                                  dump_path=os.path.join(cfg.dump_path, "graph"),
+                                                  overflow=self._overflow)
                 self._warn_jit(jit)
             else:
-                self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool)
+                self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+                                            overflow=self._overflow)
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         _state.session = self._session
         return self._session

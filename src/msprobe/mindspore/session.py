@@ -6,6 +6,7 @@ statistics). Hot path: `record_call`.
 """
 
 import mindspore as ms
+import numpy as np
 
 from concurrent.futures import Future
 
@@ -16,6 +17,7 @@ from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
+from msprobe.mindspore.overflow import OverflowGate
 from msprobe.mindspore.statistics import Summarizer, host_array
 
 FRAMEWORK = "mindspore"
@@ -31,9 +33,10 @@ class DumpSession:
         rank: rank number for rank{R}, or None for proc{pid}.
         pool: shared writer thread pool.
         dump_path: directory holding the step dirs (default cfg.dump_path; jit splits graph/pynative).
+        overflow: the run's OverflowBudget (task overflow_check): records pass an OverflowGate.
     """
 
-    def __init__(self, cfg, step, rank, pool=None, dump_path=None):
+    def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         self.cfg = cfg
         self.step = step
         self.rank = rank
@@ -56,6 +59,7 @@ class DumpSession:
         # whose records go out one by one
         self.defer = cfg.level != "debug"
         self._after_backward = False  # gradients were queued: the next forward call summarises the batch
+        self.gate = OverflowGate(overflow) if cfg.task == "overflow_check" and overflow is not None else None
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -64,16 +68,57 @@ class DumpSession:
             self.writer = DumpWriter(
                 step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
                 framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-                with_tensors=cfg.task == "tensor" or bool(cfg.tensor_list))
+                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list))
         return self.writer
 
-    def emit(self, key, record, waits=()):
+    def emit(self, key, record, waits=(), check=None):
+        """Hand a finished record to the writer; overflow_check: to the gate, which looks at `check`
+        (default: the whole record) once the batch's statistics are in."""
+        if self.gate is not None:
+            self.gate.offer(key, record, record if check is None else check, waits)
+            return
         w = self._writer()
         if self.cfg.task == "structure":
             return
         w.add(key, record, waits)
 
+    def saves_tensor(self, key):
+        """Tensor files for `key`? overflow_check: always, written only if the record is kept."""
+        return self.gate is not None or self.filter.saves_tensor(key)
+
+    @property
+    def overflow_done(self):
+        """overflow_check with overflow_nums reached: nothing more is recorded."""
+        return self.gate is not None and self.gate.budget.exhausted
+
+    def _keep_overflow(self, key, record, files):
+        """OverflowGate callback: write an overflowing record and its tensor files."""
+        w = self._writer()
+        waits = []
+        for rec, value, stem in files:
+            arr = value if isinstance(value, np.ndarray) else host_array(value)
+            name = stem + ".npy"
+            path = w.tensor_path(name)
+            waits.append(w.submit(lambda path=path, arr=arr: save_npy(path, arr), arr.nbytes))
+            rec["data_name"] = name
+            self.tensor_count += 1
+        w.add(key, record, waits)
+
+    def settle_overflow(self):
+        if self.gate is not None:
+            prev, _state.busy = _state.busy, True  # reading tensors must not be recorded
+            try:
+                self.gate.settle(self._keep_overflow)
+            finally:
+                _state.busy = prev
+
     def note_structure(self, key, parent, stack):
+        if self.gate is not None:
+            self.gate.on_keep(key, lambda: self._note_structure_now(key, parent, stack))
+            return
+        self._note_structure_now(key, parent, stack)
+
+    def _note_structure_now(self, key, parent, stack):
         w = self._writer()
         if self.cfg.extra_info and (self.cfg.level in ("mix", "L0") or parent is not None):
             w.add_construct(key, parent)
@@ -89,9 +134,18 @@ class DumpSession:
             return self.deferred_record(t, file_stem, save, waits)
         return self.tensor_record_now(t, file_stem, save, waits)
 
-    def tensor_record_now(self, t, file_stem, save, waits):
+    def tensor_record_now(self, t, file_stem, save, waits, into=None):
+        """Record of tensor `t` now (filling in `into` when given)."""
         rec, arr = self.summarizer.summarize(t)
-        if save:
+        if into is not None:
+            into.update(rec)
+            rec = into
+        if save and self.gate is not None:
+            # the file is written only if the record overflows; a Parameter is copied now, as the
+            # optimizer changes it in place before the gate decides
+            self.gate.note_tensor(rec, (host_array(t) if arr is None else arr.copy())
+                                  if isinstance(t, ms.Parameter) else t, file_stem)
+        elif save:
             w = self._writer()
             name = file_stem + ".npy"
             path = w.tensor_path(name)
@@ -126,7 +180,7 @@ class DumpSession:
         for g, rec, stem, save, fut in late:
             waits = []
             try:
-                rec.update(self.tensor_record_now(g, stem, save, waits))
+                self.tensor_record_now(g, stem, save, waits, into=rec)
             except Exception as e:  # the writer logs it to dump_error_info.log
                 fut.set_exception(e)
                 continue
@@ -136,6 +190,7 @@ class DumpSession:
             else:
                 fut.set_result(None)
         self.summarizer.drop_aliases()
+        self.settle_overflow()
 
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
@@ -178,9 +233,9 @@ class DumpSession:
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
         flt = self.filter
-        if not flt.want_call(key, self.module_stack):
+        if not flt.want_call(key, self.module_stack) or self.overflow_done:
             return func(*args, **kwargs)
-        save = flt.saves_tensor(key)
+        save = self.saves_tensor(key)
         waits = []
         tracker = None
         _state.busy = True
@@ -213,15 +268,22 @@ class DumpSession:
             if inplace and args and not isinstance(out, ms.Tensor):
                 result = args[0]  # __setitem__, collectives: the changed argument is the result
             if flt.forward:
-                record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                          "output": self.outputs_record(key, result, save, waits) if flt.output else []}
-                self.emit(key, record, waits)
+                outs = self._outputs_checked(key, result, save, waits)
+                record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
+                self.emit(key, record, waits, check=outs)
             self.note_structure(key, self.parent_key(), stack)
             if tracker is not None:
                 out = self._track(tracker, out)
         finally:
             _state.busy = False
         return out
+
+    def _outputs_checked(self, key, out, save, waits):
+        """Output records when data_mode has them; overflow_check summarises them anyway (no files) to
+        decide on the record."""
+        if self.filter.output:
+            return self.outputs_record(key, out, save, waits)
+        return self.outputs_record(key, out, False, waits) if self.gate is not None else []
 
     def _track(self, tracker, out):
         new = tracker.hook_outputs(out)
@@ -237,13 +299,14 @@ class DumpSession:
         if self._after_backward:
             self.resolve_late()
         flt = self.filter
-        save = flt.saves_tensor(key)
+        save = self.saves_tensor(key)
         waits = []
         stack = capture_stack() if self.with_stack else None
+        done = self.overflow_done
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
-                              if flt.forward and flt.input else ([], {}))
+                              if flt.forward and flt.input and not done else ([], {}))
         tracker = None
-        if track and flt.backward and grad_recording():
+        if track and flt.backward and grad_recording() and not done:
             self._seq += 1
             tracker = GradTracker(self, key.replace(".forward.", ".backward."), save,
                                   _backward_parent(self.module_stack[:-1]), self._seq)
@@ -256,25 +319,25 @@ class DumpSession:
         save, waits, stack, in_args, in_kwargs, tracker = frame
         flt = self.filter
         self.recorded_cells.add(key.rsplit(".", 2)[0])
-        if flt.forward:
+        if flt.forward and not self.overflow_done:
             params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
                       for n, p in cell.parameters_and_names(expand=False)}
-            record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                      "output": self.outputs_record(key, output, save, waits) if flt.output else [],
+            outs = self._outputs_checked(key, output, save, waits)
+            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else [],
                       "parameters": params}
-            self.emit(key, record, waits)
+            self.emit(key, record, waits, check=outs)
         self.note_structure(key, parent, stack)
         if tracker is not None and output is not None:
             return self._track(tracker, output)
         return output
 
     def emit_params_grad(self, base, grads):
-        if not self.filter.backward:
+        if not self.filter.backward or self.overflow_done:
             return
         prefix, rest = base.split(".", 1)
         path, cls = rest.rsplit(".", 1)
         key = naming.params_grad_key(prefix, path, cls, self.counter.next(base + ".parameters_grad"))
-        save = self.filter.saves_tensor(key)
+        save = self.saves_tensor(key)
         waits = []
         record = {n: [self.gradient_record(g, f"{key}.{n}", save, waits) if g is not None else None]
                   for n, g in grads.items()}
@@ -294,9 +357,13 @@ class DumpSession:
         flt = self.filter
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}
-        self.emit(tracker.key, record, tracker.waits)
+        # overflow_check: a backward record is kept when the gradients it computed (its "output") overflow
+        self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs)
         if self.cfg.extra_info and self.cfg.level in ("mix", "L0"):
-            self._writer().add_construct(tracker.key, tracker.parent)
+            if self.gate is not None:
+                self.gate.on_keep(tracker.key, lambda: self._writer().add_construct(tracker.key, tracker.parent))
+            else:
+                self._writer().add_construct(tracker.key, tracker.parent)
 
     # -- step end --------------------------------------------------------------------------------
     def flush(self):
@@ -305,6 +372,7 @@ class DumpSession:
             tracker.emit_partial()
         self.trackers.clear()
         self.resolve_late()
+        self.settle_overflow()
         if self.writer is not None:
             self.writer.flush()
 

@@ -108,6 +108,9 @@ def tensor_dump_missing():
 
 def start_static(cfg, model, step):
     """start() in GRAPH_MODE."""
+    if cfg.task == "overflow_check":
+        raise ConfigError("task", "overflow_check", "statistics | tensor | structure in GRAPH_MODE (overflow_check "
+                          "needs PYNATIVE_MODE)")
     if cfg.level == "L2":
         return KernelDump(cfg)
     if cfg.level != "L0":
