@@ -119,6 +119,21 @@ print(time.perf_counter() - w)
 """
 
 
+COLD = False  # --cold: evict the tensor files from the page cache before every run
+
+
+def evict(root):
+    """Drop `root`'s files from the page cache (posix_fadvise on these files only: nothing else's cache
+    is touched), so the next run reads them from disk."""
+    for d, _, files in os.walk(root):
+        for n in files:
+            fd = os.open(os.path.join(d, n), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 BASELINE_SRC = None  # --baseline-src: another checkout's src/ whose compare runs interleaved with ours
 
 
@@ -138,9 +153,13 @@ def tensor_bench(root, gb, rounds):
     rows = {"read (baseline)": [], **{n: [] for n in names.values()}}
     extra = {n: [] for n in names.values()}
     for _ in range(rounds):
+        if COLD:
+            evict(root)
         out = subprocess.run([sys.executable, "-c", _READ, root], capture_output=True, text=True, check=True)
         rows["read (baseline)"].append(float(out.stdout.strip()))
         for workers, old in variants:
+            if COLD:
+                evict(root)
             r = run_child(t, g, workers, baseline=old)
             rows[names[workers, old]].append(r["wall"])
             extra[names[workers, old]].append(r)
@@ -233,8 +252,11 @@ def main():
     ap.add_argument("--skip", nargs="*", default=(), choices=("tensor", "statistics", "cli"))
     ap.add_argument("--baseline-src", help="the src/ folder of an older checkout (e.g. from `git archive`): its "
                     "compare runs interleaved with this one's, for new/old ratios")
+    ap.add_argument("--cold", action="store_true", help="tensor files read from disk: evicted from the page "
+                    "cache before each run")
     args = ap.parse_args()
-    global BASELINE_SRC
+    global BASELINE_SRC, COLD
+    COLD = args.cold
     BASELINE_SRC = os.path.abspath(args.baseline_src) if args.baseline_src else None
     root = args.dir or tempfile.mkdtemp(prefix="msprobe_cmpbench_")
     os.makedirs(root, exist_ok=True)

@@ -103,7 +103,34 @@ def rows_from_records(data):
 
     def args(values, key, prefix, role):
         for i, v in enumerate(values):
-            if type(v) is dict and "dtype" in v:  # the common case: a plain tensor
+            if type(v) is dict and "dtype" in v and "shape" in v:
+                # the common case, a plain tensor: `emit` inlined (this loop runs once per row)
+                suffix = prefix + str(i)
+                a_name(key + suffix)
+                a_key(key)
+                a_suffix(suffix)
+                a_role(role)
+                a_kind(TENSOR)
+                a_dtype(str(v["dtype"]))
+                shape = v["shape"]
+                a_shape(str(shape) if type(shape) is list else
+                        str(list(shape)) if isinstance(shape, tuple) else str(shape))
+                get = v.get
+                mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
+                if type(mx) is str or type(mn) is str or type(me) is str or type(no) is str:
+                    mx, mn, me, no = stat_value(mx), stat_value(mn), stat_value(me), stat_value(no)
+                a_rg(get("requires_grad"))
+                a_max(mx)
+                a_min(mn)
+                a_mean(me)
+                a_norm(no)
+                f_max(mx if type(mx) is float else _num(mx))
+                f_min(mn if type(mn) is float else _num(mn))
+                f_mean(me if type(me) is float else _num(me))
+                f_norm(no if type(no) is float else _num(no))
+                a_md5(get("md5"))
+                a_file(get("data_name"))
+            elif type(v) is dict and "dtype" in v:
                 emit(key, f"{prefix}{i}", role, v)
             else:
                 walk(v, key, f"{prefix}{i}", role)

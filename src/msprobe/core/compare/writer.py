@@ -79,12 +79,20 @@ def _rendered_columns(table):
         for i in missing:
             arr[i] = "None" if arr[i] is None else "nan"
         if name not in _TEXT_COLUMNS:
-            for i in np.flatnonzero(pd.Series(arr, dtype=object).isin(_INF_VALUES).to_numpy()):
+            # floats (finite or infinite: NaN is text by now) as text in one pass; "inf" strings marked
+            is_float = np.fromiter((type(v) is float for v in arr), dtype=bool, count=len(arr))
+            others = np.flatnonzero(~is_float)
+            for i in others[pd.Series(arr[others], dtype=object).isin(_INF_VALUES).to_numpy()]:
                 arr[i] = _cell_text(arr[i])
-            # the finite floats left, as the csv module would print them (str), in one pass
-            floats = np.flatnonzero(np.fromiter((type(v) is float for v in arr), dtype=bool, count=len(arr)))
+            floats = np.flatnonzero(is_float)
             if len(floats):
-                arr[floats] = float_reprs(arr[floats].astype(np.float64))
+                values = arr[floats].astype(np.float64)
+                finite = np.isfinite(values)
+                if finite.all():
+                    arr[floats] = float_reprs(values)
+                else:
+                    arr[floats[finite]] = float_reprs(values[finite])
+                    arr[floats[~finite]] = np.where(values[~finite] > 0, " inf", " -inf").astype(object)
         out.append(arr.tolist())
     return out
 
