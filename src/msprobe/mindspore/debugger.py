@@ -23,7 +23,7 @@ from msprobe.mindspore import _state
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
-from msprobe.mindspore.overflow import OverflowBudget
+from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.mindspore.session import DumpSession, current_rank
 
 logger = logging.getLogger(__name__)

@@ -12,52 +12,21 @@ reached. Nothing is written (no directory either) for a step without an overflow
 """
 
 import logging
-import math
 from collections import deque
 
-from msprobe.core.dump.reader import iter_tensor_records, stat_value
+from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
+from msprobe.core.dump.overflow import record_overflows as core_record_overflows
+from msprobe.core.dump.reader import iter_tensor_records
 
 logger = logging.getLogger(__name__)
 
 # largest finite magnitudes, keyed by the dtype names the records carry
-_SATURATING = {"Float16": 65504.0, "BFloat16": 3.3895313892515355e38}
-
-
-class OverflowBudget:
-    """Counts overflowing records over a whole run; `overflow_nums` -1 means no limit."""
-
-    def __init__(self, limit):
-        self.limit = limit
-        self.count = 0
-
-    @property
-    def exhausted(self):
-        return self.limit != -1 and self.count >= self.limit
-
-    def take(self, key):
-        """Account for one overflowing record; False once the limit was reached before it."""
-        if self.exhausted:
-            return False
-        self.count += 1
-        logger.warning("msprobe overflow_check: %s overflowed (%d of %s)", key, self.count,
-                       "unlimited" if self.limit == -1 else self.limit)
-        if self.exhausted:
-            logger.warning("msprobe overflow_check: overflow_nums=%d reached; nothing more is recorded",
-                           self.limit)
-        return True
+_SATURATING = {"Float16": FLOAT16_MAX, "BFloat16": BFLOAT16_MAX}
 
 
 def record_overflows(value):
     """Does any tensor record in `value` (nested lists/dicts of records) show an overflow in Max/Min?"""
-    for _, rec in iter_tensor_records(value):
-        limit = _SATURATING.get(rec.get("dtype"))
-        for field in ("Max", "Min"):
-            v = stat_value(rec.get(field))
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                continue
-            if not math.isfinite(v) or (limit is not None and abs(v) >= limit):
-                return True
-    return False
+    return core_record_overflows(value, _SATURATING)
 
 
 class OverflowGate:

@@ -21,7 +21,7 @@ from msprobe.pytorch.capture.aten_mode import AtenCapture
 from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture
 from msprobe.pytorch.capture.patched_api import PatchedApis
-from msprobe.pytorch.overflow import OverflowBudget
+from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.pytorch.session import DumpSession, current_rank
 
 logger = logging.getLogger(__name__)

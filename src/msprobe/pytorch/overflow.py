@@ -6,41 +6,14 @@ Forward calls are checked on their live output tensors (one aminmax each); backw
 gradients are summarised as they arrive, are checked on the statistics already computed.
 """
 
-import logging
 import math
 
 import torch
 
-from msprobe.core.dump.reader import iter_tensor_records, stat_value
-
-logger = logging.getLogger(__name__)
+from msprobe.core.dump.overflow import record_overflows as core_record_overflows
 
 _SATURATING = {torch.float16: torch.finfo(torch.float16).max, torch.bfloat16: torch.finfo(torch.bfloat16).max}
 _SATURATING_NAMES = {str(k): v for k, v in _SATURATING.items()}
-
-
-class OverflowBudget:
-    """Counts overflowing records over a whole run; `overflow_nums` -1 means no limit."""
-
-    def __init__(self, limit):
-        self.limit = limit
-        self.count = 0
-
-    @property
-    def exhausted(self):
-        return self.limit != -1 and self.count >= self.limit
-
-    def take(self, key):
-        """Account for one overflowing record; False once the limit was reached before it."""
-        if self.exhausted:
-            return False
-        self.count += 1
-        logger.warning("msprobe overflow_check: %s overflowed (%d of %s)", key, self.count,
-                       "unlimited" if self.limit == -1 else self.limit)
-        if self.exhausted:
-            logger.warning("msprobe overflow_check: overflow_nums=%d reached; nothing more is recorded",
-                           self.limit)
-        return True
 
 
 def tensor_overflows(t):
@@ -65,12 +38,4 @@ def tensor_overflows(t):
 
 def record_overflows(value):
     """Does any tensor record in `value` (a record or a list of them) show an overflow in Max/Min?"""
-    for _, rec in iter_tensor_records(value):
-        limit = _SATURATING_NAMES.get(rec.get("dtype"))
-        for field in ("Max", "Min"):
-            v = stat_value(rec.get(field))
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                continue
-            if not math.isfinite(v) or (limit is not None and abs(v) >= limit):
-                return True
-    return False
+    return core_record_overflows(value, _SATURATING_NAMES)
