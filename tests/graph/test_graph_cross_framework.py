@@ -25,29 +25,31 @@ def load_ms_models():
 class TorchMLP(torch.nn.Module):
     """tests/mindspore/models.py MintMLP in PyTorch."""
 
-    def __init__(self):
+    def __init__(self, fc2_name="fc2"):
         super().__init__()
         self.fc1 = torch.nn.Linear(16, 32)
-        self.fc2 = torch.nn.Linear(32, 32)
+        self.fc2_name = fc2_name
+        setattr(self, fc2_name, torch.nn.Linear(32, 32))
         self.head = torch.nn.Linear(32, 4)
 
     def forward(self, x):
         h = F.relu(self.fc1(x))
-        h = torch.tanh(self.fc2(h)) + h
+        h = torch.tanh(getattr(self, self.fc2_name)(h)) + h
         return self.head(h)
 
 
-def test_mindspore_target_against_pytorch_golden(tmp_path):
+def dump_pair(tmp_path, fc2_name="fc2"):
+    """The MindSpore MLP and its PyTorch twin (second layer named `fc2_name`), one training step each at mix."""
     ms_models = load_ms_models()
     from msprobe.mindspore import PrecisionDebugger as MsDebugger
     from msprobe.pytorch import PrecisionDebugger as PtDebugger
 
     ms_net = ms_models.build("mlp")
-    pt_net = TorchMLP()
+    pt_net = TorchMLP(fc2_name)
     weights = {n: p.asnumpy() for n, p in ms_net.parameters_and_names()}
     with torch.no_grad():
         for name, p in pt_net.named_parameters():
-            p.copy_(torch.from_numpy(weights[name]))
+            p.copy_(torch.from_numpy(weights[name.replace(fc2_name + ".", "fc2.")]))
     x, y = ms_models.make_data("mlp")
     dbg = MsDebugger(dump_path=str(tmp_path / "ms"), level="mix")
     ms_models.train(ms_net, x, y, steps=1, debugger=dbg)
@@ -62,6 +64,9 @@ def test_mindspore_target_against_pytorch_golden(tmp_path):
     dbg.step()
     dbg.close()
 
+
+def test_mindspore_target_against_pytorch_golden(tmp_path):
+    dump_pair(tmp_path)
     out = visualize(str(tmp_path / "ms" / "step0"), str(tmp_path / "out"), golden_path=str(tmp_path / "pt" / "step0"),
                     progress=False)
     (g,) = read_graph_db(out.db_path)["graphs"]
@@ -83,3 +88,21 @@ def test_mindspore_target_against_pytorch_golden(tmp_path):
         next(t["NPU max"] for t in g["tensors"] if t["NPU Name"] == "Cell.fc1.Linear.forward.0.output.0"),
         next(t["Bench max"] for t in g["tensors"] if t["NPU Name"] == "Cell.fc1.Linear.forward.0.output.0"),
         rtol=1e-5)
+
+
+def test_renamed_child_of_the_root_pairs_through_toplayer(tmp_path):
+    """seed 003's layer_mapping.yaml: `TopLayer` maps the root model's own children (MindSpore fc2 = PyTorch proj)."""
+    dump_pair(tmp_path, fc2_name="proj")
+    mapping = tmp_path / "layer_mapping.yaml"
+    mapping.write_text("TopLayer:\n  fc2: proj\n")
+    runs = {}
+    for name, lm in (("without", None), ("with", str(mapping))):
+        out = visualize(str(tmp_path / "ms" / "step0"), str(tmp_path / name), golden_path=str(tmp_path / "pt" / "step0"),
+                        layer_mapping=lm, progress=False)
+        (g,) = read_graph_db(out.db_path)["graphs"]
+        runs[name] = (dict(zip(g["names"], g["match"])), dict(zip(g["names"], g["verdict"])))
+    match, verdict = runs["with"]
+    for direction in ("forward", "backward"):
+        assert match[f"Cell.fc2.Linear.{direction}.0"] == f"Module.proj.Linear.{direction}.0"
+        assert verdict[f"Cell.fc2.Linear.{direction}.0"] == "pass"
+        assert not runs["without"][0].get(f"Cell.fc2.Linear.{direction}.0")  # unmatched without the mapping
