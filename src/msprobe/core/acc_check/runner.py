@@ -22,7 +22,7 @@ from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
 from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.input_spec import cases_from_dump
-from msprobe.core.acc_check.work_split import split_cases
+from msprobe.core.acc_check.work_split import biggest_first
 from msprobe.core.dump.reader import DumpReader
 from msprobe.core.errors import MsprobeError
 
@@ -44,6 +44,7 @@ class RunReport:
     seconds: float = 0.0
     workers: int = 1
     error_data_dir: str = ""
+    worker_cpu_s: list = field(default_factory=list)  # CPU seconds of each worker process (multi only)
 
 
 def load_dump(api_info):
@@ -150,24 +151,37 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
     return report
 
 
-def _worker(index, api_info, names, spec_options, framework, part_dir, save_error_data, error_root, seed,
-            queue, pipeline):
-    """Body of one worker process: check `names` and report each finished API on `queue`."""
+def _worker(index, api_info, names, next_case, spec_options, framework, part_dir, save_error_data, error_root,
+            seed, queue, pipeline):
+    """Body of one worker process: check cases of `names` (biggest first), taking the next untaken one
+    from the shared counter `next_case` each time, and report each finished API on `queue`; the last
+    message carries this process's CPU seconds."""
     _exit_with_parent()
     try:
         reader, cases = load_dump(api_info)
-        wanted = set(names)
-        cases = [c for c in cases if c.name in wanted]
+        by_name = {c.name: c for c in cases}
+        cases = [by_name[n] for n in names]
         spec = ExecutorSpec(framework, spec_options)
         with ResultFiles(part_dir, f"w{index}") as files:
-            for _ in check_cases(cases, reader, spec, files, save_error_data, error_root,
+            for _ in check_cases(_take(cases, next_case), reader, spec, files, save_error_data, error_root,
                                  progress=lambda name: queue.put(("done", index, name)), seed=seed,
                                  pipeline=pipeline):
                 pass
-        queue.put(("exit", index, ""))
+        queue.put(("exit", index, repr(time.process_time())))
     except BaseException as e:  # the parent reports it; a worker must never hang the run
         queue.put(("failed", index, f"{type(e).__name__}: {e}"))
         raise
+
+
+def _take(cases, next_case):
+    """The cases this worker gets: each one the next that no worker has taken yet."""
+    while True:
+        with next_case.get_lock():
+            i = next_case.value
+            next_case.value = i + 1
+        if i >= len(cases):
+            return
+        yield cases[i]
 
 
 def _exit_with_parent():
@@ -188,8 +202,9 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     """Check every API of a dump with one worker process per entry of `devices`.
 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
-    count CPU workers, which share the cores (torch threads per worker = cores / workers).
-    Workers write part files under `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
+    count CPU workers, which share the cores (one torch thread each).
+    Workers take the cases biggest first from one shared queue and write part files under
+    `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
     into the result and details CSVs at the end (and on a resumed run, with what was there).
 
     Args:
@@ -220,28 +235,31 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     for r_path, _ in old_parts:
         done.update(row["API Name"] for row in read_rows(r_path))
     todo = [c for c in cases if c.name not in done]
-    groups = [g for g in split_cases(todo, len(devices)) if g]
+    n_workers = min(len(devices), len(todo))  # 0 when a resumed run has nothing left
+    queue_order = [c.name for c in biggest_first(todo)]
     attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
     threads = 1  # as in run_acc_check: small APIs gain nothing from more, workers share the cores
     # a judging thread per worker only while there is a core for it: otherwise workers just contend
-    pipeline = (os.cpu_count() or 1) >= 2 * len(groups)
+    pipeline = (os.cpu_count() or 1) >= 2 * n_workers
     error_root = os.path.join(os.path.dirname(result_path), "error_data")
     ctx = multiprocessing.get_context(start_method)
     if start_method == "fork":  # workers inherit the framework import instead of repeating it
         importlib.import_module(EXECUTOR_MODULES[reader.framework])
     queue = ctx.Queue()
+    next_case = ctx.Value("q", 0)
     procs = []
-    for i, group in enumerate(groups):
+    for i in range(n_workers):
         options = (("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
                    ("threads", threads))
         part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
         p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
-                        args=(i, api_info, [c.name for c in group], options, reader.framework, part_dir,
+                        args=(i, api_info, queue_order, next_case, options, reader.framework, part_dir,
                               save_error_data, error_root, seed, queue, pipeline))
         p.start()
         procs.append(p)
     bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
     failures = []
+    cpu = [0.0] * len(procs)
     running = len(procs)
     try:
         while running:
@@ -257,6 +275,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
                 running -= 1
                 if kind == "failed":
                     failures.append(f"worker {index}: {text}")
+                else:
+                    cpu[index] = float(text)
     finally:
         bar.close()
         for p in procs:
@@ -268,8 +288,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
                            f"resume with -csv_path {result_path}")
     shutil.rmtree(parts_root, ignore_errors=True)
     report = RunReport(result_path, details_path, reader.framework,
-                       f"{len(groups)} workers" + (f" on devices {devices}" if accelerator_count else " (CPU)"),
-                       resumed=len(cases) - len(todo), workers=len(groups))
+                       f"{n_workers} workers" + (f" on devices {devices}" if accelerator_count else " (CPU)"),
+                       resumed=len(cases) - len(todo), workers=n_workers, worker_cpu_s=cpu)
     report.results = results_from_csv(result_path, details_path, {c.name for c in todo}, badness)
     report.error_data_dir = error_root if save_error_data else ""
     report.seconds = time.perf_counter() - start

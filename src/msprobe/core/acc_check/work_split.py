@@ -1,11 +1,11 @@
-"""Split API cases across workers so that each gets about the same work.
+"""Share API cases between workers so that each gets about the same work.
 
-Cost of a case ~ elements of its tensors (inputs and outputs), doubled when it has a backward; cases
-go to the least-loaded worker, biggest first (LPT), and each worker keeps dump order.
+Cost of a case ~ elements of its tensors (inputs and outputs), doubled when it has a backward.
+Workers take cases from one queue, biggest first, each taking the next one when it is free (online
+LPT): a worker that other processes slow down simply takes fewer, where a split fixed in advance by
+estimated cost would leave the other worker idle at the end.
 Must not import torch or mindspore.
 """
-
-import heapq
 
 from msprobe.core.acc_check.input_spec import iter_tensor_specs, spec_tree, UnsupportedArgument
 
@@ -20,16 +20,7 @@ def case_cost(case):
     return (1 + elements) * (2 if case.backward else 1)
 
 
-def split_cases(cases, n):
-    """`n` lists of cases, balanced by cost, each in the original order."""
-    n = max(1, min(n, len(cases))) if cases else max(1, n)
-    heap = [(0, i) for i in range(n)]
-    owner = {}
-    for idx in sorted(range(len(cases)), key=lambda i: -case_cost(cases[i])):
-        load, w = heapq.heappop(heap)
-        owner[idx] = w
-        heapq.heappush(heap, (load + case_cost(cases[idx]), w))
-    parts = [[] for _ in range(n)]
-    for idx, case in enumerate(cases):
-        parts[owner[idx]].append(case)
-    return parts
+def biggest_first(cases):
+    """The cases ordered by decreasing cost (dump order among equals): the order workers take them."""
+    costs = [case_cost(c) for c in cases]
+    return [cases[i] for i in sorted(range(len(cases)), key=lambda i: -costs[i])]
