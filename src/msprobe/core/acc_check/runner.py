@@ -73,7 +73,17 @@ def check_cases(cases, reader, spec, files, save_error_data=False, error_root=""
 
     With `pipeline`, the next API runs on the framework while a second thread judges and writes the
     previous one (numpy and torch both release the GIL): worth it when a spare core is there.
+    BLAS runs on one thread meanwhile: OpenBLAS's extra threads spin between the metrics' small dot
+    products and take a whole core (2 CPU s per second of checking), which left a second worker
+    process nothing to run on.
     """
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield from _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed,
+                                executor, pipeline)
+
+
+def _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor, pipeline):
     executor = executor or spec.create()
     source = TensorSource(reader, real_data=True)
 
