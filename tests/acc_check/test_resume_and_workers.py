@@ -117,6 +117,7 @@ def test_two_workers_give_the_same_rows(slow_dump, reference, tmp_path, start_me
     finally:
         sys.path.remove(HERE)
     assert report.workers == 2 and len(report.results) == len(reference[0]) - 1
+    assert len(report.worker_cpu_s) == 2 and all(c > 0 for c in report.worker_cpu_s)
     assert read(next(tmp_path.glob("accuracy_checking_result_*.csv"))) == reference[0]
     assert read(next(tmp_path.glob("accuracy_checking_details_*.csv"))) == reference[1]
     assert not list(tmp_path.glob("accuracy_checking_parts_*"))  # parts merged and removed
@@ -131,3 +132,27 @@ def test_killed_multi_run_resumes(slow_dump, reference, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert read(result_csv) == reference[0]
     assert read(result_csv.with_name(result_csv.name.replace("result", "details"))) == reference[1]
+
+
+def test_blas_runs_on_one_thread_while_checking(slow_dump, tmp_path):
+    """An idle OpenBLAS thread spins a whole core: a second worker would have none to run on."""
+    from threadpoolctl import threadpool_info
+
+    from msprobe.core.acc_check.csv_files import ResultFiles
+    from msprobe.core.acc_check.execution import ExecutorSpec
+    from msprobe.core.acc_check.runner import check_cases, load_dump
+
+    sys.path.insert(0, HERE)
+    try:
+        reader, cases = load_dump(slow_dump)
+        spec = ExecutorSpec("pytorch", (("custom_apis", ("SlowOps=lowprec_ops",)),))
+        seen = []
+
+        def blas_threads(_name):
+            seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        with ResultFiles(str(tmp_path), "t") as files:
+            results = list(check_cases(cases, reader, spec, files, progress=blas_threads, pipeline=True))
+    finally:
+        sys.path.remove(HERE)
+    assert len(results) == len(cases) == len(seen)
+    assert all(threads == {1} for threads in seen), seen
