@@ -15,7 +15,8 @@ from msprobe.core.acc_check import dtypes
 from msprobe.core.acc_check.execution import CaseRun, ComparedTensor
 from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, ValueSpec, forward_inputs,
                                                gradient_inputs, output_gradient_specs)
-from msprobe.mindspore.acc_check.resolver import MindSporeResolver, Unresolvable
+from msprobe.core.acc_check.api_names import Unresolvable
+from msprobe.mindspore.acc_check.resolver import MindSporeResolver
 from msprobe.mindspore.capture.api_table import is_in_place
 
 _MS_DTYPES = {"float64": ms.float64, "float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16,

@@ -2,39 +2,21 @@
 callable, through the dumper's own API table read in reverse, then the namespace the prefix names.
 """
 
-import importlib
 import inspect
 
 import mindspore as ms
 
 from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
-from msprobe.core.errors import MsprobeError
+from msprobe.core.acc_check.api_names import Unresolvable, parse_custom_apis
 from msprobe.mindspore.capture.api_table import build_api_table
 
 _NAMESPACES = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
                "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
 
 
-class Unresolvable(Exception):
-    """The API cannot be run here; the message says why."""
-
-
-def _custom_modules(entries):
-    modules = {}
-    for entry in entries or ():
-        prefix, sep, path = str(entry).partition("=")
-        if not sep or not prefix or not path:
-            raise MsprobeError(f"--custom_api {entry!r}: expected PREFIX=python.module, e.g. MyOps=mypkg.ops")
-        try:
-            modules[prefix] = importlib.import_module(path)
-        except ImportError as e:
-            raise MsprobeError(f"--custom_api {entry!r}: cannot import {path!r} ({e})") from None
-    return modules
-
-
 class MindSporeResolver:
     def __init__(self, custom_apis=()):
-        self._custom = _custom_modules(custom_apis)
+        self._custom = parse_custom_apis(custom_apis)
         self._table = {(prefix, attr): getattr(owner, attr, None)
                        for owner, attr, prefix, _ in build_api_table()}
         self._cache = {}

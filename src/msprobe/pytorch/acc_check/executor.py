@@ -15,7 +15,8 @@ from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, 
                                                gradient_inputs, output_gradient_specs)
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.acc_check.random_apis import RANDOM_APIS
-from msprobe.pytorch.acc_check.resolver import TorchResolver, Unresolvable
+from msprobe.core.acc_check.api_names import Unresolvable
+from msprobe.pytorch.acc_check.resolver import TorchResolver
 from msprobe.pytorch.capture.api_table import is_inplace
 
 _TORCH_DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES if hasattr(torch, name)}

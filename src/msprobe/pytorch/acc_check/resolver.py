@@ -3,33 +3,14 @@ callable, through the dumper's own API table read in reverse, then the namespace
 Custom APIs (register_custom_api) are found through `Prefix=python.module` entries.
 """
 
-import importlib
 
 import torch
 
 from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
-from msprobe.core.errors import MsprobeError
+from msprobe.core.acc_check.api_names import Unresolvable, parse_custom_apis
 from msprobe.pytorch.capture.api_table import build_api_table
 
 _SUBMODULES = {"linalg_": "linalg", "fft_": "fft", "special_": "special"}
-
-
-class Unresolvable(Exception):
-    """The API cannot be run here; the message says why."""
-
-
-def parse_custom_apis(entries):
-    """('Prefix=python.module', ...) -> {prefix: module}; bad entries are user errors."""
-    modules = {}
-    for entry in entries or ():
-        prefix, sep, path = str(entry).partition("=")
-        if not sep or not prefix or not path:
-            raise MsprobeError(f"--custom_api {entry!r}: expected PREFIX=python.module, e.g. MyOps=mypkg.ops")
-        try:
-            modules[prefix] = importlib.import_module(path)
-        except ImportError as e:
-            raise MsprobeError(f"--custom_api {entry!r}: cannot import {path!r} ({e})") from None
-    return modules
 
 
 class TorchResolver:
