@@ -73,7 +73,7 @@ def format_diagnosis(d):
                  f"(relative; noise floor {_num(_floor_of(top), '{:.2g}')})")
     lines.append("Suspects (where error is introduced, most likely first):")
     lines.append(f"  {'#':>2}  {'call':44s} {'dir':8s} {'kind':13s} {'in err':>9s} {'out err':>9s} "
-                 f"{'amplif.':>8s}  ranks")
+                 f"{'amplif.':>8s}  where")
     for i, s in enumerate(d["suspects"][:10], 1):
         if s["kind"] not in _AMPLIFYING_KINDS:
             amp = "-"
@@ -83,7 +83,7 @@ def format_diagnosis(d):
             amp = _num(s["amplification"], "{:.3g}")
         lines.append(f"  {i:>2}  {s['api'][:44]:44s} {s['direction']:8s} {s['kind']:13s} "
                      f"{_num(s['input_error']):>9s} {_num(s['output_error']):>9s} {amp:>8s}  "
-                     f"{','.join(str(r) for r in s['ranks'])} (step {s['step']})")
+                     f"{_where(s)} (step {s['step']})")
     if len(d["suspects"]) > 10:
         lines.append(f"  ... {len(d['suspects']) - 10} more in diagnosis.json")
     lines.append(f"Evidence for #1 ({top['api']}):")
@@ -122,3 +122,8 @@ def _tail(name):
 
 def _capital(text):
     return text[:1].upper() + text[1:]
+
+
+def _where(suspect):
+    """'rank 0,1' or, for dumps made without a process group, 'proc 4242' (the number is a process id)."""
+    return ("proc " if suspect.get("is_proc") else "rank ") + ",".join(str(r) for r in suspect["ranks"])
