@@ -6,53 +6,31 @@ import inspect
 
 import mindspore as ms
 
-from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
-from msprobe.core.acc_check.api_names import Unresolvable, parse_custom_apis
+from msprobe.core.acc_check.api_names import ApiResolver, Unresolvable, unknown_prefix
 from msprobe.mindspore.capture.api_table import build_api_table
 
 _NAMESPACES = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
                "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
 
 
-class MindSporeResolver:
+class MindSporeResolver(ApiResolver):
+    """MindSpore callables (and attribute-free Primitives) for dump names; see ApiResolver."""
+
     def __init__(self, custom_apis=()):
-        self._custom = parse_custom_apis(custom_apis)
+        super().__init__(custom_apis)
         self._table = {(prefix, attr): getattr(owner, attr, None)
                        for owner, attr, prefix, _ in build_api_table()}
-        self._cache = {}
 
-    def resolve(self, prefix, api):
-        key = (prefix, api)
-        if key not in self._cache:
-            try:
-                self._cache[key] = self._find(prefix, api)
-            except Unresolvable as e:
-                self._cache[key] = e
-        hit = self._cache[key]
-        if isinstance(hit, Unresolvable):
-            raise hit
-        return hit
-
-    def _find(self, prefix, api):
-        if prefix in COMMUNICATION_PREFIXES:
-            raise Unresolvable(f"{prefix}.{api} is a communication op: it needs the process group of the "
-                               "run and is not checked offline")
+    def _find_builtin(self, prefix, api):
         if prefix == "Primitive":
             return _primitive(api)
         if prefix == "Jit":
             raise Unresolvable(f"Jit.{api} is a compiled graph, not an API")
-        if prefix in self._custom:
-            func = getattr(self._custom[prefix], api, None)
-            if callable(func):
-                return func
-            raise Unresolvable(f"custom API {prefix}.{api}: module {self._custom[prefix].__name__} has no "
-                               f"callable {api!r}")
         func = self._table.get((prefix, api))
         if func is None and prefix in _NAMESPACES:
             func = getattr(_NAMESPACES[prefix](), api, None)
         if prefix not in _NAMESPACES and func is None:
-            raise Unresolvable(f"unknown API prefix {prefix!r} ({prefix}.{api}); for a custom API pass "
-                               f"--custom_api {prefix}=<python module that defines {api}>")
+            raise unknown_prefix(prefix, api)
         if not callable(func):
             raise Unresolvable(f"{prefix}.{api}: MindSpore {ms.__version__} has no such API")
         return func

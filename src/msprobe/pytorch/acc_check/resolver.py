@@ -6,43 +6,20 @@ Custom APIs (register_custom_api) are found through `Prefix=python.module` entri
 
 import torch
 
-from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
-from msprobe.core.acc_check.api_names import Unresolvable, parse_custom_apis
+from msprobe.core.acc_check.api_names import ApiResolver, Unresolvable, unknown_prefix
 from msprobe.pytorch.capture.api_table import build_api_table
 
 _SUBMODULES = {"linalg_": "linalg", "fft_": "fft", "special_": "special"}
 
 
-class TorchResolver:
-    """Resolves names once per process (cached)."""
+class TorchResolver(ApiResolver):
+    """torch callables for dump names; see ApiResolver."""
 
     def __init__(self, custom_apis=()):
-        self._custom = parse_custom_apis(custom_apis)
+        super().__init__(custom_apis)
         self._table = {v: f for f, v in build_api_table().items()}
-        self._cache = {}
 
-    def resolve(self, prefix, api):
-        key = (prefix, api)
-        if key not in self._cache:
-            try:
-                self._cache[key] = self._find(prefix, api)
-            except Unresolvable as e:
-                self._cache[key] = e
-        hit = self._cache[key]
-        if isinstance(hit, Unresolvable):
-            raise hit
-        return hit
-
-    def _find(self, prefix, api):
-        if prefix in COMMUNICATION_PREFIXES:
-            raise Unresolvable(f"{prefix}.{api} is a communication op: it needs the process group of the "
-                               "run and is not checked offline")
-        if prefix in self._custom:
-            func = getattr(self._custom[prefix], api, None)
-            if callable(func):
-                return func
-            raise Unresolvable(f"custom API {prefix}.{api}: module {self._custom[prefix].__name__} has no "
-                               f"callable {api!r}")
+    def _find_builtin(self, prefix, api):
         func = self._table.get((prefix, api))
         if func is not None:
             return func
@@ -62,8 +39,7 @@ class TorchResolver:
         elif prefix == "NPU":
             raise Unresolvable(f"NPU.{api} needs torch_npu, which is not installed here")
         else:
-            raise Unresolvable(f"unknown API prefix {prefix!r} ({prefix}.{api}); for a custom API pass "
-                               f"--custom_api {prefix}=<python module that defines {api}>")
+            raise unknown_prefix(prefix, api)
         if not callable(func):
             raise Unresolvable(f"{prefix}.{api}: torch {torch.__version__} has no such API")
         return func
