@@ -4,6 +4,7 @@ and with save_backward the gradients of its tensors as `{name}_grad.{n}.debug`."
 import torch
 
 from msprobe.core import naming
+from msprobe.core.dump.grad_slots import fill_grads, index_tensors
 from msprobe.pytorch import _state
 
 
@@ -32,8 +33,7 @@ class _GradSave:
 
     @classmethod
     def attach(cls, session, variable, key, save):
-        slots = []
-        structure = _index(variable, (), slots)
+        structure, slots = index_tensors(variable, torch.Tensor)
         slots = [(path, t) for path, t in slots if t.requires_grad]
         if not slots:
             return
@@ -58,7 +58,7 @@ class _GradSave:
         waits = []
         prev, _state.busy = _state.busy, True
         try:
-            record = _fill(self.structure, self.grads, session, self.key, self.save, waits)
+            record = fill_grads(self.structure, self.grads, session, self.key, self.save, waits)
             session.emit(self.key, record, waits)
         finally:
             _state.busy = prev
@@ -66,29 +66,3 @@ class _GradSave:
     def emit_partial(self):
         if self.session is not None:
             self._emit()
-
-
-def _index(v, path, slots):
-    """Replace each tensor in `v` by its index path (and collect it); keep the container shape."""
-    if isinstance(v, torch.Tensor):
-        slots.append((path, v))
-        return ("__tensor__", path)
-    if isinstance(v, (list, tuple)):
-        return [_index(x, path + (i,), slots) for i, x in enumerate(v)]
-    if isinstance(v, dict):
-        return {str(k): _index(x, path + (str(k),), slots) for k, x in v.items()}
-    return None
-
-
-def _fill(structure, grads, session, key, save, waits):
-    if isinstance(structure, tuple) and structure and structure[0] == "__tensor__":
-        g = grads.get(structure[1])
-        if g is None:
-            return None
-        stem = naming.debug_file_name(key, structure[1], "")
-        return session.tensor_record(g, stem, save, waits)
-    if isinstance(structure, list):
-        return [_fill(x, grads, session, key, save, waits) for x in structure]
-    if isinstance(structure, dict):
-        return {k: _fill(x, grads, session, key, save, waits) for k, x in structure.items()}
-    return None
