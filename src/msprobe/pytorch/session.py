@@ -23,6 +23,22 @@ FRAMEWORK = "pytorch"
 _SCALARS = (int, float, bool, str)
 
 
+def _edges_before(flt, args, kwargs, inplace):
+    """Graph edges of a call's inputs before it runs (an in-place call moves them); None if not needed."""
+    if flt.backward and not inplace and torch.is_grad_enabled():
+        return input_edges(flat_tensors(args) + flat_tensors(kwargs))
+    return None
+
+
+def _run_nested(func, args, kwargs):
+    """Run a recorded call; calls it makes itself are nested and not recorded (depth)."""
+    _state.depth += 1
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _state.depth -= 1
+
+
 class DumpSession:
     """Recording state for one step of one rank.
 
@@ -169,22 +185,13 @@ class DumpSession:
             else:
                 in_args, in_kwargs = [], {}
             # graph edges of the inputs before the call: an in-place call moves them
-            edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
-                     if flt.backward and not inplace and torch.is_grad_enabled() else None)
+            edges = _edges_before(flt, args, kwargs, inplace)
         finally:
             _state.busy = False
-        _state.depth += 1
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            _state.depth -= 1
+        out = _run_nested(func, args, kwargs)
         _state.busy = True
         try:
-            result = out
-            if inplace and args and not isinstance(out, torch.Tensor):
-                result = args[0]  # __setitem__, collectives: the mutated argument is the result
-            if inplace:
-                self.summarizer.forget(flat_tensors(result))
+            result = self._result_of(out, args, inplace)
             if forward:
                 record = {"input_args": in_args, "input_kwargs": in_kwargs,
                           "output": self.outputs_record(key, result, save, waits) if flt.output else []}
@@ -198,6 +205,14 @@ class DumpSession:
         finally:
             _state.busy = False
         return out
+
+    def _result_of(self, out, args, inplace):
+        """What a call produced: `__setitem__` and collectives return None and mutate their first argument.
+        An in-place result's cached statistics are stale."""
+        result = args[0] if inplace and args and not isinstance(out, torch.Tensor) else out
+        if inplace:
+            self.summarizer.forget(flat_tensors(result))
+        return result
 
     def record_aten(self, name, func, args, kwargs, inplace):
         """L2: run aten operator `func` and record it as `Aten.{name}.{n}.forward` (name: `mm.default`)."""
@@ -251,22 +266,13 @@ class DumpSession:
         try:
             pre = (self.args_records(key, args, kwargs, "input", False, [])
                    if inplace and flt.forward and flt.input else None)
-            edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
-                     if flt.backward and not inplace and torch.is_grad_enabled() else None)
+            edges = _edges_before(flt, args, kwargs, inplace)
         finally:
             _state.busy = False
-        _state.depth += 1
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            _state.depth -= 1
+        out = _run_nested(func, args, kwargs)
         _state.busy = True
         try:
-            result = out
-            if inplace and args and not isinstance(out, torch.Tensor):
-                result = args[0]
-            if inplace:
-                self.summarizer.forget(flat_tensors(result))
+            result = self._result_of(out, args, inplace)
             if (flt.forward and not self.overflow.exhausted
                     and any(tensor_overflows(t) for t in flat_tensors(result))
                     and self.overflow.take(key)):
