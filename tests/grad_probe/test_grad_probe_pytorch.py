@@ -187,6 +187,7 @@ WORKER = textwrap.dedent('''
         opt.step()
         opt.zero_grad()
     monitor.close()
+    dist.barrier()  # no rank tears gloo down while its peer is still in DDP's last all-reduce
     dist.destroy_process_group()
 ''')
 
