@@ -85,12 +85,47 @@ def test_reuse_is_keyed_by_memory_and_version():
     x.mul_(2)  # version bump: computed again
     rec3, entry3 = s.summarize(x)
     assert entry3 is not entry1 and rec3["Max"] == pytest.approx(2 * rec1["Max"])
-    v = x.view(24)  # same memory, other shape: its own entry
-    _, entry4 = s.summarize(v)
-    assert entry4 is not entry3
     s.forget([x])
     _, entry5 = s.summarize(x)
     assert entry5 is not entry3
+    # a slice is other elements: its own entry
+    _, entry6 = s.summarize(x[1:3])
+    assert entry6 is not entry5
+
+
+def test_views_over_the_same_memory_share_statistics_with_their_own_shape():
+    s = Summarizer()
+    x = torch.randn(2, 3, 4)
+    rec, entry = s.summarize(x)
+    for view in (x.view(24), x.reshape(6, 4), x.transpose(0, 2), x.permute(1, 0, 2), x.flatten(1)):
+        vrec, ventry = s.summarize(view)
+        assert ventry is entry and vrec["shape"] == list(view.shape)
+        fresh, _ = Summarizer().summarize(view.clone())
+        for field in ("Max", "Min", "Mean", "Norm"):
+            assert vrec[field] == pytest.approx(fresh[field], rel=1e-6)
+    # views of a slice: the same elements as the slice, not as the tensor it was cut from
+    qkv = torch.randn(2, 5, 12)
+    q = qkv.chunk(3, dim=-1)[0]
+    qrec, qentry = s.summarize(q)
+    for view in (q.view(2, 5, 2, 2), q.view(2, 5, 2, 2).transpose(1, 2), q.transpose(0, 1)):
+        vrec, ventry = s.summarize(view)
+        assert ventry is qentry and vrec["Norm"] == pytest.approx(float(q.norm()), rel=1e-6)
+    _, wentry = s.summarize(qkv)
+    assert wentry is not qentry
+    e = torch.randn(3, 1).expand(3, 4)  # each element four times: other sums than the column itself
+    erec, eentry = s.summarize(e)
+    assert erec["Mean"] == pytest.approx(float(e.mean()), rel=1e-6)
+    assert s.summarize(e[:, :1])[1] is not eentry
+    # md5 reads a permuted view's bytes in element order: a transpose is checksummed on its own
+    m = Summarizer(md5=True)
+    rec, entry = m.summarize(x)
+    vrec, ventry = m.summarize(x.view(6, 4))
+    assert ventry is entry and vrec["md5"] == rec["md5"]
+    trec, tentry = m.summarize(x.transpose(0, 2))
+    assert tentry is not entry and trec["md5"] == crc32_of(x.transpose(0, 2).contiguous())
+    # a saved file is reused only by a tensor laid out the same way
+    entry.set_file(x, "x.npy")
+    assert entry.file_for(x.detach()) == "x.npy" and entry.file_for(x.view(24)) is None
 
 
 def test_reuse_never_outlives_the_tensor():

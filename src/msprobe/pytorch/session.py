@@ -108,14 +108,14 @@ class DumpSession:
             w = self._writer()
             name = file_stem + ".npy"
             path = w.tensor_path(name)
-            if entry is None or entry.file is None or not link_file(entry.file, path):
+            if entry is None or entry.file_for(t) is None or not link_file(entry.file_for(t), path):
                 x = t.detach()
                 if x.device.type == "cpu":
                     # written now, from the tensor's own memory: no copy to keep safe from later
                     # in-place edits, nothing left for step() to wait for
                     write_npy(path, numpy_of(host_view(x)))
                     if entry is not None:
-                        entry.file = path
+                        entry.set_file(t, path)
                 else:
                     copy = host_copy(x)
                     waits.append(w.submit(lambda: write_npy(path, numpy_of(copy)),

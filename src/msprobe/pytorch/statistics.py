@@ -5,9 +5,12 @@ Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; com
 
 Cost, per float tensor: aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
 a view whose strides are a permutation of a dense layout (a transpose) is reduced in memory order,
-not element order. A tensor seen again unchanged — the same memory, shape, strides and dtype at the
-same version counter, while that memory is alive (a weak reference to its storage) — reuses its record: an API's input
-is usually the previous API's output, an optimizer's gradient is the one backward produced.
+not element order. Values seen again unchanged — the same memory at the same version counter, while
+that memory is alive (a weak reference to its storage) — reuse their statistics: an API's input is
+usually the previous API's output, an optimizer's gradient is the one backward produced. A tensor
+is keyed by the elements it covers, not its shape: `view`, `reshape`, `transpose`, `flatten`
+outputs (and their gradients) hold the same elements as their input, so the same statistics; the
+CRC of a permuted view reads other bytes first, so with md5 a non-contiguous view is keyed exactly.
 Guarded by benchmarks/dump_overhead.py.
 """
 
@@ -35,12 +38,23 @@ def dtype_name(dtype):
 
 
 class CacheEntry:
-    """What is known about one tensor's memory at one version: its record and, once written, its file."""
+    """What is known about one stretch of memory at one version: its statistics (and md5) and, once
+    written, the .npy file of the tensor `layout` (shape, strides) that was saved from it."""
 
-    __slots__ = ("ref", "version", "rec", "file")
+    __slots__ = ("ref", "version", "values", "file", "layout")
 
-    def __init__(self, ref, version, rec):
-        self.ref, self.version, self.rec, self.file = ref, version, rec, None
+    def __init__(self, ref, version, values):
+        self.ref, self.version, self.values = ref, version, values
+        self.file = self.layout = None
+
+    def file_for(self, t):
+        """The saved file when it holds exactly `t` (same shape and strides), else None."""
+        if self.file is not None and self.layout == (t.shape, t.stride()):
+            return self.file
+        return None
+
+    def set_file(self, t, path):
+        self.file, self.layout = path, (t.shape, t.stride())
 
 
 class Summarizer:
@@ -70,45 +84,56 @@ class Summarizer:
             if type(t) not in _PLAIN:
                 continue
             try:
-                self._cache.pop(_memory_key(t), None)
+                self._cache.pop(self._memory_key(t), None)
             except (RuntimeError, NotImplementedError):
                 pass
 
     def summarize(self, t):
         """Record for tensor `t` (a fresh dict the caller may extend) and its cache entry (or None).
 
-        The entry's `file` is where the tensor was saved, if it was: the caller may link to it.
+        The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
+        may link to it.
         """
         key = None
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
         if type(t) in _PLAIN and t.layout is torch.strided and not t.is_inference():
             try:
-                key = _memory_key(t)
+                key = self._memory_key(t)
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
+        rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
         if key is not None:
             hit = self._cache.get(key)
             # alive storage: the memory was not freed and reused by another tensor since
             if hit is not None and t._version == hit.version and hit.ref() is not None:
-                rec = dict(hit.rec)
+                rec.update(hit.values)
                 rec["requires_grad"] = t.requires_grad
                 return rec, hit
-        rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
-        if self.stats:
-            rec.update(self._stats(t))
+        values = self._stats(t) if self.stats else {}
         if self.md5:
-            rec["md5"] = crc32_of_tensor(t, self.pool)
+            values["md5"] = crc32_of_tensor(t, self.pool)
+        rec.update(values)
         entry = None
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, rec)
+                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values)
             except (RuntimeError, TypeError):
                 entry = None
-            rec = dict(rec)
         rec["requires_grad"] = t.requires_grad
         return rec, entry
+
+    def _memory_key(self, t):
+        """Cache key: the elements `t` covers — where it starts and its strides with sizes, in memory
+        order, adjacent dimensions merged — so every view of the same elements shares it. With md5
+        only contiguous views share: the CRC reads elements in index order."""
+        n = t.numel()
+        if n > 1 and t.is_contiguous():
+            return (t.data_ptr(), t.dtype, t.device, ((1, n),))
+        if n <= 1 or self.md5:
+            return _memory_key(t)
+        return (t.data_ptr(), t.dtype, t.device, element_span(t))
 
     def _stats(self, t):
         x = t.detach()
@@ -172,6 +197,19 @@ def resolve_deferred(rec):
 
 def _memory_key(t):
     return (t.data_ptr(), t.dtype, t.shape, t.stride(), t.device)
+
+
+def element_span(t):
+    """((stride, size), ...) of `t` in memory order with size-1 dimensions dropped and a dimension
+    merged into the one outside it when it steps over it exactly: equal for all views of the same
+    elements (`x.chunk(3)[0].view(b, s, h, d).transpose(1, 2)` and the chunk itself)."""
+    merged = []
+    for stride, size in sorted(((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1), reverse=True):
+        if merged and merged[-1][0] == stride * size:
+            merged[-1] = (stride, merged[-1][1] * size)
+        else:
+            merged.append((stride, size))
+    return tuple(merged)
 
 
 def memory_order(x):
