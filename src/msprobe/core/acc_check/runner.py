@@ -6,6 +6,7 @@ Both resume from an interrupted run's result CSV. Must not import torch or minds
 """
 
 import collections
+import gc
 import importlib
 import logging
 import multiprocessing
@@ -161,16 +162,23 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
     return report
 
 
-def _worker(index, api_info, names, next_case, spec_options, framework, part_dir, save_error_data, error_root,
-            seed, queue, pipeline):
+def _worker(index, api_info, names, inherited, next_case, spec_options, framework, part_dir, save_error_data,
+            error_root, seed, queue, pipeline):
     """Body of one worker process: check cases of `names` (biggest first), taking the next untaken one
     from the shared counter `next_case` each time, and report each finished API on `queue`; the last
-    message carries this process's CPU seconds."""
+    message carries this process's CPU seconds.
+
+    `inherited` is the parent's (reader, cases in `names` order) in a forked worker, which then need
+    not read the dump again; None in a spawned one.
+    """
     _exit_with_parent()
     try:
-        reader, cases = load_dump(api_info)
-        by_name = {c.name: c for c in cases}
-        cases = [by_name[n] for n in names]
+        if inherited is None:
+            reader, cases = load_dump(api_info)
+            by_name = {c.name: c for c in cases}
+            cases = [by_name[n] for n in names]
+        else:
+            reader, cases = inherited
         spec = ExecutorSpec(framework, spec_options)
         with ResultFiles(part_dir, f"w{index}") as files:
             for _ in check_cases(_take(cases, next_case), reader, spec, files, save_error_data, error_root,
@@ -246,7 +254,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         done.update(row["API Name"] for row in read_rows(r_path))
     todo = [c for c in cases if c.name not in done]
     n_workers = min(len(devices), len(todo))  # 0 when a resumed run has nothing left
-    queue_order = [c.name for c in biggest_first(todo)]
+    ordered = biggest_first(todo)
+    queue_order = [c.name for c in ordered]
     attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
     threads = 1  # as in run_acc_check: small APIs gain nothing from more, workers share the cores
     # a judging thread per worker only while there is a core for it: otherwise workers just contend
@@ -257,16 +266,22 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         importlib.import_module(EXECUTOR_MODULES[reader.framework])
     queue = ctx.Queue()
     next_case = ctx.Value("q", 0)
+    inherited = (reader, ordered) if start_method == "fork" else None
     procs = []
+    # Forked workers share the parent's objects page by page until they write to them. A garbage
+    # collection in a worker writes to every tracked object (0.1 s and ~10k copied pages per worker
+    # with torch imported); frozen objects are never collected, so the pages stay shared.
+    gc.freeze()
     for i in range(n_workers):
         options = (("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
                    ("threads", threads))
         part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
         p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
-                        args=(i, api_info, queue_order, next_case, options, reader.framework, part_dir,
+                        args=(i, api_info, queue_order, inherited, next_case, options, reader.framework, part_dir,
                               save_error_data, error_root, seed, queue, pipeline))
         p.start()
         procs.append(p)
+    gc.unfreeze()
     bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
     failures = []
     cpu = [0.0] * len(procs)
