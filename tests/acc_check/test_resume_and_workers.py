@@ -123,6 +123,17 @@ def test_two_workers_give_the_same_rows(slow_dump, reference, tmp_path, start_me
     assert not list(tmp_path.glob("accuracy_checking_parts_*"))  # parts merged and removed
 
 
+def test_two_workers_move_the_progress_bar_to_the_end(slow_dump, tmp_path, capsys):
+    """Workers count finished APIs in shared memory; the parent's bar must still reach every API."""
+    sys.path.insert(0, HERE)
+    try:
+        run_multi_acc_check(slow_dump, devices=[0, 1], out_path=str(tmp_path), progress=True,
+                            custom_apis=("SlowOps=lowprec_ops",), start_method="fork")
+    finally:
+        sys.path.remove(HERE)
+    assert "13/13" in capsys.readouterr().err
+
+
 def test_killed_multi_run_resumes(slow_dump, reference, tmp_path):
     kill_after(cli("multi_acc_check", "-api_info", slow_dump, "-d", "0", "1", "-o", str(tmp_path)), tmp_path, 3)
     result_csv = next(tmp_path.glob("accuracy_checking_result_*.csv"))

@@ -30,6 +30,7 @@ from msprobe.core.errors import MsprobeError
 logger = logging.getLogger(__name__)
 
 PARTS_DIR = "accuracy_checking_parts_{}"
+PROGRESS_POLL_S = 0.1  # how often the parent of workers moves the progress bar
 
 
 @dataclass
@@ -163,10 +164,11 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
 
 
 def _worker(index, api_info, names, inherited, next_case, spec_options, framework, part_dir, save_error_data,
-            error_root, seed, queue, pipeline):
+            error_root, seed, queue, done, pipeline):
     """Body of one worker process: check cases of `names` (biggest first), taking the next untaken one
-    from the shared counter `next_case` each time, and report each finished API on `queue`; the last
-    message carries this process's CPU seconds.
+    from the shared counter `next_case` each time, and count each finished API in `done[index]` (shared
+    memory the parent polls: no message, pickling or wake-up per API); the one message on `queue` says
+    how the worker ended, with its CPU seconds.
 
     `inherited` is the parent's (reader, cases in `names` order) in a forked worker, which then need
     not read the dump again; None in a spawned one.
@@ -182,13 +184,17 @@ def _worker(index, api_info, names, inherited, next_case, spec_options, framewor
         spec = ExecutorSpec(framework, spec_options)
         with ResultFiles(part_dir, f"w{index}") as files:
             for _ in check_cases(_take(cases, next_case), reader, spec, files, save_error_data, error_root,
-                                 progress=lambda name: queue.put(("done", index, name)), seed=seed,
+                                 progress=lambda _name: _count(done, index), seed=seed,
                                  pipeline=pipeline):
                 pass
         queue.put(("exit", index, repr(time.process_time())))
     except BaseException as e:  # the parent reports it; a worker must never hang the run
         queue.put(("failed", index, f"{type(e).__name__}: {e}"))
         raise
+
+
+def _count(done, index):
+    done[index] += 1  # only this worker writes its slot
 
 
 def _take(cases, next_case):
@@ -266,6 +272,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         importlib.import_module(EXECUTOR_MODULES[reader.framework])
     queue = ctx.Queue()
     next_case = ctx.Value("q", 0)
+    done = ctx.RawArray("q", max(n_workers, 1))
     inherited = (reader, ordered) if start_method == "fork" else None
     procs = []
     # Forked workers share the parent's objects page by page until they write to them. A garbage
@@ -278,7 +285,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
         p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
                         args=(i, api_info, queue_order, inherited, next_case, options, reader.framework, part_dir,
-                              save_error_data, error_root, seed, queue, pipeline))
+                              save_error_data, error_root, seed, queue, done, pipeline))
         p.start()
         procs.append(p)
     gc.unfreeze()
@@ -286,22 +293,23 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     failures = []
     cpu = [0.0] * len(procs)
     running = len(procs)
+    shown = 0
     try:
         while running:
             try:
-                kind, index, text = queue.get(timeout=1.0)
+                kind, index, text = queue.get(timeout=PROGRESS_POLL_S)
             except Exception:  # queue.Empty: check that nobody died without a word
                 if all(not p.is_alive() for p in procs) and queue.empty():
                     break
-                continue
-            if kind == "done":
-                bar.update(1)
             else:
                 running -= 1
                 if kind == "failed":
                     failures.append(f"worker {index}: {text}")
                 else:
                     cpu[index] = float(text)
+            finished = sum(done)
+            bar.update(finished - shown)
+            shown = finished
     finally:
         bar.close()
         for p in procs:
