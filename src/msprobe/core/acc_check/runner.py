@@ -310,12 +310,12 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
             finished = sum(done)
             bar.update(finished - shown)
             shown = finished
+        # each worker closed its part files before its last message: merge while they exit
+        merge_parts(_part_files(parts_root), result_path, details_path, [c.name for c in cases])
     finally:
         bar.close()
         for p in procs:
             p.join()
-    order = [c.name for c in cases]
-    merge_parts(_part_files(parts_root), result_path, details_path, order)
     if failures:
         raise MsprobeError(f"multi_acc_check: {'; '.join(failures)}; finished APIs are in {result_path}, "
                            f"resume with -csv_path {result_path}")
