@@ -44,3 +44,27 @@ def test_load_json_reads_msprobe_bare_nan_tokens(tmp_path):
     assert math.isnan(rec["Max"]) and rec["Min"] == -math.inf and rec["Mean"] == 1.5
     p.write_text(json.dumps({"data": {"b": [1, 2 ** 70]}}))  # beyond 64-bit integers, too
     assert load_json(str(p))["data"]["b"] == [1, 2 ** 70]
+
+
+def test_csv_text_is_what_csv_writer_writes(tmp_path):
+    # the csv is joined by hand for speed: quoting, line ends and every cell type as csv.writer has them
+    import csv
+
+    import pandas as pd
+
+    from msprobe.core.compare.writer import _rendered_columns
+    mixed = [0.1, "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", " inf", "inf", math.inf, -math.inf, math.nan,
+             None, np.float64(0.25), np.float64(math.inf), pd.NA, 7, False, [1, 2], "[4, 64, 256]", 1e-05]
+    n = len(mixed)
+    table = pd.DataFrame({"NPU Name": pd.Series(mixed, dtype=object),        # a text column
+                          "Max diff": pd.Series(mixed[::-1], dtype=object),  # a value column
+                          "NPU max": pd.Series(np.linspace(-1e-5, 1e17, n), dtype=object),
+                          "Result": ["pass"] * n})
+    path = write_csv(table, str(tmp_path / "t.csv"))
+    expected = tmp_path / "expected.csv"
+    with open(expected, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(list(table.columns))
+        w.writerows(zip(*_rendered_columns(table)))
+    with open(path, "rb") as a, open(expected, "rb") as b:
+        assert a.read() == b.read()

@@ -3,6 +3,10 @@
 csv: None is written as `None`, infinities as ` inf`/` -inf` (a leading space keeps spreadsheet
 programs from reading them as formulas). xlsx: openpyxl in write-only mode; the Result cell and the
 cells behind each message are filled red (error) or yellow (warning).
+
+The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
+joined row by row: csv.writer's per-cell work took most of a million-row write. Guarded by
+benchmarks/compare_throughput.py (statistics part) and tests/compare/test_compare_speedups.py.
 """
 from __future__ import annotations
 
@@ -53,8 +57,6 @@ def result_file_name(step=None, rank=None, is_proc=False, several_steps=False, s
 
 
 def _cell_text(v):
-    if v is None:
-        return "None"
     if isinstance(v, float) and math.isinf(v):
         return " inf" if v > 0 else " -inf"
     if isinstance(v, str) and v in ("inf", "-inf"):
@@ -66,35 +68,73 @@ _INF_VALUES = [math.inf, -math.inf, "inf", "-inf"]
 _TEXT_COLUMNS = frozenset(C.COMMON + (C.RESULT, C.ERR_MESSAGE, C.STACK, C.DATA_NAME) + C.MD5)
 
 
-def _rendered_columns(table):
-    """Each column as a list of cell values, None and infinities already rendered (vectorised: only
-    the cells that need it go through Python)."""
+def _float_cells(out, idx, values, text):
+    """Render the floats `values` into `out[idx]`: NaN -> "nan"; infinities -> " inf"/" -inf" (kept as
+    floats in text columns, where only NaN is rendered); finite values -> their repr."""
+    import numpy as np
+    finite = np.isfinite(values)
+    if finite.all() and not text:
+        out[idx] = float_reprs(values)
+        return
+    nan = np.isnan(values)
+    out[idx[nan]] = "nan"
+    if text:
+        return
+    out[idx[finite]] = float_reprs(values[finite])
+    inf = ~finite & ~nan
+    out[idx[inf]] = np.where(values[inf] > 0, " inf", " -inf").astype(object)
+
+
+def _rendered_column(arr, text):
+    """(cells, indices of the cells left as they are) of one column: None -> "None", NaN -> "nan",
+    and outside the text columns floats -> repr and infinities (float or "inf" text) -> " inf"/" -inf".
+    Values are grouped by type (one pass with `map(type)`), so a million-row column costs a few
+    vectorised passes instead of a Python loop."""
     import numpy as np
     import pandas as pd
-    out = []
-    for name in table.columns:
-        col = table[name]
-        arr = col.to_numpy(dtype=object).copy()
-        missing = np.flatnonzero(pd.isna(arr))
-        for i in missing:
-            arr[i] = "None" if arr[i] is None else "nan"
-        if name not in _TEXT_COLUMNS:
-            # floats (finite or infinite: NaN is text by now) as text in one pass; "inf" strings marked
-            is_float = np.fromiter((type(v) is float for v in arr), dtype=bool, count=len(arr))
-            others = np.flatnonzero(~is_float)
-            for i in others[pd.Series(arr[others], dtype=object).isin(_INF_VALUES).to_numpy()]:
-                arr[i] = _cell_text(arr[i])
-            floats = np.flatnonzero(is_float)
-            if len(floats):
-                values = arr[floats].astype(np.float64)
-                finite = np.isfinite(values)
-                if finite.all():
-                    arr[floats] = float_reprs(values)
-                else:
-                    arr[floats[finite]] = float_reprs(values[finite])
-                    arr[floats[~finite]] = np.where(values[~finite] > 0, " inf", " -inf").astype(object)
-        out.append(arr.tolist())
-    return out
+    n = len(arr)
+    kinds = set(map(type, arr))
+    out = arr.copy()
+    if kinds == {str}:
+        if not text:
+            hit = np.flatnonzero((arr == "inf") | (arr == "-inf"))
+            out[hit] = [" " + v for v in arr[hit]]
+        return out, ()
+    kinds = list(kinds)
+    code_of = {kind: i for i, kind in enumerate(kinds)}
+    codes = np.fromiter(map(code_of.__getitem__, map(type, arr)), dtype=np.int16, count=n)
+    kept = []
+    for code, kind in enumerate(kinds):
+        idx = np.flatnonzero(codes == code)
+        if kind is str:
+            if not text:
+                sub = arr[idx]
+                hit = idx[(sub == "inf") | (sub == "-inf")]
+                out[hit] = [" " + v for v in arr[hit]]
+        elif kind is float:
+            values = arr[idx].astype(np.float64)
+            _float_cells(out, idx, values, text)
+            if text:
+                kept.append(idx[~np.isnan(values)])
+        elif kind is type(None):
+            out[idx] = "None"
+        else:  # ints, bools, numpy scalars...: missing ones as NaN, infinities marked, the rest as they are
+            sub = arr[idx]
+            missing = pd.isna(sub)
+            out[idx[missing]] = "nan"
+            if not text:
+                inf = ~missing & pd.Series(sub, dtype=object).isin(_INF_VALUES).to_numpy()
+                out[idx[inf]] = [_cell_text(v) for v in sub[inf]]
+                missing |= inf
+            kept.append(idx[~missing])
+    return out, (np.sort(np.concatenate(kept)) if kept else ())
+
+
+def _rendered_columns(table):
+    """Each column as a list of cell values, None and infinities already rendered (others as they are:
+    ints and bools stay typed for xlsx)."""
+    return [_rendered_column(table[name].to_numpy(dtype=object), name in _TEXT_COLUMNS)[0].tolist()
+            for name in table.columns]
 
 
 def _renderable(table):
@@ -103,18 +143,44 @@ def _renderable(table):
     return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in zip(table.columns, cols)})
 
 
+_CSV_SPECIAL = (",", '"', "\r", "\n")
+
+
+def _csv_quoted(cell):
+    """csv.writer's QUOTE_MINIMAL: quoted when it holds a delimiter, quote or line break."""
+    if any(c in cell for c in _CSV_SPECIAL):
+        return '"' + cell.replace('"', '""') + '"'
+    return cell
+
+
+def _csv_column(arr, text):
+    """The csv text of each cell of one column (what csv.writer writes for the rendered values)."""
+    import numpy as np
+    import pandas as pd
+    out, kept = _rendered_column(arr, text)
+    if len(kept):
+        out[kept] = [str(v) for v in out[kept]]
+    cells = out.tolist()
+    joined = "".join(cells)
+    if any(c in joined for c in _CSV_SPECIAL):
+        codes, uniques = pd.factorize(out)  # few distinct cells need quoting (shapes, messages, stacks)
+        cells = np.array([_csv_quoted(u) for u in uniques], dtype=object)[codes].tolist()
+    return cells
+
+
 # tables longer than this are written by two processes, one half each (forked: no copy of the table)
 PARALLEL_CSV_ROWS = 200_000
+CSV_CHUNK_ROWS = 65536  # rows joined into one string per write
 
 
 def _write_csv_rows(table, path, header):
-    import csv
-    cols = _rendered_columns(table)
+    cols = [_csv_column(table[name].to_numpy(dtype=object), name in _TEXT_COLUMNS) for name in table.columns]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
         if header:
-            w.writerow(list(table.columns))
-        w.writerows(zip(*cols))
+            f.write(",".join(_csv_quoted(str(c)) for c in table.columns) + "\r\n")
+        for start in range(0, len(table), CSV_CHUNK_ROWS):
+            rows = zip(*(c[start:start + CSV_CHUNK_ROWS] for c in cols))
+            f.write("\r\n".join(map(",".join, rows)) + "\r\n")
 
 
 def write_csv(table, path):
