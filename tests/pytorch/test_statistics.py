@@ -170,3 +170,22 @@ def test_tensors_without_storage_are_summarised_uncached():
     rec, entry = s.summarize(fake)
     assert entry is None and rec["shape"] == [3, 4] and rec["dtype"] == "torch.float32"
     s.forget([fake])
+
+
+def test_one_pass_kernel_agrees_with_torch_reductions():
+    fused, reference = Summarizer(), Summarizer()
+    reference._native_kinds = {}  # torch's aminmax/sum/dot, as on a machine without the kernel
+    torch.manual_seed(0)
+    cases = [torch.randn(3, 5), torch.randn(300, 700).t(), torch.randn(1_000_000) * 4 + 1,
+             torch.randn(64, 64, dtype=torch.float64), torch.randn(4096).bfloat16(), torch.randn(17)[3:]]
+    for t in cases:
+        a, b = fused._stats(t), reference._stats(t)
+        assert a["Max"] == b["Max"] and a["Min"] == b["Min"]
+        assert a["Mean"] == pytest.approx(b["Mean"], rel=1e-5, abs=1e-6)
+        assert a["Norm"] == pytest.approx(b["Norm"], rel=1e-5)
+    # NaN / inf: the kernel steps aside and torch's semantics show
+    x = torch.randn(1000)
+    x[10] = float("nan")
+    assert fused._stats(x)["Max"] == "nan"
+    x[10] = float("inf")
+    assert fused._stats(x)["Max"] == "inf" and fused._stats(x)["Mean"] == "inf"

@@ -1,9 +1,11 @@
-"""Tensor -> record: Max/Min/Mean/Norm in three passes over the tensor's memory, read back at once.
+"""Tensor -> record: Max/Min/Mean/Norm in one pass over the tensor's memory (the C kernel of
+core/dump/moments.py, for float32/float64/bfloat16 CPU tensors) or torch's reductions otherwise.
 
 Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; complex -> statistics of
 |x|; empty -> all null; fp16/bf16 reduced in float32 (no overflow of the norm in fp16).
 
-Cost, per float tensor: aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
+Cost, per float tensor: one pass of the kernel; without it (other dtypes, devices, a NaN or inf in
+the tensor) aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
 a view whose strides are a permutation of a dense layout (a transpose) is reduced in memory order,
 not element order. Values seen again unchanged — the same memory at the same version counter, while
 that memory is alive (a weak reference to its storage) — reuse their statistics: an API's input is
@@ -20,11 +22,14 @@ import zlib
 
 import torch
 
+from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
+                 torch.bfloat16: native.KINDS["bfloat16"]}
 _DTYPE_NAMES = {}
 # CRC-32 of buffers at least this large runs in two halves, one on a writer thread (zlib frees the GIL).
 _SPLIT_CRC_BYTES = 1 << 20
@@ -73,6 +78,10 @@ class Summarizer:
         self.defer = defer
         self.pool = pool
         self._cache = {}
+        # the one-pass kernel splits large tensors over as many threads as torch's own kernels use
+        self.threads = torch.get_num_threads()
+        # CPU tensors only (the kernel reads host memory), so also with async_dump: no device to wait on
+        self._native_kinds = _NATIVE_KINDS if native.ENABLED else {}
 
     def clear(self):
         self._cache.clear()
@@ -136,10 +145,17 @@ class Summarizer:
         return (t.data_ptr(), t.dtype, t.device, element_span(t))
 
     def _stats(self, t):
-        x = t.detach()
-        n = x.numel()
+        n = t.numel()
         if n == 0:
             return {"Max": None, "Min": None, "Mean": None, "Norm": None}
+        kind = self._native_kinds.get(t.dtype)
+        if kind is not None and t.is_cpu:
+            x = t if t.is_contiguous() else memory_order(t)
+            if x.is_contiguous():
+                got = native.moments(x.data_ptr(), n, kind, self.threads)
+                if got is not None:  # None: a NaN or inf is in there; torch's reductions say how
+                    return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+        x = t.detach()
         with torch.no_grad():
             if x.dtype == torch.bool:
                 return {"Max": bool(x.any()), "Min": bool(x.all()), "Mean": None, "Norm": None}

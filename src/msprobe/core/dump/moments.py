@@ -1,0 +1,40 @@
+"""One pass over a tensor's memory for Max, Min, Mean and Norm, through the optional C extension
+`msprobe._moments`; `None` where it was not built (the adapters then use the framework's reductions).
+
+Must not import torch or mindspore: callers pass the address of dense memory they keep alive.
+"""
+
+import math
+import os
+
+try:
+    from msprobe._moments import moments as _moments, vectorized as _vectorized
+except ImportError:  # built without a C compiler: the adapters' own reductions take over
+    _moments, _vectorized = None, 0
+
+# element kinds the kernel reads, by the dtype names numpy and torch give them
+KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}
+
+# MSPROBE_NATIVE_STATS=0 turns the kernel off (to compare against the frameworks' reductions)
+ENABLED = _moments is not None and os.environ.get("MSPROBE_NATIVE_STATS", "1") != "0"
+
+
+def moments(address, count, kind, threads=1):
+    """(Max, Min, Mean, Norm) of `count` dense elements of `kind` at `address`, or None when the
+    result is not finite (a NaN or inf is in there: the caller's framework then decides exactly how
+    they show) or the kernel is not available."""
+    if not ENABLED:
+        return None
+    mn, mx, total, squares = _moments(address, count, kind, threads)
+    if math.isfinite(total) and math.isfinite(squares):
+        return mx, mn, total / count, math.sqrt(squares)
+    return None
+
+
+def describe():
+    """One line for diagnostics: which statistics kernel this process uses."""
+    if _moments is None:
+        return "framework reductions (msprobe._moments was not built)"
+    if not ENABLED:
+        return "framework reductions (MSPROBE_NATIVE_STATS=0)"
+    return "one-pass C kernel" + (" (AVX2)" if _vectorized else " (portable)")

@@ -1,0 +1,62 @@
+"""The one-pass statistics kernel (msprobe._moments) against numpy in float64."""
+
+import numpy as np
+import pytest
+
+from msprobe.core.dump import moments as native
+
+
+def _expected(a64):
+    return a64.max(), a64.min(), a64.mean(), np.sqrt((a64 * a64).sum())
+
+
+def _check(got, a64, rel):
+    mx, mn, mean, norm = _expected(a64)
+    assert got[0] == mx and got[1] == mn  # extremes are exact
+    assert got[2] == pytest.approx(mean, rel=rel, abs=1e-12 * np.abs(a64).max())
+    assert got[3] == pytest.approx(norm, rel=rel)
+
+
+def test_the_kernel_is_built():
+    # CI installs the project, which compiles it: a missing kernel would silently cost speed
+    assert native._moments is not None and native.ENABLED, native.describe()
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 1000, 300_001])
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_float32_and_float64_match_numpy(n, threads):
+    rng = np.random.default_rng(n)
+    for dtype, kind in ((np.float32, 0), (np.float64, 1)):
+        a = (rng.standard_normal(n) * 3 + 0.5).astype(dtype)
+        got = native.moments(a.ctypes.data, n, kind, threads)
+        _check(got, a.astype(np.float64), 1e-12)
+
+
+def test_unaligned_memory_and_bfloat16():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(10_001).astype(np.float32)
+    tail = a[1:]  # starts 4 bytes into the buffer
+    _check(native.moments(tail.ctypes.data, tail.size, 0, 2), tail.astype(np.float64), 1e-12)
+    # bfloat16 = the upper half of a float32; build exact bf16 values and their bit patterns
+    bits = (a.view(np.uint32) >> 16).astype(np.uint16)
+    exact = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    _check(native.moments(bits.ctypes.data, bits.size, native.KINDS["bfloat16"], 1), exact, 1e-12)
+
+
+def test_nan_or_inf_leaves_the_decision_to_the_framework():
+    for bad in (np.nan, np.inf, -np.inf):
+        a = np.ones(1000, dtype=np.float32)
+        a[517] = bad
+        assert native.moments(a.ctypes.data, a.size, 0, 1) is None
+    # finite values whose squares overflow float32 are fine: sums are in double
+    big = np.full(8, 3e30, dtype=np.float32)
+    got = native.moments(big.ctypes.data, 8, 0, 1)
+    assert got[3] == pytest.approx(np.sqrt(8) * 3e30, rel=1e-6)
+
+
+def test_bad_arguments_are_refused():
+    a = np.ones(4, dtype=np.float32)
+    with pytest.raises(ValueError, match="count must be > 0"):
+        native._moments(a.ctypes.data, 0, 0, 1)
+    with pytest.raises(ValueError, match="kind 0..2"):
+        native._moments(a.ctypes.data, 4, 7, 1)
