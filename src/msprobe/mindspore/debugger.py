@@ -210,6 +210,17 @@ class PrecisionDebugger:
             self._cells.release()
             self._cells = None
         self._model = model
+        self._share_params()
+
+    def _share_params(self):
+        """Tell the step's session(s) which Parameters to read together (DumpSession.param_record)."""
+        if self._session is None:
+            return
+        params = _trainable_params(self._model)
+        for session in (self._session, self._session.graph):
+            if session is not None:
+                session.params_changed()
+                session.model_params = params
 
     def _step_selected(self):
         steps = self.config.step
@@ -234,6 +245,7 @@ class PrecisionDebugger:
             else:
                 self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
                                             overflow=self._overflow)
+            self._share_params()
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         _state.session = self._session
         return self._session
@@ -321,3 +333,10 @@ class PrecisionDebugger:
         except Exception:  # interpreter shutdown: never mask the user's own exit
             logger.exception("msprobe: flushing the dump at exit failed")
         self._pool.shutdown(wait=True)
+
+
+def _trainable_params(model):
+    """The trainable Parameters of a Cell or list/tuple of Cells (none without a model)."""
+    if model is None:
+        return ()
+    return tuple(p for m in (model if isinstance(model, (list, tuple)) else [model]) for p in m.trainable_params())

@@ -5,10 +5,11 @@ session owns naming counters, filters, statistics and the writer (all from mspro
 statistics). Hot path: `record_call`.
 """
 
+import weakref
+from concurrent.futures import Future
+
 import mindspore as ms
 import numpy as np
-
-from concurrent.futures import Future
 
 from msprobe.core import naming
 from msprobe.core.dump.tensor_files import save_npy
@@ -60,6 +61,12 @@ class DumpSession:
         self.defer = cfg.level != "debug"
         self._after_backward = False  # gradients were queued: the next forward call summarises the batch
         self.gate = OverflowGate(overflow) if cfg.task == "overflow_check" and overflow is not None else None
+        # the model's trainable Parameters (set by the debugger): their statistics are read together
+        self.model_params = ()
+        # the read is dropped when a gradient arrives: L0/mix see every Parameter gradient through their
+        # hooks, L1 only through the backward records of recorded calls
+        self._params_tracked = cfg.level in ("L0", "mix") or (self.filter.backward and self.filter.passes_everything)
+        self._param_recs = None  # id(p) -> (weakref to p, record), or None: not read since the last change
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -128,11 +135,56 @@ class DumpSession:
     # -- values -> records -----------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits):
         """Record of tensor `t`, filled in later (see deferred_record) when deferring, else now.
-        Parameters are read now: they are ready (no wait) and the optimizer changes them in place
-        before a later batch would read them."""
-        if self.defer and not isinstance(t, ms.Parameter):
-            return self.deferred_record(t, file_stem, save, waits)
+        Parameters are read now (the optimizer changes them in place before a later batch would read
+        them); the model's trainable ones all at once (see param_record)."""
+        if not isinstance(t, ms.Parameter):
+            if self.defer:
+                return self.deferred_record(t, file_stem, save, waits)
+        elif not save:
+            rec = self.param_record(t)
+            if rec is not None:
+                return rec
         return self.tensor_record_now(t, file_stem, save, waits)
+
+    def param_record(self, p):
+        """Record of the model's trainable Parameter `p` from one read of them all, or None for another
+        Parameter. Reading any tensor makes MindSpore finish every op queued so far; reading each
+        Parameter as its Cell ends did that once per Cell and serialised the forward pass. Trainable
+        Parameters change only when the optimizer runs, after their gradients: a gradient (see
+        params_changed) or an in-place call on them drops the read, and the next use reads them again."""
+        recs = self._param_recs
+        if recs is None:
+            if not self.model_params or not self._params_tracked or not p.requires_grad:
+                return None
+            recs = self._param_recs = self._read_params()
+        hit = recs.get(id(p))
+        if hit is None or hit[0]() is not p:
+            return None
+        return dict(hit[1])
+
+    def _read_params(self):
+        recs = {}
+        prev, _state.busy = _state.busy, True
+        try:
+            for p in self.model_params:
+                if id(p) not in recs and p.requires_grad:
+                    recs[id(p)] = (weakref.ref(p), self.summarizer.summarize(p)[0])
+        finally:
+            _state.busy = prev
+        return recs
+
+    def params_changed(self, tensors=None):
+        """The optimizer may change the Parameters from now on (`tensors`: only these changed): drop
+        their statistics read by param_record, here and in the summarizer's cache."""
+        recs = self._param_recs
+        if not recs:
+            return
+        if tensors is None:
+            self._param_recs = None
+            self.summarizer.forget([ref() for ref, _ in recs.values()])
+            return
+        for t in tensors:
+            recs.pop(id(t), None)
 
     def tensor_record_now(self, t, file_stem, save, waits, into=None):
         """Record of tensor `t` now (filling in `into` when given)."""
@@ -172,6 +224,8 @@ class DumpSession:
     def gradient_record(self, g, file_stem, save, waits):
         """deferred_record for a gradient: the batch is summarised at the next forward call."""
         self._after_backward = True
+        if self._param_recs:
+            self.params_changed()
         return self.deferred_record(g, file_stem, save, waits)
 
     def resolve_late(self):
@@ -247,7 +301,9 @@ class DumpSession:
                 in_args, in_kwargs = [], {}
             if inplace:
                 self.resolve_late()  # queued records must see the values before this call changes them
-                self.summarizer.forget(_tensors_in(args))
+                changed = _tensors_in(args)
+                self.summarizer.forget(changed)
+                self.params_changed(changed)
             # in-place calls must mutate the caller's tensors, not hook copies: no backward for them
             if flt.backward and not inplace and grad_recording():
                 self._seq += 1

@@ -159,7 +159,10 @@ class _ParamGradState:
     def hook(self, name):
         def on_grad(grad):
             session = _state.session
-            if session is None or self.base not in session.recorded_cells:
+            if session is None:
+                return None
+            session.params_changed()  # the optimizer may update the Parameters from now on
+            if self.base not in session.recorded_cells:
                 return None
             prev, _state.busy = _state.busy, True
             try:
