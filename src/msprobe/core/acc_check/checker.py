@@ -9,9 +9,8 @@ import numpy as np
 from msprobe.core.acc_check.input_spec import iter_tensor_specs, spec_tree
 from msprobe.core.acc_check.reduction import backward_reduction_length, forward_reduction_length
 from msprobe.core.acc_check.results import ApiResult, DetailRow, combine
-from msprobe.core.acc_check.output_errors import measure_errors
+from msprobe.core.acc_check.output_errors import OutputErrors, measure_errors
 from msprobe.core.acc_check.verdict import ERROR, PASS, SKIP, dtype_status, seed_status
-from msprobe.core.compare.metrics import TensorMetrics
 
 
 def _shapes(tree_value):
@@ -62,17 +61,15 @@ def judge(case, run):
 
 def _row(compared, reduction_length, input_rms):
     if compared.identical and compared.tested.size > 1:
-        # Equal element for element: what tensor_metrics would say, without its float64 passes.
-        m = TensorMetrics(cosine=1.0, euc_dist=0.0, max_abs_err=0.0, max_rel_err=0.0, one_thousandth=1.0,
-                          five_thousandths=1.0)
-        ulp = 0.0
+        # Equal element for element: what measure_errors would say, without its float64 passes.
+        e = OutputErrors(cosine=1.0, max_abs_err=0.0, max_rel_err=0.0, ulp_err=0.0)
     else:
-        m, ulp = measure_errors(compared.tested, compared.bench, compared.dtype, reduction_length, input_rms)
-    status, note = seed_status(m)
+        e = measure_errors(compared.tested, compared.bench, compared.dtype, reduction_length, input_rms)
+    status, note = seed_status(e)
     message = "; ".join(x for x in (compared.message, note) if x)
     return DetailRow(compared.name, compared.bench_dtype, compared.tested_dtype, tuple(compared.tested.shape),
-                     m.cosine, m.max_abs_err, m.max_rel_err, status, message, ulp, reduction_length,
-                     dtype_status(ulp, compared.dtype))
+                     e.cosine, e.max_abs_err, e.max_rel_err, status, message, e.ulp_err, reduction_length,
+                     dtype_status(e.ulp_err, compared.dtype))
 
 
 def _input_rms(inputs, prefix):

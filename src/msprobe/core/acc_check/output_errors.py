@@ -1,13 +1,16 @@
-"""The seed metrics (core.compare.metrics) and the dtype-aware ULP error (verdict.ulp_error) of one
-compared output, in one pass over float64 chunks.
+"""What acc_check reports of one compared output: cosine, max abs and relative error (as
+core.compare.metrics defines them) and the dtype-aware ULP error (verdict.ulp_error), in one pass over
+float64 chunks.
 
 Judging is what a worker does besides running the API; it was two passes of ~20 numpy sweeps in
-all, of which this shares the float64 copy, the difference and |bench|. Finite floating outputs take
-this path; anything else (inf/nan, integers, complex) goes to the two reference functions, which
-define the numbers. Guarded by `benchmarks/acc_check_throughput.py`. Must not import torch or mindspore.
+all, of which this shares the float64 copy, the difference and |bench|, and skips what the CSVs do not
+show (Euclidean distance, thousandth ratios). Finite floating outputs take this path; anything else
+(inf/nan, integers, complex) goes to the two reference functions, which define the numbers. Guarded
+by `benchmarks/acc_check_throughput.py`. Must not import torch or mindspore.
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,8 +21,23 @@ from msprobe.core.compare.metrics import REL_EPS, MetricAccumulator, tensor_metr
 CHUNK = 1 << 16  # elements per pass: the float64 buffers stay in cache between the sweeps over a chunk
 
 
+@dataclass
+class OutputErrors:
+    """The numbers of one details row; what verdict.seed_status reads (cosine, max_abs_err, message)."""
+
+    cosine: float
+    max_abs_err: float
+    max_rel_err: float
+    ulp_err: float
+    message: str = ""
+
+
+def _errors(metrics, ulp):
+    return OutputErrors(metrics.cosine, metrics.max_abs_err, metrics.max_rel_err, ulp, metrics.message)
+
+
 def measure_errors(tested, bench, dtype, reduction_length, input_rms=0.0, chunk=CHUNK):
-    """(TensorMetrics, ULP error) of a tested output against its float64 benchmark.
+    """OutputErrors of a tested output against its float64 benchmark.
 
     Args:
         tested, bench: same-shaped arrays.
@@ -27,18 +45,18 @@ def measure_errors(tested, bench, dtype, reduction_length, input_rms=0.0, chunk=
         reduction_length, input_rms: as verdict.ulp_error.
 
     Returns:
-        What `tensor_metrics(tested, bench)` and `ulp_error(tested, bench, dtype, ...)` return (dot
-        products here are BLAS sums, so cosine and distances may differ from them in the last bits);
+        The fields of `tensor_metrics(tested, bench)` that acc_check reports, and `ulp_error(tested,
+        bench, dtype, ...)` (dot products here are BLAS sums, so cosine may differ in the last bits);
         shapes that differ give tensor_metrics' message and an infinite ULP error.
     """
     t, b = np.asarray(tested), np.asarray(bench)
     if t.shape != b.shape:
-        return tensor_metrics(t, b, chunk=chunk), math.inf
+        return _errors(tensor_metrics(t, b, chunk=chunk), math.inf)
     fast = (t.size > 0 and t.dtype.kind == "f" and b.dtype == np.float64
             and dtypes.DTYPES.get(dtype, ("",))[0] == "float")
     result = _one_pass(t.reshape(-1), b.reshape(-1), dtype, reduction_length, input_rms, chunk) if fast else None
     if result is None:  # not a finite float pair: the reference functions handle every case
-        return tensor_metrics(t, b, chunk=chunk), ulp_error(t, b, dtype, reduction_length, input_rms)
+        return _errors(tensor_metrics(t, b, chunk=chunk), ulp_error(t, b, dtype, reduction_length, input_rms))
     return result
 
 
@@ -50,7 +68,7 @@ def _one_pass(t, b, dtype, reduction_length, input_rms, chunk):
     eps = dtypes.epsilon(dtype)
     tiny = 2.0 ** dtypes.min_normal_exponent(dtype)
     floor = max(math.sqrt(max(1, reduction_length)) * max(math.sqrt(gg / b.size), input_rms), tiny)
-    acc = MetricAccumulator(n=t.size, gg=gg)
+    acc = MetricAccumulator(n=t.size, gg=gg)  # gives cosine and its messages; other sums stay unused
     worst_ulp = 0.0
     bufs = [np.empty(min(chunk, t.size)) for _ in range(3)]
     for start in range(0, t.size, chunk):
@@ -63,7 +81,6 @@ def _one_pass(t, b, dtype, reduction_length, input_rms, chunk):
         acc.tt += tt
         acc.dot += float(np.dot(x, bc))
         np.subtract(x, bc, out=d)
-        acc.sq_diff += float(np.dot(d, d))
         np.abs(d, out=d)
         acc.max_abs = max(acc.max_abs, float(d.max()))
         np.abs(bc, out=ab)
@@ -74,8 +91,5 @@ def _one_pass(t, b, dtype, reduction_length, input_rms, chunk):
         # relative error with golden zeros on a tiny epsilon, as MetricAccumulator.update
         if ab.min() == 0.0:
             ab[ab == 0.0] = REL_EPS
-        rel = np.divide(d, ab, out=x)
-        acc.max_rel = max(acc.max_rel, float(rel.max()))
-        acc.below_1e3 += int(np.count_nonzero(rel < 0.001))
-        acc.below_5e3 += int(np.count_nonzero(rel < 0.005))
-    return acc.result(), worst_ulp / eps
+        acc.max_rel = max(acc.max_rel, float(np.divide(d, ab, out=x).max()))
+    return _errors(acc.result(), worst_ulp / eps)

@@ -34,7 +34,7 @@ PASS, ERROR, SKIP = "pass", "error", "SKIP"
 
 
 def seed_status(metrics):
-    """(status, note) by the seed rule from a core.compare TensorMetrics."""
+    """(status, note) by the seed rule from a core.compare TensorMetrics or an OutputErrors."""
     cos, abs_err = metrics.cosine, metrics.max_abs_err
     if math.isnan(abs_err):
         if metrics.message == "empty tensor":
