@@ -176,7 +176,11 @@ def test_one_pass_kernel_agrees_with_torch_reductions():
     fused, reference = Summarizer(), Summarizer()
     reference._native_kinds = {}  # torch's aminmax/sum/dot, as on a machine without the kernel
     torch.manual_seed(0)
-    cases = [torch.randn(3, 5), torch.randn(300, 700).t(), torch.randn(1_000_000) * 4 + 1,
+    base = torch.randn(4, 128, 768)
+    cases = [base.chunk(3, dim=-1)[1], base.chunk(3, dim=-1)[2].reshape(4, 128, 4, 64).transpose(1, 2),
+             torch.randn(100).as_strided((3, 10), (5, 1)),  # overlapping windows
+             torch.randn(1, 256).expand(4, 256), torch.randn(64, 64)[:, 3],
+             torch.randn(3, 5), torch.randn(300, 700).t(), torch.randn(1_000_000) * 4 + 1,
              torch.randn(64, 64, dtype=torch.float64), torch.randn(4096).bfloat16(), torch.randn(17)[3:]]
     for t in cases:
         a, b = fused._stats(t), reference._stats(t)

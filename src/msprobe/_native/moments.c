@@ -7,9 +7,11 @@
    "use the framework's own reductions" (exact NaN/inf semantics), which keeps this kernel simple.
    Large buffers are split over a few threads; the GIL is released while it runs.
 
-   moments(address, count, kind, threads) -> (min, max, sum, sum_of_squares)
+   moments(address, count, kind, threads[, rows, row_stride]) -> (min, max, sum, sum_of_squares)
      address: integer address of `count` contiguous elements of `kind` (0 float32, 1 float64,
-              2 bfloat16); the caller keeps the memory alive and unchanged during the call.
+              2 bfloat16), or of `rows` such runs `row_stride` elements apart (a slice of a wider
+              tensor: one chunk of a fused qkv projection); the caller keeps the memory alive and
+              unchanged during the call.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -179,16 +181,14 @@ __attribute__((target("avx2,fma"))) static void reduce_f64_avx2(Part *p) {
 
 static int use_avx2 = 0;
 
-static void *reduce_part(void *arg) {
-    Part *p = (Part *)arg;
+static void reduce_range(Part *p) {
 #ifdef HAVE_AVX2_PATH
     if (use_avx2) {
         switch (p->kind) {
-        case 0: reduce_f32_avx2(p); break;
-        case 1: reduce_f64_avx2(p); break;
-        default: reduce_bf16_avx2(p); break;
+        case 0: reduce_f32_avx2(p); return;
+        case 1: reduce_f64_avx2(p); return;
+        default: reduce_bf16_avx2(p); return;
         }
-        return NULL;
     }
 #endif
     switch (p->kind) {
@@ -196,67 +196,105 @@ static void *reduce_part(void *arg) {
     case 1: reduce_f64(p); break;
     default: reduce_bf16(p); break;
     }
+}
+
+/* One thread's share: columns [c0, c1) of rows [r0, r1) of a row-strided layout. */
+typedef struct {
+    const char *base;
+    Py_ssize_t r0, r1, c0, c1, stride_bytes;
+    int kind;
+    Part total;
+} Job;
+
+static void *run_job(void *arg) {
+    Job *job = (Job *)arg;
+    for (Py_ssize_t r = job->r0; r < job->r1; r++) {
+        Part p = {job->base + r * job->stride_bytes, job->c0, job->c1, job->kind, 0, 0, 0, 0};
+        reduce_range(&p);
+        if (r == job->r0) {
+            job->total = p;
+        } else {
+            Part *t = &job->total;
+            t->mn = p.mn < t->mn ? p.mn : t->mn;
+            t->mx = p.mx > t->mx ? p.mx : t->mx;
+            t->sum += p.sum;
+            t->sq += p.sq;
+        }
+    }
     return NULL;
 }
 
+static const int ITEM_SIZE[3] = {4, 8, 2};
+
 static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "moments(address, count, kind, threads)");
+    if (nargs != 4 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "moments(address, count, kind, threads[, rows, row_stride])");
         return NULL;
     }
     uintptr_t address = (uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
     Py_ssize_t count = PyLong_AsSsize_t(args[1]);
     long kind = PyLong_AsLong(args[2]);
     long threads = PyLong_AsLong(args[3]);
+    Py_ssize_t rows = nargs == 6 ? PyLong_AsSsize_t(args[4]) : 1;
+    Py_ssize_t row_stride = nargs == 6 ? PyLong_AsSsize_t(args[5]) : count;
     if (PyErr_Occurred())
         return NULL;
-    if (count <= 0 || address == 0 || kind < 0 || kind > 2) {
-        PyErr_Format(PyExc_ValueError, "moments: count must be > 0, address non-zero and kind 0..2 "
-                     "(got count=%zd, kind=%ld)", count, kind);
+    if (count <= 0 || rows <= 0 || row_stride < count || address == 0 || kind < 0 || kind > 2) {
+        PyErr_Format(PyExc_ValueError, "moments: count and rows must be > 0, row_stride >= count, address "
+                     "non-zero and kind 0..2 (got count=%zd, rows=%zd, row_stride=%zd, kind=%ld)",
+                     count, rows, row_stride, count, kind);
         return NULL;
     }
-    if (threads < 1)
-        threads = 1;
+    Py_ssize_t total = count * rows;
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
-    if (threads > count / MIN_PER_THREAD)
-        threads = count / MIN_PER_THREAD > 0 ? count / MIN_PER_THREAD : 1;
+    if (threads > total / MIN_PER_THREAD)
+        threads = total / MIN_PER_THREAD;
+    if (threads < 1)
+        threads = 1;
 
-    Part parts[MAX_THREADS];
+    /* split rows between threads when there are enough of them, else the columns of every row */
+    Job jobs[MAX_THREADS];
     pthread_t ids[MAX_THREADS];
     int started[MAX_THREADS] = {0};
-    Py_ssize_t chunk = (count + threads - 1) / threads;
+    int by_rows = rows >= threads;
+    Py_ssize_t span = by_rows ? rows : count, chunk = (span + threads - 1) / threads;
     for (long t = 0; t < threads; t++) {
-        parts[t].data = (const void *)address;
-        parts[t].kind = (int)kind;
-        parts[t].begin = t * chunk;
-        parts[t].end = (t + 1) * chunk < count ? (t + 1) * chunk : count;
+        Py_ssize_t lo = t * chunk, hi = (t + 1) * chunk < span ? (t + 1) * chunk : span;
+        Job *j = &jobs[t];
+        j->base = (const char *)address;
+        j->stride_bytes = row_stride * ITEM_SIZE[kind];
+        j->kind = (int)kind;
+        j->r0 = by_rows ? lo : 0;
+        j->r1 = by_rows ? hi : rows;
+        j->c0 = by_rows ? 0 : lo;
+        j->c1 = by_rows ? count : hi;
     }
     Py_BEGIN_ALLOW_THREADS
     for (long t = 1; t < threads; t++)
-        started[t] = pthread_create(&ids[t], NULL, reduce_part, &parts[t]) == 0;
-    reduce_part(&parts[0]);
+        started[t] = pthread_create(&ids[t], NULL, run_job, &jobs[t]) == 0;
+    run_job(&jobs[0]);
     for (long t = 1; t < threads; t++) {
         if (started[t])
             pthread_join(ids[t], NULL);
         else
-            reduce_part(&parts[t]);  /* no thread to be had: do its share here */
+            run_job(&jobs[t]);  /* no thread to be had: do its share here */
     }
     Py_END_ALLOW_THREADS
 
-    double mn = parts[0].mn, mx = parts[0].mx, sum = 0.0, sq = 0.0;
+    double mn = jobs[0].total.mn, mx = jobs[0].total.mx, sum = 0.0, sq = 0.0;
     for (long t = 0; t < threads; t++) {
-        mn = parts[t].mn < mn ? parts[t].mn : mn;
-        mx = parts[t].mx > mx ? parts[t].mx : mx;
-        sum += parts[t].sum;
-        sq += parts[t].sq;
+        mn = jobs[t].total.mn < mn ? jobs[t].total.mn : mn;
+        mx = jobs[t].total.mx > mx ? jobs[t].total.mx : mx;
+        sum += jobs[t].total.sum;
+        sq += jobs[t].total.sq;
     }
     return Py_BuildValue("(dddd)", mn, mx, sum, sq);
 }
 
 static PyMethodDef methods[] = {
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
-     "moments(address, count, kind, threads) -> (min, max, sum, sum_of_squares) in one pass."},
+     "moments(address, count, kind, threads[, rows, row_stride]) -> (min, max, sum, sum_of_squares)."},
     {NULL, NULL, 0, NULL},
 };
 

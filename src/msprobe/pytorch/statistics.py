@@ -150,11 +150,17 @@ class Summarizer:
             return {"Max": None, "Min": None, "Mean": None, "Norm": None}
         kind = self._native_kinds.get(t.dtype)
         if kind is not None and t.is_cpu:
-            x = t if t.is_contiguous() else memory_order(t)
-            if x.is_contiguous():
-                got = native.moments(x.data_ptr(), n, kind, self.threads)
-                if got is not None:  # None: a NaN or inf is in there; torch's reductions say how
-                    return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+            if t.is_contiguous():
+                got = native.moments(t.data_ptr(), n, kind, self.threads)
+            else:  # a transpose is one dense run, a slice of a wider tensor rows of runs
+                span = element_span(t)
+                got = None
+                if len(span) == 1 and span[0][0] == 1:
+                    got = native.moments(t.data_ptr(), n, kind, self.threads)
+                elif len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]:  # no overlap
+                    got = native.moments(t.data_ptr(), span[1][1], kind, self.threads, span[0][1], span[0][0])
+            if got is not None:  # None: a NaN or inf is in there (torch's reductions say how), or other layouts
+                return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
         x = t.detach()
         with torch.no_grad():
             if x.dtype == torch.bool:

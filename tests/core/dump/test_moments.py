@@ -56,7 +56,23 @@ def test_nan_or_inf_leaves_the_decision_to_the_framework():
 
 def test_bad_arguments_are_refused():
     a = np.ones(4, dtype=np.float32)
-    with pytest.raises(ValueError, match="count must be > 0"):
+    with pytest.raises(ValueError, match="count and rows must be > 0"):
         native._moments(a.ctypes.data, 0, 0, 1)
     with pytest.raises(ValueError, match="kind 0..2"):
         native._moments(a.ctypes.data, 4, 7, 1)
+    with pytest.raises(ValueError, match="row_stride >= count"):
+        native._moments(a.ctypes.data, 2, 0, 1, 2, 1)
+    with pytest.raises(TypeError, match="rows, row_stride"):
+        native._moments(a.ctypes.data, 4, 0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 3, 600])
+def test_rows_of_a_wider_buffer(rows, threads):
+    """One third of each row, as `qkv.chunk(3, -1)[0]`: only those elements are read."""
+    rng = np.random.default_rng(rows)
+    wide = rng.standard_normal((rows, 3 * 513)).astype(np.float32)
+    wide[:, 513:] = 1e6  # the other two thirds must not show
+    part = wide[:, :513]
+    got = native.moments(wide.ctypes.data, 513, 0, threads, rows=rows, row_stride=3 * 513)
+    _check(got, part.astype(np.float64), 1e-12)

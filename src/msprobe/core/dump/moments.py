@@ -19,15 +19,19 @@ KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}
 ENABLED = _moments is not None and os.environ.get("MSPROBE_NATIVE_STATS", "1") != "0"
 
 
-def moments(address, count, kind, threads=1):
-    """(Max, Min, Mean, Norm) of `count` dense elements of `kind` at `address`, or None when the
-    result is not finite (a NaN or inf is in there: the caller's framework then decides exactly how
-    they show) or the kernel is not available."""
+def moments(address, count, kind, threads=1, rows=1, row_stride=None):
+    """(Max, Min, Mean, Norm) of `count` dense elements of `kind` at `address` — or of `rows` runs
+    of `count` elements, `row_stride` elements apart — or None when the result is not finite (a NaN
+    or inf is in there: the caller's framework then decides exactly how they show) or the kernel is
+    not available."""
     if not ENABLED:
         return None
-    mn, mx, total, squares = _moments(address, count, kind, threads)
+    if rows == 1:
+        mn, mx, total, squares = _moments(address, count, kind, threads)
+    else:
+        mn, mx, total, squares = _moments(address, count, kind, threads, rows, row_stride)
     if math.isfinite(total) and math.isfinite(squares):
-        return mx, mn, total / count, math.sqrt(squares)
+        return mx, mn, total / (count * rows), math.sqrt(squares)
     return None
 
 
