@@ -103,11 +103,22 @@ class Summarizer:
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it.
         """
-        key = None
+        key = span = None
+        n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
         if type(t) in _PLAIN and t.layout is torch.strided and not t.is_inference():
             try:
-                key = self._memory_key(t)
+                # the elements `t` covers: where it starts and its strides with sizes in memory order,
+                # adjacent dimensions merged, so that every view of the same elements shares the key;
+                # with md5 only contiguous views share (the CRC reads elements in index order)
+                if n > 1 and t.is_contiguous():
+                    span = ((1, n),)
+                    key = (t.data_ptr(), t.dtype, t.device, span)
+                elif n <= 1 or self.md5:
+                    key = _memory_key(t)
+                else:
+                    span = element_span(t)
+                    key = (t.data_ptr(), t.dtype, t.device, span)
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
         rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
@@ -118,7 +129,7 @@ class Summarizer:
                 rec.update(hit.values)
                 rec["requires_grad"] = t.requires_grad
                 return rec, hit
-        values = self._stats(t) if self.stats else {}
+        values = self._stats(t, n, span) if self.stats else {}
         if self.md5:
             values["md5"] = crc32_of_tensor(t, self.pool)
         rec.update(values)
@@ -134,9 +145,7 @@ class Summarizer:
         return rec, entry
 
     def _memory_key(self, t):
-        """Cache key: the elements `t` covers — where it starts and its strides with sizes, in memory
-        order, adjacent dimensions merged — so every view of the same elements shares it. With md5
-        only contiguous views share: the CRC reads elements in index order."""
+        """The cache key `summarize` gives `t`."""
         n = t.numel()
         if n > 1 and t.is_contiguous():
             return (t.data_ptr(), t.dtype, t.device, ((1, n),))
@@ -144,21 +153,22 @@ class Summarizer:
             return _memory_key(t)
         return (t.data_ptr(), t.dtype, t.device, element_span(t))
 
-    def _stats(self, t):
-        n = t.numel()
+    def _stats(self, t, n=None, span=None):
+        """Max/Min/Mean/Norm of `t`; `span` is `element_span(t)` when the caller has it."""
+        if n is None:
+            n = t.numel()
         if n == 0:
             return {"Max": None, "Min": None, "Mean": None, "Norm": None}
         kind = self._native_kinds.get(t.dtype)
         if kind is not None and t.is_cpu:
-            if t.is_contiguous():
+            if span is None:
+                span = ((1, n),) if t.is_contiguous() else element_span(t)
+            got = None
+            # one dense run (contiguous or a transpose), or rows of runs (a slice of a wider tensor)
+            if len(span) == 1 and span[0][0] == 1:
                 got = native.moments(t.data_ptr(), n, kind, self.threads)
-            else:  # a transpose is one dense run, a slice of a wider tensor rows of runs
-                span = element_span(t)
-                got = None
-                if len(span) == 1 and span[0][0] == 1:
-                    got = native.moments(t.data_ptr(), n, kind, self.threads)
-                elif len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]:  # no overlap
-                    got = native.moments(t.data_ptr(), span[1][1], kind, self.threads, span[0][1], span[0][0])
+            elif len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]:  # rows do not overlap
+                got = native.moments(t.data_ptr(), span[1][1], kind, self.threads, span[0][1], span[0][0])
             if got is not None:  # None: a NaN or inf is in there (torch's reductions say how), or other layouts
                 return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
         x = t.detach()

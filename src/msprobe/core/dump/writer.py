@@ -18,6 +18,8 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+import orjson
+
 from msprobe.core.dump.json_append import JsonAppendFile
 from msprobe.core.errors import MsprobeError
 
@@ -160,8 +162,8 @@ class DumpWriter:
             out[str(i)] = [list(keys), lines]
         path = os.path.join(self.rank_dir, "stack.json")
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(out, option=orjson.OPT_INDENT_2))  # json.dump's Python encoder: ms per step
         os.replace(tmp, path)
 
     def flush(self):
