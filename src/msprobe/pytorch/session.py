@@ -58,7 +58,7 @@ class DumpSession:
         self.counter = naming.CallCounter()
         self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5",
                                      # overflow_check decides on the values at once: never deferred
-                                     defer=cfg.async_dump and cfg.task != "overflow_check", pool=pool)
+                                     defer=cfg.async_dump and cfg.task != "overflow_check")
         self.module_stack = []  # forward keys of the modules being run, innermost last
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)

@@ -18,10 +18,10 @@ Guarded by benchmarks/dump_overhead.py.
 
 import math
 import weakref
-import zlib
 
 import torch
 
+from msprobe.core.checksum import crc32_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 
@@ -31,8 +31,6 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                  torch.bfloat16: native.KINDS["bfloat16"]}
 _DTYPE_NAMES = {}
-# CRC-32 of buffers at least this large runs in two halves, one on a writer thread (zlib frees the GIL).
-_SPLIT_CRC_BYTES = 1 << 20
 
 
 def dtype_name(dtype):
@@ -69,14 +67,12 @@ class Summarizer:
         stats: compute Max/Min/Mean/Norm (False for the structure task).
         md5: add the CRC-32 of the tensor bytes under "md5".
         defer: keep statistics on the device and resolve them later (async_dump).
-        pool: executor that takes half of the CRC of large tensors (optional).
     """
 
-    def __init__(self, stats=True, md5=False, defer=False, pool=None):
+    def __init__(self, stats=True, md5=False, defer=False):
         self.stats = stats
         self.md5 = md5
         self.defer = defer
-        self.pool = pool
         self._cache = {}
         # the one-pass kernel splits large tensors over as many threads as torch's own kernels use
         self.threads = torch.get_num_threads()
@@ -131,7 +127,7 @@ class Summarizer:
                 return rec, hit
         values = self._stats(t, n, span) if self.stats else {}
         if self.md5:
-            values["md5"] = crc32_of_tensor(t, self.pool)
+            values["md5"] = crc32_of_tensor(t)
         rec.update(values)
         entry = None
         if key is not None:
@@ -283,61 +279,9 @@ def _bytes_of(x_cpu):
 
 def crc32_of(x_cpu):
     """CRC-32 of the tensor's raw bytes as 8 hex digits (msProbe's "md5" field)."""
-    return f"{zlib.crc32(_bytes_of(x_cpu)) & 0xFFFFFFFF:08x}"
+    return crc32_hex(_bytes_of(x_cpu))
 
 
-def crc32_of_tensor(t, pool=None):
-    """CRC-32 of `t`'s bytes, read in place when `t` is contiguous CPU memory; large buffers are split
-    in two halves checksummed at the same time (one on `pool`) and combined."""
-    data = _bytes_of(host_view(t))
-    if pool is None or len(data) < _SPLIT_CRC_BYTES:
-        return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
-    half = len(data) // 2
-    tail = pool.submit(zlib.crc32, data[half:])
-    head = zlib.crc32(data[:half])
-    return f"{crc32_combine(head, tail.result(), len(data) - half) & 0xFFFFFFFF:08x}"
-
-
-# -- CRC-32 combination (zlib's crc32_combine, which Python's zlib does not expose) ----------------------
-_CRC_POLY = 0xEDB88320
-
-
-def _gf2_times(mat, vec):
-    out, i = 0, 0
-    while vec:
-        if vec & 1:
-            out ^= mat[i]
-        vec >>= 1
-        i += 1
-    return out
-
-
-def _gf2_square(mat):
-    return [_gf2_times(mat, mat[i]) for i in range(32)]
-
-
-_POW2_OPS = []  # [k]: the 32x32 GF(2) operator that appends 2**k zero bytes to a CRC
-
-
-def _pow2_ops():
-    if not _POW2_OPS:
-        op = [_CRC_POLY] + [1 << i for i in range(31)]  # one zero bit
-        for _ in range(3):
-            op = _gf2_square(op)  # -> one zero byte
-        ops = [op]
-        for _ in range(47):
-            ops.append(_gf2_square(ops[-1]))
-        _POW2_OPS[:] = ops
-    return _POW2_OPS
-
-
-def crc32_combine(crc1, crc2, len2):
-    """CRC-32 of A+B from crc32(A), crc32(B) and len(B)."""
-    ops = _pow2_ops()
-    k = 0
-    while len2 > 0:
-        if len2 & 1:
-            crc1 = _gf2_times(ops[k], crc1)
-        len2 >>= 1
-        k += 1
-    return crc1 ^ crc2
+def crc32_of_tensor(t):
+    """CRC-32 of `t`'s bytes, read in place when `t` is contiguous CPU memory."""
+    return crc32_hex(_bytes_of(host_view(t)))

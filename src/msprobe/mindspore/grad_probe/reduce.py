@@ -5,12 +5,12 @@ concatenated into one bool tensor, so a step costs two device-to-host copies wha
 count; packing the bits and the checksums run on the writer thread.
 """
 
-import zlib
 
 import mindspore as ms
 import numpy as np
 from mindspore import ops
 
+from msprobe.core.checksum import crc32_hex
 from msprobe.core.grad_probe.writer import StepResult
 
 
@@ -77,5 +77,5 @@ class GradReducer:
                     packed.append(np.zeros(0, np.uint8))
         md5 = None
         if md5_copies is not None:
-            md5 = [f"{zlib.crc32(a.reshape(-1).view(np.uint8)) & 0xFFFFFFFF:08x}" for a in md5_copies]
+            md5 = [crc32_hex(a.reshape(-1).view(np.uint8)) for a in md5_copies]
         return StepResult(stats=out_stats, md5=md5, dist=dists, bits=packed)

@@ -7,11 +7,11 @@ device, and both copied to the host as one uint8 buffer (pinned, non-blocking on
 thread waits for; the training loop never synchronises. Guarded by benchmarks/grad_probe_overhead.py.
 """
 
-import zlib
 
 import numpy as np
 import torch
 
+from msprobe.core.checksum import crc32_hex
 from msprobe.core.grad_probe.writer import StepResult
 
 _BIT_ORDER = (128, 64, 32, 16, 8, 4, 2, 1)  # np.packbits' order: first element in the high bit
@@ -150,5 +150,5 @@ class GradReducer:
                     dists.append([nan] * (len(self.bounds) + 2))
         md5 = None
         if md5_copies is not None:
-            md5 = [f"{zlib.crc32(c.reshape(-1).view(torch.uint8).numpy()) & 0xFFFFFFFF:08x}" for c in md5_copies]
+            md5 = [crc32_hex(c.reshape(-1).view(torch.uint8).numpy()) for c in md5_copies]
         return StepResult(stats=rows, md5=md5, dist=dists, bits=packed)
