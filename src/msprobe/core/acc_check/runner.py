@@ -23,7 +23,7 @@ from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
 from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.input_spec import cases_from_dump
-from msprobe.core.acc_check.work_split import biggest_first
+from msprobe.core.acc_check.work_split import work_order
 from msprobe.core.dump.reader import DumpReader
 from msprobe.core.errors import MsprobeError
 
@@ -165,7 +165,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
 
 def _worker(index, api_info, names, inherited, next_case, spec_options, framework, part_dir, save_error_data,
             error_root, seed, queue, done, pipeline):
-    """Body of one worker process: check cases of `names` (biggest first), taking the next untaken one
+    """Body of one worker process: check cases of `names` (work_split order), taking the next untaken one
     from the shared counter `next_case` each time, and count each finished API in `done[index]` (shared
     memory the parent polls: no message, pickling or wake-up per API); the one message on `queue` says
     how the worker ended, with its CPU seconds.
@@ -227,7 +227,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
     count CPU workers, which share the cores (one torch thread each).
-    Workers take the cases biggest first from one shared queue and write part files under
+    Workers take the cases (dump order, the last tenth biggest first: work_split.py) from one
+    shared queue and write part files under
     `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
     into the result and details CSVs at the end (and on a resumed run, with what was there).
 
@@ -260,7 +261,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         done.update(row["API Name"] for row in read_rows(r_path))
     todo = [c for c in cases if c.name not in done]
     n_workers = min(len(devices), len(todo))  # 0 when a resumed run has nothing left
-    ordered = biggest_first(todo)
+    ordered = work_order(todo)
     queue_order = [c.name for c in ordered]
     attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
     threads = 1  # as in run_acc_check: small APIs gain nothing from more, workers share the cores
