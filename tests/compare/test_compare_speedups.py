@@ -20,6 +20,7 @@ def test_float_reprs_match_repr_on_every_magnitude_and_bit_pattern():
     ])
     values = values[np.isfinite(values)]
     assert float_reprs(values) == [repr(v) for v in values.tolist()]
+    assert float_reprs(values, "%") == [repr(v) + "%" for v in values.tolist()]  # the x% cells
     assert float_reprs(np.array([])) == []
 
 

@@ -1,5 +1,5 @@
 """Dtype names of PyTorch (`torch.float32`), MindSpore (`Float32`) and numpy (`float32`) dumps mapped
-to one canonical spelling, so dumps of different frameworks compare (msprobe-facts §8.3). Data and two
+to one canonical spelling, so dumps of different frameworks compare (msprobe-facts §8.3). Data and
 small functions; no framework imports.
 """
 
@@ -34,3 +34,17 @@ def dtypes_compatible(a, b):
     (MindSpore and PyTorch disagree on default integer widths)."""
     a, b = canonical_dtype(a), canonical_dtype(b)
     return a == b or (a in _FLOAT_FAMILY and b in _FLOAT_FAMILY) or (a in _INT_FAMILY and b in _INT_FAMILY)
+
+
+def per_dtype_pair(a, b, predicate):
+    """bool array: `predicate(a[i], b[i])` for two equally long dtype-name arrays, evaluated once per
+    distinct pair (a million rows hold a handful of dtype pairs)."""
+    import numpy as np
+    import pandas as pd
+    if len(a) == 0:
+        return np.zeros(0, dtype=bool)
+    ca, ua = pd.factorize(np.asarray(a, dtype=object), use_na_sentinel=False)
+    cb, ub = pd.factorize(np.asarray(b, dtype=object), use_na_sentinel=False)
+    pairs, distinct = pd.factorize(ca.astype(np.int64) * len(ub) + cb)
+    verdicts = np.array([bool(predicate(ua[p // len(ub)], ub[p % len(ub)])) for p in distinct], dtype=bool)
+    return verdicts[pairs]

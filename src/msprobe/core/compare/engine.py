@@ -170,6 +170,13 @@ def _load_side(path):
         return _read_and_flatten(path)
 
 
+def _load_side_packed(path):
+    """`_load_side` in a worker process: its row table packed for a fast trip back."""
+    from msprobe.core.compare.rows import packed_frame
+    reader, frame = _load_side(path)
+    return reader, packed_frame(frame)
+
+
 def _read_and_flatten(path):
     from msprobe.core.compare.rows import frame_from_records
     reader = DumpReader(path)
@@ -193,9 +200,11 @@ def _load_sides(target_path, golden_path):
     from concurrent.futures import ProcessPoolExecutor
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        golden = pool.submit(_load_side, golden_path)
+        golden = pool.submit(_load_side_packed, golden_path)
         target = _load_side(target_path)
-        return target, golden.result()
+        g_reader, g_packed = golden.result()
+    from msprobe.core.compare.rows import unpacked_frame
+    return target, (g_reader, unpacked_frame(g_packed))
 
 
 @dataclass

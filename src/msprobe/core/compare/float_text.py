@@ -11,20 +11,21 @@ import numpy as np
 import orjson
 
 
-def float_reprs(values):
-    """list of `repr(float(v))` for a float64 array of finite values (NaN/inf are not handled)."""
+def float_reprs(values, suffix=""):
+    """list of `repr(float(v)) + suffix` for a float64 array of finite values (NaN/inf are not handled)."""
     values = np.ascontiguousarray(values, dtype=np.float64)
     if values.size == 0:
         return []
     text = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")
-    out = text[1:-1].split(",")
+    body = text[1:-1]
+    out = (body.replace(",", suffix + ",") + suffix if suffix else body).split(",")
     mag = np.abs(values)
     redo = np.flatnonzero(((mag < 1e-4) & (mag != 0)) | (mag >= 1e16)).tolist()
     exponents_elsewhere = text.count("e") != sum("e" in out[i] for i in redo)
     for i in redo:
-        out[i] = repr(float(values[i]))
+        out[i] = repr(float(values[i])) + suffix
     if exponents_elsewhere:  # orjson chose an exponent where repr does not: look at each
         for i, s in enumerate(out):
             if "e" in s:
-                out[i] = repr(float(values[i]))
+                out[i] = repr(float(values[i])) + suffix
     return out

@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, eq
 
 import numpy as np
 
-from msprobe.core.compare.dtypes import dtypes_compatible
+from msprobe.core.compare.dtypes import dtypes_compatible, per_dtype_pair
 from msprobe.core.naming import BACKWARD, api_key, module_key, split_key
 
 # MindSpore dump prefixes whose PyTorch counterparts only differ in the prefix (facts §8.8).
@@ -218,6 +220,25 @@ def _map_suffix(suffix, rule):
     return f".{role}.{table.get(idx, idx)}{rest}"
 
 
+def _joined(keys, suffixes):
+    """key + suffix per row; None where the key is None (a target call fuzzy matching left unpaired)."""
+    keys = list(keys)
+    try:
+        return list(map(add, keys, suffixes))
+    except TypeError:
+        return [None if k is None else k + s for k, s in zip(keys, suffixes)]
+
+
+def _unchanged(key_map):
+    """Whether a key -> key mapping maps every key to itself."""
+    return all(map(eq, key_map, key_map.values()))
+
+
+def _first_positions(names):
+    """name -> index of its first occurrence."""
+    return dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
+
+
 def match_rows(target, golden, opts):
     """Golden row index for every target row, -1 where nothing pairs.
 
@@ -228,10 +249,9 @@ def match_rows(target, golden, opts):
     Returns:
         numpy int64 array, one entry per target row.
     """
-    import pandas as pd
-
-    t_keys = list(dict.fromkeys(target["key"]))
-    g_keys = list(dict.fromkeys(golden["key"]))
+    t_key_list, g_key_list = target["key"].tolist(), golden["key"].tolist()
+    t_keys = list(dict.fromkeys(t_key_list))
+    g_keys = list(dict.fromkeys(g_key_list))
     renumber = opts.renumber_backward and not opts.fuzzy
     g_renum = renumbered_keys(g_keys, renumber)
     t_renum = renumbered_keys(t_keys, renumber)
@@ -240,12 +260,14 @@ def match_rows(target, golden, opts):
         mapped = {k: mapper.golden_key(t_renum[k]) for k in t_keys}
     else:
         mapped = t_renum
+    g_suffix = golden["suffix"].tolist()
     if opts.fuzzy:
         renum_to_golden = _fuzzy_pairs([mapped[k] for k in t_keys], g_keys)
         mapped = {k: renum_to_golden.get(mapped[k]) for k in t_keys}
-        golden_match = golden["key"] + golden["suffix"]
+        golden_match = _joined(g_key_list, g_suffix)
     else:
-        golden_match = golden["key"].map(g_renum) + golden["suffix"]
+        golden_match = (golden["name"].tolist() if _unchanged(g_renum) else
+                        _joined(map(g_renum.__getitem__, g_key_list), g_suffix))
 
     suffix = target["suffix"]
     if opts.cross_framework and opts.api_rules:
@@ -255,29 +277,29 @@ def match_rows(target, golden, opts):
             sel = target["key"].isin(remapped)
             suffix = suffix.copy()
             suffix[sel] = [_map_suffix(s, rules[k]) for s, k in zip(target["suffix"][sel], target["key"][sel])]
-    match = target["key"].map(mapped) + suffix
+    if suffix is target["suffix"] and _unchanged(mapped):
+        match = target["name"].tolist()  # key + suffix already
+    else:
+        match = _joined(map(mapped.__getitem__, t_key_list), suffix.tolist())
 
-    position = pd.Series(np.arange(len(golden), dtype=np.int64), index=golden_match.values)
-    position = position[~position.index.duplicated()]
-    gidx = match.map(position)
+    # plain dicts and C-level maps: pandas' map/index lookups took seconds on a million rows
+    position = _first_positions(golden_match)
+    gidx = np.fromiter(map(position.get, match, repeat(-1)), dtype=np.int64, count=len(match))
     explicit = np.zeros(len(target), dtype=bool)
     if opts.data_mapping:
-        by_name = pd.Series(np.arange(len(golden), dtype=np.int64), index=golden["name"].values)
-        by_name = by_name[~by_name.index.duplicated()]
-        wanted = target["name"].map(opts.data_mapping)
-        hit = wanted.notna()
-        gidx[hit] = wanted[hit].map(by_name)
-        explicit = hit.to_numpy()
-    gidx = gidx.fillna(-1).astype(np.int64).to_numpy().copy()
+        by_name = _first_positions(golden["name"].tolist())
+        for i, name in enumerate(target["name"].tolist()):
+            wanted = opts.data_mapping.get(name)
+            if wanted is not None and wanted == wanted:
+                gidx[i] = by_name.get(wanted, -1)
+                explicit[i] = True
 
     # undo pairs of rows that cannot belong together (an int index paired with a float activation)
     paired = (gidx >= 0) & ~explicit
     if paired.any():
         t_dt = target["dtype"].to_numpy()[paired]
         g_dt = golden["dtype"].to_numpy()[gidx[paired]]
-        cache = {}
-        ok = np.fromiter((cache.setdefault((a, b), a == b or dtypes_compatible(a, b)) for a, b in zip(t_dt, g_dt)),
-                         dtype=bool, count=len(t_dt))
+        ok = per_dtype_pair(t_dt, g_dt, lambda a, b: a == b or dtypes_compatible(a, b))
         idx = np.flatnonzero(paired)
         gidx[idx[~ok]] = -1
     return gidx

@@ -34,7 +34,7 @@ def _percent_strings(rel):
     """`"x%"` of 100*rel for the finite non-zero entries; the caller fills the special cases."""
     out = np.full(len(rel), "0", dtype=object)
     idx = np.flatnonzero(np.isfinite(rel) & (rel != 0))
-    out[idx] = [v + "%" for v in float_reprs(rel[idx] * 100.0)]
+    out[idx] = float_reprs(rel[idx] * 100.0, "%")
     return out
 
 

@@ -4,6 +4,9 @@
 """
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_
+
 import numpy as np
 
 from msprobe.core.compare import columns as C
@@ -20,22 +23,48 @@ def _take(values, gidx, fill="N/A"):
     return out
 
 
+def _is_none(values):
+    """bool array: which entries are None (one C-level pass)."""
+    values = np.asarray(values, dtype=object)
+    return np.fromiter(map(is_, values, repeat(None)), dtype=bool, count=len(values))
+
+
 def _requires_grad_display(values):
-    return np.array(["N/A" if v is None else v for v in values], dtype=object)
+    out = np.asarray(values, dtype=object).copy()
+    out[_is_none(out)] = "N/A"
+    return out
+
+
+class _AlignedGolden:
+    """Golden columns aligned to target rows (NaN/None where unpaired), each taken when first asked for:
+    aligning the whole golden table cost seconds on a million rows, and only a few columns are read."""
+
+    def __init__(self, golden, gidx, matched):
+        self._golden, self._gidx, self._matched, self._cols = golden, gidx, matched, {}
+
+    def __getitem__(self, name):
+        import pandas as pd
+        if name not in self._cols:
+            col = self._golden[name].to_numpy()
+            if col.dtype.kind != "f":
+                col = col.astype(object, copy=False)
+            pad = np.nan if col.dtype.kind == "f" else None
+            if len(col):
+                out = col[np.where(self._matched, self._gidx, 0)]
+                out[~self._matched] = pad
+            else:
+                out = np.full(len(self._gidx), pad, dtype=col.dtype)
+            self._cols[name] = pd.Series(out, dtype=out.dtype, copy=False)
+        return self._cols[name]
 
 
 class PairedRows:
     """Target rows and their golden partners side by side (golden values NaN/None where unpaired)."""
 
     def __init__(self, target, golden, gidx):
-        import pandas as pd
         self.target, self.gidx = target, gidx
         self.matched = gidx >= 0
-        empty = pd.DataFrame({c: pd.Series([np.nan if golden[c].dtype.kind == "f" else None],
-                                           dtype=golden[c].dtype) for c in golden.columns})
-        padded = pd.concat([golden, empty], ignore_index=True) if len(golden) else empty
-        # -1 picks the padding row: golden columns aligned to target rows in one take
-        self.golden = padded.iloc[np.where(self.matched, gidx, len(padded) - 1)].reset_index(drop=True)
+        self.golden = _AlignedGolden(golden, gidx, self.matched)
         self.t_num = {f: numeric(target, f) for f in STAT_FIELDS}
         self.g_num = {f: numeric(self.golden, f) for f in STAT_FIELDS}
 
@@ -95,8 +124,9 @@ def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None
             cols[name] = _take(golden[f], gidx)
     t_rg = target["requires_grad"].to_numpy(dtype=object)
     g_rg = g["requires_grad"].to_numpy(dtype=object)
-    cols[C.REQUIRES_GRAD_CONSISTENT] = np.array(
-        [a is None or b is None or a == b for a, b in zip(t_rg, g_rg)], dtype=object)
+    with np.errstate(all="ignore"):
+        same_rg = _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
+    cols[C.REQUIRES_GRAD_CONSISTENT] = same_rg.astype(object)
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
 
     ordered = list(C.MODE_COLUMNS[mode])

@@ -8,11 +8,14 @@ Worst level wins: error > warning > pass. Rows without a golden partner get "N/A
 from __future__ import annotations
 
 import json
+import re
+from itertools import repeat
+from operator import is_not
 
 import numpy as np
 
 from msprobe.core.compare import columns as C
-from msprobe.core.compare.dtypes import canonical_dtype
+from msprobe.core.compare.dtypes import canonical_dtype, per_dtype_pair
 from msprobe.core.naming import split_key
 
 MSG_UNMATCHED = "no golden data matched"
@@ -50,10 +53,18 @@ def _api_name(key):
     return None if prefix in ("Module", "Cell") else rest
 
 
+# a key `{prefix}.{api}` (+ `.{n}.{direction}`...) of an exempt API holds `.{api}` followed by `.` or its
+# end: only keys with such a piece are split (a million-row dump has hundreds of thousands of keys)
+_EXEMPT_PIECE = re.compile(r"\.(?:%s)(?:\.|$)" % "|".join(
+    map(re.escape, sorted(C.ALL_RULES_EXEMPT | C.INPUT_RULES_EXEMPT))))
+_FUSED_PIECE = re.compile("|".join(map(re.escape, C.FUSED_NAME_PARTS)))
+
+
 def exemptions(keys):
     """(all rules skipped, input rules skipped) masks from the API names of the rows' keys."""
     import pandas as pd
-    names = {k: _api_name(k) for k in dict.fromkeys(keys)}
+    candidates = filter(_EXEMPT_PIECE.search, dict.fromkeys(keys))
+    names = {k: _api_name(k) for k in candidates}
     all_ex = [k for k, n in names.items() if n in C.ALL_RULES_EXEMPT]
     in_ex = [k for k, n in names.items() if n in C.INPUT_RULES_EXEMPT]
     keys = pd.Series(keys, dtype=object)
@@ -63,8 +74,12 @@ def exemptions(keys):
 def _fused(keys):
     """Rows of calls whose names mark a fused projection (their dtype/shape may differ by design)."""
     import pandas as pd
-    fused = [k for k in dict.fromkeys(keys) if any(p in k for p in C.FUSED_NAME_PARTS)]
+    fused = list(filter(_FUSED_PIECE.search, dict.fromkeys(keys)))
     return pd.Series(keys, dtype=object).isin(fused).to_numpy()
+
+
+def _not_none(values):
+    return np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=len(values))
 
 
 def row_checks(flags, target, golden_rows, matched, cross_framework, t_minmax, g_minmax, t_has_stats):
@@ -77,22 +92,19 @@ def row_checks(flags, target, golden_rows, matched, cross_framework, t_minmax, g
 
     t_dt = target["dtype"].to_numpy(dtype=object)
     g_dt = golden_rows["dtype"].to_numpy(dtype=object)
-    cache = {}
 
     def same_dtype(a, b):
-        if (a, b) not in cache:
-            ca, cb = canonical_dtype(a), canonical_dtype(b)
-            cache[(a, b)] = ca == cb or (cross_framework and ca in _INT_DTYPES and cb in _INT_DTYPES)
-        return cache[(a, b)]
+        ca, cb = canonical_dtype(a), canonical_dtype(b)
+        return ca == cb or (cross_framework and ca in _INT_DTYPES and cb in _INT_DTYPES)
 
-    dtype_differs = np.fromiter((not same_dtype(a, b) for a, b in zip(t_dt, g_dt)), dtype=bool, count=flags.n)
+    dtype_differs = ~per_dtype_pair(t_dt, g_dt, same_dtype)
     flags.add(MSG_DTYPE, matched & dtype_differs & ~fused)
     shape_differs = target["shape"].to_numpy(dtype=object) != golden_rows["shape"].to_numpy(dtype=object)
     flags.add(MSG_SHAPE, matched & shape_differs & ~fused & (t_kind == "tensor"))
 
     t_rg = target["requires_grad"].to_numpy(dtype=object)
     g_rg = golden_rows["requires_grad"].to_numpy(dtype=object)
-    both_rg = np.array([a is not None and b is not None for a, b in zip(t_rg, g_rg)], dtype=bool)
+    both_rg = _not_none(t_rg) & _not_none(g_rg)
     flags.add(MSG_REQUIRES_GRAD, matched & both_rg & (t_rg != g_rg))
 
     scalar = matched & (t_kind == "scalar") & (g_kind == "scalar")
@@ -185,17 +197,24 @@ def result_columns(flags, matched, mode, all_exempt, extra_messages=None):
     unmatched_level = "warning" if mode == "md5" else "N/A"
     result[~matched] = unmatched_level
 
-    any_msg = np.zeros(n, dtype=bool)
-    for _, mask in flags.items:
-        any_msg |= mask & ~all_exempt
+    # which messages each row has, as bits: rows with the same messages share one json text
+    bits = (~matched).astype(np.int64)
+    for k, (_, mask) in enumerate(flags.items):
+        bits |= (mask & ~all_exempt).astype(np.int64) << (k + 1)
+    has_extra = np.zeros(n, dtype=bool)
     if extra_messages is not None:
-        any_msg |= np.array([bool(m) for m in extra_messages], dtype=bool)
-    any_msg |= ~matched
+        has_extra = np.array([bool(m) for m in extra_messages], dtype=bool)
     err = np.full(n, "[]", dtype=object)
-    for i in np.flatnonzero(any_msg):
+
+    def messages(i):
         msgs = [] if matched[i] else [MSG_UNMATCHED]
-        msgs += [m for m, mask in flags.items if mask[i] and not all_exempt[i]]
-        if extra_messages is not None and extra_messages[i]:
-            msgs.append(extra_messages[i])
-        err[i] = json.dumps(msgs)
+        return msgs + [m for m, mask in flags.items if mask[i] and not all_exempt[i]]
+
+    plain = np.flatnonzero((bits != 0) & ~has_extra)
+    if len(plain):
+        codes, first, inverse = np.unique(bits[plain], return_index=True, return_inverse=True)
+        texts = np.array([json.dumps(messages(plain[f])) for f in first], dtype=object)
+        err[plain] = texts[inverse]
+    for i in np.flatnonzero(has_extra):
+        err[i] = json.dumps(messages(i) + [extra_messages[i]])
     return result, err
