@@ -162,7 +162,7 @@ def test_blas_runs_on_one_thread_while_checking(slow_dump, tmp_path):
         def blas_threads(_name):
             seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
         with ResultFiles(str(tmp_path), "t") as files:
-            results = list(check_cases(cases, reader, spec, files, progress=blas_threads, pipeline=True))
+            results = list(check_cases(cases, reader, spec, files, progress=blas_threads))
     finally:
         sys.path.remove(HERE)
     assert len(results) == len(cases) == len(seen)

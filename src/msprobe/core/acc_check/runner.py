@@ -5,7 +5,6 @@
 Both resume from an interrupted run's result CSV. Must not import torch or mindspore.
 """
 
-import collections
 import gc
 import importlib
 import logging
@@ -14,7 +13,6 @@ import os
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from msprobe.core.acc_check.checker import badness, judge
@@ -70,47 +68,35 @@ def timestamp():
 
 
 def check_cases(cases, reader, spec, files, save_error_data=False, error_root="", progress=None, seed=1234,
-                executor=None, pipeline=True):
+                executor=None):
     """Run `cases` with one executor, appending each result to `files`; yields each ApiResult in order.
 
-    With `pipeline`, the next API runs on the framework while a second thread judges and writes the
-    previous one (numpy and torch both release the GIL): worth it when a spare core is there.
+    Each API is run, then judged and written, in this thread. Judging the previous API in a second
+    thread meanwhile (what acc_check did while judging cost a quarter of the work) now loses: 8.2
+    instead of 7.8 s and 9.2 instead of 7.7 CPU s for the 1,413 APIs of
+    `benchmarks/acc_check_throughput.py --blocks 40` (GIL hand-offs, both threads in the allocator
+    and the caches).
     BLAS runs on one thread meanwhile: OpenBLAS's extra threads spin between the metrics' small dot
     products and take a whole core (2 CPU s per second of checking), which left a second worker
     process nothing to run on.
     """
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=1, user_api="blas"):
-        yield from _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed,
-                                executor, pipeline)
+        yield from _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor)
 
 
-def _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor, pipeline):
+def _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor):
     executor = executor or spec.create()
     source = TensorSource(reader, real_data=True)
-
-    def finish(case, run):
+    for case in cases:
+        run = executor.run(case, source, rng_for(case.name, seed))
         result = judge(case, run)
         files.write(result)
         if save_error_data and result.failed:
             save_error_case(error_root, case, run, spec.framework, reproduce_script(spec, case, seed))
         if progress is not None:
             progress(case.name)
-        return result
-
-    if not pipeline:
-        for case in cases:
-            yield finish(case, executor.run(case, source, rng_for(case.name, seed)))
-        return
-    pending = collections.deque()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="acc_check-judge") as pool:
-        for case in cases:
-            run = executor.run(case, source, rng_for(case.name, seed))
-            pending.append(pool.submit(finish, case, run))
-            while len(pending) > 1 or (pending and pending[0].done()):
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        yield result
 
 
 def _progress_bar(total, initial, enabled):
@@ -133,8 +119,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         progress: show a progress bar.
         seed: seed of the random inputs.
         threads: the framework's intra-op threads. Defaults to 1: most APIs of a dump are small, where
-            a second thread mostly spins (7 CPU-seconds instead of 1.2 for the benchmark's 153 APIs),
-            and the other core judges the previous API meanwhile.
+            a second thread mostly spins (7 CPU-seconds instead of 1.2 for the benchmark's 153 APIs).
 
     Returns:
         RunReport.
@@ -154,8 +139,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         bar = _progress_bar(len(cases), report.resumed, progress)
         try:
             for result in check_cases(todo, reader, spec, files, save_error_data, error_root,
-                                      progress=lambda _: bar.update(1), seed=seed, executor=executor,
-                                      pipeline=(os.cpu_count() or 1) >= 2):
+                                      progress=lambda _: bar.update(1), seed=seed, executor=executor):
                 report.results.append(result)
         finally:
             bar.close()
@@ -164,7 +148,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
 
 
 def _worker(index, api_info, names, inherited, next_case, spec_options, framework, part_dir, save_error_data,
-            error_root, seed, queue, done, pipeline):
+            error_root, seed, queue, done):
     """Body of one worker process: check cases of `names` (work_split order), taking the next untaken one
     from the shared counter `next_case` each time, and count each finished API in `done[index]` (shared
     memory the parent polls: no message, pickling or wake-up per API); the one message on `queue` says
@@ -184,8 +168,7 @@ def _worker(index, api_info, names, inherited, next_case, spec_options, framewor
         spec = ExecutorSpec(framework, spec_options)
         with ResultFiles(part_dir, f"w{index}") as files:
             for _ in check_cases(_take(cases, next_case), reader, spec, files, save_error_data, error_root,
-                                 progress=lambda _name: _count(done, index), seed=seed,
-                                 pipeline=pipeline):
+                                 progress=lambda _name: _count(done, index), seed=seed):
                 pass
         queue.put(("exit", index, repr(time.process_time())))
     except BaseException as e:  # the parent reports it; a worker must never hang the run
@@ -265,8 +248,6 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     queue_order = [c.name for c in ordered]
     attempt = len(os.listdir(parts_root)) if os.path.isdir(parts_root) else 0
     threads = 1  # as in run_acc_check: small APIs gain nothing from more, workers share the cores
-    # a judging thread per worker only while there is a core for it: otherwise workers just contend
-    pipeline = (os.cpu_count() or 1) >= 2 * n_workers
     error_root = os.path.join(os.path.dirname(result_path), "error_data")
     ctx = multiprocessing.get_context(start_method)
     if start_method == "fork":  # workers inherit the framework import instead of repeating it
@@ -286,7 +267,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
         p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
                         args=(i, api_info, queue_order, inherited, next_case, options, reader.framework, part_dir,
-                              save_error_data, error_root, seed, queue, done, pipeline))
+                              save_error_data, error_root, seed, queue, done))
         p.start()
         procs.append(p)
     gc.unfreeze()
