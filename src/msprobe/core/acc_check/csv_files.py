@@ -169,8 +169,9 @@ def merge_parts(parts, result_path, details_path, order):
                                 (details_path, DETAILS_COLUMNS, [r for n in names for r in details[n]])):
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8-sig", newline="") as f:
-            f.write(_line(columns))
-            f.writelines(_line([row.get(c, "") for c in columns]) for row in rows)
+            writer = csv.writer(f, lineterminator="\n")  # what _line writes, without a writer per row
+            writer.writerow(columns)
+            writer.writerows([row.get(c, "") for c in columns] for row in rows)
         os.replace(tmp, path)
     return names
 

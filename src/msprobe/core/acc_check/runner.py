@@ -258,19 +258,21 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     inherited = (reader, ordered) if start_method == "fork" else None
     procs = []
     # Forked workers share the parent's objects page by page until they write to them. A garbage
-    # collection in a worker writes to every tracked object (0.1 s and ~10k copied pages per worker
+    # collection in a worker writes to every tracked object (0.1 s and ~6k copied pages per worker
     # with torch imported); frozen objects are never collected, so the pages stay shared.
     gc.freeze()
-    for i in range(n_workers):
-        options = (("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
-                   ("threads", threads))
-        part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
-        p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
-                        args=(i, api_info, queue_order, inherited, next_case, options, reader.framework, part_dir,
-                              save_error_data, error_root, seed, queue, done))
-        p.start()
-        procs.append(p)
-    gc.unfreeze()
+    try:
+        for i in range(n_workers):
+            options = (("device", devices[i] if accelerator_count else None),
+                       ("custom_apis", tuple(custom_apis)), ("threads", threads))
+            part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
+            p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
+                            args=(i, api_info, queue_order, inherited, next_case, options, reader.framework,
+                                  part_dir, save_error_data, error_root, seed, queue, done))
+            p.start()
+            procs.append(p)
+    finally:
+        gc.unfreeze()
     bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
     failures = []
     cpu = [0.0] * len(procs)
@@ -292,8 +294,12 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
             finished = sum(done)
             bar.update(finished - shown)
             shown = finished
-        # each worker closed its part files before its last message: merge while they exit
+        # each worker closed its part files before its last message: merge and read back while the
+        # processes exit (tearing down a worker's memory takes ~25 ms)
         merge_parts(_part_files(parts_root), result_path, details_path, [c.name for c in cases])
+        if not failures:
+            shutil.rmtree(parts_root, ignore_errors=True)
+            results = results_from_csv(result_path, details_path, {c.name for c in todo}, badness)
     finally:
         bar.close()
         for p in procs:
@@ -301,11 +307,9 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     if failures:
         raise MsprobeError(f"multi_acc_check: {'; '.join(failures)}; finished APIs are in {result_path}, "
                            f"resume with -csv_path {result_path}")
-    shutil.rmtree(parts_root, ignore_errors=True)
     report = RunReport(result_path, details_path, reader.framework,
                        f"{n_workers} workers" + (f" on devices {devices}" if accelerator_count else " (CPU)"),
-                       resumed=len(cases) - len(todo), workers=n_workers, worker_cpu_s=cpu)
-    report.results = results_from_csv(result_path, details_path, {c.name for c in todo}, badness)
+                       resumed=len(cases) - len(todo), workers=n_workers, worker_cpu_s=cpu, results=results)
     report.error_data_dir = error_root if save_error_data else ""
     report.seconds = time.perf_counter() - start
     return report
