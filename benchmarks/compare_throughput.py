@@ -98,6 +98,7 @@ w = time.perf_counter()
 if out != "-":
     write_result(r.table, out, "bench.csv")
 print(json.dumps({"wall": compare_wall, "cpu": compare_cpu, "write": time.perf_counter() - w,
+                  "phases": getattr(r, "seconds", {}),
                   "rows": len(r.table), "children_cpu": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
                   + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -192,34 +193,38 @@ def stats_bench(root, n, rounds):
     t, g = gen_stats_pair(root, n)
     size = sum(os.path.getsize(os.path.join(p, "dump.json")) for p in (t, g))
     print(f"\n[statistics] {n} tensor records per side, {size / 1e6:.0f} MB of dump.json; {rounds} rounds, medians")
-    parse, comp, cpu, write = [], [], [], []
-    old = {"comp": [], "cpu": [], "write": []}
+    parse, runs, old = [], [], []
     for _ in range(rounds):
         w = time.perf_counter()
         for p in (t, g):
             with open(os.path.join(p, "dump.json")) as f:
                 json.load(f)
         parse.append(time.perf_counter() - w)
-        r = run_child(t, g, 1, os.path.join(root, "stats_out"))
-        comp.append(r["wall"])
-        cpu.append(r["cpu"] + r["children_cpu"])
-        write.append(r["write"])
+        runs.append(run_child(t, g, 1, os.path.join(root, "stats_out")))
         if BASELINE_SRC:
-            r = run_child(t, g, 1, os.path.join(root, "stats_out_old"), baseline=True)
-            old["comp"].append(r["wall"])
-            old["cpu"].append(r["cpu"] + r["children_cpu"])
-            old["write"].append(r["write"])
-    p, c = statistics.median(parse), statistics.median(comp)
-    print(f"json.load of both (baseline) {p:7.2f} s")
-    print(f"compare_dumps                {c:7.2f} s  ({c / p:.2f}x the baseline; CPU {statistics.median(cpu):.2f} s "
-          f"in all processes)")
-    print(f"csv of {n} rows             {statistics.median(write):7.2f} s")
-    if BASELINE_SRC:
-        oc, ow = statistics.median(old["comp"]), statistics.median(old["write"])
-        print(f"old compare_dumps            {oc:7.2f} s  (new/old {c / oc:.2f}; old CPU "
-              f"{statistics.median(old['cpu']):.2f} s)")
-        print(f"old csv                      {ow:7.2f} s  (new/old {statistics.median(write) / ow:.2f})")
-        print(f"compare + csv, new/old       {(c + statistics.median(write)) / (oc + ow):.2f}")
+            old.append(run_child(t, g, 1, os.path.join(root, "stats_out_old"), baseline=True))
+    med = statistics.median
+    p = med(parse)
+    print(f"json.load of both (baseline) {p:7.2f} s   (load average {os.getloadavg()[0]:.1f})")
+    for label, rs in (("", runs), ("old ", old)):
+        if not rs:
+            continue
+        c, wr = med(r["wall"] for r in rs), med(r["write"] for r in rs)
+        ph = [r["phases"] for r in rs if r["phases"]]
+        if ph:
+            read, match, table = (med(x.get(k, 0.0) for x in ph) for k in ("read", "match", "table"))
+            print(f"{label + 'compare_dumps':28s} {c:7.2f} s  = read {read:.2f} + match {match:.2f} + table {table:.2f} "
+                  f"(+ {c - read - match - table:.2f} other)")
+        else:
+            print(f"{label + 'compare_dumps':28s} {c:7.2f} s")
+        print(f"{label + 'csv of %d rows' % n:28s} {wr:7.2f} s")
+        print(f"{label + 'total':28s} {c + wr:7.2f} s  ({(c + wr) / p:.2f}x the baseline; CPU of compare "
+              f"{med(r['cpu'] + r['children_cpu'] for r in rs):.2f} s in all processes; peak RSS "
+              f"{max(r['rss_mb'] for r in rs):.0f} MB main, {max(r['child_rss_mb'] for r in rs):.0f} MB largest child)")
+    if old:
+        new_total = med(r["wall"] + r["write"] for r in runs)
+        old_total = med(r["wall"] + r["write"] for r in old)
+        print(f"compare + csv, new/old       {new_total / old_total:.2f}")
         same = _same_file(os.path.join(root, "stats_out", "bench.csv"), os.path.join(root, "stats_out_old", "bench.csv"))
         print(f"csv byte-identical to the old one: {same}")
 

@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 from msprobe.core.compare import mappings
@@ -33,6 +34,8 @@ class CompareResult:
         target_dir, golden_dir: the two rank directories.
         target_framework, golden_framework: from dump.json.
         is_proc: the rank number is a process id (dumps made without a process group).
+        seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
+            "metrics" (tensor mode) and "table".
     """
 
     step: int | None
@@ -45,6 +48,7 @@ class CompareResult:
     golden_framework: str | None = None
     is_proc: bool = False
     output_path: str | None = field(default=None)
+    seconds: dict = field(default_factory=dict)
 
     def __bool__(self):
         """True when no row is an error."""
@@ -263,9 +267,18 @@ def compare_pair(target, golden, opts, maps=None):
     # phases of a big statistics compare take a while too: show them (tensor mode has its own bar)
     phases = tqdm(total=3, desc=f"compare step {target.step} rank {target.rank}", unit="phase", leave=False,
                   disable=not opts.progress or _dump_size(target) + _dump_size(golden) < PARALLEL_LOAD_BYTES)
+    seconds = {}
+    clock = [time.perf_counter()]
+
+    def lap(name):
+        now = time.perf_counter()
+        seconds[name] = now - clock[0]
+        clock[0] = now
+
     with phases:
         phases.set_postfix_str("reading dumps")
         (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
+        lap("read")
         phases.update()
         mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
         t_fw, g_fw = t_reader.framework, g_reader.framework
@@ -283,6 +296,7 @@ def compare_pair(target, golden, opts, maps=None):
             cell_mapping=maps.cell, layer_mapping=maps.layer, data_mapping=maps.data)
         phases.set_postfix_str("matching")
         gidx = match_rows(t_rows, g_rows, match_opts)
+        lap("match")
         phases.update()
         stack = _stack_of(t_reader, opts.stack_path) if opts.stack else None
         metrics = None
@@ -290,13 +304,15 @@ def compare_pair(target, golden, opts, maps=None):
             from msprobe.core.compare.tensor_mode import compute_tensor_metrics
             metrics = compute_tensor_metrics(t_rows, g_rows, gidx, t_reader, g_reader,
                                              workers=opts.workers, progress=opts.progress)
+            lap("metrics")
         phases.set_postfix_str("result table")
         table = build_table(t_rows, g_rows, gidx, mode, cross_framework=cross, stack=stack,
                             tensor_metrics=metrics)
+        lap("table")
         phases.update()
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
                          target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
-                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc)
+                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds)
 
 
 def _stack_of(reader, stack_path):

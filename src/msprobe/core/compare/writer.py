@@ -118,6 +118,8 @@ def _rendered_column(arr, text):
                 kept.append(idx[~np.isnan(values)])
         elif kind is type(None):
             out[idx] = "None"
+        elif kind is bool:  # never NaN or infinite
+            kept.append(idx)
         else:  # ints, bools, numpy scalars...: missing ones as NaN, infinities marked, the rest as they are
             sub = arr[idx]
             missing = pd.isna(sub)
@@ -159,7 +161,7 @@ def _csv_column(arr, text):
     import pandas as pd
     out, kept = _rendered_column(arr, text)
     if len(kept):
-        out[kept] = [str(v) for v in out[kept]]
+        out[kept] = list(map(str, out[kept]))
     cells = out.tolist()
     joined = "".join(cells)
     if any(c in joined for c in _CSV_SPECIAL):
