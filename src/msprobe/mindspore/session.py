@@ -67,6 +67,7 @@ class DumpSession:
         # hooks, L1 only through the backward records of recorded calls
         self._params_tracked = cfg.level in ("L0", "mix") or (self.filter.backward and self.filter.passes_everything)
         self._param_recs = None  # id(p) -> (weakref to p, record), or None: not read since the last change
+        self.tensor_hooks = []  # handles of Tensor.register_hook (in-place calls), removed at step end
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -304,13 +305,13 @@ class DumpSession:
                 changed = _tensors_in(args)
                 self.summarizer.forget(changed)
                 self.params_changed(changed)
-            # in-place calls must mutate the caller's tensors, not hook copies: no backward for them
-            if flt.backward and not inplace and grad_recording():
+            if flt.backward and grad_recording():
                 self._seq += 1
                 tracker = GradTracker(self, naming.api_key(prefix, name, index, naming.BACKWARD), save,
                                       _backward_parent(self.module_stack), self._seq)
                 self.trackers[tracker] = None  # creation order: the order partial records go out in
-                args = tracker.hook_inputs(args)
+                # in place: the call must change the caller's tensor, not a hook copy of it
+                args = tracker.hook_inputs(args, in_place=inplace)
         finally:
             _state.busy = False
         _state.depth += 1
@@ -328,7 +329,9 @@ class DumpSession:
                 record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
                 self.emit(key, record, waits, check=outs)
             self.note_structure(key, self.parent_key(), stack)
-            if tracker is not None:
+            if tracker is not None and inplace:
+                self._track(tracker, result)  # tensor hooks: the caller keeps its own result
+            elif tracker is not None:
                 out = self._track(tracker, out)
         finally:
             _state.busy = False
@@ -427,6 +430,9 @@ class DumpSession:
         for tracker in reversed(list(self.trackers)):
             tracker.emit_partial()
         self.trackers.clear()
+        for handle in self.tensor_hooks:
+            handle.remove()
+        self.tensor_hooks = []
         self.resolve_late()
         self.settle_overflow()
         if self.writer is not None:

@@ -7,6 +7,10 @@ input's gradient (backward `output`), the output hooks the gradients of its outp
 `input`). Tensor.register_hook would give the input's *total* gradient and costs ~10x more per call.
 Only done while MindSpore records a gradient (`_pynative_executor.requires_grad()`), so plain
 inference pays nothing.
+
+In-place calls must change the caller's own tensor, not a copy: the tensor they change (the first
+argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
+before and after the change (a total gradient, not the call's share; the handles go at step end).
 """
 
 import mindspore as ms
@@ -27,7 +31,7 @@ class GradTracker:
     (or at step end with what arrived, e.g. a data input MindSpore computes no gradient for)."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "left", "outs_left", "fired",
-                 "waits", "seq")
+                 "waits", "seq", "in_place")
 
     def __init__(self, session, key, save, parent, seq=0):
         self.session, self.key, self.save, self.parent, self.seq = session, key, save, parent, seq
@@ -37,14 +41,26 @@ class GradTracker:
         self.outs_left = 0  # hooked outputs whose gradient has not arrived
         self.fired = False
         self.waits = []
+        self.in_place = False
 
     # -- forward: wrap tensors -----------------------------------------------------------------
-    def hook_inputs(self, args):
-        """`args` (a tuple, lists inside kept) with each tensor passed through a hook."""
+    def hook_inputs(self, args, in_place=False):
+        """`args` (a tuple, lists inside kept) with each tensor passed through a hook. `in_place`: the
+        call changes `args[0]`, which keeps its identity and gets a tensor hook; so does the result."""
         pos = [0]
-        new = tuple(self._wrap_in(a, pos) for a in args)
+        self.in_place = in_place
+        if in_place and args and isinstance(args[0], ms.Tensor):
+            self._tensor_hook(args[0], self._input_hook(0))
+            pos[0] = 1
+            self.left += 1
+            new = (args[0],) + tuple(self._wrap_in(a, pos) for a in args[1:])
+        else:
+            new = tuple(self._wrap_in(a, pos) for a in args)
         self.in_recs = [None] * pos[0]
         return new
+
+    def _tensor_hook(self, t, hook):
+        self.session.tensor_hooks.append(t.register_hook(hook))
 
     def _wrap_in(self, v, pos):
         if isinstance(v, ms.Tensor):
@@ -72,6 +88,9 @@ class GradTracker:
             i = pos[0]
             pos[0] += 1
             self.outs_left += 1
+            if self.in_place:
+                self._tensor_hook(v, self._output_hook(i))
+                return v
             new = ops.HookBackward(self._output_hook(i))(v)
             self.session.summarizer.alias(new, v)
             return new
@@ -95,8 +114,11 @@ class GradTracker:
             return
         with tool_work():
             # the backward reached this call: later calls still waiting for an input gradient will
-            # not get it (a data input MindSpore computes no gradient for); their records go out now
-            self.session.release_stuck(self.seq)
+            # not get it (a data input MindSpore computes no gradient for); their records go out now.
+            # Not from a tensor hook: hooks on one tensor run in the order they were registered, so a
+            # later in-place call's hook on this same tensor has yet to run.
+            if not self.in_place:
+                self.session.release_stuck(self.seq)
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
             if g is not None and self.out_recs[i] is None:
                 self.out_recs[i] = self.session.gradient_record(g, f"{self.key}.input.{i}", self.save,
