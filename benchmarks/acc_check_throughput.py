@@ -25,6 +25,11 @@ Workers report their CPU seconds: `work split` = CPU s of the 1-worker run / CPU
 the 2 workers, i.e. the speed-up two free cores would give; it does not depend on what else the
 machine runs, where the wall-time ratio does.
 
+The workers are forked from this process, which has run torch already (the dump, `single`), so they
+start warm. The command line's parent has only imported torch: each of its workers first pays ~0.3 s
+(what torch imports at the first backward, the API table), which one worker and two pay alike. Its
+summary showed 1.3-1.6x for 153 APIs and 1.7-1.8x for 1413 (same machine, same priority as README).
+
 msProbe's PyTorch acc_check, forced onto the CPU, checks 2.4 APIs/s on this model (issue 5).
 """
 
