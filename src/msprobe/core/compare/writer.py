@@ -172,17 +172,18 @@ def _csv_column(arr, text):
 
 # tables longer than this are written by two processes, one half each (forked: no copy of the table)
 PARALLEL_CSV_ROWS = 200_000
-CSV_CHUNK_ROWS = 65536  # rows joined into one string per write
+CSV_CHUNK_ROWS = 65536  # rows rendered and joined into one string per write
 
 
 def _write_csv_rows(table, path, header):
-    cols = [_csv_column(table[name].to_numpy(dtype=object), name in _TEXT_COLUMNS) for name in table.columns]
+    columns = [(table[name].to_numpy(dtype=object), name in _TEXT_COLUMNS) for name in table.columns]
     with open(path, "w", newline="", encoding="utf-8") as f:
         if header:
             f.write(",".join(_csv_quoted(str(c)) for c in table.columns) + "\r\n")
+        # rendered a block of rows at a time: the text of all 27 million cells at once took gigabytes
         for start in range(0, len(table), CSV_CHUNK_ROWS):
-            rows = zip(*(c[start:start + CSV_CHUNK_ROWS] for c in cols))
-            f.write("\r\n".join(map(",".join, rows)) + "\r\n")
+            cols = [_csv_column(values[start:start + CSV_CHUNK_ROWS], text) for values, text in columns]
+            f.write("\r\n".join(map(",".join, zip(*cols))) + "\r\n")
 
 
 def write_csv(table, path):
