@@ -1,7 +1,8 @@
-"""MindSpore tensor -> record: Max/Min/Mean/Norm computed with numpy on a host copy.
+"""MindSpore tensor -> record: Max/Min/Mean/Norm computed on the host (one pass of msprobe's C kernel
+for float32/float64, numpy otherwise).
 
 MindSpore's CPU build has no kernel for `mint.norm` (LinalgVectorNorm), which is why msProbe cannot
-dump statistics on a CPU; here every statistic is a numpy reduction of `asnumpy()`, so nothing needs a
+dump statistics on a CPU; here every statistic is a host reduction of `asnumpy()`, so nothing needs a
 device kernel. Conventions shared with the PyTorch adapter (msprobe-facts §3.2): bool -> Max=any,
 Min=all, Mean/Norm null; complex -> statistics of |x|; empty -> all null; float16/bfloat16 reduced in
 float32. A tensor seen again in the same step (same object) reuses its statistics: an API's input is
@@ -11,17 +12,21 @@ tensors from the cache instead (`forget`), and the cache lives for one step.
 """
 
 import weakref
-import zlib
 
 import mindspore as ms
 import numpy as np
 
+from msprobe.core.checksum import crc32_hex
+from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 
 _CACHE_LIMIT = 4096
 # dtypes numpy cannot hold: upcast exactly to float32 before asnumpy()
 _UPCAST = tuple(d for d in (getattr(ms, "bfloat16", None),) if d is not None)
 _NULL_STATS = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+# arrays the one-pass kernel reads (core/dump/moments.py); others, and inf/nan, go through numpy
+_NATIVE_KINDS = {np.dtype(np.float32): native.KINDS["float32"], np.dtype(np.float64): native.KINDS["float64"]} \
+    if native.ENABLED else {}
 
 
 def dtype_name(dtype):
@@ -61,14 +66,18 @@ def array_stats(a):
 
 
 def _float_stats(flat):
+    kind = _NATIVE_KINDS.get(flat.dtype)
+    if kind is not None and flat.flags.c_contiguous:
+        got = native.moments(flat.__array_interface__["data"][0], flat.size, kind)
+        if got is not None:  # None: an inf/nan is in there, numpy says how it shows
+            return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
     return {"Max": json_float(float(flat.max())), "Min": json_float(float(flat.min())),
             "Mean": json_float(float(flat.mean())), "Norm": json_float(float(np.sqrt(np.dot(flat, flat))))}
 
 
 def crc32_of(a):
     """CRC-32 of the array's raw bytes as 8 hex digits (msProbe's "md5" field)."""
-    return f"{zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) & 0xFFFFFFFF:08x}" if a.size else \
-        f"{zlib.crc32(b'') & 0xFFFFFFFF:08x}"
+    return crc32_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else crc32_hex(b"")
 
 
 class Summarizer:
