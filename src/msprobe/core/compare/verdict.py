@@ -67,15 +67,21 @@ def exemptions(keys):
     names = {k: _api_name(k) for k in candidates}
     all_ex = [k for k, n in names.items() if n in C.ALL_RULES_EXEMPT]
     in_ex = [k for k, n in names.items() if n in C.INPUT_RULES_EXEMPT]
-    keys = pd.Series(keys, dtype=object)
-    return keys.isin(all_ex).to_numpy(), keys.isin(in_ex).to_numpy()
+    return _rows_of(keys, all_ex), _rows_of(keys, in_ex)
+
+
+def _rows_of(keys, wanted):
+    """bool array: rows whose key is in `wanted`."""
+    import pandas as pd
+    if not wanted:
+        return np.zeros(len(keys), dtype=bool)
+    return pd.Series(keys, dtype=object).isin(wanted).to_numpy()
 
 
 def _fused(keys):
     """Rows of calls whose names mark a fused projection (their dtype/shape may differ by design)."""
     import pandas as pd
-    fused = list(filter(_FUSED_PIECE.search, dict.fromkeys(keys)))
-    return pd.Series(keys, dtype=object).isin(fused).to_numpy()
+    return _rows_of(keys, list(filter(_FUSED_PIECE.search, dict.fromkeys(keys))))
 
 
 def _not_none(values):
@@ -130,13 +136,29 @@ def _same_value(a, b):
 
 
 def _group_reduce(codes, values, mask, how):
-    """Per-group reduction of `values` over rows in `mask`: dict code -> value (NaNs ignored)."""
+    """Per-group reduction of `values` over rows in `mask`: Series code -> value (NaNs ignored), codes
+    ascending."""
     import pandas as pd
     sel = mask & ~np.isnan(values)
     if not sel.any():
         return pd.Series(dtype=np.float64)
-    s = pd.Series(values[sel]).groupby(codes[sel])
-    return s.max() if how == "max" else s.min()
+    order = np.argsort(codes[sel], kind="stable")
+    c, v = codes[sel][order], values[sel][order]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    reduce = np.maximum if how == "max" else np.minimum
+    return pd.Series(reduce.reduceat(v, starts), index=c[starts])
+
+
+def _call_codes(keys):
+    """Code of each row's call (its key), numbered in order of first appearance."""
+    import pandas as pd
+    keys = np.asarray(keys, dtype=object)
+    new = np.ones(len(keys), dtype=bool)
+    new[1:] = keys[1:] != keys[:-1]
+    starts = keys[new].tolist()
+    if len(dict.fromkeys(starts)) == len(starts):  # each call's rows adjacent, as rows.py lays them out
+        return np.cumsum(new) - 1
+    return pd.factorize(pd.Series(keys, dtype=object))[0]
 
 
 def io_checks(flags, mode, keys, roles, matched, all_exempt, input_exempt, metrics):
@@ -146,12 +168,14 @@ def io_checks(flags, mode, keys, roles, matched, all_exempt, input_exempt, metri
         metrics: statistics mode: {"norm_rel": fraction array}; tensor mode: {"cosine", "one_k"} arrays.
     """
     import pandas as pd
-    codes = pd.factorize(pd.Series(keys, dtype=object))[0]
+    codes = _call_codes(keys)
     is_in = (roles == "input") & matched & ~all_exempt & ~input_exempt
     is_out = (roles == "output") & matched & ~all_exempt & ~input_exempt
     if not is_out.any():
         return
-    first_out = pd.Series(np.flatnonzero(is_out)).groupby(codes[is_out]).min()
+    out_rows = np.flatnonzero(is_out)
+    out_calls, first = np.unique(codes[out_rows], return_index=True)
+    first_out = pd.Series(out_rows[first], index=out_calls)
     error = np.zeros(flags.n, dtype=bool)
     warning = np.zeros(flags.n, dtype=bool)
     if mode == "statistics":
@@ -204,7 +228,8 @@ def result_columns(flags, matched, mode, all_exempt, extra_messages=None):
     has_extra = np.zeros(n, dtype=bool)
     if extra_messages is not None:
         has_extra = np.array([bool(m) for m in extra_messages], dtype=bool)
-    err = np.full(n, "[]", dtype=object)
+    err = np.empty(n, dtype=object)  # not np.full: it is slow for objects
+    err[:] = "[]"
 
     def messages(i):
         msgs = [] if matched[i] else [MSG_UNMATCHED]
