@@ -80,7 +80,14 @@ class DumpWriter:
 
     # -- records -------------------------------------------------------------------------------
     def add(self, key, record, waits=()):
-        """Queue one record. `waits` are futures that fill parts of `record` in when they finish."""
+        """Queue one record. `waits` are futures that fill parts of `record` in when they finish.
+        Called from the training thread only."""
+        if not waits:
+            with self._lock:
+                if not self._pending:  # nothing before it still waits: write it now, in order
+                    self._dump.append(key, record)
+                    self.records += 1
+                    return
         entry = [key, record, len(waits)]
         with self._lock:
             self._pending.append(entry)
