@@ -69,3 +69,28 @@ def test_csv_text_is_what_csv_writer_writes(tmp_path):
         w.writerows(zip(*_rendered_columns(table)))
     with open(path, "rb") as a, open(expected, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_golden_rows_read_in_a_worker_give_the_same_table(tmp_path, monkeypatch):
+    # big dumps are read in two processes and the golden rows packed for the trip back: force that
+    # path on a small pair holding every kind of row, and compare with reading both in this process
+    from compare_fixtures import tensor, write_dump
+
+    from msprobe.core.compare import engine
+    data = {
+        "Functional.linear.0.forward": {
+            "input_args": [tensor(0.5, -0.5, 0.01, 3.0), {"type": "int", "value": 3}, None,
+                           [tensor(2, 1, 1.5, 4), {"type": "slice", "value": [1, None, 2]}]],
+            "input_kwargs": {"dim": {"type": "int", "value": -1}, "alpha": tensor("inf", "-inf", "nan", None)},
+            "output": [tensor(1e-07, -2.5e16, 0.0, 7.25, rg=None)]},
+        "Tensor.__add__.0.backward": {"input": [tensor(True, False, 0.5, 1.0)], "output": [tensor(math.nan)]},
+    }
+    golden = json.loads(json.dumps(data).replace("0.5", "0.625"))
+    t = write_dump(tmp_path / "t", data)
+    g = write_dump(tmp_path / "g", golden)
+    serial = engine.compare_dumps(t, g, progress=False)[0].table
+    monkeypatch.setattr(engine, "PARALLEL_LOAD_BYTES", 0)
+    parallel = engine.compare_dumps(t, g, progress=False)[0].table
+    assert list(parallel.dtypes) == list(serial.dtypes)
+    for column in serial.columns:
+        assert [repr(v) for v in parallel[column]] == [repr(v) for v in serial[column]], column
