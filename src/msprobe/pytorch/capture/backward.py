@@ -92,6 +92,14 @@ class BackwardTracker:
             for _, pos in slots:
                 hit[pos] = hit.get(pos, 0) + 1
         tracker.multi = {p: c for p, c in hit.items() if c > 1}
+        if len(out_nodes) == 1 and len(edges) == 1 and next(iter(out_nodes)) == next(iter(edges)):
+            # one node made the outputs and takes the inputs (most single ops): its post-hook sees
+            # both gradients, before the engine passes any on, so one hook does
+            (gf, outs), = out_nodes.values()
+            (_, slots), = edges.values()
+            tracker.pending = 1
+            gf.register_hook(functools.partial(tracker._on_node, outs, slots))
+            return tracker
         tracker.pending = len(out_nodes) + len(edges)
         for gf, outs in out_nodes.values():
             gf.register_prehook(functools.partial(tracker._on_outputs, outs))
@@ -110,6 +118,16 @@ class BackwardTracker:
                     if g is not None:
                         self.out_recs[i] = self._record("input", i, g)
         self._done_one()
+
+    def _on_node(self, outs, slots, grad_inputs, grad_outputs):
+        """Post-hook of a call made of one node: the gradients of its outputs, then of its inputs."""
+        if self.session is not None:
+            with tool_work():
+                for nr, i in outs:
+                    g = grad_outputs[nr]
+                    if g is not None:
+                        self.out_recs[i] = self._record("input", i, g)
+        self._on_inputs(slots, grad_inputs, grad_outputs)
 
     def _on_inputs(self, slots, grad_inputs, grad_outputs):
         if self.session is not None:
