@@ -5,6 +5,7 @@ session owns naming counters, filters, statistics and the writer (all from mspro
 statistics). Hot path: `record_call`.
 """
 
+import threading
 import weakref
 from concurrent.futures import Future
 
@@ -215,7 +216,7 @@ class DumpSession:
         doing that per call, and inside the backward pass, doubled the step time. The writer holds the
         record (and every later one) until it is filled in."""
         rec = {}
-        fut = Future()
+        fut = LateFuture()
         self._late.append((t, rec, file_stem, save, fut))
         waits.append(fut)
         if len(self._late) > LATE_LIMIT:
@@ -453,6 +454,46 @@ class DumpSession:
 
 # Tensors waiting for their statistics before they are summarised at once (bounds the memory they hold).
 LATE_LIMIT = 512
+_LATE_LOCK = threading.Lock()
+
+
+class LateFuture:
+    """The part of concurrent.futures.Future the writer and OverflowGate use, for one deferred record:
+    hundreds are made per step, and a Future builds a Condition (two locks) each time. Completed on the
+    training thread, or on a writer thread when the record also waits for a tensor file."""
+
+    __slots__ = ("_done", "_exc", "_callbacks")
+
+    def __init__(self):
+        self._done = False
+        self._exc = None
+        self._callbacks = []
+
+    def done(self):
+        return self._done
+
+    def exception(self):
+        return self._exc
+
+    def add_done_callback(self, fn):
+        with _LATE_LOCK:
+            if not self._done:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def set_result(self, _result):
+        self._finish(None)
+
+    def set_exception(self, exc):
+        self._finish(exc)
+
+    def _finish(self, exc):
+        with _LATE_LOCK:
+            self._exc, self._done = exc, True
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
 
 
 def _all_done(futures):
