@@ -171,6 +171,8 @@ def frame_from_records(data):
     return pd.DataFrame(frame, copy=False)
 
 
+# columns rows_from_records/frame_from_construct fill with str only
+_STRING_COLUMNS = frozenset({"name", "key", "suffix", "role", "kind", "dtype", "shape"})
 _SEP = "\x00"  # joins a column of strings for the trip between processes (a cell holding it is sent as is)
 
 
@@ -184,13 +186,16 @@ def packed_frame(frame):
         if values.dtype != object:
             packed[c] = values
             continue
-        types = set(map(type, values))
+        types = {str} if c in _STRING_COLUMNS else set(map(type, values))
         if types == {float} and "f" + c in frame.columns:
             packed[c] = ("floats of", "f" + c)
             continue
         if types == {str}:
-            text = _SEP.join(values.tolist())
-            if text.count(_SEP) == len(values) - 1:
+            try:
+                text = _SEP.join(values.tolist())
+            except TypeError:  # not all str after all: sent as is
+                text = None
+            if text is not None and text.count(_SEP) == len(values) - 1:
                 packed[c] = ("joined", text, len(values))
                 continue
         packed[c] = values
