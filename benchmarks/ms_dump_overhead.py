@@ -10,13 +10,14 @@ so the flush at step() is part of the cost. Every config runs `--steps` steps pe
 over rounds of (median step of its slot) / (median step of the `none` slot beside it). Pairing with
 the neighbouring baseline cancels bursts of load on a shared machine.
 
-The `none` slot runs its steps two ways, interleaved, and counts the faster: plain, and with a blocking
-read of the model's output at the end of the forward pass (a forward hook on the model). MindSpore's own
-wait for the forward pass (PyNativeExecutor::EndGraph) spin-waits in AsyncRQueue::Wait on the Python
-thread while the frontend queue spins too; on a 2-core machine that starves the kernel threads, and the
-MLP's plain step was ~25% slower than the same step with one blocking read. A tool step that happened to
-read a tensor there got that back for free, which is how the MLP once measured 0.8x. Against the faster
-of the two plain steps a ratio is the tool's own cost (`--plain-baseline`: the plain step only).
+Every slot, with the tool or not, runs its steps two ways, interleaved, and counts the faster: plain,
+and with a blocking read of the model's output at the end of the forward pass (a forward hook on the
+model). MindSpore's own wait for the forward pass (PyNativeExecutor::EndGraph) spin-waits in
+AsyncRQueue::Wait on the Python thread while the frontend queue spins too; on a 2-core machine that
+starves the kernel threads, and the MLP's plain step was ~25% slower than the same step with one blocking
+read. A tool step whose own reads happened to land there got that back for free, which is how the MLP
+once measured 0.8x; taking the faster way on both sides leaves the tool's own cost (`--plain-steps`: the
+plain step only, as a user's loop runs).
 
     python benchmarks/ms_dump_overhead.py                 # 5 rounds, all models and configs
     python benchmarks/ms_dump_overhead.py --quick         # 2 rounds, 2 steps per slot
@@ -163,27 +164,21 @@ def timed_step(runner, debugger=None):
     return time.perf_counter() - t, time.process_time() - c
 
 
-def slot(runner, steps, debugger=None):
-    """(median wall time, median process CPU time) of `steps` steps. CPU time counts every thread of
+def slot(runner, steps, debugger=None, plain_only=False):
+    """(median wall time, median process CPU time, True when the synced way was faster) of `steps` steps
+    run each way, interleaved step by step (see the module docstring). CPU time counts every thread of
     the process and not the time spent waiting for a core, so it is steadier on a loaded machine."""
-    times = [timed_step(runner, debugger) for _ in range(steps)]
-    return statistics.median(t for t, _ in times), statistics.median(c for _, c in times)
-
-
-def baseline_slot(runner, steps, plain_only=False):
-    """slot() without a tool, of the faster of the plain step and the step with a blocking read at the
-    end of the forward pass (interleaved step by step); True as third value when that was the latter."""
     plain, synced = [], []
     for _ in range(steps):
-        plain.append(timed_step(runner))
+        plain.append(timed_step(runner, debugger))
         if not plain_only:
             runner.sync_forward = True
             try:
-                synced.append(timed_step(runner))
+                synced.append(timed_step(runner, debugger))
             finally:
                 runner.sync_forward = False
-    best = [plain] + ([synced] if synced else [])
-    medians = [(statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for v in best]
+    ways = [plain] + ([synced] if synced else [])
+    medians = [(statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for v in ways]
     i = min(range(len(medians)), key=lambda k: medians[k][0])
     return medians[i][0], medians[i][1], i == 1
 
@@ -203,23 +198,25 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
                 json.dump({"task": task, "level": level, "dump_path": os.path.join(root, name, c),
                            task: {"summary_mode": summary} if task == "statistics" else {}}, f)
             debuggers[c] = PrecisionDebugger(config_path=cfg_path)
-            slot(runner, 1, debuggers[c])  # warm-up of the tool's own paths
+            slot(runner, 1, debuggers[c], plain_only)  # warm-up of the tool's own paths
         ratios = {c: [] for c in configs}
         cpu_ratios = {c: [] for c in configs}
-        base, base_cpu, synced = [], [], 0
+        base, base_cpu, synced = [], [], [0, 0]
         for r in range(rounds):
             order = list(configs[r % len(configs):]) + list(configs[:r % len(configs)])
             for c in order:
-                b, bc, was_synced = baseline_slot(runner, steps, plain_only)
-                t, tc = slot(runner, steps, debuggers[c])
+                b, bc, base_synced = slot(runner, steps, None, plain_only)
+                t, tc, tool_synced = slot(runner, steps, debuggers[c], plain_only)
                 base.append(b)
                 base_cpu.append(bc)
-                synced += was_synced
+                synced[0] += base_synced
+                synced[1] += tool_synced
                 ratios[c].append(t / b)
                 cpu_ratios[c].append(tc / bc)
                 shutil.rmtree(os.path.join(root, name, c), ignore_errors=True)
             log(f"{name}: round {r + 1}/{rounds} done")
-        log(f"{name}: the step with a blocking forward read was the faster baseline in {synced} of {len(base)} slots")
+        log(f"{name}: the step with a blocking forward read was the faster in {synced[0]} of {len(base)} "
+            f"slots without the tool, {synced[1]} with it")
         results[name] = {"base_ms": statistics.median(base) * 1e3,
                          **{c: statistics.median(v) for c, v in ratios.items()}}
         results[name + " (cpu)"] = {"base_ms": statistics.median(base_cpu) * 1e3,
@@ -249,8 +246,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--check", action="store_true")
-    p.add_argument("--plain-baseline", action="store_true",
-                   help="baseline: the plain step only (not the faster of it and the step with a blocking forward read)")
+    p.add_argument("--plain-steps", action="store_true",
+                   help="time the plain step only (not the faster of it and the step with a blocking forward read)")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 2, 2
@@ -265,7 +262,7 @@ def main(argv=None):
     root = tempfile.mkdtemp(prefix="ms_dump_bench_")
     try:
         results = measure(models, configs, args.rounds, args.steps, root,
-                          lambda msg: print(msg, file=sys.stderr, flush=True), args.plain_baseline)
+                          lambda msg: print(msg, file=sys.stderr, flush=True), args.plain_steps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(render(results, configs))
