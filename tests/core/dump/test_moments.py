@@ -13,7 +13,7 @@ def _expected(a64):
 def _check(got, a64, rel):
     mx, mn, mean, norm = _expected(a64)
     assert got[0] == mx and got[1] == mn  # extremes are exact
-    assert got[2] == pytest.approx(mean, rel=rel, abs=1e-12 * np.abs(a64).max())
+    assert got[2] == pytest.approx(mean, rel=rel, abs=rel * np.abs(a64).max())
     assert got[3] == pytest.approx(norm, rel=rel)
 
 
@@ -29,18 +29,21 @@ def test_float32_and_float64_match_numpy(n, threads):
     for dtype, kind in ((np.float32, 0), (np.float64, 1)):
         a = (rng.standard_normal(n) * 3 + 0.5).astype(dtype)
         got = native.moments(a.ctypes.data, n, kind, threads)
-        _check(got, a.astype(np.float64), 1e-12)
+        # float32: Mean and Norm come back rounded to float32, as torch's and numpy's reductions give them
+        _check(got, a.astype(np.float64), 1e-12 if kind == 1 else 1.2e-7)
+        if kind == 0:
+            assert np.float32(got[2]) == got[2] and np.float32(got[3]) == got[3]
 
 
 def test_unaligned_memory_and_bfloat16():
     rng = np.random.default_rng(0)
     a = rng.standard_normal(10_001).astype(np.float32)
     tail = a[1:]  # starts 4 bytes into the buffer
-    _check(native.moments(tail.ctypes.data, tail.size, 0, 2), tail.astype(np.float64), 1e-12)
+    _check(native.moments(tail.ctypes.data, tail.size, 0, 2), tail.astype(np.float64), 1.2e-7)
     # bfloat16 = the upper half of a float32; build exact bf16 values and their bit patterns
     bits = (a.view(np.uint32) >> 16).astype(np.uint16)
     exact = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    _check(native.moments(bits.ctypes.data, bits.size, native.KINDS["bfloat16"], 1), exact, 1e-12)
+    _check(native.moments(bits.ctypes.data, bits.size, native.KINDS["bfloat16"], 1), exact, 1.2e-7)
 
 
 def test_nan_or_inf_leaves_the_decision_to_the_framework():
@@ -75,4 +78,4 @@ def test_rows_of_a_wider_buffer(rows, threads):
     wide[:, 513:] = 1e6  # the other two thirds must not show
     part = wide[:, :513]
     got = native.moments(wide.ctypes.data, 513, 0, threads, rows=rows, row_stride=3 * 513)
-    _check(got, part.astype(np.float64), 1e-12)
+    _check(got, part.astype(np.float64), 1.2e-7)
