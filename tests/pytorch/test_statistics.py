@@ -181,8 +181,14 @@ def test_one_pass_kernel_agrees_with_torch_reductions():
     for t in cases:
         a, b = fused._stats(t), reference._stats(t)
         assert a["Max"] == b["Max"] and a["Min"] == b["Min"]
-        assert a["Mean"] == pytest.approx(b["Mean"], rel=1e-5, abs=1e-6)
-        assert a["Norm"] == pytest.approx(b["Norm"], rel=1e-5)
+        # against float64 truth: the kernel sums in double (then rounds to float32; the layouts it leaves
+        # to torch are small here); torch's float32 reductions drift further on large strided tensors
+        exact = t.double()
+        mean, norm = float(exact.mean()), float(exact.norm())
+        assert a["Mean"] == pytest.approx(mean, rel=1e-6, abs=1e-6 * float(exact.abs().max()))
+        assert a["Norm"] == pytest.approx(norm, rel=1e-6)
+        assert b["Mean"] == pytest.approx(mean, rel=1e-4, abs=1e-5)
+        assert b["Norm"] == pytest.approx(norm, rel=1e-4)
     # NaN / inf: the kernel steps aside and torch's semantics show
     x = torch.randn(1000)
     x[10] = float("nan")
