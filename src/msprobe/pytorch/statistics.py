@@ -99,6 +99,9 @@ class Summarizer:
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it.
         """
+        if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
+            return {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                    "requires_grad": t.requires_grad}, None
         key = span = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
