@@ -195,3 +195,14 @@ def test_one_pass_kernel_agrees_with_torch_reductions():
     assert fused._stats(x)["Max"] == "nan"
     x[10] = float("inf")
     assert fused._stats(x)["Max"] == "inf" and fused._stats(x)["Mean"] == "inf"
+
+
+def test_small_and_large_integer_tensors_agree_with_float64():
+    s = Summarizer()
+    for t in (torch.tensor(7), torch.randint(-100, 100, (40,)), torch.randint(0, 2 ** 40, (5,)),
+              torch.randint(-5, 5, (3, 4)).t(), torch.randint(0, 9, (5000,)), torch.tensor([1, 2], dtype=torch.uint8)):
+        rec = s._stats(t)
+        exact = t.double()
+        assert rec["Max"] == int(t.max()) and rec["Min"] == int(t.min())
+        assert rec["Mean"] == pytest.approx(float(exact.mean()), rel=1e-12)
+        assert rec["Norm"] == pytest.approx(float(exact.norm()), rel=1e-12)

@@ -27,6 +27,8 @@ from msprobe.core.dump.json_append import json_float
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
+# integer tensors up to this size are summarised in Python (one tolist) instead of torch reductions
+_SMALL_INTS = 64
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                  torch.bfloat16: native.KINDS["bfloat16"]}
@@ -180,6 +182,11 @@ class Summarizer:
                 x = x.abs()
             x = memory_order(x)
             if not x.is_floating_point():
+                if n <= _SMALL_INTS and x.is_cpu:
+                    # a step counter, class labels: Python's exact ints beat five torch reductions here
+                    vals = x.reshape(-1).tolist()
+                    return {"Max": max(vals), "Min": min(vals), "Mean": sum(vals) / n,
+                            "Norm": math.sqrt(sum(v * v for v in vals))}
                 mn, mx = torch.aminmax(x)
                 xf = x.to(torch.float64)
                 mean, norm = xf.sum() / n, torch.linalg.vector_norm(xf)
