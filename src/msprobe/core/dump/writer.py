@@ -69,6 +69,7 @@ class DumpWriter:
         self._stacks = {}  # frames tuple -> index into _stack_keys
         self._stack_keys = []
         self._stack_frames = []
+        self._stacks_written = False  # True while stack.json on disk holds every stack added
         self._pending = deque()  # [key, record, outstanding-future-count]
         self._lock = threading.Lock()
         self._pool = pool
@@ -125,6 +126,7 @@ class DumpWriter:
             self._stack_frames.append(frames)
             self._stack_keys.append([])
         self._stack_keys[idx].append(key)
+        self._stacks_written = False
 
     # -- tensors and slow work -----------------------------------------------------------------
     def submit(self, fn, nbytes=0):
@@ -159,8 +161,9 @@ class DumpWriter:
 
     # -- closing -------------------------------------------------------------------------------
     def write_stacks(self):
-        """Write stack.json (deduplicated: one entry per distinct stack, listing the keys sharing it)."""
-        if not self.structure:
+        """Write stack.json (deduplicated: one entry per distinct stack, listing the keys sharing it);
+        nothing to do when no stack came in since the last write (stop() then step())."""
+        if not self.structure or self._stacks_written:
             return
         out = {}
         for i, (frames, keys) in enumerate(zip(self._stack_frames, self._stack_keys)):
@@ -172,6 +175,7 @@ class DumpWriter:
         with open(tmp, "wb") as f:
             f.write(orjson.dumps(out, option=orjson.OPT_INDENT_2))  # json.dump's Python encoder: ms per step
         os.replace(tmp, path)
+        self._stacks_written = True
 
     def flush(self):
         """Wait for queued tensor files and checksums; write stack.json. Safe to call repeatedly."""
