@@ -110,23 +110,21 @@ class BackwardTracker:
     def _record(self, role, i, g):
         return self.session.tensor_record(g, f"{self.key}.{role}.{i}", self.save, self.waits)
 
-    def _on_outputs(self, outs, grad_outputs):
+    def _record_outputs(self, outs, grad_outputs):
         if self.session is not None:
             with tool_work():
                 for nr, i in outs:
                     g = grad_outputs[nr]
                     if g is not None:
                         self.out_recs[i] = self._record("input", i, g)
+
+    def _on_outputs(self, outs, grad_outputs):
+        self._record_outputs(outs, grad_outputs)
         self._done_one()
 
     def _on_node(self, outs, slots, grad_inputs, grad_outputs):
         """Post-hook of a call made of one node: the gradients of its outputs, then of its inputs."""
-        if self.session is not None:
-            with tool_work():
-                for nr, i in outs:
-                    g = grad_outputs[nr]
-                    if g is not None:
-                        self.out_recs[i] = self._record("input", i, g)
+        self._record_outputs(outs, grad_outputs)
         self._on_inputs(slots, grad_inputs, grad_outputs)
 
     def _on_inputs(self, slots, grad_inputs, grad_outputs):
