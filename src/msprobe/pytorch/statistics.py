@@ -93,7 +93,7 @@ class Summarizer:
             if type(t) not in _PLAIN:
                 continue
             try:
-                self._cache.pop(self._memory_key(t), None)
+                self._cache.pop(self._memory_key(t, t.numel())[0], None)
             except (RuntimeError, NotImplementedError):
                 pass
 
@@ -111,17 +111,7 @@ class Summarizer:
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
         if type(t) in _PLAIN and t.layout is torch.strided and not t.is_inference():
             try:
-                # the elements `t` covers: where it starts and its strides with sizes in memory order,
-                # adjacent dimensions merged, so that every view of the same elements shares the key;
-                # with md5 only contiguous views share (the CRC reads elements in index order)
-                if n > 1 and t.is_contiguous():
-                    span = ((1, n),)
-                    key = (t.data_ptr(), t.dtype, t.device, span)
-                elif n <= 1 or self.md5:
-                    key = _memory_key(t)
-                else:
-                    span = element_span(t)
-                    key = (t.data_ptr(), t.dtype, t.device, span)
+                key, span = self._memory_key(t, n)
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
         rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
@@ -147,14 +137,18 @@ class Summarizer:
         rec["requires_grad"] = t.requires_grad
         return rec, entry
 
-    def _memory_key(self, t):
-        """The cache key `summarize` gives `t`."""
-        n = t.numel()
+    def _memory_key(self, t, n):
+        """(cache key, element span or None) of `t`: the key is the elements `t` covers — where it
+        starts and its strides with sizes in memory order, adjacent dimensions merged — so every view
+        of the same elements shares it; with md5 only contiguous views share (the CRC reads elements
+        in index order)."""
         if n > 1 and t.is_contiguous():
-            return (t.data_ptr(), t.dtype, t.device, ((1, n),))
-        if n <= 1 or self.md5:
-            return _memory_key(t)
-        return (t.data_ptr(), t.dtype, t.device, element_span(t))
+            span = ((1, n),)
+        elif n <= 1 or self.md5:
+            return _memory_key(t), None
+        else:
+            span = element_span(t)
+        return (t.data_ptr(), t.dtype, t.device, span), span
 
     def _stats(self, t, n=None, span=None):
         """Max/Min/Mean/Norm of `t`; `span` is `element_span(t)` when the caller has it."""
