@@ -199,9 +199,7 @@ class DumpSession:
             if listed_forward:
                 self.note_structure(key, self.parent_key(), stack)
             if edges is not None and torch.is_grad_enabled():
-                parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
-                self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save,
-                                    parent)
+                self._track_api_backward(prefix, name, index, edges, out, save)
         finally:
             _state.busy = False
         return out
@@ -288,9 +286,7 @@ class DumpSession:
                 self._writer().add(key, record, waits)
                 self.note_structure(key, self.parent_key(), capture_stack() if self.with_stack else None)
             if edges is not None and torch.is_grad_enabled() and not self.overflow.exhausted:
-                parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
-                self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, False,
-                                    parent)
+                self._track_api_backward(prefix, name, index, edges, out, False)
         finally:
             _state.busy = False
         return out
@@ -361,6 +357,11 @@ class DumpSession:
         record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
                   for n, g in grads.items()}
         self.emit(key, record, waits)
+
+    def _track_api_backward(self, prefix, name, index, edges, out, save):
+        """Hook the backward of API call `{prefix}.{name}.{index}`, under the enclosing module's backward."""
+        parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
+        self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save, parent)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
         """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
