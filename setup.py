@@ -2,9 +2,27 @@
 
 `msprobe._moments` computes a tensor's min, max, sum and sum of squares in one pass (see its source).
 It is optional: where no C compiler is at hand the build goes on without it and msprobe falls back
-to the framework's own reductions.
+to the framework's own reductions. It is built with OpenMP where the compiler has it (in a PyTorch
+process its threads are then torch's own), and with plain threads where it has not.
 """
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+OPENMP = ["-fopenmp"]
+
+
+class BuildExt(build_ext):
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception:  # noqa: BLE001 - any compiler/linker failure: try once more without OpenMP
+            if OPENMP[0] not in ext.extra_compile_args:
+                raise
+            ext.extra_compile_args = [a for a in ext.extra_compile_args if a not in OPENMP]
+            ext.extra_link_args = [a for a in ext.extra_link_args if a not in OPENMP]
+            super().build_extension(ext)
+
 
 setup(ext_modules=[Extension("msprobe._moments", ["src/msprobe/_native/moments.c"],
-                             extra_compile_args=["-O3"], optional=True)])
+                             extra_compile_args=["-O3"] + OPENMP, extra_link_args=OPENMP, optional=True)],
+      cmdclass={"build_ext": BuildExt})

@@ -1,12 +1,16 @@
 """Summarizer: statistics against torch's own reductions, memory-keyed reuse, CRC-32 in halves."""
 
 import os
+import subprocess
+import sys
+import textwrap
 import zlib
 
 import numpy as np
 import pytest
 import torch
 
+from msprobe.core.dump import moments as native
 from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
 from msprobe.pytorch.statistics import Summarizer, crc32_of, crc32_of_tensor, memory_order
 
@@ -206,3 +210,23 @@ def test_small_and_large_integer_tensors_agree_with_float64():
         assert rec["Max"] == int(t.max()) and rec["Min"] == int(t.min())
         assert rec["Mean"] == pytest.approx(float(exact.mean()), rel=1e-12)
         assert rec["Norm"] == pytest.approx(float(exact.norm()), rel=1e-12)
+
+
+def test_kernel_threads_are_torchs_own_openmp_pool():
+    """Built with OpenMP, the kernel must run on the libgomp torch loaded, not a second runtime whose
+    threads would fight torch's spinning workers; its 2-thread results equal the 1-thread ones."""
+    if not native._openmp:
+        pytest.skip("msprobe._moments was built without OpenMP (own threads, no runtime to share)")
+    code = textwrap.dedent("""
+        import torch, msprobe.core.dump.moments as native
+        torch.set_num_threads(2)
+        x = torch.nn.functional.conv2d(torch.randn(8, 3, 64, 64), torch.randn(16, 3, 3, 3))
+        one = native.moments(x.data_ptr(), x.numel(), 0, threads=1)
+        two = native.moments(x.data_ptr(), x.numel(), 0, threads=2)
+        assert one[:2] == two[:2] and abs(one[2] - two[2]) <= 1e-6 * abs(one[3]), (one, two)
+        gomp = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
+        print(len(gomp), sorted(gomp))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("1 "), out.stdout

@@ -6,7 +6,9 @@
    at import; a portable loop elsewhere).
    NaN never wins `x < m ? x : m`, so a NaN shows only in the sums: callers treat a non-finite sum as
    "use the framework's own reductions" (exact NaN/inf semantics), which keeps this kernel simple.
-   Large buffers are split over a few threads; the GIL is released while it runs.
+   Large buffers are split over a few threads — OpenMP's where the build has it (in a PyTorch
+   process that is torch's own pool), else threads started per call; the GIL is released while it
+   runs. `openmp` says which.
 
    moments(address, count, kind, threads[, rows, row_stride]) -> (min, max, sum, sum_of_squares)
      address: integer address of `count` contiguous elements of `kind` (0 float32, 1 float64,
@@ -24,7 +26,7 @@
 #define LANES 8
 #define MAX_THREADS 8
 /* below this many elements per thread, starting a thread costs more than it saves */
-#define MIN_PER_THREAD (256 * 1024)
+#define MIN_PER_THREAD (16 * 1024)
 
 typedef struct {
     const void *data;
@@ -278,6 +280,17 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         j->c1 = by_rows ? count : hi;
     }
     Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+    /* OpenMP's team, not threads of our own: in a PyTorch process this is torch's own libgomp pool,
+       whose workers are still spinning from the op that made the tensor and take their share at once */
+    if (threads > 1) {
+        #pragma omp parallel for num_threads(threads) schedule(static, 1)
+        for (long t = 0; t < threads; t++)
+            run_job(&jobs[t]);
+    } else {
+        run_job(&jobs[0]);
+    }
+#else
     for (long t = 1; t < threads; t++)
         started[t] = pthread_create(&ids[t], NULL, run_job, &jobs[t]) == 0;
     run_job(&jobs[0]);
@@ -287,6 +300,7 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         else
             run_job(&jobs[t]);  /* no thread to be had: do its share here */
     }
+#endif
     Py_END_ALLOW_THREADS
 
     double mn = jobs[0].total.mn, mx = jobs[0].total.mx, sum = 0.0, sq = 0.0;
@@ -313,7 +327,13 @@ PyMODINIT_FUNC PyInit__moments(void) {
     use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "vectorized", use_avx2) < 0) {
+#ifdef _OPENMP
+    const int openmp = 1;
+#else
+    const int openmp = 0;
+#endif
+    if (m != NULL && (PyModule_AddIntConstant(m, "vectorized", use_avx2) < 0
+                      || PyModule_AddIntConstant(m, "openmp", openmp) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

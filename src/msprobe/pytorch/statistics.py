@@ -29,6 +29,9 @@ _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
 # integer tensors up to this size are summarised in Python (one tolist) instead of torch reductions
 _SMALL_INTS = 64
+# below this many elements one kernel thread is quicker than waking a second (the kernel splits
+# no finer than 16K elements a thread)
+_PARALLEL_MIN = 32 * 1024
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                  torch.bfloat16: native.KINDS["bfloat16"]}
@@ -76,10 +79,6 @@ class Summarizer:
         self.md5 = md5
         self.defer = defer
         self._cache = {}
-        # One kernel thread: right after a torch op torch's OpenMP workers still spin on the other
-        # cores, and a second kernel thread competing with them made it slower, not faster (1M floats
-        # after a conv2d, 2 cores, torch 2.13: 215 us with one thread, 313 us with two).
-        self.threads = 1
         # CPU tensors only (the kernel reads host memory), so also with async_dump: no device to wait on
         self._native_kinds = _NATIVE_KINDS if native.ENABLED else {}
 
@@ -161,11 +160,15 @@ class Summarizer:
             if span is None:
                 span = ((1, n),) if t.is_contiguous() else element_span(t)
             got = None
+            # As many kernel threads as torch's intra-op pool has now (a forked worker set to one must
+            # get one: libgomp's team does not survive fork). The kernel's OpenMP team is torch's own
+            # (the same libgomp), whose workers still spin from the op that made the tensor.
+            threads = torch.get_num_threads() if n >= _PARALLEL_MIN else 1
             # one dense run (contiguous or a transpose), or rows of runs (a slice of a wider tensor)
             if len(span) == 1 and span[0][0] == 1:
-                got = native.moments(t.data_ptr(), n, kind, self.threads)
+                got = native.moments(t.data_ptr(), n, kind, threads)
             elif len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]:  # rows do not overlap
-                got = native.moments(t.data_ptr(), span[1][1], kind, self.threads, span[0][1], span[0][0])
+                got = native.moments(t.data_ptr(), span[1][1], kind, threads, span[0][1], span[0][0])
             if got is not None:  # None: a NaN or inf is in there (torch's reductions say how), or other layouts
                 return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
         x = t.detach()

@@ -9,9 +9,9 @@ import os
 import struct
 
 try:
-    from msprobe._moments import moments as _moments, vectorized as _vectorized
+    from msprobe._moments import moments as _moments, openmp as _openmp, vectorized as _vectorized
 except ImportError:  # built without a C compiler: the adapters' own reductions take over
-    _moments, _vectorized = None, 0
+    _moments, _openmp, _vectorized = None, 0, 0
 
 # element kinds the kernel reads, by the dtype names numpy and torch give them
 KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}
@@ -59,4 +59,5 @@ def describe():
         return "framework reductions (msprobe._moments was not built)"
     if not ENABLED:
         return "framework reductions (MSPROBE_NATIVE_STATS=0)"
-    return "one-pass C kernel" + (" (AVX2)" if _vectorized else " (portable)")
+    return ("one-pass C kernel" + (" (AVX2" if _vectorized else " (portable")
+            + (", OpenMP threads)" if _openmp else ", own threads)"))
