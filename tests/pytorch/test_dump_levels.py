@@ -527,3 +527,27 @@ def test_list_module_backward_key_mix(tmp_path, full):
         assert r["Module.l.Linear.backward.0"] == ref.readers[step]["Module.l.Linear.backward.0"]
         # the calls inside the module follow the module's selection: their backward records only
         assert all(k.endswith(".backward") or ".backward." in k or ".parameters_grad." in k for k in r.keys())
+
+
+def test_non_finite_scalars_and_statistics_are_strict_json(tmp_path):
+    """The PyTorch writer trusts its records to hold no NaN/inf float: scalar arguments
+    (masked_fill(mask, -inf)) and statistics of non-finite tensors must arrive as strings."""
+    import json
+
+    def no_constants(name):
+        raise AssertionError(f"bare {name} in dump.json")
+
+    dbg = PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
+    dbg.start()
+    scores = torch.randn(2, 4).masked_fill(torch.tensor([[True, False, False, True]] * 2), float("-inf"))
+    torch.softmax(scores, dim=-1)
+    F.pad(torch.ones(3), (1, 1), value=float("nan"))
+    dbg.stop()
+    dbg.step()
+    (rank_dir,) = find_rank_dirs(str(tmp_path))
+    with open(os.path.join(rank_dir.path, "dump.json"), encoding="utf-8") as f:
+        data = json.load(f, parse_constant=no_constants)["data"]
+    fill = data["Tensor.masked_fill.0.forward"]
+    assert fill["input_args"][2] == {"type": "float", "value": "-inf"}
+    assert fill["output"][0]["Min"] == "-inf" and fill["output"][0]["Mean"] == "-inf"
+    assert data["Functional.pad.0.forward"]["input_kwargs"]["value"] == {"type": "float", "value": "nan"}

@@ -8,6 +8,7 @@ Guarded by benchmarks/dump_overhead.py.
 import torch
 
 from msprobe.core import naming
+from msprobe.core.dump.json_append import json_float
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
@@ -81,7 +82,8 @@ class DumpSession:
                 step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
                 framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
                 with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-                structure=cfg.extra_info and cfg.level != "debug")
+                structure=cfg.extra_info and cfg.level != "debug",
+                finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
         return self.writer
 
     def emit(self, key, record, waits=()):
@@ -131,7 +133,8 @@ class DumpSession:
         if v is None:
             return None
         if isinstance(v, _SCALARS):
-            return {"type": type(v).__name__, "value": v}
+            # inf/nan scalars (masked_fill(mask, -inf)) as strings: the writer trusts records to be finite
+            return {"type": type(v).__name__, "value": json_float(v) if isinstance(v, float) else v}
         if isinstance(v, (list, tuple)):
             if isinstance(v, torch.Size):
                 return {"type": "torch.Size", "value": list(v)}

@@ -127,6 +127,16 @@ def test_non_finite_floats_are_written_as_strings(tmp_path):
                                            "nested": ["nan", ["inf", 2.0]]}}
 
 
+def test_finite_file_writes_nulls_as_they_are(tmp_path):
+    """A file opened `finite` trusts its values: None stays null without the slow re-encode."""
+    path = str(tmp_path / "a.json")
+    f = JsonAppendFile(path, finite=True)
+    f.append("call", {"input_kwargs": {"bias": None}, "output": [None, {"Max": 1.0, "Mean": None}]})
+    f.close()
+    assert strict_load(path) == {"call": {"input_kwargs": {"bias": None},
+                                          "output": [None, {"Max": 1.0, "Mean": None}]}}
+
+
 # -- DumpWriter: envelope and records ------------------------------------------------------------------
 def test_rank_dir_names(tmp_path):
     assert rank_dir_name(3) == "rank3"

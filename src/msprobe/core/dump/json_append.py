@@ -23,17 +23,19 @@ def json_float(x):
     return "nan" if x != x else ("inf" if x > 0 else "-inf")
 
 
-def encode(value):
+def encode(value, finite=False):
     """Compact JSON bytes of `value`; non-finite floats become "inf"/"-inf"/"nan" strings.
 
     orjson is several times faster than json on these small records, but writes NaN and inf as
-    null; a record with a null in it is therefore encoded again by json, which tells them apart.
+    null; a record with a null in it is therefore encoded again by json, which tells them apart —
+    unless the caller vouches that `value` holds no non-finite float (`finite`): records full of
+    None (an API's `bias=None`) would otherwise all take the slow path.
     """
     try:
         text = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, non-str keys: json copes
         text = None
-    if text is not None and b"null" not in text:
+    if text is not None and (finite or b"null" not in text):
         return text
     try:
         out = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -61,8 +63,9 @@ class JsonAppendFile:
         trailer: the text that closes the file after the growing object.
     """
 
-    def __init__(self, path, head="{", trailer="\n}\n", indent="\n "):
+    def __init__(self, path, head="{", trailer="\n}\n", indent="\n ", finite=False):
         self.path = path
+        self.finite = finite  # values hold no non-finite float: see encode()
         self._trailer = trailer.encode()
         self._sep_first = indent.encode()
         self._sep = b"," + self._sep_first
@@ -75,8 +78,9 @@ class JsonAppendFile:
 
     def append(self, key, value):
         """Append one `"key": value` member. `value` is any JSON-serialisable object; non-finite
-        floats in it are written as "inf"/"-inf"/"nan" strings so the file stays strict JSON."""
-        self.append_raw(orjson.dumps(key), encode(value))
+        floats in it are written as "inf"/"-inf"/"nan" strings so the file stays strict JSON
+        (unless the file was opened `finite`: then the caller has made them strings already)."""
+        self.append_raw(orjson.dumps(key), encode(value, self.finite))
 
     def append_raw(self, key_json, value_json):
         """Append a member from its key and value already encoded as JSON (bytes or str)."""

@@ -49,10 +49,12 @@ class DumpWriter:
         with_tensors: create dump_tensor_data/ and name it in dump_data_dir.
         structure: write construct.json and stack.json. msProbe leaves both out at level debug and
             with extra_info false; construct/stack entries are then ignored.
+        finite_records: the caller's records hold no NaN/inf float (it wrote them as json_float
+            strings already): dump.json then skips the check for them (see json_append.encode).
     """
 
     def __init__(self, rank_dir, *, task, level, framework, debug=False, pool=None, with_tensors=False,
-                 structure=True):
+                 structure=True, finite_records=False):
         self.rank_dir = rank_dir
         os.makedirs(rank_dir, exist_ok=True)
         self.tensor_dir = os.path.join(rank_dir, TENSOR_DIR)
@@ -63,9 +65,11 @@ class DumpWriter:
                 f' "framework": {json.dumps(framework)},\n "dump_data_dir": {json.dumps(data_dir)},\n'
                 ' "data": {')
         self._dump = JsonAppendFile(os.path.join(rank_dir, "debug.json" if debug else "dump.json"),
-                                    head=head, trailer="\n }\n}\n", indent="\n  ")
+                                    head=head, trailer="\n }\n}\n", indent="\n  ", finite=finite_records)
         self.structure = structure
-        self._construct = JsonAppendFile(os.path.join(rank_dir, "construct.json")) if structure else None
+        # construct.json maps keys to parent keys or null: never a float
+        self._construct = (JsonAppendFile(os.path.join(rank_dir, "construct.json"), finite=True)
+                           if structure else None)
         self._stacks = {}  # frames tuple -> index into _stack_keys
         self._stack_keys = []
         self._stack_frames = []
