@@ -1,0 +1,114 @@
+"""capture_stack reuses the outer frames of its previous walk; it must always equal a full walk."""
+
+import sys
+import threading
+
+from msprobe.core.stack import _SKIP_DIRS, capture_stack, release_frames
+
+
+def full_walk(limit=30, skip_dirs=_SKIP_DIRS):
+    """The plain definition: every frame from the caller outward, msprobe's own left out."""
+    out, frame = [], sys._getframe(1)
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        if not code.co_filename.startswith(skip_dirs):
+            out.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return tuple(out)
+
+
+def both():
+    got, want = capture_stack(), full_walk()
+    assert got == want
+    return got
+
+
+def test_calls_in_one_frame_see_its_line_move_on():
+    first = both()
+    second = both()
+    assert first[1][0] == second[1][0] and first[1][1] != second[1][1]  # same caller, next line
+
+
+def test_nested_and_recursive_calls_return_and_go_deeper():
+    def down(n):
+        both()
+        if n:
+            down(n - 1)
+        both()
+
+    for _ in range(3):
+        down(4)
+        both()
+
+
+def test_generator_resumed_from_different_callers():
+    def gen():
+        while True:
+            both()
+            yield
+
+    g = gen()
+
+    def caller_a():
+        next(g)
+
+    def caller_b():
+        next(g)
+
+    for _ in range(3):
+        caller_a()
+        caller_b()
+        next(g)
+
+
+def test_threads_keep_their_own_chains():
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                both()
+        except AssertionError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        both()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_limit_and_release():
+    def deep(n):
+        if n:
+            return deep(n - 1)
+        assert capture_stack(limit=5) == full_walk(limit=5)
+        return capture_stack()
+
+    assert len(deep(40)) == 30
+    release_frames()
+    both()
+
+
+def test_skipped_frames_between_user_frames():
+    """A skipped frame (a library's wrapper) between two user frames is left out, before and after reuse."""
+    skip = _SKIP_DIRS + ("/skipped-lib/",)
+    space = {}
+    exec(compile("def wrapper(f):\n    return f()\n", "/skipped-lib/wrap.py", "exec"), space)
+
+    def leaf():
+        got, want = capture_stack(skip_dirs=skip), full_walk(skip_dirs=skip)
+        assert got == want
+        assert all(not fn.startswith("/skipped-lib/") for fn, _, _ in got)
+
+    def user():
+        space["wrapper"](leaf)
+        leaf()
+        space["wrapper"](leaf)
+
+    for _ in range(3):
+        space["wrapper"](user)
+        user()
