@@ -13,7 +13,7 @@ from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
-from msprobe.core.stack import capture_stack
+from msprobe.core.stack import capture_stack, release_frames
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.overflow import record_overflows, tensor_overflows
@@ -323,7 +323,7 @@ class DumpSession:
             self._end_module_overflow(key, parent, module, stack, args, kwargs, output)
         elif flt.forward and flt.wants_forward(key, self.module_stack):  # (its own key is popped already)
             params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
-                      for n, p in module.named_parameters(recurse=False)}
+                      for n, p in own_parameters(module)}
             record = {"input_args": in_args, "input_kwargs": in_kwargs,
                       "output": self.outputs_record(key, output, save, waits) if flt.output else [],
                       "parameters": params}
@@ -344,7 +344,7 @@ class DumpSession:
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", True, waits)
                               if flt.input else ([], {}))
         params = {n: self.tensor_record(p, f"{key}.parameters.{n}", True, waits)
-                  for n, p in module.named_parameters(recurse=False)}
+                  for n, p in own_parameters(module)}
         record = {"input_args": in_args, "input_kwargs": in_kwargs,
                   "output": self.outputs_record(key, output, True, waits) if flt.output else [],
                   "parameters": params}
@@ -406,6 +406,7 @@ class DumpSession:
                 self._deferred = []
         if self.writer is not None:
             self.writer.flush()
+        release_frames()  # the stack walk's remembered frames would keep the step's locals alive
 
     def close(self):
         self.flush()
@@ -418,6 +419,12 @@ def _split_module_base(base):
     prefix, rest = base.split(".", 1)
     path, cls = rest.rsplit(".", 1)
     return prefix, path, cls
+
+
+def own_parameters(module):
+    """`module.named_parameters(recurse=False)` without its generator machinery (once per recorded
+    module call): the module's own registered parameters, unset (None) ones left out."""
+    return [(n, p) for n, p in module._parameters.items() if p is not None]
 
 
 def flat_tensors(v):
