@@ -53,6 +53,10 @@ class BackwardTracker:
                 A module must pass it: the calls recorded inside it have raised the watermark above
                 the nodes the module's own walk has to cross.
         """
+        if len(outputs) == 1 and floor is None:
+            tracker = cls._attach_one_node(session, key, inputs, outputs[0], save, parent)
+            if tracker is not False:
+                return tracker
         out_nodes = {}
         for i, o in enumerate(outputs):
             gf = o.grad_fn if o.requires_grad else None
@@ -105,6 +109,47 @@ class BackwardTracker:
             gf.register_prehook(functools.partial(tracker._on_outputs, outs))
         for node, slots in edges.values():
             node.register_hook(functools.partial(tracker._on_inputs, slots))
+        return tracker
+
+    @classmethod
+    def _attach_one_node(cls, session, key, inputs, out, save, parent):
+        """`attach` for the most common call: one output, made by one node whose edges lead straight
+        to the inputs that need a gradient, each once, and to no other node this call created.
+        Returns False when the call is not like that (the general walk then decides)."""
+        gf = out.grad_fn if out.requires_grad else None
+        if gf is None:
+            return None
+        floor = _state.seq_watermark
+        wanted = {}
+        for pos, edge in enumerate(inputs):
+            if edge is not None:
+                xid, xgf, nr = edge
+                if xgf is not None:
+                    key_in = (id(xgf), nr)
+                    floor = max(floor, xgf._sequence_nr())
+                else:
+                    key_in = xid
+                if key_in in wanted:  # one tensor passed twice: two edges to sum
+                    return False
+                wanted[key_in] = pos
+        slots = []
+        for slot, (nxt, nr) in enumerate(gf.next_functions):
+            if nxt is None:
+                continue
+            var = getattr(nxt, "variable", None)
+            pos = wanted.get(id(var)) if var is not None else wanted.get((id(nxt), nr))
+            if pos is not None:
+                slots.append((slot, pos))
+            elif var is None and nxt._sequence_nr() > floor:
+                return False  # a node made inside this call: its edges may reach the inputs too
+        if len(slots) != len(wanted) or not slots:
+            return False
+        seq = gf._sequence_nr()
+        if _state.seq_watermark < seq:
+            _state.seq_watermark = seq
+        tracker = cls(session, key, save, parent, 1, len(inputs))
+        tracker.pending = 1
+        gf.register_hook(functools.partial(tracker._on_node, ((out.output_nr, 0),), slots))
         return tracker
 
     def _record(self, role, i, g):

@@ -1,0 +1,47 @@
+"""BackwardTracker's shortcut for calls made of one autograd node must record exactly what the
+general graph walk records: every zoo model dumped both ways gives the same dump.json."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+from msprobe.pytorch.capture.backward import BackwardTracker
+
+
+def _load_models():
+    name = "msprobe_test_models"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "models.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+models = _load_models()
+
+
+def _dump_data(tmp, name, level):
+    run = models.run_dump(tmp, name, level, "statistics")
+    return {step: reader.data for step, reader in run.readers.items()}
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("name", list(models.ZOO))
+def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, name, level):
+    taken = []
+    shortcut = BackwardTracker._attach_one_node.__func__
+
+    def counting(cls, *args):
+        got = shortcut(cls, *args)
+        taken.append(got is not False)
+        return got
+
+    monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(counting))
+    fast = _dump_data(tmp_path / "fast", name, level)
+    assert any(taken), "the shortcut never applied"
+    monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(lambda cls, *args: False))
+    walk = _dump_data(tmp_path / "walk", name, level)
+    assert fast == walk
