@@ -28,7 +28,7 @@ def _dump_data(tmp, name, level):
     return {step: reader.data for step, reader in run.readers.items()}
 
 
-@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 @pytest.mark.parametrize("name", list(models.ZOO))
 def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, name, level):
     taken = []

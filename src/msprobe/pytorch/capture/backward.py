@@ -53,8 +53,8 @@ class BackwardTracker:
                 A module must pass it: the calls recorded inside it have raised the watermark above
                 the nodes the module's own walk has to cross.
         """
-        if len(outputs) == 1 and floor is None:
-            tracker = cls._attach_one_node(session, key, inputs, outputs[0], save, parent)
+        if len(outputs) == 1:
+            tracker = cls._attach_one_node(session, key, inputs, outputs[0], save, parent, floor)
             if tracker is not False:
                 return tracker
         out_nodes = {}
@@ -112,14 +112,14 @@ class BackwardTracker:
         return tracker
 
     @classmethod
-    def _attach_one_node(cls, session, key, inputs, out, save, parent):
+    def _attach_one_node(cls, session, key, inputs, out, save, parent, floor=None):
         """`attach` for the most common call: one output, made by one node whose edges lead straight
         to the inputs that need a gradient, each once, and to no other node this call created.
         Returns False when the call is not like that (the general walk then decides)."""
         gf = out.grad_fn if out.requires_grad else None
         if gf is None:
             return None
-        floor = _state.seq_watermark
+        floor = _state.seq_watermark if floor is None else floor
         wanted = {}
         for pos, edge in enumerate(inputs):
             if edge is not None:
