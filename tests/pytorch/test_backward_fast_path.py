@@ -41,7 +41,8 @@ def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, name, le
 
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(counting))
     fast = _dump_data(tmp_path / "fast", name, level)
-    assert any(taken), "the shortcut never applied"
+    # (at L0 the RNN's and the dict-output net's modules return several tensors: always the walk)
+    assert any(taken) or (level == "L0" and name in ("rnn", "dictout")), "the shortcut never applied"
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(lambda cls, *args: False))
     walk = _dump_data(tmp_path / "walk", name, level)
     assert fast == walk
