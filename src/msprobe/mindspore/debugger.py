@@ -118,6 +118,7 @@ class PrecisionDebugger:
         self._running = True
         if self._token_range is not None and not self._token_active():
             return
+        self._session.read_params_early()
         self._capture_on()
 
     def stop(self):

@@ -156,7 +156,9 @@ class DumpSession:
         params_changed) or an in-place call on them drops the read, and the next use reads them again."""
         recs = self._param_recs
         if recs is None:
-            if not self.model_params or not self._params_tracked or not p.requires_grad:
+            # not p.requires_grad: Parameter.requires_grad waits for every queued op (param_info);
+            # a Parameter that is not trainable is simply not among model_params
+            if not self.model_params or not self._params_tracked:
                 return None
             recs = self._param_recs = self._read_params()
         hit = recs.get(id(p))
@@ -164,12 +166,24 @@ class DumpSession:
             return None
         return dict(hit[1])
 
+    def read_params_early(self):
+        """At start(), before the forward pass queues work: read the trainable Parameters that
+        param_record will be asked for. Read at the first Cell's end instead, this waited for every op
+        queued until then (asnumpy finishes them all). Only when every call is recorded without tensor
+        files (otherwise param_record is not used, or a filter may never ask)."""
+        flt = self.filter
+        if (self._param_recs is not None or not self.model_params or not self._params_tracked
+                or not flt.forward or not flt.passes_everything or flt.saves_all_tensors or flt.tensor_list
+                or self.gate is not None):
+            return
+        self._param_recs = self._read_params()
+
     def _read_params(self):
         recs = {}
         prev, _state.busy = _state.busy, True
         try:
-            for p in self.model_params:
-                if id(p) not in recs and p.requires_grad:
+            for p in self.model_params:  # trainable (see _trainable_params)
+                if id(p) not in recs:
                     recs[id(p)] = (weakref.ref(p), self.summarizer.summarize(p)[0])
         finally:
             _state.busy = prev
