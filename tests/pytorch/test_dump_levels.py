@@ -551,3 +551,26 @@ def test_non_finite_scalars_and_statistics_are_strict_json(tmp_path):
     assert fill["input_args"][2] == {"type": "float", "value": "-inf"}
     assert fill["output"][0]["Min"] == "-inf" and fill["output"][0]["Mean"] == "-inf"
     assert data["Functional.pad.0.forward"]["input_kwargs"]["value"] == {"type": "float", "value": "nan"}
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_a_step_that_records_nothing_leaves_no_directory(tmp_path, level):
+    """The step directory is made ahead, on the writer pool; a step whose calls are all filtered out
+    must still leave nothing behind, and the recorded step beside it is whole."""
+    model = models.build("inplace")
+    data = models.batches("inplace", 2)
+    cfg = models.write_config(tmp_path, task="statistics", level=level, dump_path=str(tmp_path / "dump"),
+                              statistics={"list": ["Functional.linear"]})
+    dbg = PrecisionDebugger(config_path=cfg)
+    for step, (x, y) in enumerate(data):
+        dbg.start(model)
+        if step == 0:
+            torch.tanh(x)  # step 0 runs no linear: nothing matches the list
+        else:
+            type(model).loss_of(model(x), y).backward()
+        dbg.stop()
+        dbg.step()
+    models.finish(dbg)
+    assert os.listdir(tmp_path / "dump") == ["step1"]
+    (rank_dir,) = find_rank_dirs(str(tmp_path / "dump"))
+    assert any(k.startswith("Functional.linear.") for k in DumpReader(rank_dir.path).keys())

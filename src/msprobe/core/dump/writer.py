@@ -70,10 +70,18 @@ class DumpWriter:
         # construct.json maps keys to parent keys or null: never a float
         self._construct = (JsonAppendFile(os.path.join(rank_dir, "construct.json"), finite=True)
                            if structure else None)
+        # stack.json is opened now and rewritten in place at flush: no file creation at step end
+        # (on a slow or shared file system that is the costly part), and its content only grows, so
+        # one pwrite from the start leaves a whole file even if the process is killed
+        self._stack_fd = None
+        if structure:
+            self._stack_fd = os.open(os.path.join(rank_dir, "stack.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            os.pwrite(self._stack_fd, b"{}", 0)
+        self._stack_len = 2
         self._stacks = {}  # frames tuple -> index into _stack_keys
         self._stack_keys = []
         self._stack_frames = []
-        self._stacks_written = False  # True while stack.json on disk holds every stack added
+        self._stacks_written = True  # True while stack.json on disk holds every stack added ("{}" now)
         self._pending = deque()  # [key, record, outstanding-future-count]
         self._lock = threading.Lock()
         self._pool = pool
@@ -174,11 +182,11 @@ class DumpWriter:
             lines = [f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
                      for fn, ln, name in frames]
             out[str(i)] = [list(keys), lines]
-        path = os.path.join(self.rank_dir, "stack.json")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps(out, option=orjson.OPT_INDENT_2))  # json.dump's Python encoder: ms per step
-        os.replace(tmp, path)
+        text = orjson.dumps(out, option=orjson.OPT_INDENT_2)  # json.dump's Python encoder: ms per step
+        os.pwrite(self._stack_fd, text, 0)
+        if len(text) < self._stack_len:  # cannot happen (entries only grow), but never leave a tail
+            os.ftruncate(self._stack_fd, len(text))
+        self._stack_len = len(text)
         self._stacks_written = True
 
     def flush(self):
@@ -193,12 +201,41 @@ class DumpWriter:
             time.sleep(0.001)
         self.write_stacks()
 
+    @property
+    def empty(self):
+        """Nothing was written or queued: no record, construct entry, stack, tensor file or error."""
+        with self._lock:
+            return (self.records == 0 and not self._pending and not self._stack_keys and self._errors is None
+                    and (self._construct is None or self._construct.empty)
+                    and not (os.path.isdir(self.tensor_dir) and os.listdir(self.tensor_dir)))
+
     def close(self):
         self.flush()
+        self._close_files()
+        if self._owns_pool and self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def discard(self):
+        """Close and remove what this writer created, for a step that recorded nothing (a writer made
+        ahead of its first record: a step with nothing in it leaves no directory behind)."""
+        self._close_files()
+        for name in ("dump.json", "debug.json", "construct.json", "stack.json"):
+            try:
+                os.unlink(os.path.join(self.rank_dir, name))
+            except FileNotFoundError:
+                pass
+        for d in (self.tensor_dir, self.rank_dir, os.path.dirname(self.rank_dir)):
+            try:
+                os.rmdir(d)
+            except OSError:  # not there, or not empty (another rank's directory, earlier files)
+                pass
+
+    def _close_files(self):
         self._dump.close()
         if self._construct is not None:
             self._construct.close()
+        if self._stack_fd is not None:
+            os.close(self._stack_fd)
+            self._stack_fd = None
         if self._errors is not None:
             self._errors.close()
-        if self._owns_pool and self._pool is not None:
-            self._pool.shutdown(wait=True)
