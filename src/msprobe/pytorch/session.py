@@ -73,27 +73,17 @@ class DumpSession:
         self.tensor_count = 0
         # overflow_check: the run's OverflowBudget; only overflowing records are written
         self.overflow = overflow if cfg.task == "overflow_check" else None
-        # The step's directory and files are made on the pool while the first calls run: creating
-        # them is file-system metadata work (0.5-0.8 ms a step here, far more on a shared file
-        # system) the training thread need not wait for. Not for overflow_check, whose steps mostly
-        # record nothing (a writer made ahead is removed again when nothing came).
-        self._writer_ahead = (pool.submit(self._make_writer)
-                              if pool is not None and self.overflow is None else None)
 
     # -- writer ----------------------------------------------------------------------------------
-    def _make_writer(self):
-        cfg = self.cfg
-        return DumpWriter(
-            step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
-            framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-            with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-            structure=cfg.extra_info and cfg.level != "debug",
-            finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
-
     def _writer(self):
         if self.writer is None:
-            ahead, self._writer_ahead = self._writer_ahead, None
-            self.writer = ahead.result() if ahead is not None else self._make_writer()
+            cfg = self.cfg
+            self.writer = DumpWriter(
+                step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
+                framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
+                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
+                structure=cfg.extra_info and cfg.level != "debug",
+                finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
         return self.writer
 
     def emit(self, key, record, waits=()):
@@ -422,13 +412,6 @@ class DumpSession:
         self.flush()
         if self.writer is not None:
             self.writer.close()
-        elif self._writer_ahead is not None:  # made ahead, never used
-            ahead, self._writer_ahead = self._writer_ahead, None
-            writer = ahead.result()
-            if writer.empty:
-                writer.discard()
-            else:
-                writer.close()
         self.summarizer.clear()
 
 

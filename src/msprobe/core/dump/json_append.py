@@ -95,10 +95,6 @@ class JsonAppendFile:
             self._end += len(chunk)
             self._empty = False
 
-    @property
-    def empty(self):
-        return self._empty
-
     def close(self):
         with self._lock:
             if self._fd is not None:

@@ -70,9 +70,9 @@ class DumpWriter:
         # construct.json maps keys to parent keys or null: never a float
         self._construct = (JsonAppendFile(os.path.join(rank_dir, "construct.json"), finite=True)
                            if structure else None)
-        # stack.json is opened now and rewritten in place at flush: no file creation at step end
-        # (on a slow or shared file system that is the costly part), and its content only grows, so
-        # one pwrite from the start leaves a whole file even if the process is killed
+        # stack.json is opened with the others and rewritten in place at flush (no temporary file and
+        # rename: file-system metadata work is the slow part here); its content only grows, so one
+        # pwrite from the start leaves a whole file even if the process is killed
         self._stack_fd = None
         if structure:
             self._stack_fd = os.open(os.path.join(rank_dir, "stack.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
@@ -201,36 +201,8 @@ class DumpWriter:
             time.sleep(0.001)
         self.write_stacks()
 
-    @property
-    def empty(self):
-        """Nothing was written or queued: no record, construct entry, stack, tensor file or error."""
-        with self._lock:
-            return (self.records == 0 and not self._pending and not self._stack_keys and self._errors is None
-                    and (self._construct is None or self._construct.empty)
-                    and not (os.path.isdir(self.tensor_dir) and os.listdir(self.tensor_dir)))
-
     def close(self):
         self.flush()
-        self._close_files()
-        if self._owns_pool and self._pool is not None:
-            self._pool.shutdown(wait=True)
-
-    def discard(self):
-        """Close and remove what this writer created, for a step that recorded nothing (a writer made
-        ahead of its first record: a step with nothing in it leaves no directory behind)."""
-        self._close_files()
-        for name in ("dump.json", "debug.json", "construct.json", "stack.json"):
-            try:
-                os.unlink(os.path.join(self.rank_dir, name))
-            except FileNotFoundError:
-                pass
-        for d in (self.tensor_dir, self.rank_dir, os.path.dirname(self.rank_dir)):
-            try:
-                os.rmdir(d)
-            except OSError:  # not there, or not empty (another rank's directory, earlier files)
-                pass
-
-    def _close_files(self):
         self._dump.close()
         if self._construct is not None:
             self._construct.close()
@@ -239,3 +211,5 @@ class DumpWriter:
             self._stack_fd = None
         if self._errors is not None:
             self._errors.close()
+        if self._owns_pool and self._pool is not None:
+            self._pool.shutdown(wait=True)
