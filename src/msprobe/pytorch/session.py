@@ -431,11 +431,17 @@ def flat_tensors(v):
     """Tensors in `v` (nested lists/tuples/dicts) in order of appearance."""
     if isinstance(v, torch.Tensor):
         return [v]
-    if isinstance(v, (list, tuple)):
-        return [t for x in v for t in flat_tensors(x)]
     if isinstance(v, dict):
-        return [t for x in v.values() for t in flat_tensors(x)]
-    return []
+        v = v.values()
+    elif not isinstance(v, (list, tuple)):
+        return []
+    out = []
+    for x in v:  # flat arguments (the common case) without a call per element
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple, dict)):
+            out.extend(flat_tensors(x))
+    return out
 
 
 def other_value_record(v):
