@@ -1,16 +1,18 @@
-/* One pass over a dense buffer for all four statistics msprobe records: min, max, sum, sum of squares.
+/* One pass over a dense buffer for all four statistics msprobe records: Max, Min, Mean, Norm (from
+   min, max, sum and sum of squares).
 
    Framework reductions take one pass per statistic (aminmax, sum, dot: three reads of every tensor);
    this reads each element once. Sums accumulate in double (the AVX2 path: float within short
    blocks, then double), in independent lanes (AVX2 vectors on x86-64 CPUs that have them, chosen
    at import; a portable loop elsewhere).
-   NaN never wins `x < m ? x : m`, so a NaN shows only in the sums: callers treat a non-finite sum as
+   NaN never wins `x < m ? x : m`, so a NaN shows only in the sums: a non-finite sum returns None,
    "use the framework's own reductions" (exact NaN/inf semantics), which keeps this kernel simple.
+   Mean and Norm of float32/bfloat16 data are rounded to float32, as the frameworks report them.
    Large buffers are split over a few threads — OpenMP's where the build has it (in a PyTorch
    process that is torch's own pool), else threads started per call; the GIL is released while it
    runs. `openmp` says which.
 
-   moments(address, count, kind, threads[, rows, row_stride]) -> (min, max, sum, sum_of_squares)
+   moments(address, count, kind, threads[, rows, row_stride]) -> (max, min, mean, norm) or None
      address: integer address of `count` contiguous elements of `kind` (0 float32, 1 float64,
               2 bfloat16), or of `rows` such runs `row_stride` elements apart (a slice of a wider
               tensor: one chunk of a fused qkv projection); the caller keeps the memory alive and
@@ -21,6 +23,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <float.h>
 #include <math.h>
 
 #define LANES 8
@@ -310,12 +313,24 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         sum += jobs[t].total.sum;
         sq += jobs[t].total.sq;
     }
-    return Py_BuildValue("(dddd)", mn, mx, sum, sq);
+    if (!isfinite(sum) || !isfinite(sq))
+        Py_RETURN_NONE;  /* a NaN or inf is in there: the caller's framework says how it shows */
+    double mean = sum / (double)total, norm = sqrt(sq);
+    if (kind != 1) {
+        /* float32/bfloat16 data: Mean and Norm at float32 precision, as the frameworks' own
+           reductions report them (digits below are rounding noise); beyond float32's range the
+           double is kept (the framework would say inf) */
+        if (fabs(mean) <= FLT_MAX)
+            mean = (double)(float)mean;
+        if (norm <= FLT_MAX)
+            norm = (double)(float)norm;
+    }
+    return Py_BuildValue("(dddd)", mx, mn, mean, norm);
 }
 
 static PyMethodDef methods[] = {
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
-     "moments(address, count, kind, threads[, rows, row_stride]) -> (min, max, sum, sum_of_squares)."},
+     "moments(address, count, kind, threads[, rows, row_stride]) -> (max, min, mean, norm), None if not finite."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -55,6 +55,10 @@ def test_nan_or_inf_leaves_the_decision_to_the_framework():
     big = np.full(8, 3e30, dtype=np.float32)
     got = native.moments(big.ctypes.data, 8, 0, 1)
     assert got[3] == pytest.approx(np.sqrt(8) * 3e30, rel=1e-6)
+    # a Norm beyond float32's range is not rounded into inf: the double is kept
+    huge = np.full(16, 3e38, dtype=np.float32)
+    got = native.moments(huge.ctypes.data, 16, 0, 1)
+    assert np.isfinite(got[3]) and got[3] == pytest.approx(4 * 3e38, rel=1e-6)
 
 
 def test_bad_arguments_are_refused():

@@ -4,9 +4,7 @@
 Must not import torch or mindspore: callers pass the address of dense memory they keep alive.
 """
 
-import math
 import os
-import struct
 
 try:
     from msprobe._moments import moments as _moments, openmp as _openmp, vectorized as _vectorized
@@ -15,16 +13,7 @@ except ImportError:  # built without a C compiler: the adapters' own reductions 
 
 # element kinds the kernel reads, by the dtype names numpy and torch give them
 KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}
-_FLOAT64 = KINDS["float64"]
-_F32 = struct.Struct("f")
 
-
-def _as_float32(x):
-    """`x` rounded to the nearest float32: what a float32 reduction in torch or numpy would report."""
-    try:
-        return _F32.unpack(_F32.pack(x))[0]
-    except OverflowError:  # beyond float32's range: keep the double (the framework would say inf)
-        return x
 
 # MSPROBE_NATIVE_STATS=0 turns the kernel off (to compare against the frameworks' reductions)
 ENABLED = _moments is not None and os.environ.get("MSPROBE_NATIVE_STATS", "1") != "0"
@@ -37,20 +26,13 @@ def moments(address, count, kind, threads=1, rows=1, row_stride=None):
     not available."""
     if not ENABLED:
         return None
+    # Mean/Norm of float32/bfloat16 come back rounded to float32 precision, as the frameworks' own
+    # reductions report them: digits below that are rounding noise, and two runs (or frameworks)
+    # whose inputs differ in the last bit would otherwise show relative errors that compare's
+    # output-vs-input rules read as amplification.
     if rows == 1:
-        mn, mx, total, squares = _moments(address, count, kind, threads)
-    else:
-        mn, mx, total, squares = _moments(address, count, kind, threads, rows, row_stride)
-    if not (math.isfinite(total) and math.isfinite(squares)):
-        return None
-    mean, norm = total / (count * rows), math.sqrt(squares)
-    if kind != _FLOAT64:
-        # Sums run in double, but a float32/bfloat16 tensor's Mean and Norm are reported at float32
-        # precision, as the frameworks' own reductions report them: digits below that are rounding
-        # noise, and two runs (or frameworks) whose inputs differ in the last bit would otherwise show
-        # relative errors that compare's output-vs-input rules read as amplification.
-        mean, norm = _as_float32(mean), _as_float32(norm)
-    return mx, mn, mean, norm
+        return _moments(address, count, kind, threads)
+    return _moments(address, count, kind, threads, rows, row_stride)
 
 
 def describe():
