@@ -55,10 +55,11 @@ def test_nan_or_inf_leaves_the_decision_to_the_framework():
     big = np.full(8, 3e30, dtype=np.float32)
     got = native.moments(big.ctypes.data, 8, 0, 1)
     assert got[3] == pytest.approx(np.sqrt(8) * 3e30, rel=1e-6)
-    # a Norm beyond float32's range is not rounded into inf: the double is kept
+    # a Norm beyond float32's range never comes back as inf: the portable loop keeps the double,
+    # the AVX2 path's float block sums overflow first and hand the tensor to the framework (None)
     huge = np.full(16, 3e38, dtype=np.float32)
     got = native.moments(huge.ctypes.data, 16, 0, 1)
-    assert np.isfinite(got[3]) and got[3] == pytest.approx(4 * 3e38, rel=1e-6)
+    assert got is None or (np.isfinite(got[3]) and got[3] == pytest.approx(4 * 3e38, rel=1e-6))
 
 
 def test_bad_arguments_are_refused():
