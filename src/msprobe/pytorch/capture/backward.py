@@ -24,6 +24,18 @@ def input_edges(tensors):
     return [(id(x), x.grad_fn, x.output_nr) if x.requires_grad else None for x in tensors]
 
 
+def _leads_to_leaves_only(node, wanted):
+    """True when every edge of `node` ends at a leaf tensor that is not one of the call's inputs (the
+    `weight.t()` inside F.linear): then no gradient of an input flows through it."""
+    for nxt, _ in node.next_functions:
+        if nxt is None:
+            continue
+        var = getattr(nxt, "variable", None)
+        if var is None or id(var) in wanted:
+            return False
+    return True
+
+
 class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
@@ -140,8 +152,8 @@ class BackwardTracker:
             pos = wanted.get(id(var)) if var is not None else wanted.get((id(nxt), nr))
             if pos is not None:
                 slots.append((slot, pos))
-            elif var is None and nxt._sequence_nr() > floor:
-                return False  # a node made inside this call: its edges may reach the inputs too
+            elif var is None and nxt._sequence_nr() > floor and not _leads_to_leaves_only(nxt, wanted):
+                return False  # a node made inside this call whose edges may reach the inputs too
         if len(slots) != len(wanted) or not slots:
             return False
         seq = gf._sequence_nr()
