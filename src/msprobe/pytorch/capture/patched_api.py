@@ -62,6 +62,7 @@ class PatchedApis:
         self._originals = {}  # (module, attr) -> original callable
         # (module, attr, original, prefix, name, inplace) -> wrapper, reused by the next start()
         self._wrappers = {}
+        self._collective_wrappers = []  # (module, attr, original, wrapper) as the last start() set them
 
     def patch(self, module, attr, prefix, name=None, inplace=False):
         if (module, attr) in self._originals:
@@ -88,10 +89,21 @@ class PatchedApis:
     def patch_collectives(self):
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
+        fast = self._collective_wrappers
+        if fast and all(getattr(m, a, None) is orig for m, a, orig, _ in fast):
+            # every start() patches ~50 attributes: once they are known, two dict writes each
+            for m, a, orig, wrapper in fast:
+                if (m, a) not in self._originals:
+                    self._originals[(m, a)] = orig
+                    setattr(m, a, wrapper)
+            return
         for name in collective_names():
             # in place: all_reduce & co. return None or a Work; their result is the mutated tensor
             self.patch(dist, name, "Distributed", name, inplace=True)
             self.patch(c10d, name, "Distributed", name, inplace=True)
+        self._collective_wrappers = [
+            (m, a, self._originals[(m, a)], getattr(m, a))
+            for name in collective_names() for m, a in ((dist, name), (c10d, name)) if (m, a) in self._originals]
 
     def restore_collectives(self):
         import torch.distributed as dist
