@@ -1,26 +1,10 @@
 """BackwardTracker's shortcut for calls made of one autograd node must record exactly what the
 general graph walk records: every zoo model dumped both ways gives the same dump.json."""
 
-import importlib.util
-import os
-import sys
-
 import pytest
 
 from msprobe.pytorch.capture.backward import BackwardTracker
-
-
-def _load_models():
-    name = "msprobe_test_models"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "models.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-models = _load_models()
+import msprobe_test_models as models  # loaded by conftest.py
 
 
 def _dump_data(tmp, name, level):

@@ -2,9 +2,7 @@
 (`debugger.save`), token_range, start(model=[m1, m2]), register_custom_api, nested calls, start/stop
 within a step. Each filtered run is checked against an unfiltered run of the same model and data."""
 
-import importlib.util
 import os
-import sys
 import types
 
 import numpy as np
@@ -14,20 +12,8 @@ import torch.nn.functional as F
 
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs
 from msprobe.pytorch import PrecisionDebugger
+import msprobe_test_models as models  # loaded by conftest.py
 
-
-def _load_models():
-    """tests/pytorch/models.py under a private name (no package, no clash with other test dirs)."""
-    name = "msprobe_test_models"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "models.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-models = _load_models()
 PID = os.getpid()
 
 

@@ -2,10 +2,8 @@
 structure), two SGD steps under start/stop/step, read back with DumpReader and checked against values
 computed here. Plus non-interference, md5 reproducibility and bf16 round trips."""
 
-import importlib.util
 import os
 import re
-import sys
 import zlib
 
 import numpy as np
@@ -15,20 +13,7 @@ import torch.nn.functional as F
 
 import msprobe
 from msprobe.core.dump.reader import find_rank_dirs
-
-
-def _load_models():
-    """tests/pytorch/models.py under a private name (no package, no clash with other test dirs)."""
-    name = "msprobe_test_models"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "models.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-models = _load_models()
+import msprobe_test_models as models  # loaded by conftest.py
 
 MODELS = list(models.ZOO)
 LEVELS = ["L0", "L1", "mix"]

@@ -13,22 +13,7 @@ import torch
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
 from msprobe.pytorch.statistics import Summarizer, crc32_of, crc32_of_tensor, memory_order
-
-
-
-def _assert_stats():
-    import importlib.util
-    import sys
-    name = "msprobe_test_models"  # tests/pytorch/models.py, loaded as the other test files load it
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "models.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name].assert_stats
-
-
-assert_stats = _assert_stats()
+from msprobe_test_models import assert_stats  # loaded by conftest.py
 
 
 @pytest.mark.parametrize("make", [
