@@ -233,3 +233,31 @@ def test_structure_task_writes_hierarchy_only(models, tmp_path):
     assert len(r) == 0
     assert r.construct["Primitive.dense.Dense.0.forward"] == "Cell.fc1.Linear.forward.0"
     assert "Cell.fc1.Linear.forward.0" in r.stack
+
+
+def test_non_finite_scalars_and_statistics_are_strict_json(tmp_path):
+    """The MindSpore writer trusts its records to hold no NaN/inf float (finite_records): scalar
+    arguments (masked_fill(mask, -inf)) and statistics of non-finite tensors must arrive as strings."""
+    from msprobe.mindspore import PrecisionDebugger
+
+    def no_constants(name):
+        raise AssertionError(f"bare {name} in dump.json")
+
+    scores = ms.Tensor(np.arange(8, dtype=np.float32).reshape(2, 4))
+    mask = ms.Tensor(np.array([[True, False, False, True]] * 2))
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    debugger.start()
+    ms.mint.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    ms.mint.add(ms.Tensor(np.ones(3, np.float32)), float("nan"))
+    debugger.stop()
+    debugger.step()
+    (rank_dir,) = find_rank_dirs(str(tmp_path))
+    with open(os.path.join(rank_dir.path, "dump.json"), encoding="utf-8") as f:
+        data = json.load(f, parse_constant=no_constants)["data"]
+    fill = data["Tensor.masked_fill.0.forward"]
+    assert fill["input_args"][2] == {"type": "float", "value": "-inf"}
+    assert fill["output"][0]["Min"] == "-inf" and fill["output"][0]["Mean"] == "-inf"
+    assert fill["output"][0]["Max"] == 6.0
+    add = data["Mint.add.0.forward"]
+    assert add["input_args"][1] == {"type": "float", "value": "nan"}
+    assert add["output"][0]["Max"] == "nan" and add["output"][0]["Norm"] == "nan"

@@ -13,6 +13,7 @@ import mindspore as ms
 import numpy as np
 
 from msprobe.core import naming
+from msprobe.core.dump.json_append import json_float
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
@@ -77,7 +78,9 @@ class DumpSession:
             self.writer = DumpWriter(
                 step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
                 framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list))
+                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
+                # statistics.py writes non-finite statistics as json_float strings, value_record scalars
+                finite_records=True)
         return self.writer
 
     def emit(self, key, record, waits=(), check=None):
@@ -269,7 +272,7 @@ class DumpSession:
         if v is None:
             return None
         if isinstance(v, _SCALARS):
-            return {"type": type(v).__name__, "value": v}
+            return {"type": type(v).__name__, "value": json_float(v) if isinstance(v, float) else v}
         if isinstance(v, (list, tuple)):
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):
