@@ -28,3 +28,26 @@ def test_non_finite_values_show_as_strings():
     a[3] = -np.inf
     rec = array_stats(a)
     assert rec["Min"] == "-inf" and rec["Mean"] == "-inf" and rec["Max"] == 1.0
+
+
+def test_tensors_read_in_place_give_the_asnumpy_statistics():
+    """CPU float tensors are summarised from their own memory (data_ptr, strides), views included:
+    the same numbers, bit for bit, as the statistics of asnumpy()'s copy."""
+    ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
+    from mindspore import mint
+
+    from msprobe.mindspore.statistics import Summarizer, direct_stats
+
+    kinds = Summarizer()._direct
+    assert kinds, "the CPU build reads float tensors in place"
+    base = mint.mul(ms.Tensor(np.random.default_rng(5).standard_normal((4, 32, 384)).astype(np.float32)), 1.5)
+    q, k, v = mint.chunk(base, 3, -1)
+    views = {"dense": base, "chunk": k, "last chunk": v, "row": base[1], "transpose": base.transpose(0, 2, 1),
+             "heads": q.reshape(4, 32, 4, 32).transpose(0, 2, 1, 3), "broadcast": mint.broadcast_to(base[0, :1], (8, 384)),
+             "float64": base.astype(ms.float64).transpose(1, 0, 2)}
+    assert not k.is_contiguous() and not views["broadcast"].is_contiguous()  # the strided path is exercised
+    for name, t in views.items():
+        assert direct_stats(t, kinds) == array_stats(t.asnumpy()), name
+    assert direct_stats(base.astype(ms.float16), kinds) is None  # other dtypes: asnumpy() and numpy
+    inf = mint.mul(base, float("inf"))
+    assert direct_stats(inf, kinds) is None and array_stats(inf.asnumpy())["Max"] == "inf"
