@@ -13,7 +13,7 @@ from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
-from msprobe.core.stack import capture_stack, release_frames
+from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.overflow import record_overflows, tensor_overflows
@@ -406,7 +406,6 @@ class DumpSession:
                 self._deferred = []
         if self.writer is not None:
             self.writer.flush()
-        release_frames()  # the stack walk's remembered frames would keep the step's locals alive
 
     def close(self):
         self.flush()

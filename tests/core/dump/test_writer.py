@@ -17,6 +17,7 @@ import pytest
 from msprobe.core.dump.json_append import JsonAppendFile, json_float
 from msprobe.core.dump.reader import DumpReader
 from msprobe.core.dump.writer import DumpWriter, rank_dir_name, step_rank_dir
+from msprobe.core.stack import capture_stack
 
 
 def strict_load(path):
@@ -346,6 +347,22 @@ def test_construct_json_valid_after_each_append(tmp_path):
 def _frames(line_a, line_b):
     here = os.path.abspath(__file__)
     return ((here, line_a, "inner"), (here, line_b, "outer"))
+
+
+def test_stack_json_merges_captures_that_read_the_same(tmp_path):
+    """Two calls on one line are two captured stacks (different instructions) but one stack.json
+    entry; keys keep the order they came in."""
+    w = make_writer(tmp_path)
+    first, second = capture_stack(), capture_stack()
+    assert first != second
+    w.add_stack("Functional.linear.0.forward", first)
+    w.add_stack("Functional.relu.0.forward", capture_stack())
+    w.add_stack("Functional.linear.1.forward", second)
+    w.close()
+    stacks = strict_load(tmp_path / "step0" / "rank0" / "stack.json")
+    assert [keys for keys, _ in stacks.values()] == [
+        ["Functional.linear.0.forward", "Functional.linear.1.forward"], ["Functional.relu.0.forward"]]
+    assert "first, second = capture_stack(), capture_stack()" in stacks["0"][1][0]
 
 
 def test_stack_json_dedupes_identical_stacks(tmp_path):

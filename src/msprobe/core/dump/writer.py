@@ -22,6 +22,7 @@ import orjson
 
 from msprobe.core.dump.json_append import JsonAppendFile
 from msprobe.core.errors import MsprobeError
+from msprobe.core.stack import frame_lines
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +79,10 @@ class DumpWriter:
             self._stack_fd = os.open(os.path.join(rank_dir, "stack.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             os.pwrite(self._stack_fd, b"{}", 0)
         self._stack_len = 2
-        self._stacks = {}  # frames tuple -> index into _stack_keys
-        self._stack_keys = []
-        self._stack_frames = []
+        self._stacks = {}  # captured stack -> index into _stack_frames
+        self._stack_frames = []  # distinct captured stacks, by index
+        self._stack_texts = []  # their stack.json lines, made at the first write
+        self._stack_log = []  # (key, stack index) in the order they came
         self._stacks_written = True  # True while stack.json on disk holds every stack added ("{}" now)
         self._pending = deque()  # [key, record, outstanding-future-count]
         self._lock = threading.Lock()
@@ -129,15 +131,15 @@ class DumpWriter:
             self._construct.append(key, parent)
 
     def add_stack(self, key, frames):
-        """`frames` is a tuple of (filename, lineno, function) from innermost outward, already filtered."""
+        """`frames` is a stack from `capture_stack` (or a tuple of (filename, lineno, function)), from
+        innermost outward, already filtered."""
         if not self.structure:
             return
         idx = self._stacks.get(frames)
         if idx is None:
             idx = self._stacks[frames] = len(self._stack_frames)
             self._stack_frames.append(frames)
-            self._stack_keys.append([])
-        self._stack_keys[idx].append(key)
+        self._stack_log.append((key, idx))
         self._stacks_written = False
 
     # -- tensors and slow work -----------------------------------------------------------------
@@ -177,11 +179,20 @@ class DumpWriter:
         nothing to do when no stack came in since the last write (stop() then step())."""
         if not self.structure or self._stacks_written:
             return
-        out = {}
-        for i, (frames, keys) in enumerate(zip(self._stack_frames, self._stack_keys)):
-            lines = [f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
-                     for fn, ln, name in frames]
-            out[str(i)] = [list(keys), lines]
+        # captured stacks are told apart by instruction, stack.json by text: two calls on one line
+        # share an entry, keys in the order they came
+        for frames in self._stack_frames[len(self._stack_texts):]:
+            self._stack_texts.append(tuple(
+                f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
+                for fn, ln, name in frame_lines(frames)))
+        entries = {}  # text -> [keys, lines]
+        for key, idx in self._stack_log:
+            lines = self._stack_texts[idx]
+            entry = entries.get(lines)
+            if entry is None:
+                entry = entries[lines] = [[], list(lines)]
+            entry[0].append(key)
+        out = {str(i): entry for i, entry in enumerate(entries.values())}
         text = orjson.dumps(out, option=orjson.OPT_INDENT_2)  # json.dump's Python encoder: ms per step
         os.pwrite(self._stack_fd, text, 0)
         if len(text) < self._stack_len:  # cannot happen (entries only grow), but never leave a tail
