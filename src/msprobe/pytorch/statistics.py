@@ -33,6 +33,9 @@ _SMALL_INTS = 64
 # no finer than 16K elements a thread)
 _PARALLEL_MIN = 32 * 1024
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
+# the kernel itself, without the wrapper's frame (None when not built or MSPROBE_NATIVE_STATS=0)
+_kernel = native._moments if native.ENABLED else None
 _NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                  torch.bfloat16: native.KINDS["bfloat16"]}
 _DTYPE_NAMES = {}
@@ -100,31 +103,39 @@ class Summarizer:
         """Record for tensor `t` (a fresh dict the caller may extend) and its cache entry (or None).
 
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
-        may link to it.
+        may link to it. (The hot path of every dump: attributes are read once, in one place.)
         """
+        dtype = t.dtype
+        name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
-            return {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+            return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
                     "requires_grad": t.requires_grad}, None
         key = span = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
-        if type(t) in _PLAIN and t.layout is torch.strided and not t.is_inference():
+        if type(t) in _PLAIN and t.layout is _STRIDED and not t.is_inference():
             try:
-                key, span = self._memory_key(t, n)
+                if n > 1 and t.is_contiguous():
+                    span = ((1, n),)
+                    key = (t.data_ptr(), dtype, t.device, span)
+                else:
+                    key, span = self._memory_key(t, n)
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
-        rec = {"type": "torch.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
         if key is not None:
             hit = self._cache.get(key)
             # alive storage: the memory was not freed and reused by another tensor since
             if hit is not None and t._version == hit.version and hit.ref() is not None:
+                rec = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
                 rec.update(hit.values)
                 rec["requires_grad"] = t.requires_grad
                 return rec, hit
         values = self._stats(t, n, span) if self.stats else {}
         if self.md5:
             values["md5"] = crc32_of_tensor(t)
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
         rec.update(values)
+        rec["requires_grad"] = t.requires_grad
         entry = None
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
@@ -133,7 +144,6 @@ class Summarizer:
                 entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values)
             except (RuntimeError, TypeError):
                 entry = None
-        rec["requires_grad"] = t.requires_grad
         return rec, entry
 
     def _memory_key(self, t, n):
@@ -166,9 +176,9 @@ class Summarizer:
             threads = torch.get_num_threads() if n >= _PARALLEL_MIN else 1
             # one dense run (contiguous or a transpose), or rows of runs (a slice of a wider tensor)
             if len(span) == 1 and span[0][0] == 1:
-                got = native.moments(t.data_ptr(), n, kind, threads)
+                got = _kernel(t.data_ptr(), n, kind, threads)
             elif len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]:  # rows do not overlap
-                got = native.moments(t.data_ptr(), span[1][1], kind, threads, span[0][1], span[0][0])
+                got = _kernel(t.data_ptr(), span[1][1], kind, threads, span[0][1], span[0][0])
             if got is not None:  # None: a NaN or inf is in there (torch's reductions say how), or other layouts
                 return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
         x = t.detach()
