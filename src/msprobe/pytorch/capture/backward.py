@@ -161,8 +161,26 @@ class BackwardTracker:
             _state.seq_watermark = seq
         tracker = cls(session, key, save, parent, 1, len(inputs))
         tracker.pending = 1
-        gf.register_hook(functools.partial(tracker._on_node, ((out.output_nr, 0),), slots))
+        gf.register_hook(functools.partial(tracker._on_one_node, out.output_nr, slots))
         return tracker
+
+    def _on_one_node(self, out_nr, slots, grad_inputs, grad_outputs):
+        """Post-hook of a call hooked by the shortcut: its one output's gradient, then its inputs'
+        (each reached by one edge), then the record — in one go."""
+        session = self.session
+        if session is None or self.fired:
+            return
+        self.fired, self.session, self.pending = True, None, 0
+        key, save, waits = self.key, self.save, self.waits
+        with tool_work():
+            g = grad_outputs[out_nr]
+            if g is not None:
+                self.out_recs[0] = session.tensor_record(g, f"{key}.input.0", save, waits)
+            for slot, pos in slots:
+                g = grad_inputs[slot]
+                if g is not None:
+                    self.in_recs[pos] = session.tensor_record(g, f"{key}.output.{pos}", save, waits)
+            session.emit_backward(self)
 
     def _record(self, role, i, g):
         return self.session.tensor_record(g, f"{self.key}.{role}.{i}", self.save, self.waits)
