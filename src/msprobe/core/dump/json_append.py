@@ -80,7 +80,19 @@ class JsonAppendFile:
         """Append one `"key": value` member. `value` is any JSON-serialisable object; non-finite
         floats in it are written as "inf"/"-inf"/"nan" strings so the file stays strict JSON
         (unless the file was opened `finite`: then the caller has made them strings already)."""
-        self.append_raw(orjson.dumps(key), encode(value, self.finite))
+        if self.finite:  # the hot path (every dump record): orjson straight, no null check
+            try:
+                value_json = orjson.dumps(value)
+            except (TypeError, orjson.JSONEncodeError):
+                value_json = encode(value, True)
+        else:
+            value_json = encode(value)
+        key_json = orjson.dumps(key)
+        with self._lock:
+            chunk = b"".join((self._sep_first if self._empty else self._sep, key_json, b": ", value_json))
+            os.pwrite(self._fd, chunk + self._trailer, self._end)
+            self._end += len(chunk)
+            self._empty = False
 
     def append_raw(self, key_json, value_json):
         """Append a member from its key and value already encoded as JSON (bytes or str)."""
