@@ -63,6 +63,7 @@ class PatchedApis:
         self._table = None
         self._prims = []  # (cell, attr, original primitive)
         self._wrappers = {}  # (id(owner), attr, prefix, name) -> wrapper, reused across start/stop
+        self._plan = None  # what patch_builtin installed: [((id(owner), attr), originals entry, wrapper)]
 
     def patch(self, owner, attr, prefix, name=None, inplace=False):
         if (id(owner), attr) in self._originals:
@@ -83,12 +84,31 @@ class PatchedApis:
         setattr(owner, attr, wrapper)
 
     def patch_builtin(self):
-        """Wrap every API of the run-time table (api_table.py)."""
+        """Wrap every API of the run-time table (api_table.py). The first call checks each entry
+        (patch()); later ones replay what it did while every attribute still holds the original it
+        found: start() runs every step, and the checks cost ~1 ms of a step's ~1,500 entries."""
+        if self._plan is not None and self._replay(self._plan):
+            return
         if self._table is None:
             from msprobe.mindspore.capture.api_table import build_api_table
             self._table = build_api_table()
+        before = set(self._originals)
         for owner, attr, prefix, inplace in self._table:
             self.patch(owner, attr, prefix, attr, inplace)
+        self._plan = [(key, entry, getattr(entry[0], key[1])) for key, entry in self._originals.items()
+                      if key not in before]
+
+    def _replay(self, plan):
+        """Install `plan`'s wrappers; False (nothing changed) when an attribute no longer holds the
+        original the plan was made with, or another patch took it meanwhile."""
+        originals = self._originals
+        for key, (owner, orig, _), _ in plan:
+            if key in originals or getattr(owner, key[1], None) is not orig:
+                return False
+        for key, entry, wrapper in plan:
+            originals[key] = entry
+            setattr(entry[0], key[1], wrapper)
+        return True
 
     def patch_jit(self):
         """Record calls of mindspore.jit-compiled functions and Cells as `Jit.{name}`."""
