@@ -11,6 +11,19 @@ inference pays nothing.
 In-place calls must change the caller's own tensor, not a copy: the tensor they change (the first
 argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
 before and after the change (a total gradient, not the call's share; the handles go at step end).
+
+What this costs, and what was tried (MindSpore 2.10, 2-core CPU; benchmarks/ms_dump_overhead.py): each
+HookBackward makes the Python thread wait until MindSpore's frontend queue has turned the input into a
+real tensor (StubNode::WaitValue) — after a call's own op, once per recorded call; the input hooks of
+the next call then find their tensors ready. Every op with a Python hook waits the same way
+(CellBackwardHook, InsertGradientOf, custom bprop Cells, ms.common._Function, a Primitive named
+HookBackward with C++ inference), and so do Tensor.register_hook, `.shape` and `.dtype`. One
+HookBackward over all of a call's inputs would hand zero tensors, not nothing, to inputs that get no
+gradient (an integer index, an unused output), which changes the records. Copies made by an ordinary
+op (`x * True`) with Tensor.register_hook on them registered in one batch at end_graph gave the same
+records with no wait in the forward pass, but the extra ops cost more than the waits saved (transformer
+stat_L1 1.79x, MLP 4.2x against 1.6x and 1.4x), and a reused HookBackward calls its latest hook for
+every earlier use.
 """
 
 import mindspore as ms
