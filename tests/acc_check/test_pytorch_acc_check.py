@@ -202,3 +202,31 @@ def test_cli_aliases_and_one_line_errors(pt_dumps, tmp_path):
     assert only_modules.returncode == 1 and "level L1 or mix is needed" in only_modules.stderr
     two = _cli("acc_check", "-api_info", pt_dumps["statistics"], "-d", "0", "1")
     assert two.returncode == 1 and "multi_acc_check" in two.stderr
+
+
+def test_backward_through_the_engine_equals_autograd_grad():
+    """The executor's vjp skips torch.autograd.grad's checks (whose first call imports sympy); its
+    gradients must be autograd.grad's, unused inputs None included."""
+    from msprobe.pytorch.acc_check.executor import _vjp
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    unused = torch.randn(2, requires_grad=True)
+    outs = [torch.nn.functional.linear(x, w).tanh(), (x * x).sum(dim=0)]
+    grads = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+    want = torch.autograd.grad(outs, [x, w, unused], grads, allow_unused=True, retain_graph=True)
+    got = _vjp(outs, [x, w, unused], grads)
+    assert got[2] is None and want[2] is None
+    assert all(torch.equal(a, b) for a, b in zip(got[:2], want[:2]))
+
+
+def test_a_run_does_not_import_sympy(pt_dumps, tmp_path):
+    """0.3-0.5 s of sympy import per process (and per multi_acc_check worker) is what the engine
+    call saves; a fresh process checking the transformer dump must not pay it."""
+    code = ("import sys, torch\n"
+            "from msprobe.core.acc_check.runner import run_acc_check\n"
+            f"run_acc_check({pt_dumps['statistics']!r}, out_path={str(tmp_path)!r}, progress=False)\n"
+            "print('sympy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
