@@ -5,6 +5,8 @@ owns naming counters, filters, statistics and the writer. Hot path: `record_call
 Guarded by benchmarks/dump_overhead.py.
 """
 
+import functools
+
 import torch
 
 from msprobe.core import naming
@@ -414,6 +416,7 @@ class DumpSession:
         self.summarizer.clear()
 
 
+@functools.lru_cache(maxsize=None)  # one per module, asked once per step for each
 def _split_module_base(base):
     prefix, rest = base.split(".", 1)
     path, cls = rest.rsplit(".", 1)
