@@ -19,6 +19,11 @@ read. A tool step whose own reads happened to land there got that back for free,
 once measured 0.8x; taking the faster way on both sides leaves the tool's own cost (`--plain-steps`: the
 plain step only, as a user's loop runs).
 
+Even so, one run's ratios are not repeatable to better than about +-0.2 on a 2-core machine: the same
+MindSpore step takes one of two durations from run to run (the MLP's step without the tool measured
+42-73 ms, its stat_L0 ratio 0.59-1.33 in five runs of the same code). Compare medians over several
+runs, interleaving the two versions being compared.
+
     python benchmarks/ms_dump_overhead.py                 # 5 rounds, all models and configs
     python benchmarks/ms_dump_overhead.py --quick         # 2 rounds, 2 steps per slot
     python benchmarks/ms_dump_overhead.py --check         # exit 1 when a ratio misses its target
