@@ -26,9 +26,11 @@ the 2 workers, i.e. the speed-up two free cores would give; it does not depend o
 machine runs, where the wall-time ratio does.
 
 The workers are forked from this process, which has run torch already (the dump, `single`), so they
-start warm. The command line's parent has only imported torch: each of its workers first pays ~0.3 s
-(what torch imports at the first backward, the API table), which one worker and two pay alike. Its
-summary showed 1.3-1.6x for 153 APIs and 1.7-1.8x for 1413 (same machine, same priority as README).
+start warm. The command line's parent has only imported torch: its workers each warm up on their
+first APIs, which one worker and two pay alike. (They no longer import sympy: torch.autograd.grad's
+first call did, 0.3-0.5 s per worker; the executor now calls autograd's engine directly.) End to end
+as processes, `msprobe multi_acc_check` on the 153 APIs takes 2.7-2.9 s with -d 0 and 2.2-2.4 s with
+-d 0 1, of which ~1.5 s is starting Python and importing torch.
 
 msProbe's PyTorch acc_check, forced onto the CPU, checks 2.4 APIs/s on this model (issue 5).
 """
