@@ -541,8 +541,8 @@ def test_non_finite_scalars_and_statistics_are_strict_json(tmp_path):
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_a_step_that_records_nothing_leaves_no_directory(tmp_path, level):
-    """The step directory is made ahead, on the writer pool; a step whose calls are all filtered out
-    must still leave nothing behind, and the recorded step beside it is whole."""
+    """The step directory is made at the first record: a step whose calls are all filtered out leaves
+    nothing behind, and the recorded step beside it is whole."""
     model = models.build("inplace")
     data = models.batches("inplace", 2)
     cfg = models.write_config(tmp_path, task="statistics", level=level, dump_path=str(tmp_path / "dump"),
