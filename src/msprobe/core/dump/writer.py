@@ -76,7 +76,8 @@ class DumpWriter:
         # pwrite from the start leaves a whole file even if the process is killed
         self._stack_fd = None
         if structure:
-            self._stack_fd = os.open(os.path.join(rank_dir, "stack.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            self._stack_fd = os.open(os.path.join(rank_dir, "stack.json"),
+                                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             os.pwrite(self._stack_fd, b"{}", 0)
         self._stack_len = 2
         self._stacks = {}  # captured stack -> index into _stack_frames
