@@ -125,9 +125,13 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
 
-    from msprobe.pytorch.acc_check.executor import create_executor
     torch.set_num_threads(1)  # before any op: forked workers must not inherit a busy OpenMP pool
-    root = tempfile.mkdtemp(prefix="acc_check_bench_")
+    with tempfile.TemporaryDirectory(prefix="acc_check_bench_") as root:  # the dump and every run's CSVs
+        return measure(args, root)
+
+
+def measure(args, root):
+    from msprobe.pytorch.acc_check.executor import create_executor
     dump = make_dump(root, args.blocks)
     executor = create_executor()
     n_apis = len(load_dump(dump)[1])
