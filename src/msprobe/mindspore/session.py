@@ -13,7 +13,7 @@ import mindspore as ms
 import numpy as np
 
 from msprobe.core import naming
-from msprobe.core.dump.json_append import json_float
+from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
@@ -272,7 +272,7 @@ class DumpSession:
         if v is None:
             return None
         if isinstance(v, _SCALARS):
-            return {"type": type(v).__name__, "value": json_float(v) if isinstance(v, float) else v}
+            return scalar_record(v)
         if isinstance(v, (list, tuple)):
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):

@@ -71,7 +71,7 @@ def _float_stats(flat):
     if kind is not None and flat.flags.c_contiguous:
         got = native.moments(flat.__array_interface__["data"][0], flat.size, kind)
         if got is not None:  # None: an inf/nan is in there, numpy says how it shows
-            return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+            return native.stats_record(got)
     return {"Max": json_float(float(flat.max())), "Min": json_float(float(flat.min())),
             "Mean": json_float(float(flat.mean())), "Norm": json_float(float(np.sqrt(np.dot(flat, flat))))}
 
@@ -103,7 +103,7 @@ def direct_stats(t, kinds):
         got = native.moments(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt])
     if got is None:
         return None
-    return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+    return native.stats_record(got)
 
 
 def _dense_copy(t, dt):

@@ -10,7 +10,7 @@ import functools
 import torch
 
 from msprobe.core import naming
-from msprobe.core.dump.json_append import json_float
+from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
@@ -135,8 +135,7 @@ class DumpSession:
         if v is None:
             return None
         if isinstance(v, _SCALARS):
-            # inf/nan scalars (masked_fill(mask, -inf)) as strings: the writer trusts records to be finite
-            return {"type": type(v).__name__, "value": json_float(v) if isinstance(v, float) else v}
+            return scalar_record(v)
         if isinstance(v, (list, tuple)):
             if isinstance(v, torch.Size):
                 return {"type": "torch.Size", "value": list(v)}

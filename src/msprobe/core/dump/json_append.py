@@ -23,6 +23,12 @@ def json_float(x):
     return "nan" if x != x else ("inf" if x > 0 else "-inf")
 
 
+def scalar_record(v):
+    """Record of a Python scalar argument (int, float, bool, str); inf/nan as json_float strings, so the
+    record holds no non-finite float (what a `finite` file requires)."""
+    return {"type": type(v).__name__, "value": json_float(v) if isinstance(v, float) else v}
+
+
 def encode(value, finite=False):
     """Compact JSON bytes of `value`; non-finite floats become "inf"/"-inf"/"nan" strings.
 

@@ -35,6 +35,11 @@ def moments(address, count, kind, threads=1, rows=1, row_stride=None):
     return _moments(address, count, kind, threads, rows, row_stride)
 
 
+def stats_record(got):
+    """The Max/Min/Mean/Norm fields of a record from what `moments` (or the kernel) returned."""
+    return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+
+
 def describe():
     """One line for diagnostics: which statistics kernel this process uses."""
     if _moments is None:
