@@ -19,6 +19,7 @@ import mindspore as ms
 from msprobe.core.config import config_task, load_config
 from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
 from msprobe.core.errors import ConfigError
+from msprobe.core.gc_pause import CollectorPause
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
@@ -76,6 +77,7 @@ class PrecisionDebugger:
         self._save_counts = {}
         self._static = None
         self._jit_warned = False
+        self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
         _state.debugger = self
         atexit.register(self._at_exit)
 
@@ -116,6 +118,7 @@ class PrecisionDebugger:
         if self._open_session() is None:
             return
         self._running = True
+        self._collector.pause()
         if self._token_range is not None and not self._token_active():
             return
         self._session.read_params_early()
@@ -126,6 +129,7 @@ class PrecisionDebugger:
         if self._running:
             self._capture_off()
             self._running = False
+        self._collector.resume()
 
     def step(self):
         """End the step: flush everything to disk and advance the step counter."""

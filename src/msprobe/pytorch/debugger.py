@@ -15,6 +15,7 @@ import torch
 from msprobe.core.config import config_task, load_config
 from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
 from msprobe.core.errors import ConfigError, MsprobeError
+from msprobe.core.gc_pause import CollectorPause
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_mode import ApiCapture
 from msprobe.pytorch.capture.aten_mode import AtenCapture
@@ -75,6 +76,7 @@ class PrecisionDebugger:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
         self._save_counts = {}
         self._optim_handles = []
+        self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
         atexit.register(self._at_exit)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -101,6 +103,7 @@ class PrecisionDebugger:
         session = self._open_session()
         if session is None:
             return
+        self._collector.pause()
         if self._token_range is not None and not self._token_active():
             self._running = True
             return
@@ -111,6 +114,7 @@ class PrecisionDebugger:
         if self._running:
             self._capture_off()
             self._running = False
+        self._collector.resume()
 
     def step(self):
         """End the step: flush everything to disk and advance the step counter."""

@@ -5,8 +5,6 @@ Must not import torch or mindspore; pandas is imported inside the functions that
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import os
 import re
@@ -17,6 +15,7 @@ from msprobe.core.compare import mappings
 from msprobe.core.compare.matching import MatchOptions, match_rows
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs
 from msprobe.core.errors import MsprobeError
+from msprobe.core.gc_pause import CollectorPause
 
 log = logging.getLogger(__name__)
 MODES = ("tensor", "statistics", "md5", "structure")
@@ -154,23 +153,11 @@ def detect_mode(t_reader, g_reader, t_rows, g_rows):
 PARALLEL_LOAD_BYTES = 32 << 20
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """No cyclic garbage collection while a dump is parsed and flattened: its millions of fresh dicts
-    and lists contain no cycles, yet each collection walks them all (more than half the load time
-    of a million-record dump)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _load_side(path):
-    """(DumpReader without its records, row table) of one dump; the records are dropped once flat."""
-    with _gc_paused():
+    """(DumpReader without its records, row table) of one dump; the records are dropped once flat.
+    Without cyclic collection meanwhile: the dump's millions of fresh dicts and lists hold no cycles,
+    yet each collection walked them all (more than half the load time of a million-record dump)."""
+    with CollectorPause():
         return _read_and_flatten(path)
 
 

@@ -1,0 +1,38 @@
+"""The MindSpore debugger pauses cyclic GC from start() to stop()/step() only (core/gc_pause.py), and
+the step is dumped as usual."""
+
+import gc
+import os
+
+import pytest
+
+ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
+
+from msprobe.core.dump.reader import DumpReader  # noqa: E402
+
+
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_paused_from_start_to_stop(models, tmp_path, level):
+    from mindspore import mint
+
+    from msprobe.mindspore import PrecisionDebugger
+    gc.enable()
+    net = models.build("mlp")
+    x, y = (ms.Tensor(a) for a in models.make_data("mlp"))
+    grad_fn = ms.value_and_grad(lambda xb, yb: mint.mean((net(xb) - yb) ** 2), None, net.trainable_params())
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level=level)
+    try:
+        debugger.start(net)
+        assert not gc.isenabled()
+        grad_fn(x, y)
+        debugger.stop()
+        assert gc.isenabled()
+        debugger.start(net)
+        assert not gc.isenabled()
+        debugger.step()  # step() without stop() ends the pause too
+        assert gc.isenabled()
+    finally:
+        debugger.close()
+        gc.enable()
+    r = DumpReader(os.path.join(tmp_path, "step0", f"proc{os.getpid()}"))
+    assert any(".backward" in k for k in r.keys())
