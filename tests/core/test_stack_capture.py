@@ -1,6 +1,7 @@
 """capture_stack notes (code, instruction offset) pairs; resolved to (file, line, function) they must
 always equal the plain definition of the stack."""
 
+import linecache
 import sys
 import threading
 
@@ -115,3 +116,13 @@ def test_skipped_frames_between_user_frames():
     for _ in range(3):
         space["wrapper"](user)
         user()
+
+
+def test_stack_texts_are_made_once_per_distinct_stack():
+    from msprobe.core.stack import stack_texts
+    here = capture_stack()
+    first = stack_texts(here)
+    assert stack_texts(tuple(here)) is first  # an equal stack captured again (the next step)
+    fn, ln, name = frame_lines(here)[0]
+    assert first[0] == f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
+    assert "here = capture_stack()" in first[0]

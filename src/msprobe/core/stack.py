@@ -1,11 +1,12 @@
 """Cheap call-stack capture for stack.json: a frame walk, no `inspect.stack()` (which reads source
 files on every call). A frame is noted as (id of its code object, its instruction offset): cheap to
 take and to hash. Line numbers (a search of the code's line table) and source lines are looked up
-only when stack.json is written, once per distinct stack (`frame_lines`).
+once per distinct stack (`frame_lines`, `stack_texts`).
 
 Must not import torch or mindspore.
 """
 
+import linecache
 import os
 import sys
 
@@ -15,6 +16,9 @@ _SKIP_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)  # m
 _CODES = {}
 _KEEP = {}  # skip_dirs -> {id(code): whether its frames are shown (not in skip_dirs)}
 _LINES = {}  # (id(code), offset) -> line number
+# captured stack -> its stack.json lines: a training loop captures the same stacks every step
+_TEXTS = {}
+_TEXTS_LIMIT = 1 << 16
 
 
 def capture_stack(skip_dirs=_SKIP_DIRS, limit=30):
@@ -54,6 +58,19 @@ def frame_lines(stack):
             line = _LINES[entry] = _line_of(code, entry[1])
         out.append((code.co_filename, line, code.co_name))
     return out
+
+
+def stack_texts(stack):
+    """The stack.json lines of a captured stack ("File {file}, line {n}, in {function}, \\n {source}"),
+    made once per distinct stack in the process (each step used to format them all again)."""
+    texts = _TEXTS.get(stack)
+    if texts is None:
+        if len(_TEXTS) >= _TEXTS_LIMIT:  # a program whose stacks never repeat: do not grow forever
+            _TEXTS.clear()
+        texts = _TEXTS[stack] = tuple(
+            f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
+            for fn, ln, name in frame_lines(stack))
+    return texts
 
 
 def _line_of(code, offset):

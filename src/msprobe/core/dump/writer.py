@@ -10,7 +10,6 @@ Must not import torch or mindspore.
 """
 
 import json
-import linecache
 import logging
 import os
 import threading
@@ -22,7 +21,7 @@ import orjson
 
 from msprobe.core.dump.json_append import JsonAppendFile
 from msprobe.core.errors import MsprobeError
-from msprobe.core.stack import frame_lines
+from msprobe.core.stack import stack_texts
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +79,10 @@ class DumpWriter:
                                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             os.pwrite(self._stack_fd, b"{}", 0)
         self._stack_len = 2
-        self._stacks = {}  # captured stack -> index into _stack_frames
-        self._stack_frames = []  # distinct captured stacks, by index
-        self._stack_texts = []  # their stack.json lines, made at the first write
-        self._stack_log = []  # (key, stack index) in the order they came
+        # stack.json entries [keys, lines] by their lines: two calls on one line (told apart by
+        # instruction when captured) share an entry, keys in the order they came
+        self._stack_entries = {}
+        self._stack_of = {}  # captured stack -> its entry, for this writer
         self._stacks_written = True  # True while stack.json on disk holds every stack added ("{}" now)
         self._pending = deque()  # [key, record, outstanding-future-count]
         self._lock = threading.Lock()
@@ -136,11 +135,14 @@ class DumpWriter:
         innermost outward, already filtered."""
         if not self.structure:
             return
-        idx = self._stacks.get(frames)
-        if idx is None:
-            idx = self._stacks[frames] = len(self._stack_frames)
-            self._stack_frames.append(frames)
-        self._stack_log.append((key, idx))
+        entry = self._stack_of.get(frames)
+        if entry is None:
+            lines = stack_texts(frames)
+            entry = self._stack_entries.get(lines)
+            if entry is None:
+                entry = self._stack_entries[lines] = [[], list(lines)]
+            self._stack_of[frames] = entry
+        entry[0].append(key)
         self._stacks_written = False
 
     # -- tensors and slow work -----------------------------------------------------------------
@@ -180,20 +182,7 @@ class DumpWriter:
         nothing to do when no stack came in since the last write (stop() then step())."""
         if not self.structure or self._stacks_written:
             return
-        # captured stacks are told apart by instruction, stack.json by text: two calls on one line
-        # share an entry, keys in the order they came
-        for frames in self._stack_frames[len(self._stack_texts):]:
-            self._stack_texts.append(tuple(
-                f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
-                for fn, ln, name in frame_lines(frames)))
-        entries = {}  # text -> [keys, lines]
-        for key, idx in self._stack_log:
-            lines = self._stack_texts[idx]
-            entry = entries.get(lines)
-            if entry is None:
-                entry = entries[lines] = [[], list(lines)]
-            entry[0].append(key)
-        out = {str(i): entry for i, entry in enumerate(entries.values())}
+        out = {str(i): entry for i, entry in enumerate(self._stack_entries.values())}
         text = orjson.dumps(out, option=orjson.OPT_INDENT_2)  # json.dump's Python encoder: ms per step
         os.pwrite(self._stack_fd, text, 0)
         if len(text) < self._stack_len:  # cannot happen (entries only grow), but never leave a tail
