@@ -218,11 +218,18 @@ class Runner:
         return total
 
     def clean(self):
-        """Delete what the dump wrote (outside the timed region)."""
+        """Delete what the dump wrote, and wait for the file system to finish with it (outside the
+        timed region). Deleting is the benchmark's own doing, not the tool's, yet the file system's
+        work for it (journal commits, and on a volume mounted with `discard` the TRIM of every freed
+        block) ran in the background during the next timed steps: with tensor_L1 (~170 MB a step) in
+        the rotation, the CNN's stat_L0 measured 1.47x against 1.25x in a run without it."""
         if self.debugger is None or not os.path.isdir(self.dump_path):
             return
-        for entry in os.listdir(self.dump_path):
+        entries = os.listdir(self.dump_path)
+        for entry in entries:
             shutil.rmtree(os.path.join(self.dump_path, entry), ignore_errors=True)
+        if entries:
+            os.sync()
 
 
 # -- measurement ---------------------------------------------------------------------------------------
