@@ -181,8 +181,7 @@ class DumpSession:
         listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
         forward = flt.forward and listed_forward
         waits = []
-        _state.busy = True
-        try:
+        with tool_work():
             stack = capture_stack() if self.with_stack else None
             if forward and flt.input:
                 in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
@@ -190,11 +189,8 @@ class DumpSession:
                 in_args, in_kwargs = [], {}
             # graph edges of the inputs before the call: an in-place call moves them
             edges = _edges_before(flt, args, kwargs, inplace)
-        finally:
-            _state.busy = False
         out = _run_nested(func, args, kwargs)
-        _state.busy = True
-        try:
+        with tool_work():
             result = self._result_of(out, args, inplace)
             if forward:
                 record = {"input_args": in_args, "input_kwargs": in_kwargs,
@@ -204,8 +200,6 @@ class DumpSession:
                 self.note_structure(key, self.parent_key(), stack)
             if edges is not None and torch.is_grad_enabled():
                 self._track_api_backward(prefix, name, index, edges, out, save)
-        finally:
-            _state.busy = False
         return out
 
     def _result_of(self, out, args, inplace):
@@ -229,16 +223,12 @@ class DumpSession:
         waits = []
         # overflow_check: inputs summarised after the call, and only if it overflowed (in place: before)
         eager = flt.input and (overflow is None or inplace)
-        _state.busy = True
-        try:
+        with tool_work():
             stack = capture_stack() if self.with_stack else None
             in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save and not inplace, waits)
                                   if eager else ([], {}))
-        finally:
-            _state.busy = False
         out = func(*args, **kwargs)
-        _state.busy = True
-        try:
+        with tool_work():
             if inplace:
                 self.summarizer.forget(flat_tensors(out))
             if overflow is not None:
@@ -253,8 +243,6 @@ class DumpSession:
             else:
                 self.emit(key, record, waits)
             self.note_structure(key, self.current_api, stack)
-        finally:
-            _state.busy = False
         return out
 
     def _record_call_overflow(self, prefix, name, index, key, func, args, kwargs, inplace):
@@ -264,16 +252,12 @@ class DumpSession:
         whose inputs are summarised before (no tensor files for those: their memory is overwritten).
         """
         flt = self.filter
-        _state.busy = True
-        try:
+        with tool_work():
             pre = (self.args_records(key, args, kwargs, "input", False, [])
                    if inplace and flt.forward and flt.input else None)
             edges = _edges_before(flt, args, kwargs, inplace)
-        finally:
-            _state.busy = False
         out = _run_nested(func, args, kwargs)
-        _state.busy = True
-        try:
+        with tool_work():
             result = self._result_of(out, args, inplace)
             if (flt.forward and not self.overflow.exhausted
                     and any(tensor_overflows(t) for t in flat_tensors(result))
@@ -291,8 +275,6 @@ class DumpSession:
                 self.note_structure(key, self.parent_key(), capture_stack() if self.with_stack else None)
             if edges is not None and torch.is_grad_enabled() and not self.overflow.exhausted:
                 self._track_api_backward(prefix, name, index, edges, out, False)
-        finally:
-            _state.busy = False
         return out
 
     def _overflow_keeps(self, key, record, outputs):

@@ -5,21 +5,18 @@ import torch
 
 from msprobe.core import naming
 from msprobe.core.dump.grad_slots import fill_grads, index_tensors
-from msprobe.pytorch import _state
+from msprobe.pytorch.tool_work import tool_work
 
 
 def save_variable(session, variable, name, count, save_backward):
     key = naming.debug_key(name, count)
     save = session.filter.saves_tensor(key)
     waits = []
-    prev, _state.busy = _state.busy, True
-    try:
+    with tool_work():
         record = session.value_record(variable, key, save, waits)
         session.emit(key, record, waits)
         if save_backward and torch.is_grad_enabled():
             _GradSave.attach(session, variable, naming.debug_key(name, count, grad=True), save)
-    finally:
-        _state.busy = prev
 
 
 class _GradSave:
@@ -56,12 +53,9 @@ class _GradSave:
         session, self.session = self.session, None
         session.trackers.pop(self, None)
         waits = []
-        prev, _state.busy = _state.busy, True
-        try:
+        with tool_work():
             record = fill_grads(self.structure, self.grads, session, self.key, self.save, waits)
             session.emit(self.key, record, waits)
-        finally:
-            _state.busy = prev
 
     def emit_partial(self):
         if self.session is not None:

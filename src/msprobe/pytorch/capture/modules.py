@@ -5,8 +5,8 @@ gradients through post-accumulate-grad hooks. The root module itself is not reco
 
 import torch
 
-from msprobe.core import naming
 from msprobe.pytorch import _state
+from msprobe.pytorch.tool_work import tool_work
 
 
 def named_submodules(models):
@@ -75,11 +75,8 @@ class ModuleCapture:
             if not want:
                 self._frames.append((key, parent, None))
                 return None
-            _state.busy = True
-            try:
+            with tool_work():
                 frame = session.begin_module(key, args, kwargs)
-            finally:
-                _state.busy = False
             self._frames.append((key, parent, frame))
             return None
         return hook
@@ -95,11 +92,8 @@ class ModuleCapture:
                 session.module_stack.pop()
             if frame is None:
                 return None
-            _state.busy = True
-            try:
+            with tool_work():
                 session.end_module(key, parent, module, frame, args, kwargs, output)
-            finally:
-                _state.busy = False
             return None
         return hook
 
@@ -131,12 +125,9 @@ class _ParamGradState:
             session = _state.session
             if session is None or not self.owner.grads_active or self.base not in session.recorded_modules:
                 return
-            prev, _state.busy = _state.busy, True
-            try:
+            with tool_work():
                 self.got[name] = param.grad
                 if len(self.got) == len(self.names):
                     got, self.got = self.got, {}
                     session.emit_params_grad(self.base, got)
-            finally:
-                _state.busy = prev
         return on_grad

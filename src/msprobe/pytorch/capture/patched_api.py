@@ -23,7 +23,6 @@ def collective_names():
     if not dist.is_available():
         return []
     from torch.distributed import distributed_c10d as c10d
-    names = []
     with warnings.catch_warnings():  # inspecting deprecated aliases (reduce_op) warns
         warnings.simplefilter("ignore")
         return _collectives_of(c10d, dist)
