@@ -5,8 +5,8 @@ dumped at level L1 with task statistics: 153 APIs, 98 of them with a backward. T
 the order rotated each round:
 
   single   run_acc_check in this process (random inputs, CPU float32 vs CPU float64, fwd + bwd)
-  multi1   run_multi_acc_check with 1 worker process (-d 0), forked as the command line does
-  multi2   run_multi_acc_check with 2 worker processes (-d 0 1)
+  multi1   run_multi_acc_check with 1 worker (-d 0): this process, as the command line runs it
+  multi2   run_multi_acc_check with 2 workers (-d 0 1): this process and one forked from it
 
 APIs/s = APIs checked / wall seconds of the call (single: the checking loop, the executor already
 built; multi: worker start-up, split and merge included). Each round also times the same pure-Python
@@ -25,12 +25,15 @@ Workers report their CPU seconds: `work split` = CPU s of the 1-worker run / CPU
 the 2 workers, i.e. the speed-up two free cores would give; it does not depend on what else the
 machine runs, where the wall-time ratio does.
 
-The workers are forked from this process, which has run torch already (the dump, `single`), so they
-start warm. The command line's parent has only imported torch: its workers each warm up on their
-first APIs, which one worker and two pay alike. (They no longer import sympy: torch.autograd.grad's
-first call did, 0.3-0.5 s per worker; the executor now calls autograd's engine directly.) End to end
-as processes, `msprobe multi_acc_check` on the 153 APIs takes 2.7-2.9 s with -d 0 and 2.2-2.4 s with
--d 0 1, of which ~1.5 s is starting Python and importing torch.
+Worker 0 is the calling process itself (since session 5; before, every worker was forked and the
+1-worker run paid a fork and a cold heap: 0.99-1.24 s here against 0.88-0.94 s now). The second
+worker is forked from this process, which has run torch already (the dump, `single`); its first
+writes to inherited pages are the fixed cost that a 1-second run does not amortise: on these 153
+APIs each of two workers spends ~0.6 CPU s on half the work that one worker does in 0.9, and two
+independent full runs side by side already slow each other 5-20% on this VM (caches, page faults).
+On 1,413 APIs (`--blocks 40`) 2 workers give 1.76x. (Workers no longer import sympy:
+torch.autograd.grad's first call did, 0.3-0.5 s per worker; the executor calls autograd's engine
+directly.)
 
 msProbe's PyTorch acc_check, forced onto the CPU, checks 2.4 APIs/s on this model (issue 5).
 """

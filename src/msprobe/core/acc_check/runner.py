@@ -165,15 +165,21 @@ def _worker(index, api_info, names, inherited, next_case, spec_options, framewor
             cases = [by_name[n] for n in names]
         else:
             reader, cases = inherited
-        spec = ExecutorSpec(framework, spec_options)
-        with ResultFiles(part_dir, f"w{index}") as files:
-            for _ in check_cases(_take(cases, next_case), reader, spec, files, save_error_data, error_root,
-                                 progress=lambda _name: _count(done, index), seed=seed):
-                pass
+        _check_share(index, reader, cases, ExecutorSpec(framework, spec_options), part_dir, save_error_data,
+                     error_root, seed, next_case, lambda _name: _count(done, index))
         queue.put(("exit", index, repr(time.process_time())))
     except BaseException as e:  # the parent reports it; a worker must never hang the run
         queue.put(("failed", index, f"{type(e).__name__}: {e}"))
         raise
+
+
+def _check_share(index, reader, cases, spec, part_dir, save_error_data, error_root, seed, next_case, progress):
+    """One worker's share (the forked ones' and this process's): the cases it takes from `next_case`,
+    written to its own part files."""
+    with ResultFiles(part_dir, f"w{index}") as files:
+        for _ in check_cases(_take(cases, next_case), reader, spec, files, save_error_data, error_root,
+                             progress=progress, seed=seed):
+            pass
 
 
 def _count(done, index):
@@ -209,7 +215,11 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     """Check every API of a dump with one worker process per entry of `devices`.
 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
-    count CPU workers, which share the cores (one torch thread each).
+    count CPU workers, which share the cores (one torch thread each). Worker 0 is this process, which
+    takes its share once the others are started: one process fewer to start, and a share that begins
+    at once on memory this process has already touched (a forked worker's first writes to inherited
+    pages cost it ~0.1 s on the 153 APIs of `benchmarks/acc_check_throughput.py`); `-d 0` alone runs
+    no other process.
     Workers take the cases (dump order, the last tenth biggest first: work_split.py) from one
     shared queue and write part files under
     `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
@@ -257,28 +267,47 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     done = ctx.RawArray("q", max(n_workers, 1))
     inherited = (reader, ordered) if start_method == "fork" else None
     procs = []
+    options = [(("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
+                ("threads", threads)) for i in range(n_workers)]
+    part_dirs = [os.path.join(parts_root, f"worker{i}.{attempt}") for i in range(n_workers)]
     # Forked workers share the parent's objects page by page until they write to them. A garbage
     # collection in a worker writes to every tracked object (0.1 s and ~6k copied pages per worker
     # with torch imported); frozen objects are never collected, so the pages stay shared.
     gc.freeze()
     try:
-        for i in range(n_workers):
-            options = (("device", devices[i] if accelerator_count else None),
-                       ("custom_apis", tuple(custom_apis)), ("threads", threads))
-            part_dir = os.path.join(parts_root, f"worker{i}.{attempt}")
+        for i in range(1, n_workers):  # worker 0 is this process
             p = ctx.Process(target=_worker, name=f"acc_check-worker{i}",
-                            args=(i, api_info, queue_order, inherited, next_case, options, reader.framework,
-                                  part_dir, save_error_data, error_root, seed, queue, done))
+                            args=(i, api_info, queue_order, inherited, next_case, options[i], reader.framework,
+                                  part_dirs[i], save_error_data, error_root, seed, queue, done))
             p.start()
             procs.append(p)
     finally:
         gc.unfreeze()
     bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
     failures = []
-    cpu = [0.0] * len(procs)
+    cpu = [0.0] * n_workers
     running = len(procs)
     shown = 0
+
+    def own_progress(_name):
+        nonlocal shown
+        done[0] += 1
+        finished = sum(done)
+        bar.update(finished - shown)
+        shown = finished
     try:
+        if n_workers:
+            c0 = time.process_time()
+            try:
+                _check_share(0, reader, ordered, ExecutorSpec(reader.framework, options[0]), part_dirs[0],
+                             save_error_data, error_root, seed, next_case, own_progress)
+            except Exception as e:  # the other workers still finish their cases; reported below
+                failures.append(f"worker 0: {type(e).__name__}: {e}")
+            except BaseException:  # interrupted: the others must not go on alone
+                for p in procs:
+                    p.terminate()
+                raise
+            cpu[0] = time.process_time() - c0
         while running:
             try:
                 kind, index, text = queue.get(timeout=PROGRESS_POLL_S)
