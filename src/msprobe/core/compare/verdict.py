@@ -62,7 +62,6 @@ _FUSED_PIECE = re.compile("|".join(map(re.escape, C.FUSED_NAME_PARTS)))
 
 def exemptions(keys):
     """(all rules skipped, input rules skipped) masks from the API names of the rows' keys."""
-    import pandas as pd
     candidates = filter(_EXEMPT_PIECE.search, dict.fromkeys(keys))
     names = {k: _api_name(k) for k in candidates}
     all_ex = [k for k, n in names.items() if n in C.ALL_RULES_EXEMPT]
@@ -80,7 +79,6 @@ def _rows_of(keys, wanted):
 
 def _fused(keys):
     """Rows of calls whose names mark a fused projection (their dtype/shape may differ by design)."""
-    import pandas as pd
     return _rows_of(keys, list(filter(_FUSED_PIECE.search, dict.fromkeys(keys))))
 
 
