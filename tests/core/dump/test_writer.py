@@ -432,3 +432,18 @@ def test_structure_false_writes_neither_construct_nor_stack(tmp_path):
     w.close()
     assert sorted(os.listdir(tmp_path / "r")) == ["dump.json"]
     assert list(DumpReader(str(tmp_path / "r")).keys()) == ["Functional.relu.0.forward"]
+
+
+@pytest.mark.parametrize("dump_path_exists, step_exists", [(True, False), (True, True), (False, False)])
+def test_rank_dir_made_whatever_exists_already(tmp_path, dump_path_exists, step_exists):
+    root = tmp_path / "dump" if dump_path_exists else tmp_path / "missing" / "dump"
+    if dump_path_exists:
+        root.mkdir()
+    if step_exists:
+        (root / "step3" / "rank0").mkdir(parents=True)  # another rank made the step directory first
+    w = DumpWriter(step_rank_dir(str(root), 3, 1), task="statistics", level="L1", framework="pytorch")
+    w.add("Torch.add.0.forward", {"input_args": [], "input_kwargs": {}, "output": []})
+    w.close()
+    assert list(DumpReader(str(root / "step3" / "rank1")).keys()) == ["Torch.add.0.forward"]
+    again = DumpWriter(step_rank_dir(str(root), 3, 1), task="statistics", level="L1", framework="pytorch")
+    again.close()  # the same rank directory again (a re-run into the same dump path)
