@@ -1,39 +1,26 @@
 """Fixtures of the acc_check tests: real dumps of the PyTorch and MindSpore model zoos (made once per
 session), and the zoo modules loaded by path under private names."""
 
-from pathlib import Path
-import importlib.util
 import os
-import sys
 
 import pytest
 
 from acc_fixtures import dump_json_of
+from private_modules import load_private
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 
 
-def load_by_path(name, path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="session")
 def pt_models():
-    return load_by_path("msprobe_acc_pt_models", os.path.join(TESTS, "pytorch", "models.py"))
+    return load_private("msprobe_acc_pt_models", os.path.join(TESTS, "pytorch", "models.py"))
 
 
 @pytest.fixture(scope="session")
 def ms_models():
     pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
-    return load_by_path("msprobe_acc_ms_models", os.path.join(TESTS, "mindspore", "models.py"))
-
-
+    return load_private("msprobe_acc_ms_models", os.path.join(TESTS, "mindspore", "models.py"))
 
 
 @pytest.fixture(scope="session")

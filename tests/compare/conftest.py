@@ -1,21 +1,15 @@
 """Fixtures of the compare tests: real PyTorch dumps (runs.py) and hand-written dump.json files."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
 from compare_fixtures import write_dump
+from private_modules import load_private
+
 
 def _load_runs():
-    name = "msprobe_compare_test_runs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "runs.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_private("msprobe_compare_test_runs", os.path.join(os.path.dirname(__file__), "runs.py"))
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,14 @@ and evidence, and say "no divergence" for identical runs. Also the CLI contract 
 diagnosis.json) and the README demo's planted bf16 softmax.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from private_modules import load_private
 
 pytest.importorskip("torch")
 
@@ -22,17 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def _load(name, path):
-    """A helper file of the tests under a private module name (tests/ has no packages)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-planted = _load("msprobe_test_planted", os.path.join(HERE, "planted.py"))
+planted = load_private("msprobe_test_planted", os.path.join(HERE, "planted.py"))
 TASKS = ("statistics", "tensor")
 
 
@@ -254,7 +245,7 @@ def test_cli_writes_diagnosis_and_fails_on_divergence(planted_dumps, tmp_path):
 
 def test_readme_demo_names_the_planted_softmax(tmp_path):
     """examples/demo.py: fp32 vs the same model with block 1's softmax in bfloat16."""
-    demo = _load("msprobe_example_demo", os.path.join(ROOT, "examples", "demo.py"))
+    demo = load_private("msprobe_example_demo", os.path.join(ROOT, "examples", "demo.py"))
     demo.train_one_step(str(tmp_path / "fp32"), planted=False)
     demo.train_one_step(str(tmp_path / "planted"), planted=True)
     d = _diagnose(str(tmp_path / "planted"), str(tmp_path / "fp32"))

@@ -1,12 +1,12 @@
 """Diagnosis on MindSpore dumps (Cell keys, MindSpore dtype names, primitive APIs): the mint MLP of
 tests/mindspore/models.py trained one step, clean and with one perturbed weight in fc2."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
+
+from private_modules import load_private
 
 ms = pytest.importorskip("mindspore")
 
@@ -17,13 +17,7 @@ MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 def _models():
-    name = "msprobe_test_ms_models_diag"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MODELS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_private("msprobe_test_ms_models_diag", MODELS)
 
 
 def _dump(path, perturb):

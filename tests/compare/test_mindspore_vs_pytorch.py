@@ -2,11 +2,11 @@
 the same network in PyTorch with the same weights and data (dumped by msprobe.pytorch), at mix level:
 Cells pair with Modules, mint APIs with torch APIs, and nothing is an error."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
+
+from private_modules import load_private
 
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 torch = pytest.importorskip("torch")
@@ -15,14 +15,8 @@ from msprobe.core.compare import compare_dumps  # noqa: E402
 
 
 def _ms_models():
-    name = "msprobe_ms_test_models"
-    if name not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "mindspore", "models.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_private("msprobe_ms_test_models",
+                        os.path.join(os.path.dirname(os.path.dirname(__file__)), "mindspore", "models.py"))
 
 
 class TorchMLP(torch.nn.Module):

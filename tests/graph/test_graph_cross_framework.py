@@ -1,7 +1,6 @@
 """MindSpore target against a PyTorch golden: the same MLP and weights, dumped at level mix by our two
 dumpers; the graph pairs Cell with Module and mint/primitive APIs with their torch counterparts."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -10,16 +9,14 @@ import torch.nn.functional as F
 
 from graph_db import read_graph_db
 from msprobe.core.graph.build import visualize
+from private_modules import load_private
 
 MS_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mindspore", "models.py")
 
 
 def load_ms_models():
     """tests/mindspore/models.py under its own name (tests/pytorch has a `models` module too)."""
-    spec = importlib.util.spec_from_file_location("graph_ms_models", MS_MODELS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_private("graph_ms_models", MS_MODELS)
 
 
 class TorchMLP(torch.nn.Module):
