@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from acc_fixtures import SEED_WHERE
+from acc_fixtures import SEED_WHERE, cyclic_garbage_of
 
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 
@@ -84,6 +84,20 @@ def test_tensor_dump_replays_real_inputs(ms_dumps):
                                   reader.load_tensor(case.forward["input_args"][0]).array)
     np.testing.assert_allclose(run.forward[0].tested, reader.load_tensor(case.forward["output"][0]).array,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_checked_apis_leave_no_tensor_in_a_reference_cycle(ms_dumps):
+    """Each API's tensors are freed when its check returns, not at the next garbage collection."""
+    from msprobe.mindspore.acc_check.executor import create_executor
+    reader, cases = load_dump(ms_dumps["statistics"])
+    executor, source = create_executor(), TensorSource(reader)
+
+    def check_all():
+        for case in cases:
+            executor.run(case, source, rng_for(case.name))
+    garbage = cyclic_garbage_of(check_all)
+    assert not [o for kind, o in garbage if isinstance(o, ms.Tensor)]
+    assert len(cases) > 10
 
 
 def test_planted_defect_is_an_error_its_twin_passes(tmp_path):

@@ -13,8 +13,8 @@ import mindspore as ms
 
 from msprobe.core.acc_check import dtypes
 from msprobe.core.acc_check.execution import CaseRun, ComparedTensor
-from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, ValueSpec, forward_inputs,
-                                               gradient_inputs, output_gradient_specs)
+from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, build_call,
+                                               forward_inputs, gradient_inputs, output_gradient_specs)
 from msprobe.core.acc_check.api_names import Unresolvable
 from msprobe.mindspore.acc_check.resolver import MindSporeResolver
 from msprobe.mindspore.capture.api_table import is_in_place
@@ -107,7 +107,7 @@ class MindSporeExecutor:
                 values = dict(leaves)
                 for i, v in zip(grad_index, diff_values):
                     values[id(named[i][1])] = v
-                args, kwargs = _build(tree, values)
+                args, kwargs = build_call(tree, values, _value)
                 return func(*args, **kwargs)
             return fn
 
@@ -198,21 +198,6 @@ def _value(spec):
     if kind == "float" and isinstance(v, str):
         return float(v)
     return v
-
-
-def _build(tree, leaves):
-    def value(node):
-        if isinstance(node, TensorSpec):
-            return leaves[id(node)]
-        if isinstance(node, ValueSpec):
-            return _value(node)
-        if isinstance(node, list):
-            return tuple(value(v) for v in node)
-        if isinstance(node, dict):
-            return {k: value(v) for k, v in node.items()}
-        return node
-    args, kwargs = tree
-    return [value(v) for v in args], {k: value(v) for k, v in kwargs.items()}
 
 
 def _flatten(out, path=""):

@@ -6,13 +6,15 @@ so only the API's own error is measured. Gradients of the outputs come from the 
 (dumped tensors or random data in its range) and are upcast the same way.
 """
 
+import functools
+
 import numpy as np
 import torch
 
 from msprobe.core.acc_check import dtypes
 from msprobe.core.acc_check.execution import CaseRun, ComparedTensor
-from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, ValueSpec, forward_inputs,
-                                               gradient_inputs, output_gradient_specs)
+from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, build_call,
+                                               forward_inputs, gradient_inputs, output_gradient_specs)
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.acc_check.random_apis import RANDOM_APIS
 from msprobe.core.acc_check.api_names import Unresolvable
@@ -21,6 +23,7 @@ from msprobe.pytorch.capture.api_table import is_inplace
 
 _TORCH_DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES if hasattr(torch, name)}
 _BENCH_DTYPES = {"float": torch.float64, "complex": torch.complex128}
+_CPU = torch.device("cpu")
 _GRAD_RANGE = (-1.0, 1.0)  # output gradient when the backward record does not describe one
 
 
@@ -130,8 +133,8 @@ class TorchExecutor:
                 t.requires_grad_(True)
                 b.requires_grad_(True)
             leaves_t[id(spec)], leaves_b[id(spec)] = t, b
-        args_t, kwargs_t = self._build(tree, leaves_t, self.device)
-        args_b, kwargs_b = self._build(tree, leaves_b, torch.device("cpu"))
+        args_t, kwargs_t = build_call(tree, leaves_t, functools.partial(_python_value, device=self.device))
+        args_b, kwargs_b = build_call(tree, leaves_b, functools.partial(_python_value, device=_CPU))
 
         seed = int(rng.integers(0, 2**31 - 1))
         with torch.set_grad_enabled(bool(grad_index)):
@@ -215,21 +218,6 @@ class TorchExecutor:
         if t.is_complex():
             return t.to(torch.complex128)
         return t.clone()
-
-    def _build(self, tree, leaves, device):
-        def value(node):
-            if isinstance(node, TensorSpec):
-                return leaves[id(node)]
-            if isinstance(node, ValueSpec):
-                return _python_value(node, device)
-            if isinstance(node, list):
-                return tuple(value(v) for v in node)
-            if isinstance(node, dict):
-                return {k: value(v) for k, v in node.items()}
-            return node
-
-        args, kwargs = tree
-        return [value(v) for v in args], {k: value(v) for k, v in kwargs.items()}
 
     @staticmethod
     def _compared(name, t, b):
