@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from acc_fixtures import SEED_WHERE, cyclic_garbage_of
+from acc_fixtures import SEED_WHERE
+from cyclic_garbage import cyclic_garbage_of
 
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 

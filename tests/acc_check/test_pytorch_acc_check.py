@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from acc_fixtures import cyclic_garbage_of
+from cyclic_garbage import cyclic_garbage_of
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.runner import load_dump, run_acc_check
 from msprobe.core.dump.reader import DumpReader
