@@ -1,36 +1,29 @@
-"""PrecisionDebugger for MindSpore: start/stop/step lifecycle over the capture layers.
+"""PrecisionDebugger for MindSpore: the capture layers under core/dump/lifecycle.py's start/stop/step.
 
-    start()  -> a DumpSession for the current step (created on first start of the step); L1/mix wrap
-                the APIs (and the Primitives of the model passed); L0/mix hook the model's sub-Cells.
-    stop()   -> capture off; the session stays so that a backward run after stop() is still recorded.
-    step()   -> flush and close the step's files, advance the step counter.
+    start()  -> L1/mix wrap the APIs (and the Primitives of the model passed); L0/mix hook the
+                model's sub-Cells.
 
 In GRAPH_MODE, start() hands over to static_graph.py (L0 through ops.TensorDump, L2 through
 MindSpore's own dump); everything else here is PyNative.
 """
 
-import atexit
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import mindspore as ms
 
-from msprobe.core.config import config_task, load_config
-from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
+from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError
-from msprobe.core.gc_pause import CollectorPause
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
-from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.mindspore.session import DumpSession, current_rank
 
 logger = logging.getLogger(__name__)
 
 
-class PrecisionDebugger:
+class PrecisionDebugger(DumpLifecycle):
     """Dump what a MindSpore model computes, in msProbe's dump format.
 
     Args:
@@ -50,36 +43,18 @@ class PrecisionDebugger:
         ...     debugger.step()
     """
 
-    def __new__(cls, config_path=None, task=None, dump_path=None, level=None, step=None):
-        # task grad_probe is gradient monitoring, driven by `.monitor(optimizer)`: hand over to its monitor.
-        if config_task(config_path, task) == "grad_probe":
-            from msprobe.mindspore.grad_probe import GradientMonitor
-            return GradientMonitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
-        return super().__new__(cls)
+    state = _state
+    model_types = (ms.nn.Cell,)
+    model_words = "a mindspore.nn.Cell"
+    unit_words = "Cells"
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
-        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
-        # overflow_check: overflowing records counted over the whole run, against overflow_nums
-        self._overflow = OverflowBudget(self.config.overflow_nums)
-        self.current_step = 0
-        self._session = None
+        super().__init__(config_path, task=task, dump_path=dump_path, level=level, step=step)
         self._cells = None
-        self._model = None
         self._patched = PatchedApis()
-        self._custom = {}  # (id(owner), attr) -> (owner, prefix)
-        self._running = False  # between the user's start() and stop()
-        self._capturing = False  # capture layers installed (differs from _running under token_range)
-        self._rank_id = None
-        self._token_range = None
-        self._token_handles = []
-        self._token_iter = 0
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
-        self._save_counts = {}
         self._static = None
         self._jit_warned = False
-        self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
         _state.debugger = self
-        atexit.register(self._at_exit)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, model=None, token_range=None, rank_id=None):
@@ -104,64 +79,13 @@ class PrecisionDebugger:
             return
         if model is None and self._model is not None:
             model = self._model  # MsprobeStep calls start() without the model given once before
-        self._check_model(model, token_range)
-        if rank_id is not None:
-            if isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0:
-                raise ConfigError("rank_id", rank_id, "an integer >= 0")
-            self._rank_id = rank_id
-        if token_range is not None:
-            self._set_token_range(model, token_range)
-        if model is not None:
-            self._set_model(model)
-        if self._running or not self._step_selected():
-            return
-        if self._open_session() is None:
-            return
-        self._running = True
-        self._collector.pause()
-        if self._token_range is not None and not self._token_active():
-            return
-        self._session.read_params_early()
-        self._capture_on()
-
-    def stop(self):
-        """Stop collection; the step's backward is still recorded until step()."""
-        if self._running:
-            self._capture_off()
-            self._running = False
-        self._collector.resume()
-
-    def step(self):
-        """End the step: flush everything to disk and advance the step counter."""
-        self.stop()
-        self._close_session()
-        if self._cells is not None:
-            self._cells.release()
-        if self._static is not None:
-            self._static.step()
-        self.current_step += 1
-        self._token_iter = 0
-        self._save_counts = {}
+        self._start_dump(model, token_range, rank_id)
 
     def set_init_step(self, step):
         """Count steps from `step` (call before the training loop)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ConfigError("step", step, "an integer >= 0")
-        self.current_step = step
+        super().set_init_step(step)
         if self._session is not None and self._session.writer is None:
             self._session.step = step  # start(model) ran before Model.train: nothing written yet
-
-    def save(self, variable, name, save_backward=True):
-        """Save a tensor or nested dict/list/tuple/scalars under `name` (level debug): debug.json."""
-        if self.config.level != "debug":
-            raise ConfigError("level", self.config.level, "debug (save() records only at level debug)")
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, "a non-empty string")
-        if not self._step_selected() or self._open_session() is None:
-            return
-        count = self._save_counts.get(name, 0)
-        self._save_counts[name] = count + 1
-        save_variable(self._session, variable, name, count, save_backward)
 
     def register_custom_api(self, module, api, api_prefix):
         """Record `module.api` at L1 as `{api_prefix}.{api}.{n}`."""
@@ -174,36 +98,30 @@ class PrecisionDebugger:
             self._patched.restore(module, api)
             self._patched.patch(module, api, api_prefix, api)
 
-    def restore_custom_api(self, module, api):
-        """Undo register_custom_api: the original callable is put back."""
-        self._custom.pop((id(module), api), None)
-        self._patched.restore(module, api)
+    # -- the adapter's part of the lifecycle ----------------------------------------------------
+    @classmethod
+    def _gradient_monitor_class(cls):
+        from msprobe.mindspore.grad_probe import GradientMonitor
+        return GradientMonitor
 
-    def close(self):
-        """Stop and flush (also runs at interpreter exit)."""
-        self.stop()
-        self._close_session()
+    def _current_rank(self):
+        return current_rank()
+
+    def _save_variable(self, session, variable, name, count, save_backward):
+        save_variable(session, variable, name, count, save_backward)
+
+    def _use_model(self, model):
+        if model is not None:
+            self._set_model(model)
+
+    def _end_step(self):
+        self._release_capture()
+        if self._static is not None:
+            self._static.step()
+
+    def _release_capture(self):
         if self._cells is not None:
             self._cells.release()
-        for h in self._token_handles:
-            h.remove()
-        self._token_handles = []
-        self._token_range = None
-
-    # -- internals -----------------------------------------------------------------------------
-    def _check_model(self, model, token_range):
-        level = self.config.level
-        if model is None:
-            if level in ("L0", "mix"):
-                raise ConfigError("model", None, f"a mindspore.nn.Cell or a list/tuple of them (level {level} "
-                                  "records Cells; pass start(model))")
-            if token_range is not None:
-                raise ConfigError("model", None, "a mindspore.nn.Cell when token_range is given")
-            return
-        cells = model if isinstance(model, (list, tuple)) else [model]
-        if not cells or not all(isinstance(c, ms.nn.Cell) for c in cells):
-            raise ConfigError("model", type(model).__name__,
-                              "a mindspore.nn.Cell or a list/tuple of mindspore.nn.Cell")
 
     def _set_model(self, model):
         if model is self._model:
@@ -227,44 +145,26 @@ class PrecisionDebugger:
                 session.params_changed()
                 session.model_params = params
 
-    def _step_selected(self):
-        steps = self.config.step
-        return not steps or self.current_step in steps
-
-    def _open_session(self):
-        if self._session is None:
-            rank = self._rank_id if self._rank_id is not None else current_rank()
-            if self.config.rank and (rank is None or rank not in self.config.rank):
-                return None
-            cfg = self.config
-            jit = jit_cells(self._model) if cfg.level in ("L0", "mix") and self._model is not None else []
-            if jit:
-                # seed 000: a jit-compiled Cell at L0/mix splits the dump into graph/ and pynative/
-                self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
-                                            dump_path=os.path.join(cfg.dump_path, "pynative"),
-                                            overflow=self._overflow)
-                self._session.graph = DumpSession(cfg, self.current_step, rank, pool=self._pool,
-                                                  dump_path=os.path.join(cfg.dump_path, "graph"),
-                                                  overflow=self._overflow)
-                self._warn_jit(jit)
-            else:
-                self._session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
-                                            overflow=self._overflow)
-            self._share_params()
-            logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
-        _state.session = self._session
-        return self._session
-
-    def _close_session(self):
-        session, self._session = self._session, None
-        if _state.session is session:
-            _state.session = None
-        if session is not None:
-            session.close()
+    def _new_session(self, rank):
+        cfg = self.config
+        jit = jit_cells(self._model) if cfg.level in ("L0", "mix") and self._model is not None else []
+        if jit:
+            # seed 000: a jit-compiled Cell at L0/mix splits the dump into graph/ and pynative/
+            session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+                                  dump_path=os.path.join(cfg.dump_path, "pynative"), overflow=self._overflow)
+            session.graph = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+                                        dump_path=os.path.join(cfg.dump_path, "graph"), overflow=self._overflow)
+            self._warn_jit(jit)
+        else:
+            session = DumpSession(cfg, self.current_step, rank, pool=self._pool, overflow=self._overflow)
+        self._session = session
+        self._share_params()
+        return session
 
     def _capture_on(self):
         if self._capturing:
             return
+        self._session.read_params_early()
         level = self.config.level
         if level in ("L0", "mix"):
             if self._cells is None:
@@ -288,32 +188,6 @@ class PrecisionDebugger:
         if self._cells is not None:
             self._cells.detach()
 
-    # -- token_range -------------------------------------------------------------------------------
-    def _set_token_range(self, model, token_range):
-        if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in token_range)
-                or token_range[0] > token_range[1]):
-            raise ConfigError("token_range", token_range, "[start, end] with integers 0 <= start <= end")
-        if self._token_handles:
-            return
-        self._token_range = tuple(token_range)
-        root = model[0] if isinstance(model, (list, tuple)) else model
-        self._token_handles = [root.register_forward_pre_hook(self._on_token),
-                               root.register_forward_hook(self._after_token)]
-
-    def _token_active(self):
-        lo, hi = self._token_range
-        return lo <= self._token_iter <= hi
-
-    def _on_token(self, cell, args):
-        if self._session is not None and self._running and self._token_active():
-            self._capture_on()
-
-    def _after_token(self, cell, args, output):
-        if self._session is not None and self._running and self._token_active():
-            self._capture_off()
-        self._token_iter += 1
-
     def _warn_jit(self, jit):
         if self._jit_warned:
             return
@@ -331,13 +205,6 @@ class PrecisionDebugger:
         from msprobe.mindspore.static_graph import start_static
         if self._static is None:
             self._static = start_static(self.config, model, self.current_step)
-
-    def _at_exit(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: never mask the user's own exit
-            logger.exception("msprobe: flushing the dump at exit failed")
-        self._pool.shutdown(wait=True)
 
 
 def _trainable_params(model):

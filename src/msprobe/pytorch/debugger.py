@@ -1,34 +1,23 @@
-"""PrecisionDebugger for PyTorch: start/stop/step lifecycle over the capture layers.
+"""PrecisionDebugger for PyTorch: the capture layers under core/dump/lifecycle.py's start/stop/step.
 
-    start()  -> a DumpSession for the current step (created on first start of the step); L1/mix enter
-                the ApiCapture mode and wrap collectives; L0/mix hook the model's submodules.
-    stop()   -> capture off; the session stays so that a backward run after stop() is still recorded.
-    step()   -> flush and close the step's files, advance the step counter.
+    start()  -> L1/mix enter the ApiCapture mode and wrap collectives; L0/mix hook the model's
+                submodules; L2 adds the aten mode under the API mode.
 """
-
-import atexit
-import logging
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from msprobe.core.config import config_task, load_config
-from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
+from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError, MsprobeError
-from msprobe.core.gc_pause import CollectorPause
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_mode import ApiCapture
 from msprobe.pytorch.capture.aten_mode import AtenCapture
 from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture
 from msprobe.pytorch.capture.patched_api import PatchedApis
-from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.pytorch.session import DumpSession, current_rank
 
-logger = logging.getLogger(__name__)
 
-
-class PrecisionDebugger:
+class PrecisionDebugger(DumpLifecycle):
     """Dump what a PyTorch model computes, as msProbe's dump format.
 
     Args:
@@ -48,36 +37,18 @@ class PrecisionDebugger:
         ...     debugger.step()
     """
 
-    def __new__(cls, config_path=None, task=None, dump_path=None, level=None, step=None):
-        # task grad_probe is gradient monitoring, driven by `.monitor(model)`: hand over to its monitor.
-        if config_task(config_path, task) == "grad_probe":
-            from msprobe.pytorch.grad_probe import GradientMonitor
-            return GradientMonitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
-        return super().__new__(cls)
+    state = _state
+    model_types = (torch.nn.Module,)
+    model_words = "an nn.Module"
+    unit_words = "modules"
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
-        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
-        # overflow_check: overflowing records counted over the whole run, against overflow_nums
-        self._overflow = OverflowBudget(self.config.overflow_nums)
-        self.current_step = 0
-        self._session = None
+        super().__init__(config_path, task=task, dump_path=dump_path, level=level, step=step)
         self._api_capture = None
         self._aten_capture = None
         self._modules = None
-        self._model = None
         self._patched = PatchedApis()
-        self._custom = {}  # (module, attr) -> (prefix, name)
-        self._running = False  # between the user's start() and stop()
-        self._capturing = False  # capture layers installed (differs from _running under token_range)
-        self._rank_id = None
-        self._token_range = None
-        self._token_handles = []
-        self._token_iter = 0
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
-        self._save_counts = {}
         self._optim_handles = []
-        self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
-        atexit.register(self._at_exit)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, model=None, token_range=None, rank_id=None):
@@ -88,133 +59,56 @@ class PrecisionDebugger:
             token_range: [start, end] forward iterations of `model` to dump (autoregressive decoding).
             rank_id: names the rank{ID} folder instead of torch.distributed's rank.
         """
-        cfg = self.config
-        if cfg.level == "debug":
+        if self.config.level == "debug":
             return
-        self._check_model(model, token_range)
-        if rank_id is not None:
-            if isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0:
-                raise ConfigError("rank_id", rank_id, "an integer >= 0")
-            self._rank_id = rank_id
-        if token_range is not None:
-            self._set_token_range(model, token_range)
-        if self._running or not self._step_selected():
-            return
-        session = self._open_session()
-        if session is None:
-            return
-        self._collector.pause()
-        if self._token_range is not None and not self._token_active():
-            self._running = True
-            return
-        self._capture_on(model)
-
-    def stop(self):
-        """Stop collection; the step's backward is still recorded until step()."""
-        if self._running:
-            self._capture_off()
-            self._running = False
-        self._collector.resume()
-
-    def step(self):
-        """End the step: flush everything to disk and advance the step counter."""
-        self.stop()
-        self._close_session()
-        if self._modules is not None:
-            self._modules.end_step()
-        self.current_step += 1
-        self._token_iter = 0
-        self._save_counts = {}
-
-    def set_init_step(self, step):
-        """Count steps from `step` (call before the training loop)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ConfigError("step", step, "an integer >= 0")
-        self.current_step = step
-
-    def save(self, variable, name, save_backward=True):
-        """Save a tensor or nested dict/list/tuple/scalars under `name` (level debug): debug.json."""
-        if self.config.level != "debug":
-            raise ConfigError("level", self.config.level, "debug (save() records only at level debug)")
-        if not isinstance(name, str) or not name:
-            raise ConfigError("name", name, "a non-empty string")
-        if not self._step_selected():
-            return
-        session = self._open_session()
-        if session is None:
-            return
-        count = self._save_counts.get(name, 0)
-        self._save_counts[name] = count + 1
-        save_variable(session, variable, name, count, save_backward)
+        self._start_dump(model, token_range, rank_id)
 
     def register_custom_api(self, module, api, api_prefix=None):
         """Record `module.api` at L1 as `{api_prefix}.{api}.{n}` (prefix defaults to the module name)."""
         if not isinstance(api, str) or not hasattr(module, api):
             raise ConfigError("api", api, f"the name of a callable attribute of {module!r}")
         prefix = api_prefix or getattr(module, "__name__", type(module).__name__).rsplit(".", 1)[-1]
-        self._custom[(module, api)] = prefix
+        self._custom[(id(module), api)] = (module, prefix)
         if self._running:
             self._patched.patch(module, api, prefix, api)
 
-    def restore_custom_api(self, module, api):
-        """Undo register_custom_api: the original callable is put back."""
-        self._custom.pop((module, api), None)
-        self._patched.restore(module, api)
+    # -- the adapter's part of the lifecycle ----------------------------------------------------
+    @classmethod
+    def _gradient_monitor_class(cls):
+        from msprobe.pytorch.grad_probe import GradientMonitor
+        return GradientMonitor
 
-    def close(self):
-        """Stop and flush (also runs at interpreter exit)."""
-        self.stop()
-        self._close_session()
+    def _new_session(self, rank):
+        return DumpSession(self.config, self.current_step, rank, pool=self._pool, overflow=self._overflow)
+
+    def _current_rank(self):
+        return current_rank()
+
+    def _save_variable(self, session, variable, name, count, save_backward):
+        save_variable(session, variable, name, count, save_backward)
+
+    def _use_model(self, model):
+        if model is not None and model is not self._model and self._modules is not None:
+            if self._capturing:
+                self._capture_off()
+                self._running = False  # start() goes on to capture with the new model
+            self._modules.release()  # hooks of the previous model
+            self._modules = None
+        super()._use_model(model)
+
+    def _end_step(self):
+        if self._modules is not None:
+            self._modules.end_step()
+
+    def _release_capture(self):
         if self._modules is not None:
             self._modules.release()
-        for h in self._token_handles:
-            h.remove()
-        self._token_handles = []
-        self._token_range = None
 
-    # -- internals -----------------------------------------------------------------------------
-    def _check_model(self, model, token_range):
-        level = self.config.level
-        if model is None:
-            if level in ("L0", "mix"):
-                raise ConfigError("model", None, f"an nn.Module or a list/tuple of them (level {level} "
-                                  "records modules; pass start(model))")
-            if token_range is not None:
-                raise ConfigError("model", None, "an nn.Module when token_range is given")
-            return
-        mods = model if isinstance(model, (list, tuple)) else [model]
-        if not mods or not all(isinstance(m, torch.nn.Module) for m in mods):
-            raise ConfigError("model", type(model).__name__, "an nn.Module or a list/tuple of nn.Module")
-
-    def _step_selected(self):
-        steps = self.config.step
-        return not steps or self.current_step in steps
-
-    def _open_session(self):
-        if self._session is None:
-            rank = self._rank_id if self._rank_id is not None else current_rank()
-            if self.config.rank and (rank is None or rank not in self.config.rank):
-                return None
-            self._session = DumpSession(self.config, self.current_step, rank, pool=self._pool,
-                                        overflow=self._overflow)
-            logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
-        _state.session = self._session
-        return self._session
-
-    def _close_session(self):
-        session, self._session = self._session, None
-        if _state.session is session:
-            _state.session = None
-        if session is not None:
-            session.close()
-
-    def _capture_on(self, model):
+    def _capture_on(self):
         level = self.config.level
         if level in ("L0", "mix"):
-            if self._modules is None or model is not self._model:
-                if self._modules is not None:
-                    self._modules.release()
-                self._modules, self._model = ModuleCapture(model), model
+            if self._modules is None:
+                self._modules = ModuleCapture(self._model)
             self._modules.attach()
         if level in ("L1", "mix", "L2"):
             if self._api_capture is None:
@@ -228,7 +122,7 @@ class PrecisionDebugger:
                 self._aten_capture.__enter__()
             else:
                 self._patched.patch_collectives()
-                for (module, api), prefix in self._custom.items():
+                for (_, api), (module, prefix) in self._custom.items():
                     self._patched.patch(module, api, prefix, api)
         if level == "mix" and not self._optim_handles:
             # APIs run by optimizer.step() get "optimizer" as their parent in construct.json
@@ -265,39 +159,3 @@ class PrecisionDebugger:
         for h in self._optim_handles:
             h.remove()
         self._optim_handles = []
-
-    # -- token_range -------------------------------------------------------------------------------
-    def _set_token_range(self, model, token_range):
-        if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in token_range)
-                or token_range[0] > token_range[1]):
-            raise ConfigError("token_range", token_range, "[start, end] with integers 0 <= start <= end")
-        if self._token_handles:
-            return
-        self._token_range = tuple(token_range)
-        roots = model if isinstance(model, (list, tuple)) else [model]
-        self._token_handles = [roots[0].register_forward_pre_hook(self._on_token),
-                               roots[0].register_forward_hook(self._after_token)]
-
-    def _token_active(self):
-        lo, hi = self._token_range
-        return lo <= self._token_iter <= hi
-
-    def _on_token(self, module, args):
-        if self._session is not None and self._running and self._token_active():
-            self._capture_on(self._model or module)
-
-    def _after_token(self, module, args, output):
-        if self._session is not None and self._running and self._token_active():
-            self._capture_off()
-        self._token_iter += 1
-
-    def _at_exit(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: never mask the user's own exit
-            logger.exception("msprobe: flushing the dump at exit failed")
-        self._pool.shutdown(wait=True)
-
-
-

@@ -1,0 +1,238 @@
+"""The start/stop/step lifecycle that PyTorch's and MindSpore's PrecisionDebugger share.
+
+    start()  -> a DumpSession for the current step (made at the step's first start()), then the
+                adapter's capture layers on; token_range and rank_id are checked and kept here.
+    stop()   -> capture off; the session stays, so a backward run after stop() is still recorded.
+    step()   -> flush and close the step's files, advance the step counter.
+
+An adapter subclasses DumpLifecycle and supplies what only it knows: which models it accepts, how a
+session and the rank are made, and its capture layers (`_capture_on`, `_capture_off`,
+`_release_capture`). Framework-free: imports neither torch nor mindspore.
+"""
+
+import atexit
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from msprobe.core.config import config_task, load_config
+from msprobe.core.dump.overflow import OverflowBudget
+from msprobe.core.errors import ConfigError
+from msprobe.core.gc_pause import CollectorPause
+from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
+
+logger = logging.getLogger(__name__)
+
+
+class DumpLifecycle:
+    """Base of the frameworks' PrecisionDebugger.
+
+    Class attributes an adapter sets:
+        state: its import-free module whose `session` the capture hooks read.
+        model_types: the classes start(model) accepts (a model may also be a list/tuple of them).
+        model_words: how errors name them, e.g. "an nn.Module".
+        unit_words: what L0 records, e.g. "modules".
+    """
+
+    state = None
+    model_types = ()
+    model_words = ""
+    unit_words = ""
+
+    def __new__(cls, config_path=None, task=None, dump_path=None, level=None, step=None):
+        # task grad_probe is gradient monitoring, driven by the monitor's own calls: hand over to it
+        if config_task(config_path, task) == "grad_probe":
+            monitor = cls._gradient_monitor_class()
+            return monitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
+        return super().__new__(cls)
+
+    def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
+        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        # overflow_check: overflowing records counted over the whole run, against overflow_nums
+        self._overflow = OverflowBudget(self.config.overflow_nums)
+        self.current_step = 0
+        self._session = None
+        self._model = None
+        self._custom = {}  # (id(owner), attr) -> (owner, prefix): register_custom_api
+        self._running = False  # between the user's start() and stop()
+        self._capturing = False  # capture layers installed (differs from _running under token_range)
+        self._rank_id = None
+        self._token_range = None
+        self._token_handles = []
+        self._token_iter = 0
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
+        self._save_counts = {}
+        self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
+        atexit.register(self._at_exit)
+
+    # -- what an adapter supplies ----------------------------------------------------------------
+    @classmethod
+    def _gradient_monitor_class(cls):
+        raise NotImplementedError
+
+    def _new_session(self, rank):
+        """The DumpSession of the current step for `rank`."""
+        raise NotImplementedError
+
+    def _current_rank(self):
+        raise NotImplementedError
+
+    def _save_variable(self, session, variable, name, count, save_backward):
+        raise NotImplementedError
+
+    def _use_model(self, model):
+        """start() got `model` (None: none given): forget what was set up for another one."""
+        if model is not None:
+            self._model = model
+
+    def _capture_on(self):
+        """Install the capture layers for the config's level (also called again under token_range)."""
+        raise NotImplementedError
+
+    def _capture_off(self):
+        raise NotImplementedError
+
+    def _release_capture(self):
+        """Remove what stays installed across steps (e.g. module hooks)."""
+
+    # -- the user's calls ------------------------------------------------------------------------
+    def _start_dump(self, model, token_range, rank_id):
+        """The common part of start(): checks, the step's session, then capture (unless token_range
+        says this forward iteration is not dumped)."""
+        self._check_model(model, token_range)
+        if rank_id is not None:
+            if isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0:
+                raise ConfigError("rank_id", rank_id, "an integer >= 0")
+            self._rank_id = rank_id
+        if token_range is not None:
+            self._set_token_range(model, token_range)
+        self._use_model(model)
+        if self._running or not self._step_selected() or self._open_session() is None:
+            return
+        self._running = True
+        self._collector.pause()
+        if self._token_range is not None and not self._token_active():
+            return
+        self._capture_on()
+
+    def stop(self):
+        """Stop collection; the step's backward is still recorded until step()."""
+        if self._running:
+            self._capture_off()
+            self._running = False
+        self._collector.resume()
+
+    def step(self):
+        """End the step: flush everything to disk and advance the step counter."""
+        self.stop()
+        self._close_session()
+        self._end_step()
+        self.current_step += 1
+        self._token_iter = 0
+        self._save_counts = {}
+
+    def _end_step(self):
+        """Adapter work at step end, after the session is closed."""
+
+    def set_init_step(self, step):
+        """Count steps from `step` (call before the training loop)."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError("step", step, "an integer >= 0")
+        self.current_step = step
+
+    def save(self, variable, name, save_backward=True):
+        """Save a tensor or nested dict/list/tuple/scalars under `name` (level debug): debug.json."""
+        if self.config.level != "debug":
+            raise ConfigError("level", self.config.level, "debug (save() records only at level debug)")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("name", name, "a non-empty string")
+        if not self._step_selected():
+            return
+        session = self._open_session()
+        if session is None:
+            return
+        count = self._save_counts.get(name, 0)
+        self._save_counts[name] = count + 1
+        self._save_variable(session, variable, name, count, save_backward)
+
+    def restore_custom_api(self, module, api):
+        """Undo register_custom_api: the original callable is put back."""
+        self._custom.pop((id(module), api), None)
+        self._patched.restore(module, api)
+
+    def close(self):
+        """Stop and flush (also runs at interpreter exit)."""
+        self.stop()
+        self._close_session()
+        self._release_capture()
+        for h in self._token_handles:
+            h.remove()
+        self._token_handles = []
+        self._token_range = None
+
+    # -- internals -------------------------------------------------------------------------------
+    def _check_model(self, model, token_range):
+        level, words = self.config.level, self.model_words
+        if model is None:
+            if level in ("L0", "mix"):
+                raise ConfigError("model", None, f"{words} or a list/tuple of them (level {level} "
+                                  f"records {self.unit_words}; pass start(model))")
+            if token_range is not None:
+                raise ConfigError("model", None, f"{words} when token_range is given")
+            return
+        units = model if isinstance(model, (list, tuple)) else [model]
+        if not units or not all(isinstance(u, self.model_types) for u in units):
+            raise ConfigError("model", type(model).__name__, f"{words} or a list/tuple of them")
+
+    def _step_selected(self):
+        steps = self.config.step
+        return not steps or self.current_step in steps
+
+    def _open_session(self):
+        if self._session is None:
+            rank = self._rank_id if self._rank_id is not None else self._current_rank()
+            if self.config.rank and (rank is None or rank not in self.config.rank):
+                return None
+            self._session = self._new_session(rank)
+            logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
+        self.state.session = self._session
+        return self._session
+
+    def _close_session(self):
+        session, self._session = self._session, None
+        if self.state.session is session:
+            self.state.session = None
+        if session is not None:
+            session.close()
+
+    # -- token_range: which forward iterations of the model are dumped -----------------------------
+    def _set_token_range(self, model, token_range):
+        if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in token_range)
+                or token_range[0] > token_range[1]):
+            raise ConfigError("token_range", token_range, "[start, end] with integers 0 <= start <= end")
+        if self._token_handles:
+            return
+        self._token_range = tuple(token_range)
+        root = model[0] if isinstance(model, (list, tuple)) else model
+        self._token_handles = [root.register_forward_pre_hook(self._on_token),
+                               root.register_forward_hook(self._after_token)]
+
+    def _token_active(self):
+        lo, hi = self._token_range
+        return lo <= self._token_iter <= hi
+
+    def _on_token(self, model, args):
+        if self._session is not None and self._running and self._token_active():
+            self._capture_on()
+
+    def _after_token(self, model, args, output):
+        if self._session is not None and self._running and self._token_active():
+            self._capture_off()
+        self._token_iter += 1
+
+    def _at_exit(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: never mask the user's own exit
+            logger.exception("msprobe: flushing the dump at exit failed")
+        self._pool.shutdown(wait=True)
