@@ -1,4 +1,5 @@
-"""What a framework executor hands back for one API call, and how the runner finds executors.
+"""What a framework executor hands back for one API call, the part of it both frameworks share
+(`CaseExecutor`), and how the runner finds executors.
 
 An executor (`msprobe.pytorch.acc_check.executor.TorchExecutor`, the MindSpore one) re-runs an
 ApiCase on the device under test in the dump's dtypes and on the CPU in float64, and returns the
@@ -12,6 +13,8 @@ from typing import Optional
 
 import numpy as np
 
+from msprobe.core.acc_check.api_names import Unresolvable
+from msprobe.core.acc_check.input_spec import UnsupportedArgument, forward_inputs, gradient_inputs
 from msprobe.core.errors import MsprobeError
 
 # framework (dump.json "framework") -> executor module; each has `create_executor(**options)`.
@@ -71,3 +74,58 @@ class ExecutorSpec:
             raise MsprobeError(f"acc_check for a {self.framework} dump needs {self.framework} installed ({e})") \
                 from None
         return module.create_executor(**{**dict(self.options), **overrides})
+
+
+class SkipCase(Exception):
+    """The case cannot be checked here; the message (a SKIP row's) says exactly why."""
+
+
+class CaseExecutor:
+    """What the frameworks' executors share: one case in, one CaseRun out, a SkipCase turned into the
+    SKIP reason of both directions; and the preparation every case starts with.
+
+    A subclass sets `resolver` (an api_names.ApiResolver) and implements `_run(case, source, rng, run)`.
+    """
+
+    resolver = None
+
+    def run(self, case, source, rng):
+        run = CaseRun(backward=[] if case.backward else None)
+        try:
+            self._run(case, source, rng, run)
+        except SkipCase as e:
+            run.forward, run.backward = [], ([] if case.backward else None)
+            run.forward_skip = str(e)
+            run.backward_skip = str(e) if case.backward else ""
+        return run
+
+    def _run(self, case, source, rng, run):
+        raise NotImplementedError
+
+    def _random_api_reason(self, case, name):
+        """Why API `name` cannot be compared because it draws random numbers, or None when it can."""
+        return None
+
+    def _prepare(self, case, source, rng, run, in_place):
+        """(func, tree, named, grad_index): the API resolved; its (args, kwargs) spec tree for
+        input_spec.build_call; its tensor inputs [(key, TensorSpec)], drawn into `run.inputs`; the
+        positions in `named` whose gradient is checked (none for an API `in_place(name)` calls in-place)."""
+        try:
+            func = self.resolver.resolve(case.prefix, case.api)
+        except Unresolvable as e:
+            raise SkipCase(str(e)) from None
+        try:
+            tree, named = forward_inputs(case)
+        except UnsupportedArgument as e:
+            raise SkipCase(str(e)) from None
+        name = case.api.split(".", 1)[0]
+        reason = self._random_api_reason(case, name)
+        if reason:
+            raise SkipCase(reason)
+        for key, spec in named:
+            run.inputs[key] = source.array(spec, rng)
+        inplace = in_place(name)
+        if case.backward and inplace:
+            run.backward_skip = "in-place API: its input is overwritten, no gradient to compare"
+        grad_index = gradient_inputs(case, named) if case.backward and not inplace else []
+        return func, tree, named, grad_index

@@ -12,10 +12,8 @@ import msprobe.mindspore  # noqa: F401  (numpy 2 compatibility shim: must run be
 import mindspore as ms
 
 from msprobe.core.acc_check import dtypes
-from msprobe.core.acc_check.execution import CaseRun, ComparedTensor
-from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, build_call,
-                                               forward_inputs, gradient_inputs, output_gradient_specs)
-from msprobe.core.acc_check.api_names import Unresolvable
+from msprobe.core.acc_check.execution import CaseExecutor, ComparedTensor, SkipCase
+from msprobe.core.acc_check.input_spec import TensorSpec, build_call, output_gradient_specs
 from msprobe.mindspore.acc_check.resolver import MindSporeResolver
 from msprobe.mindspore.capture.api_table import is_in_place
 
@@ -49,11 +47,7 @@ def numpy_of(t):
     return a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
-class _Skip(Exception):
-    pass
-
-
-class MindSporeExecutor:
+class MindSporeExecutor(CaseExecutor):
     """Runs ApiCases of a MindSpore dump.
 
     Args:
@@ -71,34 +65,13 @@ class MindSporeExecutor:
         self.device_name = target if device is None or target == "CPU" else f"{target}:{device}"
         self.resolver = MindSporeResolver(custom_apis)
 
-    def run(self, case, source, rng):
-        run = CaseRun(backward=[] if case.backward else None)
-        try:
-            self._run(case, source, rng, run)
-        except _Skip as e:
-            run.forward, run.backward = [], ([] if case.backward else None)
-            run.forward_skip = str(e)
-            run.backward_skip = str(e) if case.backward else ""
-        return run
+    def _random_api_reason(self, case, name):
+        if name in _RANDOM:
+            return f"{case.prefix}.{case.api} draws random numbers: its outputs cannot be compared"
+        return None
 
     def _run(self, case, source, rng, run):
-        try:
-            func = self.resolver.resolve(case.prefix, case.api)
-        except Unresolvable as e:
-            raise _Skip(str(e)) from None
-        try:
-            tree, named = forward_inputs(case)
-        except UnsupportedArgument as e:
-            raise _Skip(str(e)) from None
-        name = case.api.split(".", 1)[0]
-        if name in _RANDOM:
-            raise _Skip(f"{case.prefix}.{case.api} draws random numbers: its outputs cannot be compared")
-        for key, spec in named:
-            run.inputs[key] = source.array(spec, rng)
-        inplace = is_in_place(name)
-        grad_index = gradient_inputs(case, named) if case.backward and not inplace else []
-        if case.backward and inplace:
-            run.backward_skip = "in-place API: its input is overwritten, no gradient to compare"
+        func, tree, named, grad_index = self._prepare(case, source, rng, run, is_in_place)
         tested = {id(spec): self._tensor(run.inputs[key], spec) for key, spec in named}
         bench = {k: _upcast(t) for k, t in tested.items()}
 
@@ -115,14 +88,14 @@ class MindSporeExecutor:
             out_t = call(tested)()
         except Exception as e:
             dt = ", ".join(sorted({s.dtype_name for _, s in named})) or "no tensors"
-            raise _Skip(f"cannot run on {self.device_name} ({dt}): {_first_line(e)}") from None
+            raise SkipCase(f"cannot run on {self.device_name} ({dt}): {_first_line(e)}") from None
         try:
             out_b = call(bench)()
         except Exception as e:
-            raise _Skip(f"benchmark in float64 failed: {_first_line(e)}") from None
+            raise SkipCase(f"benchmark in float64 failed: {_first_line(e)}") from None
         flat_t, flat_b = _flatten(out_t), _flatten(out_b)
         if len(flat_t) != len(flat_b):
-            raise _Skip(f"tested and benchmark runs returned {len(flat_t)} and {len(flat_b)} outputs")
+            raise SkipCase(f"tested and benchmark runs returned {len(flat_t)} and {len(flat_b)} outputs")
         for (path, t), (_, b) in zip(flat_t, flat_b):
             run.forward.append(_compared(f"{case.name}.forward.output.{path}", t, b))
         if grad_index:

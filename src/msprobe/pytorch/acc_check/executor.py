@@ -12,12 +12,10 @@ import numpy as np
 import torch
 
 from msprobe.core.acc_check import dtypes
-from msprobe.core.acc_check.execution import CaseRun, ComparedTensor
-from msprobe.core.acc_check.input_spec import (TensorSpec, UnsupportedArgument, build_call,
-                                               forward_inputs, gradient_inputs, output_gradient_specs)
+from msprobe.core.acc_check.execution import CaseExecutor, ComparedTensor, SkipCase
+from msprobe.core.acc_check.input_spec import TensorSpec, build_call, output_gradient_specs
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.acc_check.random_apis import RANDOM_APIS
-from msprobe.core.acc_check.api_names import Unresolvable
 from msprobe.pytorch.acc_check.resolver import TorchResolver
 from msprobe.pytorch.capture.api_table import is_inplace
 
@@ -70,11 +68,7 @@ def numpy_of(t):
     return t.resolve_conj().resolve_neg().contiguous().numpy()
 
 
-class _Skip(Exception):
-    pass
-
-
-class TorchExecutor:
+class TorchExecutor(CaseExecutor):
     """Runs ApiCases of a PyTorch dump.
 
     Args:
@@ -93,40 +87,17 @@ class TorchExecutor:
         self.resolver = TorchResolver(custom_apis)
 
     # -- one case ------------------------------------------------------------------------------
-    def run(self, case, source, rng):
-        run = CaseRun(backward=[] if case.backward else None)
-        try:
-            self._run(case, source, rng, run)
-        except _Skip as e:
-            run.forward, run.backward = [], ([] if case.backward else None)
-            run.forward_skip = str(e)
-            run.backward_skip = str(e) if case.backward else ""
-        return run
+    def _random_api_reason(self, case, name):
+        if name in RANDOM_APIS and self.device.type != "cpu":
+            return (f"{case.prefix}.{case.api} draws random numbers; the {self.device.type} and CPU "
+                    "generators differ, so its outputs cannot be compared")
+        return None
 
     def _run(self, case, source, rng, run):
-        try:
-            func = self.resolver.resolve(case.prefix, case.api)
-        except Unresolvable as e:
-            raise _Skip(str(e)) from None
-        try:
-            tree, named = forward_inputs(case)
-        except UnsupportedArgument as e:
-            raise _Skip(f"{e}") from None
-        name = case.api.split(".", 1)[0]
-        random_api = name in RANDOM_APIS
-        if random_api and self.device.type != "cpu":
-            raise _Skip(f"{case.prefix}.{case.api} draws random numbers; the {self.device.type} and CPU "
-                        "generators differ, so its outputs cannot be compared")
-        tensors = named
-        for key, spec in named:
-            run.inputs[key] = source.array(spec, rng)
-
-        inplace = is_inplace(name)
-        grad_index = gradient_inputs(case, named) if case.backward and not inplace else []
-        if case.backward and inplace:
-            run.backward_skip = "in-place API: its input is overwritten, no gradient to compare"
+        func, tree, tensors, grad_index = self._prepare(case, source, rng, run, is_inplace)
+        random_api = case.api.split(".", 1)[0] in RANDOM_APIS  # seeded alike for both runs on the CPU
         leaves_t, leaves_b = {}, {}
-        for i, (key, spec) in enumerate(named):
+        for i, (key, spec) in enumerate(tensors):
             t = self._tested_tensor(run.inputs[key], spec)
             b = self._bench_tensor(t)
             if i in grad_index:
@@ -144,17 +115,17 @@ class TorchExecutor:
                 out_t = func(*args_t, **kwargs_t)
             except Exception as e:
                 dt = ", ".join(sorted({s.dtype_name for _, s in tensors})) or "no tensors"
-                raise _Skip(f"cannot run on {self.device_name} ({dt}): {_first_line(e)}") from None
+                raise SkipCase(f"cannot run on {self.device_name} ({dt}): {_first_line(e)}") from None
             if random_api:
                 torch.manual_seed(seed)
             try:
                 out_b = func(*args_b, **kwargs_b)
             except Exception as e:
-                raise _Skip(f"benchmark on cpu in float64 failed: {_first_line(e)}") from None
+                raise SkipCase(f"benchmark on cpu in float64 failed: {_first_line(e)}") from None
 
         flat_t, flat_b = _flatten(out_t), _flatten(out_b)
         if len(flat_t) != len(flat_b):
-            raise _Skip(f"tested and benchmark runs returned {len(flat_t)} and {len(flat_b)} outputs")
+            raise SkipCase(f"tested and benchmark runs returned {len(flat_t)} and {len(flat_b)} outputs")
         for (path, t), (_, b) in zip(flat_t, flat_b):
             run.forward.append(self._compared(f"{case.name}.forward.output.{path}", t, b))
         if grad_index:
