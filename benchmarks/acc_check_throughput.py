@@ -20,6 +20,12 @@ machine they show how much of the wall time was spent waiting for a core.
     python benchmarks/acc_check_throughput.py --rounds 1 --skip-multi
     python benchmarks/acc_check_throughput.py --check         # exit 1 below 20 APIs/s or 1.7x
     python benchmarks/acc_check_throughput.py --blocks 40 --rounds 3   # ~1400 APIs: >= 10 s a run
+    python benchmarks/acc_check_throughput.py --cli           # also the command, in fresh processes
+
+With --cli each round also runs `msprobe multi_acc_check -d 0` and `-d 0 1` as a user does, each in a
+fresh interpreter (`cli1`, `cli2`): the 1-worker run then starts as cold as the 2-worker one (heap,
+torch's first calls), where `multi1` in this process is warm. The check call is timed from inside the
+command; the whole command's time (interpreter start and torch import, ~1.5 s) is printed too.
 
 Workers report their CPU seconds: `work split` = CPU s of the 1-worker run / CPU s of the busier of
 the 2 workers, i.e. the speed-up two free cores would give; it does not depend on what else the
@@ -31,7 +37,10 @@ worker is forked from this process, which has run torch already (the dump, `sing
 writes to inherited pages are the fixed cost that a 1-second run does not amortise: on these 153
 APIs each of two workers spends ~0.6 CPU s on half the work that one worker does in 0.9, and two
 independent full runs side by side already slow each other 5-20% on this VM (caches, page faults).
-On 1,413 APIs (`--blocks 40`) 2 workers give 1.76x. (Workers no longer import sympy:
+On 1,413 APIs (`--blocks 40`) 2 workers give 1.76x. (Session 6: the executors' argument builder was a
+recursive closure, a reference cycle that kept every API's tensors until a garbage collection; each
+worker's heap grew to ~250 MB and paid a page fault per page. Freed at once, 2 vs 1 went from 1.41x to
+1.51-1.58x in this process and 1.68x as fresh commands.) (Workers no longer import sympy:
 torch.autograd.grad's first call did, 0.3-0.5 s per worker; the executor calls autograd's engine
 directly.)
 
@@ -97,6 +106,39 @@ def time_multi(dump, out, workers):
     return len(report.results), time.perf_counter() - t0, report.worker_cpu_s
 
 
+# The `msprobe` command in a fresh interpreter, its multi_acc_check call timed from inside (stderr).
+_CLI_CHILD = """
+import sys, time
+from msprobe.core.acc_check import runner
+run = runner.run_multi_acc_check
+def timed(*a, **k):
+    t0 = time.perf_counter()
+    try:
+        return run(*a, **k)
+    finally:
+        print("BENCH_CHECK_SECONDS", time.perf_counter() - t0, file=sys.stderr)
+runner.run_multi_acc_check = timed
+from msprobe.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def time_cli(dump, out, workers):
+    """`msprobe multi_acc_check -api_info DUMP -d 0 [1] -o OUT` as a user runs it: a fresh process whose
+    heap and torch state are cold, in both the 1- and the 2-worker run. Returns (seconds of the check
+    call, seconds of the whole command, interpreter start and imports included)."""
+    import subprocess
+    cmd = [sys.executable, "-c", _CLI_CHILD, "multi_acc_check", "-api_info", dump,
+           "-d", *map(str, range(workers)), "-o", out]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    total = time.perf_counter() - t0
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd[3:])} failed:\n{done.stderr}")
+    check = float(done.stderr.rsplit("BENCH_CHECK_SECONDS", 1)[1].split()[0])
+    return check, total
+
+
 def _spin(n):
     s = 0
     for i in range(n):
@@ -124,6 +166,8 @@ def main(argv=None):
     ap.add_argument("--skip-multi", action="store_true", help="measure the single-process run only")
     ap.add_argument("--blocks", type=int, default=4,
                     help="transformer blocks of the dumped model (4: 153 APIs; 40: ~1400 APIs)")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time `msprobe multi_acc_check -d 0` and `-d 0 1` as commands (fresh processes)")
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
@@ -139,7 +183,10 @@ def measure(args, root):
     executor = create_executor()
     n_apis = len(load_dump(dump)[1])
     modes = ["single"] + ([] if args.skip_multi else ["multi1", "multi2", "spin1", "spin2"])
+    if args.cli:
+        modes += ["cli1", "cli2"]
     times = {m: [] for m in modes}
+    cli_total = {"cli1": [], "cli2": []}
     cpu = []
     worker_cpu = {"multi1": [], "multi2": []}
     load_start = os.getloadavg()[0]
@@ -152,6 +199,10 @@ def measure(args, root):
                 cpu.append(c)
             elif mode.startswith("spin"):
                 n, wall = n_apis, time_spin(int(mode[-1]))
+            elif mode.startswith("cli"):
+                wall, total = time_cli(dump, out, int(mode[-1]))
+                n = n_apis
+                cli_total[mode].append(total)
             else:
                 n, wall, w_cpu = time_multi(dump, out, int(mode[-1]))
                 worker_cpu[mode].append(w_cpu)
@@ -163,7 +214,7 @@ def measure(args, root):
     print(f"\nacc_check throughput, {n_apis} APIs (fwd + bwd), {args.rounds} rounds, "
           f"{os.cpu_count()} CPUs, load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print(f"{'mode':<10}{'median s':>10}{'APIs/s':>9}{'target':>9}")
-    for mode in [m for m in modes if not m.startswith("spin")]:
+    for mode in [m for m in modes if not m.startswith(("spin", "cli"))]:
         med = statistics.median(times[mode])
         res[mode] = {"median_s": med, "apis_per_s": n_apis / med, "all_s": times[mode]}
         target = f"{TARGET_APIS_PER_S:.0f}" if mode == "single" else ""
@@ -190,6 +241,16 @@ def measure(args, root):
         print(f"work split, 1-worker CPU s / busier of 2 workers: {res['work_split_2_workers']:.2f}x "
               "(the 2-worker speed-up on two free cores)")
         ok = ok and res["speedup_2_workers"] >= TARGET_SPEEDUP
+    if args.cli:
+        ratios = [a / b for a, b in zip(times["cli1"], times["cli2"])]
+        whole = [a / b for a, b in zip(cli_total["cli1"], cli_total["cli2"])]
+        res["cli"] = {"check_s": {m: times[m] for m in ("cli1", "cli2")}, "command_s": cli_total,
+                      "speedup_2_workers": statistics.median(ratios)}
+        print(f"command line, fresh processes: -d 0 {statistics.median(times['cli1']):.2f} s, -d 0 1 "
+              f"{statistics.median(times['cli2']):.2f} s for the check -> {statistics.median(ratios):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ratios)}); whole command {statistics.median(cli_total['cli1']):.2f}"
+              f" s / {statistics.median(cli_total['cli2']):.2f} s -> {statistics.median(whole):.2f}x "
+              "(interpreter start and imports included)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)
