@@ -19,6 +19,7 @@ from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
 from msprobe.mindspore.session import DumpSession, current_rank
+from msprobe.mindspore.sync_execution import SynchronousOps
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class PrecisionDebugger(DumpLifecycle):
         self._patched = PatchedApis()
         self._static = None
         self._jit_warned = False
+        self._sync = SynchronousOps()  # capture runs MindSpore synchronously on a CPU: see sync_execution.py
         _state.debugger = self
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -164,6 +166,7 @@ class PrecisionDebugger(DumpLifecycle):
     def _capture_on(self):
         if self._capturing:
             return
+        self._sync.enter()
         self._session.read_params_early()
         level = self.config.level
         if level in ("L0", "mix"):
@@ -187,6 +190,7 @@ class PrecisionDebugger(DumpLifecycle):
         self._patched.restore()
         if self._cells is not None:
             self._cells.detach()
+        self._sync.exit()
 
     def _warn_jit(self, jit):
         if self._jit_warned:
