@@ -10,9 +10,12 @@ so the flush at step() is part of the cost. Every config runs `--steps` steps pe
 over rounds of (median step of its slot) / (median step of the `none` slot beside it). Pairing with
 the neighbouring baseline cancels bursts of load on a shared machine.
 
-Every slot, with the tool or not, runs its steps two ways, interleaved, and counts the faster: plain,
-and with a blocking read of the model's output at the end of the forward pass (a forward hook on the
-model). MindSpore's own wait for the forward pass (PyNativeExecutor::EndGraph) spin-waits in
+Every slot runs its steps in several ways, interleaved, and counts the fastest: plain, and with a
+blocking read of the model's output at the end of the forward pass (a forward hook on the model); the
+slots without the tool also with MindSpore's `pynative_synchronize` on (ops run on the Python thread,
+no queue threads), which the tool itself switches on while it captures on a CPU
+(msprobe/mindspore/sync_execution.py) and which made the CNN's plain step ~1.5x faster here: the
+baseline is the fastest way to run the step without the tool, not the default way. MindSpore's own wait for the forward pass (PyNativeExecutor::EndGraph) spin-waits in
 AsyncRQueue::Wait on the Python thread while the frontend queue spins too; on a 2-core machine that
 starves the kernel threads, and the MLP's plain step was ~25% slower than the same step with one blocking
 read. A tool step whose own reads happened to land there got that back for free, which is how the MLP
@@ -34,6 +37,10 @@ Only msprobe's public API is used: `from msprobe.mindspore import PrecisionDebug
 import argparse
 import json
 import os
+
+# MindSpore logs a deprecation warning at every set_context(pynative_synchronize=...), which the
+# baseline's synchronous way calls twice a step: errors only
+os.environ.setdefault("GLOG_v", "3")
 import shutil
 import statistics
 import sys
@@ -169,23 +176,31 @@ def timed_step(runner, debugger=None):
     return time.perf_counter() - t, time.process_time() - c
 
 
+def _synchronous(on):
+    ms.set_context(pynative_synchronize=on)
+
+
 def slot(runner, steps, debugger=None, plain_only=False):
-    """(median wall time, median process CPU time, True when the synced way was faster) of `steps` steps
-    run each way, interleaved step by step (see the module docstring). CPU time counts every thread of
-    the process and not the time spent waiting for a core, so it is steadier on a loaded machine."""
-    plain, synced = [], []
+    """(median wall time, median process CPU time, which way was the fastest) of `steps` steps run each
+    way, interleaved step by step (see the module docstring). CPU time counts every thread of the
+    process and not the time spent waiting for a core, so it is steadier on a loaded machine."""
+    ways = {"plain": []}
+    if not plain_only:
+        ways["blocking read"] = []
+        if debugger is None:  # the tool runs synchronously while it captures: nothing to add there
+            ways["synchronous"] = []
     for _ in range(steps):
-        plain.append(timed_step(runner, debugger))
-        if not plain_only:
-            runner.sync_forward = True
+        for way, times in ways.items():
+            runner.sync_forward = way == "blocking read"
+            _synchronous(way == "synchronous")
             try:
-                synced.append(timed_step(runner, debugger))
+                times.append(timed_step(runner, debugger))
             finally:
                 runner.sync_forward = False
-    ways = [plain] + ([synced] if synced else [])
-    medians = [(statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for v in ways]
-    i = min(range(len(medians)), key=lambda k: medians[k][0])
-    return medians[i][0], medians[i][1], i == 1
+                _synchronous(False)
+    medians = {w: (statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for w, v in ways.items()}
+    best = min(medians, key=lambda w: medians[w][0])
+    return medians[best][0], medians[best][1], best
 
 
 def measure(models, configs, rounds, steps, root, log, plain_only=False):
@@ -206,22 +221,24 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
             slot(runner, 1, debuggers[c], plain_only)  # warm-up of the tool's own paths
         ratios = {c: [] for c in configs}
         cpu_ratios = {c: [] for c in configs}
-        base, base_cpu, synced = [], [], [0, 0]
+        base, base_cpu = [], []
+        fastest = {"without": {}, "with": {}}
         for r in range(rounds):
             order = list(configs[r % len(configs):]) + list(configs[:r % len(configs)])
             for c in order:
-                b, bc, base_synced = slot(runner, steps, None, plain_only)
-                t, tc, tool_synced = slot(runner, steps, debuggers[c], plain_only)
+                b, bc, base_way = slot(runner, steps, None, plain_only)
+                t, tc, tool_way = slot(runner, steps, debuggers[c], plain_only)
                 base.append(b)
                 base_cpu.append(bc)
-                synced[0] += base_synced
-                synced[1] += tool_synced
+                for side, way in (("without", base_way), ("with", tool_way)):
+                    fastest[side][way] = fastest[side].get(way, 0) + 1
                 ratios[c].append(t / b)
                 cpu_ratios[c].append(tc / bc)
                 shutil.rmtree(os.path.join(root, name, c), ignore_errors=True)
             log(f"{name}: round {r + 1}/{rounds} done")
-        log(f"{name}: the step with a blocking forward read was the faster in {synced[0]} of {len(base)} "
-            f"slots without the tool, {synced[1]} with it")
+        log(f"{name}: fastest way of the {len(base)} slots without the tool: "
+            + ", ".join(f"{w} {n}" for w, n in fastest["without"].items())
+            + "; with it: " + ", ".join(f"{w} {n}" for w, n in fastest["with"].items()))
         results[name] = {"base_ms": statistics.median(base) * 1e3,
                          **{c: statistics.median(v) for c, v in ratios.items()}}
         results[name + " (cpu)"] = {"base_ms": statistics.median(base_cpu) * 1e3,

@@ -53,3 +53,18 @@ def test_same_losses_and_gradients_as_asynchronous_training(models, tmp_path):
         debugger.close()
     assert not _synchronous()
     np.testing.assert_array_equal(np.array(plain), np.array(dumped))
+
+
+def test_switching_logs_nothing(models, tmp_path, capfd):
+    """set_context(pynative_synchronize=...) logs a deprecation warning on every call; the debugger must
+    not print one at every start() and stop()."""
+    from msprobe.mindspore import PrecisionDebugger
+    x, y = models.make_data("mlp")
+    capfd.readouterr()
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    try:
+        models.train(models.build("mlp"), x, y, steps=2, debugger=debugger)
+    finally:
+        debugger.close()
+    err = capfd.readouterr().err
+    assert "pynative_synchronize" not in err and "launch_blocking" not in err, err

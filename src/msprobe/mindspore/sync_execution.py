@@ -11,11 +11,27 @@ kernels and results, and the waits cost nothing (benchmarks/ms_dump_overhead.py,
 Only on the CPU target: on an accelerator the asynchronous launch also overlaps the device with the
 host, which synchronous execution would give up for every op, not just the recorded ones. The
 user's own setting is put back when capture stops.
+
+The option is set the way `mindspore.set_context(pynative_synchronize=...)` sets it, minus the
+deprecation warning that call logs every time (its replacement, `mindspore.runtime.launch_blocking()`,
+cannot be switched off again). Where that way is gone, capture simply stays asynchronous.
 """
 
 import mindspore as ms
 
 _OPTION = "pynative_synchronize"
+
+
+def _option_setter():
+    try:
+        from mindspore._c_expression import ms_ctx_param
+        context, param = ms.context._context(), ms_ctx_param.__members__[_OPTION]
+    except (ImportError, AttributeError, KeyError):
+        return None
+    return lambda on: context.set_param(param, on)
+
+
+_set_option = _option_setter()
 
 
 class SynchronousOps:
@@ -27,11 +43,11 @@ class SynchronousOps:
         self._saved = None  # the user's value while we hold it
 
     def enter(self):
-        if self._saved is not None or ms.get_context("device_target") != "CPU":
+        if self._saved is not None or _set_option is None or ms.get_context("device_target") != "CPU":
             return
         saved = bool(ms.get_context(_OPTION))
         if not saved:
-            ms.set_context(**{_OPTION: True})
+            _set_option(True)
         self._saved = saved
 
     def exit(self):
@@ -39,4 +55,4 @@ class SynchronousOps:
             return
         saved, self._saved = self._saved, None
         if not saved:
-            ms.set_context(**{_OPTION: False})
+            _set_option(False)
