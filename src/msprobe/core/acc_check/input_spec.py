@@ -204,7 +204,7 @@ def build_call(tree, leaves, python_value):
 
     Plain recursion on purpose: a recursive closure is a reference cycle (function -> cell -> function)
     that keeps the tensors it captured alive until the cyclic collector runs; with the built inputs of
-    every API held that way, acc_check's heap grew to ~200 MB where one API needs ~25, and each worker
+    every API held that way, an acc_check worker's heap grew to ~250 MB instead of ~145, and each worker
     paid a page fault for every page of it.
     """
     args, kwargs = tree
