@@ -13,3 +13,18 @@ def dump_json_of(dump_path, step=0):
     rank = [r for r in find_rank_dirs(str(dump_path)) if r.step == step][0]
     return os.path.join(rank.path, "dump.json")
 
+
+def tensors_left_in_cycles(dump_json, create_executor, tensor_type):
+    """(tensors that only the cyclic collector would free after checking every API of the dump, how
+    many APIs were checked): the executor must free each API's tensors when its check returns."""
+    from cyclic_garbage import cyclic_garbage_of
+    from msprobe.core.acc_check.input_data import TensorSource, rng_for
+    from msprobe.core.acc_check.runner import load_dump
+    reader, cases = load_dump(dump_json)
+    executor, source = create_executor(), TensorSource(reader)
+
+    def check_all():
+        for case in cases:
+            executor.run(case, source, rng_for(case.name))
+    return [o for _, o in cyclic_garbage_of(check_all) if isinstance(o, tensor_type)], len(cases)
+

@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from acc_fixtures import SEED_WHERE
-from cyclic_garbage import cyclic_garbage_of
+from acc_fixtures import SEED_WHERE, tensors_left_in_cycles
 
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 
@@ -90,15 +89,9 @@ def test_tensor_dump_replays_real_inputs(ms_dumps):
 def test_checked_apis_leave_no_tensor_in_a_reference_cycle(ms_dumps):
     """Each API's tensors are freed when its check returns, not at the next garbage collection."""
     from msprobe.mindspore.acc_check.executor import create_executor
-    reader, cases = load_dump(ms_dumps["statistics"])
-    executor, source = create_executor(), TensorSource(reader)
-
-    def check_all():
-        for case in cases:
-            executor.run(case, source, rng_for(case.name))
-    garbage = cyclic_garbage_of(check_all)
-    assert not [o for kind, o in garbage if isinstance(o, ms.Tensor)]
-    assert len(cases) > 10
+    left, checked = tensors_left_in_cycles(ms_dumps["statistics"], create_executor, ms.Tensor)
+    assert not left
+    assert checked > 10
 
 
 def test_planted_defect_is_an_error_its_twin_passes(tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cyclic_garbage import cyclic_garbage_of
+from acc_fixtures import tensors_left_in_cycles
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.runner import load_dump, run_acc_check
 from msprobe.core.dump.reader import DumpReader
@@ -56,15 +56,9 @@ def test_checked_apis_leave_no_tensor_in_a_reference_cycle(pt_dumps):
     """Each API's inputs and outputs are freed when its check returns, not at the next garbage
     collection (a recursive closure in the argument builder once kept ~100 MB alive per worker)."""
     from msprobe.pytorch.acc_check.executor import create_executor
-    reader, cases = load_dump(pt_dumps["statistics"])
-    executor, source = create_executor(), TensorSource(reader)
-
-    def check_all():
-        for case in cases:
-            executor.run(case, source, rng_for(case.name))
-    garbage = cyclic_garbage_of(check_all)
-    assert not [o for kind, o in garbage if isinstance(o, torch.Tensor)]
-    assert len(cases) > 20
+    left, checked = tensors_left_in_cycles(pt_dumps["statistics"], create_executor, torch.Tensor)
+    assert not left
+    assert checked > 20
 
 
 def test_tensor_dump_replays_the_real_inputs(pt_dumps):
