@@ -14,6 +14,7 @@ import numpy as np
 
 from msprobe.core import naming
 from msprobe.core.dump.json_append import scalar_record
+from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
@@ -27,7 +28,7 @@ FRAMEWORK = "mindspore"
 _SCALARS = (int, float, bool, str)
 
 
-class DumpSession:
+class DumpSession(CallRecords):
     """Recording state for one step of one rank.
 
     Args:
@@ -280,18 +281,6 @@ class DumpSession:
         if isinstance(v, ms.nn.Cell):
             return None  # the `self` of a jit-compiled Cell method (Jit.SGD's first argument)
         return other_value_record(v)
-
-    def args_records(self, key, args, kwargs, role, save, waits):
-        stem = f"{key}.{role}"
-        a = [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(args)]
-        k = {n: self.value_record(x, f"{stem}.{n}", save, waits) for n, x in kwargs.items()}
-        return a, k
-
-    def outputs_record(self, key, out, save, waits):
-        stem = f"{key}.output"
-        if isinstance(out, (list, tuple)):
-            return [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(out)]
-        return [self.value_record(out, f"{stem}.0", save, waits)]
 
     # -- calls -----------------------------------------------------------------------------------
     def parent_key(self):
@@ -556,13 +545,7 @@ def other_value_record(v):
     """Record for a non-tensor, non-container argument (dtype, slice, ellipsis ...)."""
     if isinstance(v, ms.dtype.Type):
         return {"type": "mindspore.dtype", "value": str(v)}
-    if isinstance(v, slice):
-        return {"type": "slice", "value": [x if isinstance(x, (int, type(None))) else str(x)
-                                           for x in (v.start, v.stop, v.step)]}
-    if v is Ellipsis:
-        return {"type": "ellipsis", "value": "..."}
-    cls = type(v)
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "value": None}
+    return common_value_record(v)
 
 
 def current_rank():

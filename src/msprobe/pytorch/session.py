@@ -12,6 +12,7 @@ import torch
 from msprobe.core import naming
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.reader import iter_tensor_records
+from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.dump.writer import DumpWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
@@ -42,7 +43,7 @@ def _run_nested(func, args, kwargs):
         _state.depth -= 1
 
 
-class DumpSession:
+class DumpSession(CallRecords):
     """Recording state for one step of one rank.
 
     Args:
@@ -51,6 +52,8 @@ class DumpSession:
         rank: rank number for rank{R}, or None for proc{pid}.
         pool: shared writer thread pool.
     """
+
+    atomic_sequences = (torch.Size,)  # an output torch.Size is one value: {type, value}
 
     def __init__(self, cfg, step, rank, pool=None, overflow=None):
         self.cfg = cfg
@@ -143,18 +146,6 @@ class DumpSession:
         if isinstance(v, dict):
             return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
         return other_value_record(v)
-
-    def args_records(self, key, args, kwargs, role, save, waits):
-        stem = f"{key}.{role}"
-        a = [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(args)]
-        k = {n: self.value_record(x, f"{stem}.{n}", save, waits) for n, x in kwargs.items()}
-        return a, k
-
-    def outputs_record(self, key, out, save, waits):
-        stem = f"{key}.output"
-        if isinstance(out, (list, tuple)) and not isinstance(out, torch.Size):
-            return [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(out)]
-        return [self.value_record(out, f"{stem}.0", save, waits)]
 
     # -- calls -----------------------------------------------------------------------------------
     def parent_key(self):
@@ -433,12 +424,6 @@ def other_value_record(v):
         return {"type": "torch.dtype", "value": str(v)}
     if isinstance(v, torch.device):
         return {"type": "torch.device", "value": str(v)}
-    if isinstance(v, slice):
-        return {"type": "slice", "value": [v.start if isinstance(v.start, (int, type(None))) else str(v.start),
-                                           v.stop if isinstance(v.stop, (int, type(None))) else str(v.stop),
-                                           v.step if isinstance(v.step, (int, type(None))) else str(v.step)]}
-    if v is Ellipsis:
-        return {"type": "ellipsis", "value": "..."}
     if isinstance(v, torch.memory_format):
         return {"type": "torch.memory_format", "value": str(v)}
     cls = type(v)
@@ -446,7 +431,7 @@ def other_value_record(v):
         return process_group_record(v)
     if cls.__name__ == "ReduceOp" or cls.__name__ == "RedOpType":
         return {"type": "torch.distributed.ReduceOp", "value": str(v).rsplit(".", 1)[-1]}
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "value": None}
+    return common_value_record(v)
 
 
 def process_group_record(group):

@@ -1,0 +1,38 @@
+"""Argument and output records laid out as msProbe does, shared by both adapters' DumpSession.
+
+A session supplies `value_record(v, file_stem, save, waits)` (tensors, scalars, framework types);
+`CallRecords` turns a call's arguments and result into `input_args` (a list), `input_kwargs` (a dict)
+and `output` (a list), with tensor file stems `{key}.{role}.{i}` / `{key}.{role}.{name}`. The records
+of the non-tensor values both frameworks pass alike (slices, Ellipsis, other objects) are here too.
+Framework-free.
+"""
+
+
+class CallRecords:
+    """Mixin of a DumpSession that has `value_record`."""
+
+    # tuple subclasses recorded as one value (torch.Size), not element by element
+    atomic_sequences = ()
+
+    def args_records(self, key, args, kwargs, role, save, waits):
+        stem = f"{key}.{role}"
+        a = [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(args)]
+        k = {n: self.value_record(x, f"{stem}.{n}", save, waits) for n, x in kwargs.items()}
+        return a, k
+
+    def outputs_record(self, key, out, save, waits):
+        stem = f"{key}.output"
+        if isinstance(out, (list, tuple)) and not isinstance(out, self.atomic_sequences):
+            return [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(out)]
+        return [self.value_record(out, f"{stem}.0", save, waits)]
+
+
+def common_value_record(v):
+    """Record of a slice, Ellipsis or any other object as msProbe writes them (an object: its type only)."""
+    if isinstance(v, slice):
+        return {"type": "slice", "value": [x if isinstance(x, (int, type(None))) else str(x)
+                                           for x in (v.start, v.stop, v.step)]}
+    if v is Ellipsis:
+        return {"type": "ellipsis", "value": "..."}
+    cls = type(v)
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "value": None}
