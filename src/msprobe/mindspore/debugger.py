@@ -112,10 +112,6 @@ class PrecisionDebugger(DumpLifecycle):
     def _save_variable(self, session, variable, name, count, save_backward):
         save_variable(session, variable, name, count, save_backward)
 
-    def _use_model(self, model):
-        if model is not None:
-            self._set_model(model)
-
     def _end_step(self):
         self._release_capture()
         if self._static is not None:
@@ -125,16 +121,10 @@ class PrecisionDebugger(DumpLifecycle):
         if self._cells is not None:
             self._cells.release()
 
-    def _set_model(self, model):
-        if model is self._model:
-            return
-        if self._capturing:
-            self._capture_off()
-            self._running = False  # start() goes on to capture with the new model
+    def _on_new_model(self):
         if self._cells is not None:
-            self._cells.release()
+            self._cells.release()  # hooks of the previous model
             self._cells = None
-        self._model = model
         self._share_params()
 
     def _share_params(self):

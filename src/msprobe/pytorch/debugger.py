@@ -87,14 +87,10 @@ class PrecisionDebugger(DumpLifecycle):
     def _save_variable(self, session, variable, name, count, save_backward):
         save_variable(session, variable, name, count, save_backward)
 
-    def _use_model(self, model):
-        if model is not None and model is not self._model and self._modules is not None:
-            if self._capturing:
-                self._capture_off()
-                self._running = False  # start() goes on to capture with the new model
+    def _on_new_model(self):
+        if self._modules is not None:
             self._modules.release()  # hooks of the previous model
             self._modules = None
-        super()._use_model(model)
 
     def _end_step(self):
         if self._modules is not None:
@@ -131,7 +127,6 @@ class PrecisionDebugger(DumpLifecycle):
             self._optim_handles = [register_optimizer_step_pre_hook(self._optim_enter),
                                    register_optimizer_step_post_hook(self._optim_exit)]
         self._capturing = True
-        self._running = True
 
     def _optim_enter(self, optimizer, args, kwargs):
         if self._session is not None:

@@ -7,7 +7,7 @@
 
 An adapter subclasses DumpLifecycle and supplies what only it knows: which models it accepts, how a
 session and the rank are made, and its capture layers (`_capture_on`, `_capture_off`,
-`_release_capture`). Framework-free: imports neither torch nor mindspore.
+`_release_capture`, `_on_new_model`). Framework-free: imports neither torch nor mindspore.
 """
 
 import atexit
@@ -79,10 +79,9 @@ class DumpLifecycle:
     def _save_variable(self, session, variable, name, count, save_backward):
         raise NotImplementedError
 
-    def _use_model(self, model):
-        """start() got `model` (None: none given): forget what was set up for another one."""
-        if model is not None:
-            self._model = model
+    def _on_new_model(self):
+        """`self._model` was replaced: drop what was set up for the previous one."""
+
 
     def _capture_on(self):
         """Install the capture layers for the config's level (also called again under token_range)."""
@@ -105,7 +104,12 @@ class DumpLifecycle:
             self._rank_id = rank_id
         if token_range is not None:
             self._set_token_range(model, token_range)
-        self._use_model(model)
+        if model is not None and model is not self._model:
+            if self._capturing:
+                self._capture_off()
+                self._running = False  # capture goes on below, with the new model
+            self._model = model
+            self._on_new_model()
         if self._running or not self._step_selected() or self._open_session() is None:
             return
         self._running = True
