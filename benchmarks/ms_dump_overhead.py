@@ -10,26 +10,28 @@ so the flush at step() is part of the cost. Every config runs `--steps` steps pe
 over rounds of (median step of its slot) / (median step of the `none` slot beside it). Pairing with
 the neighbouring baseline cancels bursts of load on a shared machine.
 
-Every slot runs its steps in several ways, interleaved, and counts the fastest: plain, and with a
-blocking read of the model's output at the end of the forward pass (a forward hook on the model); the
-slots without the tool also with MindSpore's `pynative_synchronize` on (ops run on the Python thread,
-no queue threads), which the tool itself switches on while it captures on a CPU
-(msprobe/mindspore/sync_execution.py) and which made the CNN's plain step ~1.5x faster here: the
-baseline is the fastest way to run the step without the tool, not the default way. MindSpore's own wait for the forward pass (PyNativeExecutor::EndGraph) spin-waits in
-AsyncRQueue::Wait on the Python thread while the frontend queue spins too; on a 2-core machine that
-starves the kernel threads, and the MLP's plain step was ~25% slower than the same step with one blocking
-read. A tool step whose own reads happened to land there got that back for free, which is how the MLP
-once measured 0.8x; taking the faster way on both sides leaves the tool's own cost (`--plain-steps`: the
-plain step only, as a user's loop runs).
+Each model is measured in two processes, one per way MindSpore can execute PyNative ops:
 
-Even so, one run's ratios are not repeatable to better than about +-0.2 on a 2-core machine: the same
-MindSpore step takes one of two durations from run to run (the MLP's step without the tool measured
-42-73 ms, its stat_L0 ratio 0.59-1.33 in five runs of the same code). Compare medians over several
-runs, interleaving the two versions being compared.
+- synchronous: `pynative_synchronize` set before the first op. MindSpore then starts no frontend,
+  backend or bprop queue threads and runs every op on the Python thread. On this 2-core machine that
+  is the fastest way to train at all (transformer step ~32 ms against ~120-170 ms by default), and
+  the steadiest (p10-p90 within ~10%): the strict baseline, judged against the targets.
+- asynchronous: MindSpore's default. Its queue threads spin while they wait and compete with the
+  kernel threads for the 2 cores, so the same step takes anywhere from ~50 to ~250 ms. Every slot
+  runs its steps in several ways, interleaved, and counts the fastest: plain; with a blocking read of
+  the model's output at the end of the forward pass (a forward hook on the model); and, without the
+  tool, synchronously (the option on and the frontend and bprop queues bypassed: what the tool does
+  while it captures, msprobe/mindspore/sync_execution.py). The baseline is the fastest way to run
+  the step without the tool, not the default way (`--plain-steps`: the plain step only, as a user's
+  loop runs).
+
+Even so, the asynchronous process's ratios are not repeatable to better than about +-0.2; the
+synchronous one's are good to a few hundredths.
 
     python benchmarks/ms_dump_overhead.py                 # 5 rounds, all models and configs
     python benchmarks/ms_dump_overhead.py --quick         # 2 rounds, 2 steps per slot
     python benchmarks/ms_dump_overhead.py --check         # exit 1 when a ratio misses its target
+    python benchmarks/ms_dump_overhead.py --execution synchronous   # one of the two processes only
 
 Only msprobe's public API is used: `from msprobe.mindspore import PrecisionDebugger`.
 """
@@ -43,6 +45,7 @@ import os
 os.environ.setdefault("GLOG_v", "3")
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +55,13 @@ from msprobe.mindspore import PrecisionDebugger, seed_all  # first: sets MindSpo
 import mindspore as ms
 import numpy as np
 from mindspore import mint, nn
+
+EXECUTIONS = ("synchronous", "asynchronous")
+# set by the parent for the process that measures one execution; read before any op runs
+_EXECUTION_ENV = "MSPROBE_BENCH_EXECUTION"
+if os.environ.get(_EXECUTION_ENV) == "synchronous":
+    ms.set_context(pynative_synchronize=True)  # only takes effect before the first op
+_executor = ms.common.api._pynative_executor
 
 MODELS = ("mlp", "cnn", "transformer")
 CONFIGS = ("stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1")
@@ -177,7 +187,12 @@ def timed_step(runner, debugger=None):
 
 
 def _synchronous(on):
+    """What the tool does while it captures (msprobe/mindspore/sync_execution.py), for a baseline step."""
     ms.set_context(pynative_synchronize=on)
+    if on:
+        _executor.disable_frontend_and_bprop_pipeline()
+    else:
+        _executor.enable_frontend_and_bprop_pipeline()
 
 
 def slot(runner, steps, debugger=None, plain_only=False):
@@ -185,7 +200,7 @@ def slot(runner, steps, debugger=None, plain_only=False):
     way, interleaved step by step (see the module docstring). CPU time counts every thread of the
     process and not the time spent waiting for a core, so it is steadier on a loaded machine."""
     ways = {"plain": []}
-    if not plain_only:
+    if not plain_only and not ms.get_context("pynative_synchronize"):  # a synchronous process: one way
         ways["blocking read"] = []
         if debugger is None:  # the tool runs synchronously while it captures: nothing to add there
             ways["synchronous"] = []
@@ -207,8 +222,8 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
     results = {}
     for name in models:
         runner = Runner(name)
-        for sync in (False, True, False):  # warm-up: kernels built
-            runner.sync_forward = sync
+        for read in (False, True, False):  # warm-up: kernels built
+            runner.sync_forward = read
             runner.step()
         debuggers = {}
         for c in configs:
@@ -248,9 +263,9 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
     return results
 
 
-def render(results, configs):
-    lines = ["Ratios of step time with the tool to step time without (median over rounds); "
-             "'(cpu)' rows: process CPU time instead of wall time.",
+def render(results, configs, execution):
+    lines = [f"{execution} process: ratios of step time with the tool to step time without (median over "
+             "rounds); '(cpu)' rows: process CPU time instead of wall time.",
              "| model | step (no tool) | " + " | ".join(configs) + " |",
              "|---|---|" + "---|" * len(configs)]
     for name, res in results.items():
@@ -258,6 +273,20 @@ def render(results, configs):
         lines.append(f"| {name} | {res['base_ms']:.1f} ms | " + " | ".join(cells) + " |")
     lines.append("targets: " + ", ".join(f"{c} <= {t}x" for c, t in TARGETS.items()))
     return "\n".join(lines)
+
+
+def measure_in_process(execution, args):
+    """Run this script for one execution in a fresh process (MindSpore's execution is fixed by then);
+    its results come back as JSON on the last line of its output."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--models", args.models, "--configs", args.configs,
+           "--rounds", str(args.rounds), "--steps", str(args.steps), "--json"]
+    if args.plain_steps:
+        cmd.append("--plain-steps")
+    env = dict(os.environ, **{_EXECUTION_ENV: execution})
+    done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the {execution} process failed (exit {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -268,8 +297,11 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--check", action="store_true")
+    p.add_argument("--execution", default="both", choices=EXECUTIONS + ("both",),
+                   help="which process(es) to measure (see the module docstring)")
     p.add_argument("--plain-steps", action="store_true",
                    help="time the plain step only (not the faster of it and the step with a blocking forward read)")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a child process's output
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 2, 2
@@ -281,19 +313,26 @@ def main(argv=None):
     for c in configs:
         if c not in CONFIGS:
             p.error(f"--configs: got {c!r}; allowed: {', '.join(CONFIGS)}")
-    root = tempfile.mkdtemp(prefix="ms_dump_bench_")
-    try:
-        results = measure(models, configs, args.rounds, args.steps, root,
-                          lambda msg: print(msg, file=sys.stderr, flush=True), args.plain_steps)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print(render(results, configs))
-    if args.check:
-        missed = [(m, c) for m in results if not m.endswith("(cpu)")
-                  for c, t in TARGETS.items() if c in results[m] and results[m][c] > t]
-        if missed:
-            print("missed targets: " + ", ".join(f"{m}/{c}" for m, c in missed))
-            return 1
+    if args.json:  # this is the process of one execution
+        root = tempfile.mkdtemp(prefix="ms_dump_bench_")
+        try:
+            results = measure(models, configs, args.rounds, args.steps, root,
+                              lambda msg: print(msg, file=sys.stderr, flush=True), args.plain_steps)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print(json.dumps(results))
+        return 0
+    executions = EXECUTIONS if args.execution == "both" else (args.execution,)
+    missed = []
+    for execution in executions:
+        print(f"-- {execution} process", file=sys.stderr, flush=True)
+        results = measure_in_process(execution, args)
+        print(render(results, configs, execution), flush=True)
+        missed += [(execution, m, c) for m in results if not m.endswith("(cpu)")
+                   for c, t in TARGETS.items() if c in results[m] and results[m][c] > t]
+    if args.check and missed:
+        print("missed targets: " + ", ".join(f"{e}/{m}/{c}" for e, m, c in missed))
+        return 1
     return 0
 
 
