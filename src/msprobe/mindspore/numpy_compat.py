@@ -1,7 +1,14 @@
 """MindSpore 2.10's C++ argument parser initialises numpy's 1.x C API lazily, the first time a Python
 scalar reaches an op (`x + 1`). Under numpy >= 2 that initialisation fails, leaves a Python error set,
 and the op raises SystemError — once: later calls skip the failed initialisation and work. We take that
-one failure here, at import, so neither the user's first scalar op nor msprobe's own fails."""
+one failure here, at import, so neither the user's first scalar op nor msprobe's own fails.
+
+It is taken in the argument parser only: a call whose scalar is parsed and whose next argument is
+refused (TypeError) runs no op. Running one would start MindSpore's PyNative executor before the user
+has configured it: its queue threads would then exist for good, and a `pynative_synchronize` (or
+`launch_blocking()`) set after `import msprobe.mindspore` would no longer keep ops on the Python
+thread (on 2 CPU cores that made the benchmark transformer's step ~2-4x slower).
+"""
 
 import contextlib
 import io
@@ -34,8 +41,8 @@ def absorb_first_scalar_failure():
         return
     with quiet_stderr():
         try:
-            ms.Tensor(np.zeros(1, np.float32)) + 1
-        except SystemError:
+            ms.mint.add(ms.Tensor(np.zeros(1, np.float32)), 1, alpha="refused")
+        except (SystemError, TypeError):
             pass
 
 
