@@ -339,7 +339,7 @@ class DumpSession(CallRecords):
             if tracker is not None and inplace:
                 self._track(tracker, result)  # tensor hooks: the caller keeps its own result
             elif tracker is not None:
-                out = self._track(tracker, out)
+                out = self._track(tracker, out, tensor_hooks=True)
         finally:
             _state.busy = False
         return out
@@ -351,8 +351,8 @@ class DumpSession(CallRecords):
             return self.outputs_record(key, out, save, waits)
         return self.outputs_record(key, out, False, waits) if self.gate is not None else []
 
-    def _track(self, tracker, out):
-        new = tracker.hook_outputs(out)
+    def _track(self, tracker, out, tensor_hooks=False):
+        new = tracker.hook_outputs(out, tensor_hooks)
         if not tracker.outs_left:  # nothing differentiable came out: no backward record
             tracker.session = None
             self.trackers.pop(tracker, None)
@@ -409,9 +409,11 @@ class DumpSession(CallRecords):
                   for n, g in grads.items()}
         self.emit(key, record, waits)
 
-    def release_stuck(self, seq):
-        """Emit the stuck trackers created after call number `seq`, latest first (backward order)."""
-        ready = sorted((t for t in self.stuck if t.seq > seq), key=lambda t: -t.seq)
+    def release_stuck(self, seq, keep_in_place=False):
+        """Emit the stuck trackers created after call number `seq`, latest first (backward order);
+        `keep_in_place`: not those of in-place calls."""
+        ready = sorted((t for t in self.stuck if t.seq > seq and not (keep_in_place and t.in_place)),
+                       key=lambda t: -t.seq)
         for t in ready:
             self.stuck.pop(t, None)
             t.emit_partial()
