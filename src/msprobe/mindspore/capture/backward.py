@@ -1,30 +1,28 @@
-"""Backward records through `ops.HookBackward`, MindSpore's identity-in-forward op whose hook sees the
-gradient flowing through it.
+"""Backward records through gradient hooks on the tensors a call takes and returns.
 
-For a call (API or Cell) the input tensors are passed through a HookBackward before
-the call runs, and the outputs after it: the input hooks see this call's own contribution to each
-input's gradient (backward `output`), the output hooks the gradients of its outputs (backward
-`input`). Tensor.register_hook would give the input's *total* gradient and costs ~10x more per call.
-Only done while MindSpore records a gradient (`_pynative_executor.requires_grad()`), so plain
-inference pays nothing.
+For a call (API or Cell) each input tensor is replaced, for that call only, by a stand-in whose hook
+sees the gradient flowing back through this use (`_through_hook`: a view of it with a tensor hook, or
+an `ops.HookBackward` when the tensor takes no tensor hook): this call's own contribution to the
+input's gradient (backward `output`). Outputs get hooks that see their gradients (backward `input`):
+an API call's outputs are hooked themselves (Tensor.register_hook: an output's total gradient is what
+flows back through all its uses), a Cell's through a stand-in (see hook_outputs). Hooking an input
+itself would give its *total* gradient, not this call's share. Only done while MindSpore records a
+gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing.
 
-In-place calls must change the caller's own tensor, not a copy: the tensor they change (the first
+In-place calls must change the caller's own tensor, not a stand-in: the tensor they change (the first
 argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
 before and after the change (a total gradient, not the call's share; the handles go at step end).
 
-What this costs, and what was tried (MindSpore 2.10, 2-core CPU; benchmarks/ms_dump_overhead.py): each
-HookBackward makes the Python thread wait until MindSpore's frontend queue has turned the input into a
-real tensor (StubNode::WaitValue) — after a call's own op, once per recorded call; the input hooks of
-the next call then find their tensors ready. Every op with a Python hook waits the same way
-(CellBackwardHook, InsertGradientOf, custom bprop Cells, ms.common._Function, a Primitive named
-HookBackward with C++ inference), and so do Tensor.register_hook, `.shape` and `.dtype`. One
-HookBackward over all of a call's inputs would hand zero tensors, not nothing, to inputs that get no
-gradient (an integer index, an unused output), which changes the records. Copies made by an ordinary
-op (`x * True`) with Tensor.register_hook on them registered in one batch at end_graph gave the same
-records with no wait in the forward pass, but the extra ops cost more than the waits saved (transformer
-stat_L1 1.79x, MLP 4.2x against 1.6x and 1.4x), and a reused HookBackward calls its latest hook for
-every earlier use. What made the waits cheap instead: on a CPU target the debugger runs MindSpore
-synchronously while it captures (sync_execution.py), so a wait is no hand-off between threads.
+What this costs (MindSpore 2.10, 2-core CPU, benchmarks/ms_dump_overhead.py, synchronous process):
+a HookBackward ~32 us per use, forward and backward, most of it its Python shape and dtype inference;
+a view with a tensor hook ~9 us; a tensor hook alone ~nothing. Replacing HookBackward by them took the
+transformer's stat_L1 step from 66.8 to ~55 ms (no tool: ~37 ms), with identical records. In
+MindSpore's default asynchronous pipeline every hook, `.shape` and `.dtype` waits for the queue
+threads to produce the tensor; what makes those waits cheap is that the debugger runs MindSpore
+synchronously while it captures on a CPU target (sync_execution.py). Tried and dropped before that:
+one HookBackward over all of a call's inputs hands zero tensors, not nothing, to inputs that get no
+gradient (an integer index, an unused output), which changes the records; copies made by an ordinary
+op (`x * True`) cost a kernel each; a reused HookBackward calls its latest hook for every earlier use.
 """
 
 import mindspore as ms
@@ -38,6 +36,20 @@ _executor = ms.common.api._pynative_executor
 def grad_recording():
     """True while a forward pass runs under mindspore.grad / value_and_grad / a training cell."""
     return _executor.requires_grad()
+
+
+def _through_hook(v, hook):
+    """A tensor standing for `v` in one use, whose gradient `hook` sees: the gradient that flows back
+    through that use only. A view of `v` with a tensor hook costs ~9 us (forward and backward); a
+    HookBackward ~32 us, most of it in its Python shape and dtype inference. A tensor that needs no
+    gradient (integer, data input) refuses the tensor hook and gets the HookBackward, which simply
+    never fires. The view and its hook die with the step's graph: no handle to remove."""
+    try:
+        new = v.view(v.shape)
+        new.register_hook(hook)
+        return new
+    except (RuntimeError, TypeError, ValueError):
+        return ops.HookBackward(hook)(v)
 
 
 class GradTracker:
@@ -79,12 +91,12 @@ class GradTracker:
 
     def _wrap_in(self, v, pos):
         if isinstance(v, ms.Tensor):
-            # every tensor, integer ones too: asking a tensor's dtype waits for MindSpore's pipeline
-            # (~0.3 ms a time); an integer tensor simply never sees a gradient
+            # every tensor, integer ones too, without asking its dtype (in MindSpore's asynchronous
+            # pipeline that waits for the op making it): an integer tensor simply never sees a gradient
             i = pos[0]
             pos[0] += 1
             self.left += 1
-            new = ops.HookBackward(self._input_hook(i))(v)
+            new = _through_hook(v, self._input_hook(i))
             self.session.summarizer.alias(new, v)
             return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
@@ -96,12 +108,12 @@ class GradTracker:
 
         `tensor_hooks`: hook the output tensors themselves (Tensor.register_hook; `out` comes back
         as it is) — for API calls, whose outputs nothing else recorded returns. An output's total
-        gradient is what a HookBackward on it would see, since every use of the output would go
-        through that HookBackward; the tensor hook costs ~30 us less per output, fwd+bwd (and the
-        transformer's stat_L1 step ~3 ms less). A Cell keeps the HookBackward: a Cell often returns
-        what a call inside it returned (a Sequential, a Dense's matmul), and hooks on one tensor run in
-        the order they were registered — inner call first — which would tell release_stuck that the
-        backward pass had passed the inner call before its gradient had arrived.
+        gradient is what a stand-in would see, since every use of the output would go through it; no
+        stand-in saves ~9 us per output, forward and backward. A Cell returns stand-ins
+        (`_through_hook`): a Cell often returns what a call inside it returned (a Sequential, a
+        Dense's matmul), and hooks on one tensor run in the order they were registered — inner call
+        first — which would tell release_stuck that the backward pass had passed the inner call
+        before its gradient had arrived.
         """
         self.outputs_by_tensor_hook = tensor_hooks or self.in_place
         pos = [0]
@@ -117,7 +129,7 @@ class GradTracker:
             if self.outputs_by_tensor_hook:
                 self._tensor_hook(v, self._output_hook(i))
                 return v
-            new = ops.HookBackward(self._output_hook(i))(v)
+            new = _through_hook(v, self._output_hook(i))
             self.session.summarizer.alias(new, v)
             return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
