@@ -157,6 +157,7 @@ class PrecisionDebugger(DumpLifecycle):
         if self._capturing:
             return
         self._sync.enter()
+        self._session.synchronous = self._sync.synchronous()
         self._session.read_params_early()
         level = self.config.level
         if level in ("L0", "mix"):

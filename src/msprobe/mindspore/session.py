@@ -71,6 +71,9 @@ class DumpSession(CallRecords):
         self._params_tracked = cfg.level in ("L0", "mix") or (self.filter.backward and self.filter.passes_everything)
         self._param_recs = None  # id(p) -> (weakref to p, record), or None: not read since the last change
         self.tensor_hooks = []  # handles of Tensor.register_hook (in-place calls), removed at step end
+        # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
+        # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
+        self.synchronous = False
 
     # -- writer ----------------------------------------------------------------------------------
     def _writer(self):
@@ -339,7 +342,7 @@ class DumpSession(CallRecords):
             if tracker is not None and inplace:
                 self._track(tracker, result)  # tensor hooks: the caller keeps its own result
             elif tracker is not None:
-                out = self._track(tracker, out, tensor_hooks=True)
+                out = self._track(tracker, out, tensor_hooks=self.synchronous)
         finally:
             _state.busy = False
         return out

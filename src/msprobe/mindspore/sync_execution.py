@@ -64,6 +64,11 @@ class SynchronousOps:
         self._saved = saved
         self._queues_were_off = bool(_bypass_queues()) if _bypass_queues is not None else True
 
+    @staticmethod
+    def synchronous():
+        """Whether MindSpore runs ops synchronously now (this capture's doing or the user's setting)."""
+        return bool(ms.get_context(_OPTION))
+
     def exit(self):
         if self._saved is None:
             return

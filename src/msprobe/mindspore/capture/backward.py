@@ -38,18 +38,22 @@ def grad_recording():
     return _executor.requires_grad()
 
 
-def _through_hook(v, hook):
+def _through_hook(v, hook, synchronous):
     """A tensor standing for `v` in one use, whose gradient `hook` sees: the gradient that flows back
-    through that use only. A view of `v` with a tensor hook costs ~9 us (forward and backward); a
-    HookBackward ~32 us, most of it in its Python shape and dtype inference. A tensor that needs no
-    gradient (integer, data input) refuses the tensor hook and gets the HookBackward, which simply
-    never fires. The view and its hook die with the step's graph: no handle to remove."""
-    try:
-        new = v.view(v.shape)
-        new.register_hook(hook)
-        return new
-    except (RuntimeError, TypeError, ValueError):
-        return ops.HookBackward(hook)(v)
+    through that use only. With ops running synchronously a view of `v` with a tensor hook costs ~9 us
+    (forward and backward), a HookBackward ~32 us, most of it in its Python shape and dtype inference;
+    in the asynchronous pipeline the view and the hook wait for the tensor (~150-700 us) and the
+    HookBackward is the cheaper (~60 us). A tensor that needs no gradient (integer, data input) refuses
+    the tensor hook and gets the HookBackward, which simply never fires. The view and its hook die
+    with the step's graph: no handle to remove."""
+    if synchronous:
+        try:
+            new = v.view(v.shape)
+            new.register_hook(hook)
+            return new
+        except (RuntimeError, TypeError, ValueError):
+            pass
+    return ops.HookBackward(hook)(v)
 
 
 class GradTracker:
@@ -96,7 +100,7 @@ class GradTracker:
             i = pos[0]
             pos[0] += 1
             self.left += 1
-            new = _through_hook(v, self._input_hook(i))
+            new = _through_hook(v, self._input_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
             return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
@@ -129,7 +133,7 @@ class GradTracker:
             if self.outputs_by_tensor_hook:
                 self._tensor_hook(v, self._output_hook(i))
                 return v
-            new = _through_hook(v, self._output_hook(i))
+            new = _through_hook(v, self._output_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
             return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
