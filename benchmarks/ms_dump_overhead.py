@@ -59,7 +59,8 @@ from mindspore import mint, nn
 EXECUTIONS = ("synchronous", "asynchronous")
 # set by the parent for the process that measures one execution; read before any op runs
 _EXECUTION_ENV = "MSPROBE_BENCH_EXECUTION"
-if os.environ.get(_EXECUTION_ENV) == "synchronous":
+_SYNCHRONOUS_PROCESS = os.environ.get(_EXECUTION_ENV) == "synchronous"
+if _SYNCHRONOUS_PROCESS:
     ms.set_context(pynative_synchronize=True)  # only takes effect before the first op
 _executor = ms.common.api._pynative_executor
 
@@ -200,19 +201,23 @@ def slot(runner, steps, debugger=None, plain_only=False):
     way, interleaved step by step (see the module docstring). CPU time counts every thread of the
     process and not the time spent waiting for a core, so it is steadier on a loaded machine."""
     ways = {"plain": []}
-    if not plain_only and not ms.get_context("pynative_synchronize"):  # a synchronous process: one way
+    # A synchronous process has one way, and keeps its setting: switching it off after a step would
+    # leave the rest of the run asynchronous (each later slot measuring a mix of ways).
+    if not plain_only and not _SYNCHRONOUS_PROCESS:
         ways["blocking read"] = []
         if debugger is None:  # the tool runs synchronously while it captures: nothing to add there
             ways["synchronous"] = []
     for _ in range(steps):
         for way, times in ways.items():
             runner.sync_forward = way == "blocking read"
-            _synchronous(way == "synchronous")
+            if way == "synchronous":
+                _synchronous(True)
             try:
                 times.append(timed_step(runner, debugger))
             finally:
                 runner.sync_forward = False
-                _synchronous(False)
+                if way == "synchronous":
+                    _synchronous(False)
     medians = {w: (statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for w, v in ways.items()}
     best = min(medians, key=lambda w: medians[w][0])
     return medians[best][0], medians[best][1], best
@@ -249,7 +254,10 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
                     fastest[side][way] = fastest[side].get(way, 0) + 1
                 ratios[c].append(t / b)
                 cpu_ratios[c].append(tc / bc)
+                # outside the timed slots: wait for the file system to finish the delete too, else its
+                # journal work (tensor_L1 frees hundreds of MB) lands in the next slots' steps
                 shutil.rmtree(os.path.join(root, name, c), ignore_errors=True)
+                os.sync()
             log(f"{name}: round {r + 1}/{rounds} done")
         log(f"{name}: fastest way of the {len(base)} slots without the tool: "
             + ", ".join(f"{w} {n}" for w, n in fastest["without"].items())
