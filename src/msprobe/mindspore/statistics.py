@@ -9,6 +9,11 @@ float32. A tensor seen again in the same step (same object) reuses its statistic
 usually the previous API's output. Reading `_version` to validate that would make MindSpore finish all
 queued work (a spin-wait: it doubled the CPU time of a step), so calls that work in place drop their
 tensors from the cache instead (`forget`), and the cache lives for one step.
+
+The kernel runs on one thread here, unlike in PyTorch (where its OpenMP team is torch's own, already
+spinning): in a MindSpore process a second libgomp thread competes with MindSpore's own pool. Measured
+with 2 threads for tensors of 32K elements or more, A/B in one synchronous process: MLP stat_L0
+1.00x -> 1.25x, transformer stat_L1 1.32x -> 1.40x.
 """
 
 import weakref
