@@ -5,6 +5,7 @@
 Both resume from an interrupted run's result CSV. Must not import torch or mindspore.
 """
 
+import contextlib
 import gc
 import importlib
 import logging
@@ -80,9 +81,21 @@ def check_cases(cases, reader, spec, files, save_error_data=False, error_root=""
     products and take a whole core (2 CPU s per second of checking), which left a second worker
     process nothing to run on.
     """
-    from threadpoolctl import threadpool_limits
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         yield from _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor)
+
+
+def one_blas_thread():
+    """A context with BLAS on one thread (see check_cases); nothing to do where it already is. After a
+    fork OpenBLAS has stopped its thread pool, and setting its thread count, even to the count it has,
+    starts the pool again: the new thread spins for its first ~0.1 s, ~0.05 CPU s that each of two
+    workers on two cores lost to it (0.54 s of checking each on the 153 APIs of
+    benchmarks/acc_check_throughput.py)."""
+    from threadpoolctl import ThreadpoolController
+    blas = ThreadpoolController().select(user_api="blas")
+    if all(lib.num_threads == 1 for lib in blas.lib_controllers):
+        return contextlib.nullcontext()
+    return blas.limit(limits=1)
 
 
 def _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor):
@@ -273,6 +286,9 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     # Forked workers share the parent's objects page by page until they write to them. A garbage
     # collection in a worker writes to every tracked object (0.1 s and ~6k copied pages per worker
     # with torch imported); frozen objects are never collected, so the pages stay shared.
+    # one BLAS thread from before the fork on: the workers' check_cases then find it so (one_blas_thread)
+    restore_blas = contextlib.ExitStack()
+    restore_blas.enter_context(one_blas_thread())
     gc.freeze()
     try:
         for i in range(1, n_workers):  # worker 0 is this process
@@ -333,6 +349,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         bar.close()
         for p in procs:
             p.join()
+        restore_blas.close()
     if failures:
         raise MsprobeError(f"multi_acc_check: {'; '.join(failures)}; finished APIs are in {result_path}, "
                            f"resume with -csv_path {result_path}")
