@@ -37,7 +37,10 @@ worker is forked from this process, which has run torch already (the dump, `sing
 writes to inherited pages are the fixed cost that a 1-second run does not amortise: on these 153
 APIs each of two workers spends ~0.6 CPU s on half the work that one worker does in 0.9, and two
 independent full runs side by side already slow each other 5-20% on this VM (caches, page faults).
-On 1,413 APIs (`--blocks 40`) 2 workers give 1.76x. (Session 6: the executors' argument builder was a
+On 1,413 APIs (`--blocks 40`) 2 workers give 1.76x. (Session 7: OpenBLAS, which stops its thread
+pool at fork, started a new pool thread in each worker at check_cases' thread-count call, and that
+thread spun ~0.05 CPU s; with one BLAS thread set before the fork and not set again, 153 APIs went
+from 1.46x to 1.61-1.74x and 1,413 APIs give 1.85x.) (Session 6: the executors' argument builder was a
 recursive closure, a reference cycle that kept every API's tensors until a garbage collection; each
 worker's heap grew to ~250 MB and paid a page fault per page. Freed at once, 2 vs 1 went from 1.41x to
 1.51-1.58x in this process and 1.68x as fresh commands.) (Workers no longer import sympy:
