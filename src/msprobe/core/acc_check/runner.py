@@ -283,12 +283,13 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     options = [(("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
                 ("threads", threads)) for i in range(n_workers)]
     part_dirs = [os.path.join(parts_root, f"worker{i}.{attempt}") for i in range(n_workers)]
+    # One BLAS thread from before the fork to the end: the workers' check_cases then find it so and
+    # leave OpenBLAS's pool alone (one_blas_thread).
+    restore_blas = contextlib.ExitStack()
+    restore_blas.enter_context(one_blas_thread())
     # Forked workers share the parent's objects page by page until they write to them. A garbage
     # collection in a worker writes to every tracked object (0.1 s and ~6k copied pages per worker
     # with torch imported); frozen objects are never collected, so the pages stay shared.
-    # one BLAS thread from before the fork on: the workers' check_cases then find it so (one_blas_thread)
-    restore_blas = contextlib.ExitStack()
-    restore_blas.enter_context(one_blas_thread())
     gc.freeze()
     try:
         for i in range(1, n_workers):  # worker 0 is this process
@@ -297,6 +298,9 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
                                   part_dirs[i], save_error_data, error_root, seed, queue, done))
             p.start()
             procs.append(p)
+    except BaseException:
+        restore_blas.close()
+        raise
     finally:
         gc.unfreeze()
     bar = _progress_bar(len(cases), len(cases) - len(todo), progress)
