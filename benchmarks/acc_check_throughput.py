@@ -35,8 +35,9 @@ Worker 0 is the calling process itself (since session 5; before, every worker wa
 1-worker run paid a fork and a cold heap: 0.99-1.24 s here against 0.88-0.94 s now). The second
 worker is forked from this process, which has run torch already (the dump, `single`); its first
 writes to inherited pages are the fixed cost that a 1-second run does not amortise: on these 153
-APIs each of two workers spends ~0.6 CPU s on half the work that one worker does in 0.9, and two
-independent full runs side by side already slow each other 5-20% on this VM (caches, page faults).
+APIs each of two workers spends ~0.5 CPU s (~0.56 before session 7's BLAS fix, below) on half the
+work that one worker does in ~0.9, and two independent full runs side by side already slow each
+other 2-20% on this VM (caches, page faults).
 On 1,413 APIs (`--blocks 40`) 2 workers give 1.76x. (Session 7: OpenBLAS, which stops its thread
 pool at fork, started a new pool thread in each worker at check_cases' thread-count call, and that
 thread spun ~0.05 CPU s; with one BLAS thread set before the fork and not set again, 153 APIs went
