@@ -200,6 +200,36 @@ def test_step_filter(tmp_path, full):
     assert r["Module.l.Linear.parameters_grad.0"] == ref.readers[1]["Module.l.Linear.parameters_grad.0"]
 
 
+def _msprobe_hooks(model):
+    """How many hooks msprobe's L0 capture has on the model's modules and parameters."""
+    n = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    return n + sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {}) for p in model.parameters())
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_steps_not_dumped_run_without_module_hooks(tmp_path, level):
+    """Between dumped steps and after the last one the model carries no idle hooks (they slowed every
+    training step); a later dumped step installs them again and records as before."""
+    model, data = models.build("cnn"), models.batches("cnn", 4)
+    dbg, dump_path = models.make_debugger(tmp_path, level, "statistics", common={"step": [0, 1, 3]})
+    hooks = []  # msprobe hooks on the model as each step began: left by the step before
+    try:
+        for i in range(5):
+            hooks.append(_msprobe_hooks(model))
+            models.train(model, [data[i % 4]], dbg, steps=1)
+    finally:
+        models.finish(dbg)
+    installed = len([m for m in model.modules()][1:]) * 2  # pre and post hook on every submodule
+    assert hooks[0] == 0 and hooks[1] >= installed  # step 1 is dumped too: they stayed
+    assert hooks[2] == 0 and hooks[4] == 0  # step 2 and the steps after 3 are not dumped
+    assert hooks[3] == 0  # step 3's start() installs them again
+    readers = {r.step: DumpReader(r.path) for r in find_rank_dirs(dump_path)}
+    assert sorted(readers) == [0, 1, 3]
+    assert readers[3].keys() == readers[0].keys()
+    assert any(k.startswith("Module.") and ".backward." in k for k in readers[3].keys())
+    assert any(".parameters_grad." in k for k in readers[3].keys())
+
+
 # -- tensor_list --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("level", ["L1", "mix"])

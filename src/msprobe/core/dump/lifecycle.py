@@ -187,9 +187,10 @@ class DumpLifecycle:
         if not units or not all(isinstance(u, self.model_types) for u in units):
             raise ConfigError("model", type(model).__name__, f"{words} or a list/tuple of them")
 
-    def _step_selected(self):
+    def _step_selected(self, step=None):
+        """Whether `step` (default: the current one) is dumped by the config's step filter."""
         steps = self.config.step
-        return not steps or self.current_step in steps
+        return not steps or (self.current_step if step is None else step) in steps
 
     def _open_session(self):
         if self._session is None:
