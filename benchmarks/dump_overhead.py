@@ -217,6 +217,15 @@ class Runner:
                     pass
         return total
 
+    def rest(self):
+        """After a config's slot: close its debugger, so that no idle hook of it is on the shared model
+        while the other configs and `none` run. An L0/mix debugger keeps its module hooks between the
+        steps it dumps (all of them here): left in place, two debuggers' idle hooks slowed every other
+        slot's steps ~2.5% and so understated every ratio. The next slot's first start() installs
+        them again, a cost its first step pays (the slot's median is then of the steps after it)."""
+        if self.debugger is not None and self.started:
+            self.debugger.close()
+
     def clean(self):
         """Delete what the dump wrote, and wait for the file system to finish with it (outside the
         timed region). Deleting is the benchmark's own doing, not the tool's, yet the file system's
@@ -239,6 +248,7 @@ def _slot(runner, steps):
         gc.collect()  # outside the timed region: a step pays for its own garbage only
         got.append(runner.step())
         runner.clean()
+    runner.rest()
     return got
 
 
@@ -276,6 +286,7 @@ def measure(models, configs, rounds, steps, root, log, retries=2, tolerance=1.25
             r.step()
             dump_sizes[m][r.config] = r.dump_bytes()
             r.clean()
+            r.rest()
         for rnd in range(rounds):
             k = rnd % len(runners) if runners else 0
             order = runners[k:] + runners[:k]
