@@ -10,9 +10,7 @@ in numpy (float64) from `Tensor.asnumpy()`.
 """
 
 import atexit
-import json
 import logging
-import os
 
 from msprobe.mindspore import numpy_compat  # noqa: F401  (before any op with a Python scalar)
 import mindspore
@@ -22,7 +20,8 @@ from msprobe.core.errors import MsprobeError
 from msprobe.core.monitor.config import load_monitor_config
 from msprobe.core.monitor.ops import stats_from_array
 from msprobe.core.monitor.records import MetricRow
-from msprobe.core.monitor.recorder import StepRecorder, output_root
+from msprobe.core.monitor.recorder import StepRecorder
+from msprobe.core.monitor.trainer import TrainerMonBase
 from msprobe.mindspore.monitor.cell_hooks import CellActivationMonitor
 
 logger = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ def moment_tuples(optimizer):
     return found
 
 
-class TrainerMon:
+class TrainerMon(TrainerMonBase):
     """Training-state monitor for MindSpore, with the PyTorch `TrainerMon` interface.
 
     Args:
@@ -83,6 +82,13 @@ class TrainerMon:
     Raises:
         ConfigError: a config field is not allowed (the message names it).
     """
+
+    tensor_type = mindspore.Tensor
+    unit_word = "cell"
+
+    @staticmethod
+    def _named_units(chunk):
+        return chunk.cells_and_names()
 
     def __init__(self, config_file_path, process_group=None, params_have_main_grad=True):
         self.config = load_monitor_config(config_file_path)
@@ -197,64 +203,3 @@ class TrainerMon:
             self._write_structure()
         self.step += 1
         self._begin_step()
-
-    _struct = None
-
-    def _hook_structure(self, chunks):
-        self._struct = {}
-
-        def describe(value):
-            if isinstance(value, mindspore.Tensor):
-                return "tensor"
-            if isinstance(value, (tuple, list)):
-                return f"tuple[{len(value)}]"
-            return type(value).__name__
-
-        for vpp, chunk in enumerate(chunks):
-            for name, cell in chunk.cells_and_names():
-                def hook(cell, inputs, outputs, name=name, vpp=vpp):
-                    self._struct.setdefault(name, {"vpp_stage": vpp, "type": type(cell).__name__,
-                                                   "input": describe(inputs[0] if len(inputs) == 1 else inputs),
-                                                   "output": describe(outputs)})
-                self._handles.append(cell.register_forward_hook(hook))
-
-    def _write_structure(self):
-        path = os.path.join(output_root(), "module_struct", f"rank{self.rank}", "module_struct.json")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self._struct, f, indent=1)
-        self.close()
-        logger.warning("print_struct: cell structure written to %s; stopping as configured", path)
-        raise SystemExit(0)
-
-    def _metrics(self, tag):
-        ops = self.config.ops
-        return {r.name: dict(zip(ops, r.values)) for r in self.recorder.last_rows.get(tag, [])}
-
-    def generate_wgrad_metrics(self):
-        """(reduced, unreduced): {param name: {op: value}} of the latest recorded step."""
-        return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
-
-    def generate_xy_metrics(self):
-        """(actv, actv_grad): {cell io name: {op: value}} of the latest recorded step."""
-        return self._metrics("actv"), self._metrics("actv_grad")
-
-    @property
-    def anomalies(self):
-        return list(self.recorder.anomalies) if self.recorder else []
-
-    @property
-    def output_dir(self):
-        return self.recorder.rank_dir if self.recorder else None
-
-    def close(self):
-        """Remove every hook and close the writers (also run at interpreter exit)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        for a in self._activations:
-            a.remove()
-        self._activations = []
-        self.collecting = False
-        if self.recorder is not None:
-            self.recorder.close()

@@ -11,20 +11,16 @@ counter advances). Guarded by `benchmarks/monitor_overhead.py`.
 """
 
 import atexit
-import json
-import logging
-import os
 
 import torch
 
 from msprobe.core.errors import MsprobeError
 from msprobe.core.monitor.config import load_monitor_config
-from msprobe.core.monitor.recorder import StepRecorder, output_root
+from msprobe.core.monitor.recorder import StepRecorder
+from msprobe.core.monitor.trainer import TrainerMonBase
 from msprobe.pytorch.monitor.module_hooks import ActivationMonitor, StatsCache
 from msprobe.pytorch.monitor.optimizer_state import moment_tensors, unwrap_optimizer
 from msprobe.pytorch.monitor.stats import StatsBatch, TensorStats
-
-logger = logging.getLogger(__name__)
 
 
 def _rank():
@@ -33,7 +29,7 @@ def _rank():
     return 0
 
 
-class TrainerMon:
+class TrainerMon(TrainerMonBase):
     """Training-state monitor (msProbe's TrainerMon interface).
 
     Args:
@@ -53,6 +49,13 @@ class TrainerMon:
     Raises:
         ConfigError: a config field is not allowed (the message names it).
     """
+
+    tensor_type = torch.Tensor
+    unit_word = "module"
+
+    @staticmethod
+    def _named_units(chunk):
+        return chunk.named_modules()
 
     def __init__(self, config_file_path, process_group=None, params_have_main_grad=True):
         self.config = load_monitor_config(config_file_path)
@@ -243,68 +246,3 @@ class TrainerMon:
         if rows:
             self.recorder.write_step(rows)
             self.recorder.flush()
-
-    # -- print_struct ----------------------------------------------------------------------------------
-    _struct = None
-
-    def _hook_structure(self, chunks):
-        self._struct = {}
-
-        def describe(value):
-            if isinstance(value, torch.Tensor):
-                return "tensor"
-            if isinstance(value, (tuple, list)):
-                return f"tuple[{len(value)}]"
-            return type(value).__name__
-
-        for vpp, chunk in enumerate(chunks):
-            for name, module in chunk.named_modules():
-                def hook(module, args, output, name=name, vpp=vpp):
-                    self._struct.setdefault(name, {"vpp_stage": vpp, "type": type(module).__name__,
-                                                   "input": describe(args[0] if len(args) == 1 else args),
-                                                   "output": describe(output)})
-                self._handles.append(module.register_forward_hook(hook))
-
-    def _write_structure(self):
-        path = os.path.join(output_root(), "module_struct", f"rank{self.rank}", "module_struct.json")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self._struct, f, indent=1)
-        self.close()
-        logger.warning("print_struct: module structure written to %s; stopping as configured", path)
-        raise SystemExit(0)
-
-    # -- results ---------------------------------------------------------------------------------------
-    def _metrics(self, tag):
-        ops = self.config.ops
-        return {r.name: dict(zip(ops, r.values)) for r in self.recorder.last_rows.get(tag, [])}
-
-    def generate_wgrad_metrics(self):
-        """(reduced, unreduced): {param name: {op: value}} of the latest recorded step."""
-        return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
-
-    def generate_xy_metrics(self):
-        """(actv, actv_grad): {module io name: {op: value}} of the latest recorded step (last micro step)."""
-        return self._metrics("actv"), self._metrics("actv_grad")
-
-    @property
-    def anomalies(self):
-        """Every anomaly record raised so far on this rank."""
-        return list(self.recorder.anomalies) if self.recorder else []
-
-    @property
-    def output_dir(self):
-        """This rank's output directory."""
-        return self.recorder.rank_dir if self.recorder else None
-
-    def close(self):
-        """Remove every hook and close the writers (also run at interpreter exit)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        for a in self._activations:
-            a.remove()
-        self._activations = []
-        self.collecting = False
-        if self.recorder is not None:
-            self.recorder.close()
