@@ -7,27 +7,7 @@ inputs and of its outputs, as PyTorch's full backward hook does. A jit-compiled 
 
 from mindspore import Tensor
 
-
-def _tensors(value):
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [v for v in value if isinstance(v, Tensor)]
-    return []
-
-
-def _select(value, index):
-    if index is None:
-        return _tensors(value)
-    if isinstance(value, (tuple, list)) and index < len(value) and isinstance(value[index], Tensor):
-        return [value[index]]
-    return []
-
-
-def _named(base, tensors):
-    if len(tensors) == 1:
-        return [(base, tensors[0])]
-    return [(f"{base}.{i}", t) for i, t in enumerate(tensors)]
+from msprobe.core.monitor.targets import named, select
 
 
 class CellActivationMonitor:
@@ -65,7 +45,7 @@ class CellActivationMonitor:
             micro = self.fwd_calls.get(cell_name, 0)
             self.fwd_calls[cell_name] = micro + 1
             for side, value in (("input", inputs), ("output", outputs)):
-                for name, t in _named(f"{cell_name}.{side}", _select(value, spec.get(side))):
+                for name, t in named(f"{cell_name}.{side}", select(value, spec.get(side), Tensor)):
                     self.mon.record("actv", name, t, micro, self.vpp_stage)
         return hook
 
@@ -79,7 +59,7 @@ class CellActivationMonitor:
             micro = self.bwd_calls.get(cell_name, 0)
             self.bwd_calls[cell_name] = micro + 1
             for side, value, index in (("input", grad_input, in_index), ("output", grad_output, out_index)):
-                for name, t in _named(f"{cell_name}.{side}", _select(value, index)):
+                for name, t in named(f"{cell_name}.{side}", select(value, index, Tensor)):
                     self.mon.record("actv_grad", name, t, micro, self.vpp_stage)
         return hook
 

@@ -11,29 +11,7 @@ import weakref
 
 import torch
 
-
-def _tensors(value):
-    """The tensors of a hook argument: a tensor, or the tensors in a tuple/list (in order)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [v for v in value if isinstance(v, torch.Tensor)]
-    return []
-
-
-def _select(value, index):
-    """Apply a targets spec: None = every tensor, i = element i of the tuple."""
-    if index is None:
-        return _tensors(value)
-    if isinstance(value, (tuple, list)) and index < len(value) and isinstance(value[index], torch.Tensor):
-        return [value[index]]
-    return []
-
-
-def _named(base, tensors):
-    if len(tensors) == 1:
-        return [(base, tensors[0])]
-    return [(f"{base}.{i}", t) for i, t in enumerate(tensors)]
+from msprobe.core.monitor.targets import named, select
 
 
 class ActivationMonitor:
@@ -84,10 +62,10 @@ class ActivationMonitor:
             sides = (("input", args, in_index, in_grad_index), ("output", output, out_index, out_grad_index))
             for side, value, index, grad_index in sides:
                 if self.forward:
-                    for name, t in _named(f"{module_name}.{side}", _select(value, index)):
+                    for name, t in named(f"{module_name}.{side}", select(value, index, torch.Tensor)):
                         self._record("actv", name, micro, t)
                 if self.backward and torch.is_grad_enabled():
-                    for name, t in _named(f"{module_name}.{side}", _select(value, grad_index)):
+                    for name, t in named(f"{module_name}.{side}", select(value, grad_index, torch.Tensor)):
                         if t.requires_grad:
                             t.register_hook(self._grad_hook(name, micro))
         return hook
