@@ -29,6 +29,26 @@ def test_pytorch_dump_overhead_quick(tmp_path):
     assert cnn["stat_L0"]["ratio"] > 0 and len(cnn["stat_L0"]["round_ratios"]) == 2
 
 
+def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
+    """All configs of a model share it: a config's idle module hooks left on it would slow every other
+    slot, `none` included, and understate every ratio. After its slot a debugger is closed."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, BENCH)
+    try:
+        import dump_overhead
+    finally:
+        sys.path.remove(BENCH)
+    torch.manual_seed(0)
+    work = dump_overhead.Workload("mlp")
+    for config in ("stat_L0", "stat_mix"):
+        runner = dump_overhead.Runner(config, work, str(tmp_path))
+        steps = dump_overhead._slot(runner, 2)
+        assert len(steps) == 2 and runner.dump_bytes() == 0  # cleaned after each step
+        left = [m for m in work.model.modules() if m._forward_hooks or m._forward_pre_hooks]
+        left += [p for p in work.model.parameters() if getattr(p, "_post_accumulate_grad_hooks", None)]
+        assert not left, (config, left[:3])
+
+
 def test_mindspore_synchronous_process_stays_synchronous():
     """Every slot of the synchronous process runs its one way (a slot that switched the option off
     after its steps left the slots after it measuring asynchronous steps)."""
