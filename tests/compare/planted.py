@@ -150,6 +150,5 @@ def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, ran
             debugger.stop()
             debugger.step()
     finally:
-        debugger.close()
-        debugger._pool.shutdown(wait=True)  # each run has its own debugger: release its writer threads
+        debugger.close()  # also ends its writer threads: each run has its own debugger
     return str(dump_path)

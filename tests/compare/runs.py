@@ -83,9 +83,6 @@ def dump(root, variant, task, level="mix", steps=1, rank=0):
             debugger.step()
     finally:
         debugger.close()
-        pool = getattr(debugger, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True)
     return dump_path
 
 

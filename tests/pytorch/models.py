@@ -300,11 +300,8 @@ def read_raw(path):
 
 
 def finish(debugger):
-    """Flush and release a debugger's writer threads (each test builds its own debugger)."""
+    """Flush and close a debugger (close() also ends its writer threads; each test builds its own)."""
     debugger.close()
-    pool = getattr(debugger, "_pool", None)
-    if pool is not None:
-        pool.shutdown(wait=True)
 
 
 def write_config(tmp_path, **fields):

@@ -142,13 +142,13 @@ class PrecisionDebugger(DumpLifecycle):
         jit = jit_cells(self._model) if cfg.level in ("L0", "mix") and self._model is not None else []
         if jit:
             # seed 000: a jit-compiled Cell at L0/mix splits the dump into graph/ and pynative/
-            session = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+            session = DumpSession(cfg, self.current_step, rank, pool=self._writer_pool(),
                                   dump_path=os.path.join(cfg.dump_path, "pynative"), overflow=self._overflow)
-            session.graph = DumpSession(cfg, self.current_step, rank, pool=self._pool,
+            session.graph = DumpSession(cfg, self.current_step, rank, pool=self._writer_pool(),
                                         dump_path=os.path.join(cfg.dump_path, "graph"), overflow=self._overflow)
             self._warn_jit(jit)
         else:
-            session = DumpSession(cfg, self.current_step, rank, pool=self._pool, overflow=self._overflow)
+            session = DumpSession(cfg, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow)
         self._session = session
         self._share_params()
         return session

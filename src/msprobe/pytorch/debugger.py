@@ -79,7 +79,7 @@ class PrecisionDebugger(DumpLifecycle):
         return GradientMonitor
 
     def _new_session(self, rank):
-        return DumpSession(self.config, self.current_step, rank, pool=self._pool, overflow=self._overflow)
+        return DumpSession(self.config, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow)
 
     def _current_rank(self):
         return current_rank()

@@ -4,6 +4,8 @@
                 adapter's capture layers on; token_range and rank_id are checked and kept here.
     stop()   -> capture off; the session stays, so a backward run after stop() is still recorded.
     step()   -> flush and close the step's files, advance the step counter.
+    close()  -> flush, and let go of the model, the writer threads and the exit hook: a closed
+                debugger pins nothing (start(model) takes them up again).
 
 An adapter subclasses DumpLifecycle and supplies what only it knows: which models it accepts, how a
 session and the rank are made, and its capture layers (`_capture_on`, `_capture_off`,
@@ -59,10 +61,12 @@ class DumpLifecycle:
         self._token_range = None
         self._token_handles = []
         self._token_iter = 0
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
+        self._pool = None  # the writer threads: see _writer_pool
         self._save_counts = {}
         self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
-        atexit.register(self._at_exit)
+        # close() at interpreter exit flushes a step still open; registered while there is something
+        # to flush, since the registration keeps the debugger (and its model) alive
+        self._exit_hook = False
 
     # -- what an adapter supplies ----------------------------------------------------------------
     @classmethod
@@ -164,7 +168,8 @@ class DumpLifecycle:
         self._patched.restore(module, api)
 
     def close(self):
-        """Stop and flush (also runs at interpreter exit)."""
+        """Stop and flush (also runs at interpreter exit). The debugger then holds no reference to the
+        model, no thread and no exit hook; a later start() needs the model again."""
         self.stop()
         self._close_session()
         self._release_capture()
@@ -172,6 +177,15 @@ class DumpLifecycle:
             h.remove()
         self._token_handles = []
         self._token_range = None
+        if self._model is not None:
+            self._model = None
+            self._on_new_model()  # the adapter drops what it set up for the model
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._exit_hook:
+            atexit.unregister(self._at_exit)
+            self._exit_hook = False
 
     # -- internals -------------------------------------------------------------------------------
     def _check_model(self, model, token_range):
@@ -192,11 +206,20 @@ class DumpLifecycle:
         steps = self.config.step
         return not steps or (self.current_step if step is None else step) in steps
 
+    def _writer_pool(self):
+        """The sessions' thread pool for tensor files and checksums, started on first use."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
+        return self._pool
+
     def _open_session(self):
         if self._session is None:
             rank = self._rank_id if self._rank_id is not None else self._current_rank()
             if self.config.rank and (rank is None or rank not in self.config.rank):
                 return None
+            if not self._exit_hook:
+                atexit.register(self._at_exit)
+                self._exit_hook = True
             self._session = self._new_session(rank)
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         self.state.session = self._session
@@ -240,4 +263,3 @@ class DumpLifecycle:
             self.close()
         except Exception:  # interpreter shutdown: never mask the user's own exit
             logger.exception("msprobe: flushing the dump at exit failed")
-        self._pool.shutdown(wait=True)
