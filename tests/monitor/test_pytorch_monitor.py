@@ -413,3 +413,26 @@ def test_clipping_and_edited_params_are_seen(tmp_path, out_dir):
     assert value(df, "param_origin", "fc2.weight", 1, "norm") == pytest.approx(edited, rel=1e-5)
     assert value(df, "param_origin", "fc2.weight", 1, "norm") == pytest.approx(
         3 * value(df, "param_updated", "fc2.weight", 0, "norm"), rel=1e-5)
+
+
+def test_a_closed_monitor_keeps_nothing_alive(tmp_path, out_dir):
+    """close() removes its exit hook too: it used to keep the monitor, and with it the model and the
+    optimizer, alive until the interpreter exits."""
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    mon = TrainerMon(write_config(tmp_path, wg_distribution=True, xy_distribution=True))
+    mon.set_monitor(model, grad_acc_steps=1, optimizer=opt)
+    for _ in range(2):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(torch.randn(4, 6)), torch.randn(4, 3)).backward()
+        opt.step()
+    mon.close()
+    mon.close()  # twice is fine
+    refs = [weakref.ref(o) for o in (model, opt, mon)]
+    del model, opt, mon
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

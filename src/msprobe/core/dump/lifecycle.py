@@ -259,6 +259,9 @@ class DumpLifecycle:
         self._token_iter += 1
 
     def _at_exit(self):
+        # called by the exit callbacks: close() must not unregister it from inside them (that
+        # crashed CPython before 3.10.2 / 3.9.10, bpo-46025)
+        self._exit_hook = False
         try:
             self.close()
         except Exception:  # interpreter shutdown: never mask the user's own exit

@@ -5,6 +5,7 @@ close(). The adapters (pytorch/monitor, mindspore/monitor) do the hooking and th
 Must not import torch or mindspore.
 """
 
+import atexit
 import json
 import logging
 import os
@@ -26,6 +27,20 @@ class TrainerMonBase:
     tensor_type = None
     unit_word = "module"
     _struct = None  # print_struct: {unit name: what it takes and returns}, filled during the first step
+    _exit_hook = False  # close() is registered to run at interpreter exit
+
+    def _close_at_exit(self):
+        """Have close() run at interpreter exit (set_monitor calls this). close() removes the
+        registration again, which would otherwise keep the monitor, its model and optimizer alive."""
+        if not self._exit_hook:
+            atexit.register(self._exit)
+            self._exit_hook = True
+
+    def _exit(self):
+        # called by the exit callbacks: close() must not unregister it from inside them (that
+        # crashed CPython before 3.10.2 / 3.9.10, bpo-46025)
+        self._exit_hook = False
+        self.close()
 
     @staticmethod
     def _named_units(chunk):
@@ -86,7 +101,8 @@ class TrainerMonBase:
         return self.recorder.rank_dir if self.recorder else None
 
     def close(self):
-        """Remove every hook and close the writers (also run at interpreter exit)."""
+        """Remove every hook and close the writers (also run at interpreter exit); the monitor is then
+        no longer kept alive by the exit hook."""
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -96,3 +112,6 @@ class TrainerMonBase:
         self.collecting = False
         if self.recorder is not None:
             self.recorder.close()
+        if self._exit_hook:
+            atexit.unregister(self._exit)
+            self._exit_hook = False

@@ -9,7 +9,6 @@ advances). `Parameter.register_hook` gives each parameter's gradient as backward
 in numpy (float64) from `Tensor.asnumpy()`.
 """
 
-import atexit
 import logging
 
 from msprobe.mindspore import numpy_compat  # noqa: F401  (before any op with a Python scalar)
@@ -132,7 +131,7 @@ class TrainerMon(TrainerMonBase):
                 self._handles.append(self.optimizer.parameters[i].register_hook(self._unreduced_hook(i)))
         self._handles.append(self.optimizer.register_forward_pre_hook(self._before_step))
         self._handles.append(self.optimizer.register_forward_hook(self._after_step))
-        atexit.register(self.close)
+        self._close_at_exit()
         self._begin_step()
         return self
 

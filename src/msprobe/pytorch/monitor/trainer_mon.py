@@ -10,7 +10,6 @@ pre-hook (`grad_reduced`,
 counter advances). Guarded by `benchmarks/monitor_overhead.py`.
 """
 
-import atexit
 
 import torch
 
@@ -121,7 +120,7 @@ class TrainerMon(TrainerMonBase):
                 self._handles.append(p.register_post_accumulate_grad_hook(self._unreduced_hook))
         self._handles.append(self.optimizer.register_step_pre_hook(self._before_step))
         self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
-        atexit.register(self.close)
+        self._close_at_exit()
         self._begin_step()
         return self
 
