@@ -36,3 +36,17 @@ def test_a_closed_debugger_lets_go_of_the_network(models, tmp_path, level):
     models.train(net, x, y, steps=1, debugger=debugger)
     debugger.close()
     assert sorted(os.listdir(tmp_path / "a")) == ["step0", "step1", "step2"]
+
+
+def test_a_debugger_let_go_of_after_its_last_step_frees_the_network(models, tmp_path):
+    """Never closed: once the user drops the debugger after step(), nothing else holds it (its exit
+    hook is there only while a step is open; MsprobeInitStep finds it through a weak reference)."""
+    from msprobe.mindspore import PrecisionDebugger
+    x, y = models.make_data("mlp")
+    net = models.build("mlp")
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L0")
+    models.train(net, x, y, steps=1, debugger=debugger)
+    refs = [weakref.ref(net), weakref.ref(debugger)]
+    del net, debugger
+    gc.collect()
+    assert [r() for r in refs] == [None, None]

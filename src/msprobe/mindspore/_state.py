@@ -6,5 +6,6 @@ session = None
 busy = False
 # >0 while a captured API runs: calls made inside it are not recorded separately.
 depth = 0
-# The most recently built PrecisionDebugger (MsprobeInitStep sets its first step).
+# A weak reference to the most recently built PrecisionDebugger (MsprobeInitStep sets its first
+# step); weak, so that a debugger the user let go of does not keep its network alive.
 debugger = None

@@ -31,7 +31,7 @@ class MsprobeInitStep(Callback):
     """Sets the PrecisionDebugger's step to the step the (resumed) training starts at."""
 
     def on_train_begin(self, run_context):
-        debugger = _state.debugger
+        debugger = _state.debugger() if _state.debugger is not None else None
         if debugger is None:
             raise MsprobeError("MsprobeInitStep: create a PrecisionDebugger before Model.train")
         params = run_context.original_args()

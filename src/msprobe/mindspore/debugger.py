@@ -9,6 +9,7 @@ MindSpore's own dump); everything else here is PyNative.
 
 import logging
 import os
+import weakref
 
 import mindspore as ms
 
@@ -56,7 +57,7 @@ class PrecisionDebugger(DumpLifecycle):
         self._static = None
         self._jit_warned = False
         self._sync = SynchronousOps()  # capture runs MindSpore synchronously on a CPU: see sync_execution.py
-        _state.debugger = self
+        _state.debugger = weakref.ref(self)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, model=None, token_range=None, rank_id=None):

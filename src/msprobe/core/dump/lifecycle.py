@@ -64,8 +64,9 @@ class DumpLifecycle:
         self._pool = None  # the writer threads: see _writer_pool
         self._save_counts = {}
         self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
-        # close() at interpreter exit flushes a step still open; registered while there is something
-        # to flush, since the registration keeps the debugger (and its model) alive
+        # close() at interpreter exit flushes a step still open; registered only while one is (from
+        # its session's opening to step() or close()): the registration keeps the debugger, and
+        # with it the model, alive
         self._exit_hook = False
 
     # -- what an adapter supplies ----------------------------------------------------------------
@@ -133,6 +134,7 @@ class DumpLifecycle:
         """End the step: flush everything to disk and advance the step counter."""
         self.stop()
         self._close_session()
+        self._drop_exit_hook()
         self._end_step()
         self.current_step += 1
         self._token_iter = 0
@@ -183,9 +185,7 @@ class DumpLifecycle:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self._exit_hook:
-            atexit.unregister(self._at_exit)
-            self._exit_hook = False
+        self._drop_exit_hook()
 
     # -- internals -------------------------------------------------------------------------------
     def _check_model(self, model, token_range):
@@ -257,6 +257,11 @@ class DumpLifecycle:
         if self._session is not None and self._running and self._token_active():
             self._capture_off()
         self._token_iter += 1
+
+    def _drop_exit_hook(self):
+        if self._exit_hook:
+            atexit.unregister(self._at_exit)
+            self._exit_hook = False
 
     def _at_exit(self):
         # called by the exit callbacks: close() must not unregister it from inside them (that
