@@ -4,8 +4,9 @@
                 adapter's capture layers on; token_range and rank_id are checked and kept here.
     stop()   -> capture off; the session stays, so a backward run after stop() is still recorded.
     step()   -> flush and close the step's files, advance the step counter.
-    close()  -> flush, and let go of the model, the writer threads and the exit hook: a closed
-                debugger pins nothing (start(model) takes them up again).
+    close()  -> flush, and let go of the model and the writer threads (start(model) takes them up
+                again). The exit hook that flushes a step left open is registered only while one
+                is: an idle debugger is held by nothing but its user.
 
 An adapter subclasses DumpLifecycle and supplies what only it knows: which models it accepts, how a
 session and the rank are made, and its capture layers (`_capture_on`, `_capture_off`,
