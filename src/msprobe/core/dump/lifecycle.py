@@ -13,13 +13,13 @@ session and the rank are made, and its capture layers (`_capture_on`, `_capture_
 `_release_capture`, `_on_new_model`). Framework-free: imports neither torch nor mindspore.
 """
 
-import atexit
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from msprobe.core.config import config_task, load_config
 from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.core.errors import ConfigError
+from msprobe.core.exit_hook import ExitHook
 from msprobe.core.gc_pause import CollectorPause
 from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
 
@@ -65,10 +65,9 @@ class DumpLifecycle:
         self._pool = None  # the writer threads: see _writer_pool
         self._save_counts = {}
         self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
-        # close() at interpreter exit flushes a step still open; registered only while one is (from
-        # its session's opening to step() or close()): the registration keeps the debugger, and
-        # with it the model, alive
-        self._exit_hook = False
+        # close() at interpreter exit flushes a step still open: held from its session's opening to
+        # step() or close() only, since it keeps the debugger, and with it the model, alive
+        self._exit_hook = ExitHook()
 
     # -- what an adapter supplies ----------------------------------------------------------------
     @classmethod
@@ -135,7 +134,7 @@ class DumpLifecycle:
         """End the step: flush everything to disk and advance the step counter."""
         self.stop()
         self._close_session()
-        self._drop_exit_hook()
+        self._exit_hook.drop()
         self._end_step()
         self.current_step += 1
         self._token_iter = 0
@@ -186,7 +185,7 @@ class DumpLifecycle:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self._drop_exit_hook()
+        self._exit_hook.drop()
 
     # -- internals -------------------------------------------------------------------------------
     def _check_model(self, model, token_range):
@@ -218,9 +217,7 @@ class DumpLifecycle:
             rank = self._rank_id if self._rank_id is not None else self._current_rank()
             if self.config.rank and (rank is None or rank not in self.config.rank):
                 return None
-            if not self._exit_hook:
-                atexit.register(self._at_exit)
-                self._exit_hook = True
+            self._exit_hook.hold(self._at_exit)
             self._session = self._new_session(rank)
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         self.state.session = self._session
@@ -259,15 +256,7 @@ class DumpLifecycle:
             self._capture_off()
         self._token_iter += 1
 
-    def _drop_exit_hook(self):
-        if self._exit_hook:
-            atexit.unregister(self._at_exit)
-            self._exit_hook = False
-
     def _at_exit(self):
-        # called by the exit callbacks: close() must not unregister it from inside them (that
-        # crashed CPython before 3.10.2 / 3.9.10, bpo-46025)
-        self._exit_hook = False
         try:
             self.close()
         except Exception:  # interpreter shutdown: never mask the user's own exit

@@ -5,11 +5,11 @@ close(). The adapters (pytorch/monitor, mindspore/monitor) do the hooking and th
 Must not import torch or mindspore.
 """
 
-import atexit
 import json
 import logging
 import os
 
+from msprobe.core.exit_hook import ExitHook
 from msprobe.core.monitor.recorder import output_root
 
 logger = logging.getLogger(__name__)
@@ -27,20 +27,14 @@ class TrainerMonBase:
     tensor_type = None
     unit_word = "module"
     _struct = None  # print_struct: {unit name: what it takes and returns}, filled during the first step
-    _exit_hook = False  # close() is registered to run at interpreter exit
+    _exit_hook = None
 
     def _close_at_exit(self):
-        """Have close() run at interpreter exit (set_monitor calls this). close() removes the
-        registration again, which would otherwise keep the monitor, its model and optimizer alive."""
-        if not self._exit_hook:
-            atexit.register(self._exit)
-            self._exit_hook = True
-
-    def _exit(self):
-        # called by the exit callbacks: close() must not unregister it from inside them (that
-        # crashed CPython before 3.10.2 / 3.9.10, bpo-46025)
-        self._exit_hook = False
-        self.close()
+        """Have close() run at interpreter exit (set_monitor calls this); close() drops it again, as
+        it would keep the monitor, its model and optimizer alive."""
+        if self._exit_hook is None:
+            self._exit_hook = ExitHook()
+        self._exit_hook.hold(self.close)
 
     @staticmethod
     def _named_units(chunk):
@@ -112,6 +106,5 @@ class TrainerMonBase:
         self.collecting = False
         if self.recorder is not None:
             self.recorder.close()
-        if self._exit_hook:
-            atexit.unregister(self._exit)
-            self._exit_hook = False
+        if self._exit_hook is not None:
+            self._exit_hook.drop()

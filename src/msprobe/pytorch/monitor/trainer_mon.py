@@ -10,7 +10,6 @@ pre-hook (`grad_reduced`,
 counter advances). Guarded by `benchmarks/monitor_overhead.py`.
 """
 
-
 import torch
 
 from msprobe.core.errors import MsprobeError
