@@ -88,7 +88,7 @@ class PrecisionDebugger(DumpLifecycle):
         """Count steps from `step` (call before the training loop)."""
         super().set_init_step(step)
         if self._session is not None and self._session.writer is None:
-            self._session.step = step  # start(model) ran before Model.train: nothing written yet
+            self._session.renumber(step)  # start(model) ran before Model.train: nothing written yet
 
     def register_custom_api(self, module, api, api_prefix):
         """Record `module.api` at L1 as `{api_prefix}.{api}.{n}`."""

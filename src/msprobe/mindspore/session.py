@@ -16,7 +16,7 @@ from msprobe.core import naming
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.core.dump.writer import DumpWriter, step_rank_dir
+from msprobe.core.dump.writer import DumpWriter, PendingWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
@@ -51,6 +51,10 @@ class DumpSession(CallRecords):
         self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5")
         self.module_stack = []  # forward keys of the Cells being run, innermost last
         self.writer = None
+        # opened on the pool while the step begins; overflow_check writes in few steps, so there the
+        # first overflow opens it (not every step making and removing a directory)
+        self._pending_writer = (PendingWriter(pool, self._open_writer)
+                                if pool is not None and cfg.task != "overflow_check" else None)
         self.trackers = {}  # backward trackers still waiting for gradients, in creation order
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
@@ -76,15 +80,28 @@ class DumpSession(CallRecords):
         self.synchronous = False
 
     # -- writer ----------------------------------------------------------------------------------
+    def _open_writer(self):
+        cfg = self.cfg
+        return DumpWriter(
+            step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
+            framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
+            with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
+            # statistics.py writes non-finite statistics as json_float strings, value_record scalars
+            finite_records=True)
+
+    def renumber(self, step):
+        """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
+        self.step = step
+        if self._pending_writer is not None:  # opened under the old number
+            self._pending_writer.discard()
+            self._pending_writer = PendingWriter(self.pool, self._open_writer)
+        if self.graph is not None:
+            self.graph.renumber(step)
+
     def _writer(self):
         if self.writer is None:
-            cfg = self.cfg
-            self.writer = DumpWriter(
-                step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
-                framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-                # statistics.py writes non-finite statistics as json_float strings, value_record scalars
-                finite_records=True)
+            pending, self._pending_writer = self._pending_writer, None
+            self.writer = pending.take() if pending is not None else self._open_writer()
         return self.writer
 
     def emit(self, key, record, waits=(), check=None):
@@ -458,6 +475,9 @@ class DumpSession(CallRecords):
             _state.busy = prev
         if self.writer is not None:
             self.writer.close()
+        elif self._pending_writer is not None:  # nothing recorded: no directory for this step
+            self._pending_writer.discard()
+            self._pending_writer = None
         self.summarizer.clear()
         if self.graph is not None:
             self.graph.close()

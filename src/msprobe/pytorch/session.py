@@ -14,7 +14,7 @@ from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
-from msprobe.core.dump.writer import DumpWriter, step_rank_dir
+from msprobe.core.dump.writer import DumpWriter, PendingWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
@@ -69,6 +69,10 @@ class DumpSession(CallRecords):
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
         self.writer = None
+        # opened on the pool while the step begins; overflow_check writes in few steps, so there the
+        # first overflow opens it (not every step making and removing a directory)
+        self._pending_writer = (PendingWriter(pool, self._open_writer)
+                                if pool is not None and cfg.task != "overflow_check" else None)
         # backward trackers still waiting for gradients, in creation order (a dict: flush() emits the
         # partial ones, e.g. an LSTM whose unused cell state never gets a gradient, in a stable order)
         self.trackers = {}
@@ -80,15 +84,19 @@ class DumpSession(CallRecords):
         self.overflow = overflow if cfg.task == "overflow_check" else None
 
     # -- writer ----------------------------------------------------------------------------------
+    def _open_writer(self):
+        cfg = self.cfg
+        return DumpWriter(
+            step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
+            framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
+            with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
+            structure=cfg.extra_info and cfg.level != "debug",
+            finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
+
     def _writer(self):
         if self.writer is None:
-            cfg = self.cfg
-            self.writer = DumpWriter(
-                step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
-                framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-                with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-                structure=cfg.extra_info and cfg.level != "debug",
-                finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
+            pending, self._pending_writer = self._pending_writer, None
+            self.writer = pending.take() if pending is not None else self._open_writer()
         return self.writer
 
     def emit(self, key, record, waits=()):
@@ -385,6 +393,9 @@ class DumpSession(CallRecords):
         self.flush()
         if self.writer is not None:
             self.writer.close()
+        elif self._pending_writer is not None:  # nothing recorded: no directory for this step
+            self._pending_writer.discard()
+            self._pending_writer = None
         self.summarizer.clear()
 
 

@@ -136,6 +136,8 @@ class DumpLifecycle:
         self._close_session()
         self._exit_hook.drop()
         self._end_step()
+        if not self._step_selected(self.current_step + 1):
+            self._stop_pool()  # the next step is not dumped: no writer thread waits through it
         self.current_step += 1
         self._token_iter = 0
         self._save_counts = {}
@@ -182,9 +184,7 @@ class DumpLifecycle:
         if self._model is not None:
             self._model = None
             self._on_new_model()  # the adapter drops what it set up for the model
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._stop_pool()
         self._exit_hook.drop()
 
     # -- internals -------------------------------------------------------------------------------
@@ -207,10 +207,16 @@ class DumpLifecycle:
         return not steps or (self.current_step if step is None else step) in steps
 
     def _writer_pool(self):
-        """The sessions' thread pool for tensor files and checksums, started on first use."""
+        """The sessions' thread pool (opening a step's files, tensor files, checksums), started by the
+        first session of a run of dumped steps and stopped before a step that is not dumped."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
         return self._pool
+
+    def _stop_pool(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _open_session(self):
         if self._session is None:
