@@ -2,6 +2,7 @@
 timings are noise on a shared machine). Each runs in a fresh interpreter, as a user runs it."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -47,6 +48,38 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
         left = [m for m in work.model.modules() if m._forward_hooks or m._forward_pre_hooks]
         left += [p for p in work.model.parameters() if getattr(p, "_post_accumulate_grad_hooks", None)]
         assert not left, (config, left[:3])
+
+
+def test_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
+    """The floor probe reads every module output, each module's own parameters, the gradients of
+    the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, BENCH)
+    try:
+        import l0_floor
+    finally:
+        sys.path.remove(BENCH)
+    work = l0_floor.Workload("cnn")
+    submodules = [m for name, m in work.model.named_modules() if name]
+    params = list(work.model.parameters())
+    seen = []
+    probe = l0_floor.HookFloor(read=True)
+    probe.start(work.model)
+    work.train_step()
+    seen, probe.results = probe.results, seen
+    probe.step()
+    with_grad_fn = len(submodules)  # every submodule's output needs a gradient in training
+    assert len(seen) == len(submodules) + len(params) + with_grad_fn + len(params)
+    assert all(isinstance(r, tuple) and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen)
+    left = [m for m in submodules if m._forward_hooks]
+    left += [p for p in params if getattr(p, "_post_accumulate_grad_hooks", None)]
+    assert not left and torch.is_grad_enabled()
+
+    out = tmp_path / "floor.json"
+    done = run("l0_floor.py", "--models", "cnn", "--rounds", "2", "--quiet", "--json", str(out))
+    cnn = json.loads(out.read_text())["results"]["cnn"]
+    assert set(cnn["ratios"]) == {"none", "hooks", "floor", "stat_L0"} and cnn["ratios"]["none"] == 1.0
+    assert "cnn" in done.stdout and "stat_L0" in done.stdout
 
 
 def test_mindspore_synchronous_process_stays_synchronous():
