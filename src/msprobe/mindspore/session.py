@@ -16,7 +16,7 @@ from msprobe.core import naming
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.core.dump.writer import DumpWriter, PendingWriter, step_rank_dir
+from msprobe.core.dump.writer import DumpWriter, SessionWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
@@ -28,7 +28,7 @@ FRAMEWORK = "mindspore"
 _SCALARS = (int, float, bool, str)
 
 
-class DumpSession(CallRecords):
+class DumpSession(CallRecords, SessionWriter):
     """Recording state for one step of one rank.
 
     Args:
@@ -50,11 +50,9 @@ class DumpSession(CallRecords):
         self.counter = naming.CallCounter()
         self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5")
         self.module_stack = []  # forward keys of the Cells being run, innermost last
-        self.writer = None
-        # opened on the pool while the step begins; overflow_check writes in few steps, so there the
-        # first overflow opens it (not every step making and removing a directory)
-        self._pending_writer = (PendingWriter(pool, self._open_writer)
-                                if pool is not None and cfg.task != "overflow_check" else None)
+        # overflow_check writes in few steps: there the first overflow opens the step's files (not
+        # every step making and removing a directory)
+        self._prepare_writer(pool, early=cfg.task != "overflow_check")
         self.trackers = {}  # backward trackers still waiting for gradients, in creation order
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
@@ -92,17 +90,9 @@ class DumpSession(CallRecords):
     def renumber(self, step):
         """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
         self.step = step
-        if self._pending_writer is not None:  # opened under the old number
-            self._pending_writer.discard()
-            self._pending_writer = PendingWriter(self.pool, self._open_writer)
+        self._reopen_writer()
         if self.graph is not None:
             self.graph.renumber(step)
-
-    def _writer(self):
-        if self.writer is None:
-            pending, self._pending_writer = self._pending_writer, None
-            self.writer = pending.take() if pending is not None else self._open_writer()
-        return self.writer
 
     def emit(self, key, record, waits=(), check=None):
         """Hand a finished record to the writer; overflow_check: to the gate, which looks at `check`
@@ -473,11 +463,7 @@ class DumpSession(CallRecords):
             self.flush()
         finally:
             _state.busy = prev
-        if self.writer is not None:
-            self.writer.close()
-        elif self._pending_writer is not None:  # nothing recorded: no directory for this step
-            self._pending_writer.discard()
-            self._pending_writer = None
+        self._close_writer()
         self.summarizer.clear()
         if self.graph is not None:
             self.graph.close()

@@ -14,7 +14,7 @@ from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
-from msprobe.core.dump.writer import DumpWriter, PendingWriter, step_rank_dir
+from msprobe.core.dump.writer import DumpWriter, SessionWriter, step_rank_dir
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
@@ -43,7 +43,7 @@ def _run_nested(func, args, kwargs):
         _state.depth -= 1
 
 
-class DumpSession(CallRecords):
+class DumpSession(CallRecords, SessionWriter):
     """Recording state for one step of one rank.
 
     Args:
@@ -68,11 +68,9 @@ class DumpSession(CallRecords):
         self.module_stack = []  # forward keys of the modules being run, innermost last
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
-        self.writer = None
-        # opened on the pool while the step begins; overflow_check writes in few steps, so there the
-        # first overflow opens it (not every step making and removing a directory)
-        self._pending_writer = (PendingWriter(pool, self._open_writer)
-                                if pool is not None and cfg.task != "overflow_check" else None)
+        # overflow_check writes in few steps: there the first overflow opens the step's files (not
+        # every step making and removing a directory)
+        self._prepare_writer(pool, early=cfg.task != "overflow_check")
         # backward trackers still waiting for gradients, in creation order (a dict: flush() emits the
         # partial ones, e.g. an LSTM whose unused cell state never gets a gradient, in a stable order)
         self.trackers = {}
@@ -92,12 +90,6 @@ class DumpSession(CallRecords):
             with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
             structure=cfg.extra_info and cfg.level != "debug",
             finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
-
-    def _writer(self):
-        if self.writer is None:
-            pending, self._pending_writer = self._pending_writer, None
-            self.writer = pending.take() if pending is not None else self._open_writer()
-        return self.writer
 
     def emit(self, key, record, waits=()):
         """Hand one finished record to the writer (structure task writes no data records)."""
@@ -391,11 +383,7 @@ class DumpSession(CallRecords):
 
     def close(self):
         self.flush()
-        if self.writer is not None:
-            self.writer.close()
-        elif self._pending_writer is not None:  # nothing recorded: no directory for this step
-            self._pending_writer.discard()
-            self._pending_writer = None
+        self._close_writer()
         self.summarizer.clear()
 
 

@@ -272,9 +272,10 @@ class PendingWriter:
         make: zero-argument callable returning the DumpWriter.
     """
 
-    __slots__ = ("_future",)
+    __slots__ = ("pool", "_future")
 
     def __init__(self, pool, make):
+        self.pool = pool
         self._future = pool.submit(make)
 
     def take(self):
@@ -287,3 +288,37 @@ class PendingWriter:
         except Exception:  # nothing was made (it would have been raised by take())
             return
         writer.discard()
+
+
+class SessionWriter:
+    """Mixin of both adapters' DumpSession: `self.writer`, the step's DumpWriter, opened on the pool as
+    the session begins (PendingWriter), taken by the first record (`_writer()`), removed again at
+    close if no record came. The session supplies `_open_writer()`."""
+
+    def _prepare_writer(self, pool, early=True):
+        """`early`: open it now, on `pool` (when there is one); else at the first record."""
+        self.writer = None
+        self._pending_writer = PendingWriter(pool, self._open_writer) if pool is not None and early else None
+
+    def _open_writer(self):
+        raise NotImplementedError
+
+    def _writer(self):
+        if self.writer is None:
+            pending, self._pending_writer = self._pending_writer, None
+            self.writer = pending.take() if pending is not None else self._open_writer()
+        return self.writer
+
+    def _reopen_writer(self):
+        """What `_open_writer` makes has changed (the step number) before anything was written."""
+        if self._pending_writer is not None:
+            pool = self._pending_writer.pool
+            self._pending_writer.discard()
+            self._pending_writer = PendingWriter(pool, self._open_writer)
+
+    def _close_writer(self):
+        if self.writer is not None:
+            self.writer.close()
+        elif self._pending_writer is not None:  # nothing recorded: no directory for this step
+            self._pending_writer.discard()
+            self._pending_writer = None
