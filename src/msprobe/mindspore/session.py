@@ -50,9 +50,11 @@ class DumpSession(CallRecords, SessionWriter):
         self.counter = naming.CallCounter()
         self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5")
         self.module_stack = []  # forward keys of the Cells being run, innermost last
-        # overflow_check writes in few steps: there the first overflow opens the step's files (not
-        # every step making and removing a directory)
-        self._prepare_writer(pool, early=cfg.task != "overflow_check")
+        # The step's files open at the first record, not early on the pool as in PyTorch: a pool thread
+        # opening them while PyNative ops run made the transformer of benchmarks/ms_dump_overhead.py
+        # ~1.5 ms a step slower at L0 and L1 (A/B of 6 process pairs, synchronous; the GIL changes
+        # hands at every op)
+        self._prepare_writer(pool, early=False)
         self.trackers = {}  # backward trackers still waiting for gradients, in creation order
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.with_stack = cfg.extra_info
@@ -90,7 +92,6 @@ class DumpSession(CallRecords, SessionWriter):
     def renumber(self, step):
         """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
         self.step = step
-        self._reopen_writer()
         if self.graph is not None:
             self.graph.renumber(step)
 

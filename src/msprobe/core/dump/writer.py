@@ -272,10 +272,9 @@ class PendingWriter:
         make: zero-argument callable returning the DumpWriter.
     """
 
-    __slots__ = ("pool", "_future")
+    __slots__ = ("_future",)
 
     def __init__(self, pool, make):
-        self.pool = pool
         self._future = pool.submit(make)
 
     def take(self):
@@ -296,7 +295,8 @@ class SessionWriter:
     close if no record came. The session supplies `_open_writer()`."""
 
     def _prepare_writer(self, pool, early=True):
-        """`early`: open it now, on `pool` (when there is one); else at the first record."""
+        """`early`: open it now, on `pool` (when there is one); else at the first record. A session whose
+        step number may still change must not open early."""
         self.writer = None
         self._pending_writer = PendingWriter(pool, self._open_writer) if pool is not None and early else None
 
@@ -308,13 +308,6 @@ class SessionWriter:
             pending, self._pending_writer = self._pending_writer, None
             self.writer = pending.take() if pending is not None else self._open_writer()
         return self.writer
-
-    def _reopen_writer(self):
-        """What `_open_writer` makes has changed (the step number) before anything was written."""
-        if self._pending_writer is not None:
-            pool = self._pending_writer.pool
-            self._pending_writer.discard()
-            self._pending_writer = PendingWriter(pool, self._open_writer)
 
     def _close_writer(self):
         if self.writer is not None:
