@@ -16,7 +16,7 @@ from msprobe.core import naming
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.core.dump.writer import DumpWriter, SessionWriter, step_rank_dir
+from msprobe.core.dump.writer import SessionWriter
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
@@ -24,7 +24,6 @@ from msprobe.mindspore.capture.backward import GradTracker, grad_recording
 from msprobe.mindspore.overflow import OverflowGate
 from msprobe.mindspore.statistics import Summarizer, host_array
 
-FRAMEWORK = "mindspore"
 _SCALARS = (int, float, bool, str)
 
 
@@ -39,6 +38,8 @@ class DumpSession(CallRecords, SessionWriter):
         dump_path: directory holding the step dirs (default cfg.dump_path; jit splits graph/pynative).
         overflow: the run's OverflowBudget (task overflow_check): records pass an OverflowGate.
     """
+
+    framework = "mindspore"
 
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         self.cfg = cfg
@@ -80,15 +81,6 @@ class DumpSession(CallRecords, SessionWriter):
         self.synchronous = False
 
     # -- writer ----------------------------------------------------------------------------------
-    def _open_writer(self):
-        cfg = self.cfg
-        return DumpWriter(
-            step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
-            framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-            with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-            # statistics.py writes non-finite statistics as json_float strings, value_record scalars
-            finite_records=True)
-
     def renumber(self, step):
         """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
         self.step = step

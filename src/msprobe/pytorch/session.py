@@ -14,7 +14,7 @@ from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.records import CallRecords, common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
-from msprobe.core.dump.writer import DumpWriter, SessionWriter, step_rank_dir
+from msprobe.core.dump.writer import SessionWriter
 from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
@@ -23,7 +23,6 @@ from msprobe.pytorch.overflow import record_overflows, tensor_overflows
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of, resolve_deferred
 
-FRAMEWORK = "pytorch"
 _SCALARS = (int, float, bool, str)
 
 
@@ -54,12 +53,15 @@ class DumpSession(CallRecords, SessionWriter):
     """
 
     atomic_sequences = (torch.Size,)  # an output torch.Size is one value: {type, value}
+    framework = "pytorch"
 
     def __init__(self, cfg, step, rank, pool=None, overflow=None):
         self.cfg = cfg
         self.step = step
         self.rank = rank
         self.pool = pool
+        self.dump_path = cfg.dump_path
+        self.structure_files = cfg.extra_info and cfg.level != "debug"
         self.filter = DumpFilter(cfg)
         self.counter = naming.CallCounter()
         self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5",
@@ -82,15 +84,6 @@ class DumpSession(CallRecords, SessionWriter):
         self.overflow = overflow if cfg.task == "overflow_check" else None
 
     # -- writer ----------------------------------------------------------------------------------
-    def _open_writer(self):
-        cfg = self.cfg
-        return DumpWriter(
-            step_rank_dir(cfg.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
-            framework=FRAMEWORK, debug=cfg.level == "debug", pool=self.pool,
-            with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-            structure=cfg.extra_info and cfg.level != "debug",
-            finite_records=True)  # statistics come out of _finish; value_record sanitises scalars
-
     def emit(self, key, record, waits=()):
         """Hand one finished record to the writer (structure task writes no data records)."""
         w = self._writer()

@@ -292,7 +292,13 @@ class PendingWriter:
 class SessionWriter:
     """Mixin of both adapters' DumpSession: `self.writer`, the step's DumpWriter, opened on the pool as
     the session begins (PendingWriter), taken by the first record (`_writer()`), removed again at
-    close if no record came. The session supplies `_open_writer()`."""
+    close if no record came. The session has `cfg`, `dump_path`, `step`, `rank` and `pool`, sets
+    `framework`, and writes no NaN/inf float in its records (statistics and scalars come as
+    json_float strings)."""
+
+    framework = None
+    # construct.json and stack.json: PyTorch leaves both out at level debug and with extra_info false
+    structure_files = True
 
     def _prepare_writer(self, pool, early=True):
         """`early`: open it now, on `pool` (when there is one); else at the first record. A session whose
@@ -301,7 +307,12 @@ class SessionWriter:
         self._pending_writer = PendingWriter(pool, self._open_writer) if pool is not None and early else None
 
     def _open_writer(self):
-        raise NotImplementedError
+        cfg = self.cfg
+        return DumpWriter(
+            step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
+            framework=self.framework, debug=cfg.level == "debug", pool=self.pool,
+            with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
+            structure=self.structure_files, finite_records=True)
 
     def _writer(self):
         if self.writer is None:
