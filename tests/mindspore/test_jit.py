@@ -56,3 +56,18 @@ def test_jit_at_l1_is_an_api_with_backward(models, tmp_path, plain_losses):
     assert keys[-1] == "Jit.SGD.0.forward"
     with open(os.path.join(root, "step0", f"proc{PID}", "construct.json")) as f:
         assert json.load(f) == {}
+
+
+def test_set_init_step_after_start_renumbers_graph_and_pynative(models, tmp_path):
+    """MsprobeInitStep calls set_init_step after start() has opened the step: both halves of a jit
+    dump take the new number."""
+    from msprobe.mindspore import PrecisionDebugger
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    net = models.build("jit")
+    x, y = models.make_data("jit")
+    debugger.start(net)
+    debugger.set_init_step(5)
+    models.train(net, x, y, steps=1, debugger=debugger)
+    debugger.close()
+    assert os.listdir(tmp_path / "graph") == ["step5"]
+    assert os.listdir(tmp_path / "pynative") == ["step5"]
