@@ -42,9 +42,9 @@ from dump_overhead import MODELS, Workload  # noqa: E402  (the same models and t
 
 from msprobe.core.dump import moments  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
+from msprobe.pytorch.statistics import _PARALLEL_MIN  # noqa: E402  (msprobe's split: the same threads here)
 
 CONFIGS = ("none", "hooks", "floor", "stat_L0")
-_PARALLEL_MIN = 32 * 1024  # what msprobe's statistics use: smaller tensors on one kernel thread
 
 
 class HookFloor:
