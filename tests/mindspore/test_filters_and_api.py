@@ -209,17 +209,65 @@ def test_custom_api_and_start_stop_segments(tmp_path):
         debugger.register_custom_api(lib, "scale", "")
 
 
-def test_apis_are_restored_after_stop(tmp_path):
+def _api_attrs():
     import mindspore.mint as mint
     from mindspore.communication import comm_func
-    before = (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather)
-    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    return (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather)
+
+
+def _originals():
+    """The APIs unwrapped (a debugger of an earlier test, never closed, may have left its idle wrappers)."""
+    return tuple(getattr(f, "__msprobe_original__", f) for f in _api_attrs())
+
+
+def test_apis_are_restored_when_no_dumped_step_follows(tmp_path):
+    """The wrappers stay, idle, from start() through the dumped steps, and are removed by the step()
+    that ends the last of them, and by close()."""
+    before = _originals()
+    x = ms.Tensor(np.array([-1.0, 2.0], np.float32))
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "a"), level="L1", step=[0, 1])
     debugger.start()
-    now = (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather)
-    assert all(a is not b for a, b in zip(now, before))  # collectives too (Distributed, MintDistributed)
+    assert all(a is not b for a, b in zip(_api_attrs(), before))  # collectives too (Distributed, MintDistributed)
     debugger.stop()
-    assert (mint.abs, ms.ops.relu, ms.Tensor.__add__, comm_func.all_reduce, mint.distributed.all_gather) == before
+    ms.mint.exp(x)  # idle between stop() and step(): not recorded
+    debugger.step()
+    assert all(a is not b for a, b in zip(_api_attrs(), before))  # step 1 is dumped: they stay
+    ms.mint.exp(x)  # nor between step() and start()
+    debugger.start()
+    ms.mint.abs(x)
+    debugger.stop()
+    debugger.step()
+    assert _api_attrs() == before  # step 2 is not dumped
     assert "__add__" not in vars(ms.Tensor)  # the C++ base's operator is visible again
+    assert not (tmp_path / "a" / "step0").exists()  # nothing recorded in step 0
+    assert list(reader(tmp_path / "a", step=1).keys()) == ["Mint.abs.0.forward"]
+
+    unfiltered = PrecisionDebugger(dump_path=str(tmp_path / "b"), level="L1")
+    unfiltered.start()
+    unfiltered.stop()
+    unfiltered.step()
+    assert all(a is not b for a, b in zip(_api_attrs(), before))
+    unfiltered.close()
+    assert _api_attrs() == before
+
+
+def test_a_second_debugger_takes_over_idle_wrappers(tmp_path):
+    x = ms.Tensor(np.array([-1.0, 2.0], np.float32))
+    before = _originals()
+    first = PrecisionDebugger(dump_path=str(tmp_path / "first"), level="L1")
+    second = PrecisionDebugger(dump_path=str(tmp_path / "second"), level="L1")
+    for step in range(2):
+        for debugger in (first, second):
+            debugger.start()
+            ms.mint.abs(x)
+            debugger.stop()
+            debugger.step()
+    first.close()
+    second.close()
+    assert _api_attrs() == before
+    for name in ("first", "second"):
+        for step in range(2):
+            assert list(reader(tmp_path / name, step=step).keys()) == ["Mint.abs.0.forward"]
 
 
 def test_bad_input_gives_one_line_errors(tmp_path):

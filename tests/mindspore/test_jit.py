@@ -71,3 +71,45 @@ def test_set_init_step_after_start_renumbers_graph_and_pynative(models, tmp_path
     debugger.close()
     assert os.listdir(tmp_path / "graph") == ["step5"]
     assert os.listdir(tmp_path / "pynative") == ["step5"]
+
+
+class _EvalNet(ms.nn.Cell):
+    """A Cell holding a Primitive (what L1 wraps) whose construct mindspore.jit compiles."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = ms.nn.Dense(4, 4)
+        self.relu = ms.ops.ReLU()
+
+    def construct(self, x):
+        return ms.mint.abs(self.relu(self.dense(x)) + x)
+
+
+@ms.jit
+def _eval_fn(x):
+    return ms.mint.abs(ms.ops.relu(x) + x)
+
+
+def test_jit_compiles_between_dumped_steps(tmp_path):
+    """The L1 wrappers stay installed between dumped steps; code compiled by mindspore.jit there (an
+    evaluation step) must compile and compute what it does without msprobe, also for a model whose
+    Primitives were wrapped during the step."""
+    import numpy as np
+    from msprobe.mindspore import PrecisionDebugger
+    net = _EvalNet()
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32))
+    want_fn, want_net = _eval_fn(x).asnumpy(), net(x).asnumpy()
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    for step in range(2):
+        debugger.start(net)
+        net(x)
+        debugger.stop()
+        debugger.step()
+        assert hasattr(ms.mint.abs, "__msprobe_original__")  # idle wrappers, as this test means
+        assert (_eval_fn(x).asnumpy() == want_fn).all()
+        assert (ms.jit(net.construct)(x).asnumpy() == want_net).all()
+    debugger.close()
+    keys = list(DumpReader(os.path.join(str(tmp_path), "step1", f"proc{PID}")).keys())
+    # the step's own calls were recorded, the compiled ones between steps were not
+    assert keys[-3:] == ["Primitive.relu.ReLU.0.forward", "Tensor.__add__.0.forward", "Mint.abs.0.forward"]
+    assert not any(k.startswith("Jit.") for k in keys)

@@ -2,6 +2,11 @@
 
 # The DumpSession that records now, or None. Set by PrecisionDebugger.start/stop/step.
 session = None
+# True between start() and stop() (capture on): the API wrappers stay installed across dumped steps
+# and record only then (capture/patched_api.py).
+recording = False
+# The PatchedApis whose wrappers are installed now (one debugger's; another's start() takes them over).
+apis_patched_by = None
 # True while msprobe's own code runs MindSpore ops (statistics, hooks), so capture ignores them.
 busy = False
 # >0 while a captured API runs: calls made inside it are not recorded separately.

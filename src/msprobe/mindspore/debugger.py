@@ -114,13 +114,17 @@ class PrecisionDebugger(DumpLifecycle):
         save_variable(session, variable, name, count, save_backward)
 
     def _end_step(self):
-        self._release_capture()
+        if self._cells is not None:
+            self._cells.release()
+        if not self._step_selected(self.current_step + 1):
+            self._patched.restore()  # the next step is not dumped: no idle wrappers through it
         if self._static is not None:
             self._static.step()
 
     def _release_capture(self):
         if self._cells is not None:
             self._cells.release()
+        self._patched.restore()
 
     def _on_new_model(self):
         if self._cells is not None:
@@ -166,6 +170,7 @@ class PrecisionDebugger(DumpLifecycle):
                 self._cells = CellCapture(self._model)
             self._cells.attach()
         if level in ("L1", "mix"):
+            self._patched.claim()
             self._patched.patch_builtin()
             self._patched.patch_jit()
             if self._model is not None:
@@ -173,13 +178,15 @@ class PrecisionDebugger(DumpLifecycle):
             for (_, attr), (owner, prefix) in self._custom.items():
                 self._patched.restore(owner, attr)
                 self._patched.patch(owner, attr, prefix, attr)
+            _state.recording = True
         self._capturing = True
 
     def _capture_off(self):
         if not self._capturing:
             return
         self._capturing = False
-        self._patched.restore()
+        _state.recording = False  # the API wrappers stay, idle, until the step ends (_end_step)
+        self._patched.restore_primitives()
         if self._cells is not None:
             self._cells.detach()
         self._sync.exit()

@@ -1,13 +1,17 @@
 """L1 capture by wrapping: MindSpore has no function-mode hook at the API level (MsDispatchMode sees
 kernels such as "Add", not `Tensor.__add__` or `mint.add`), so each API attribute is replaced by a
-thin wrapper between start() and stop() and restored afterwards. The wrapper reads one global and
-otherwise calls straight through; calls made inside a recorded API are not recorded again.
+thin wrapper. The wrapper reads two globals and otherwise calls straight through; it records only
+between start() and stop() (`_state.recording`), and calls made inside a recorded API are not
+recorded again.
 
-Tried and dropped (session 7): leaving the ~1,500 wrappers installed from start() to the last dumped
-step, recording only while a flag is set. start() + stop() went from ~3.3 to ~0.9 ms in situ, yet
-whole dumped steps measured the same (A/B in one synchronous process, MLP and transformer at L1, 40
-steps each way, within +-1 ms either way): right after a training step most of the patching's time is
-cache misses, which the step's own first calls pay when it does not.
+The ~1,500 wrappers of the API table (and the jit executor's) are installed by the first start()
+of a run of dumped steps and stay, idle outside start()/stop(), until a step whose next step is not
+dumped ends (or close()). Installing and removing them at every start() and stop() cost ~3 ms a step
+in situ; with them kept, dumped steps of the transformer of benchmarks/ms_dump_overhead.py
+(synchronous, L1) took 1.5-3.7 ms less (session 10: 3 in-process A/B runs, 60 steps each way, blocks
+of steps alternating; session 7 had measured the same change within +-1 ms and dropped it). The
+model's Primitives are put back at every stop(): mindspore.jit cannot compile a Cell holding a
+PrimitiveCall (an evaluation step between dumped steps may compile the model).
 
 Also here: `Primitive` instances held by the Cells of a model passed to start() (named
 `Primitive.{attribute}.{PrimitiveName}`), and user-registered custom APIs.
@@ -22,7 +26,7 @@ from msprobe.mindspore import _state
 def _wrap(orig, prefix, name, inplace):
     def wrapper(*args, **kwargs):
         session = _state.session
-        if session is None or _state.busy or _state.depth:
+        if session is None or not _state.recording or _state.busy or _state.depth:
             return orig(*args, **kwargs)
         return session.record_call(prefix, name, orig, args, kwargs, inplace=inplace)
     try:
@@ -52,7 +56,7 @@ def _jit_call(orig):
     (the Cell's class name, e.g. Jit.SGD for an optimizer, or the function's name)."""
     def call(executor, *args, **kwargs):
         session = _state.session
-        if session is None or _state.busy or _state.depth:
+        if session is None or not _state.recording or _state.busy or _state.depth:
             return orig(executor, *args, **kwargs)
         obj = executor.obj
         name = type(obj).__name__ if obj is not None else executor.fn.__name__
@@ -70,6 +74,15 @@ class PatchedApis:
         self._prims = []  # (cell, attr, original primitive)
         self._wrappers = {}  # (id(owner), attr, prefix, name) -> wrapper, reused across start/stop
         self._plan = None  # what patch_builtin installed: [((id(owner), attr), originals entry, wrapper)]
+        self._builtin_on = False  # patch_builtin's wrappers are installed
+
+    def claim(self):
+        """Make this the instance whose wrappers are installed: another debugger's, idle since its
+        stop(), are removed first (its next start() installs them again)."""
+        holder = _state.apis_patched_by
+        if holder is not None and holder is not self:
+            holder.restore()
+        _state.apis_patched_by = self
 
     def patch(self, owner, attr, prefix, name=None, inplace=False):
         if (id(owner), attr) in self._originals:
@@ -92,7 +105,11 @@ class PatchedApis:
     def patch_builtin(self):
         """Wrap every API of the run-time table (api_table.py). The first call checks each entry
         (patch()); later ones replay what it did while every attribute still holds the original it
-        found: start() runs every step, and the checks cost ~1 ms of a step's ~1,500 entries."""
+        found: start() runs every step, and the checks cost ~1 ms of a step's ~1,500 entries.
+        Nothing to do while they are still installed from an earlier start()."""
+        if self._builtin_on:
+            return
+        self._builtin_on = True
         if self._plan is not None and self._replay(self._plan):
             return
         if self._table is None:
@@ -140,6 +157,13 @@ class PatchedApis:
                     self._prims.append((cell, attr, value))
                     cell.__dict__[attr] = PrimitiveCall(value, attr)
 
+    def restore_primitives(self):
+        """Put the model's own Primitives back: a Cell holding a PrimitiveCall cannot be compiled by
+        mindspore.jit (an evaluation step between dumped steps may compile the model)."""
+        for cell, name, prim in self._prims:
+            cell.__dict__[name] = prim
+        self._prims = []
+
     def restore(self, owner=None, attr=None):
         """Restore one attribute, or every patched attribute and primitive when called without arguments."""
         items = [(id(owner), attr)] if owner is not None else list(self._originals)
@@ -152,6 +176,7 @@ class PatchedApis:
                 else:
                     delattr(target, key[1])
         if owner is None:
-            for cell, name, prim in self._prims:
-                cell.__dict__[name] = prim
-            self._prims = []
+            self.restore_primitives()
+            self._builtin_on = False
+            if _state.apis_patched_by is self:
+                _state.apis_patched_by = None
