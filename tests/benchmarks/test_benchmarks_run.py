@@ -82,6 +82,43 @@ def test_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
     assert "cnn" in done.stdout and "stat_L0" in done.stdout
 
 
+_MS_FLOOR_PROBE = """
+import json, math, sys
+sys.path.insert(0, sys.argv[1])
+import ms_l0_floor  # sets up the synchronous process before MindSpore runs an op
+runner = ms_l0_floor.Runner("mlp")
+net = runner.net
+called = [c for name, c in net.cells_and_names() if name and name != "hidden"]  # a CellList is not called
+params = net.trainable_params()
+probe = ms_l0_floor.CellHookFloor(read=True)
+probe.start(net)
+runner.step()
+seen = list(probe.results)
+probe.step()
+runner.step()  # hooks gone: nothing read
+print(json.dumps({"seen": len(seen), "want": 2 * len(called) + 2 * len(params),
+                  "finite": all(r is not None and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen),
+                  "after": len(probe.results)}))
+"""
+
+
+def test_mindspore_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
+    """The MindSpore floor probe reads every sub-Cell output and its gradient, each Cell's own
+    Parameters and every Parameter gradient, each once with the statistics kernel, and leaves no hook."""
+    pytest.importorskip("mindspore")
+    done = subprocess.run([sys.executable, "-c", _MS_FLOOR_PROBE, BENCH], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, GLOG_v="3"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["seen"] == got["want"] and got["finite"] and got["after"] == 0, got
+
+    out = tmp_path / "floor.json"
+    done = run("ms_l0_floor.py", "--models", "mlp", "--rounds", "2", "--quiet", "--json", str(out))
+    mlp = json.loads(out.read_text())["results"]["mlp"]
+    assert set(mlp["ratios"]) == {"none", "hooks", "floor", "stat_L0"} and mlp["ratios"]["none"] == 1.0
+    assert "mlp" in done.stdout and "stat_L0" in done.stdout
+
+
 def test_mindspore_synchronous_process_stays_synchronous():
     """Every slot of the synchronous process runs its one way (a slot that switched the option off
     after its steps left the slots after it measuring asynchronous steps)."""
