@@ -10,6 +10,10 @@ The MindSpore twin of l0_floor.py, on the models of ms_dump_overhead.py, in its 
               (Cell outputs, the Cell's own Parameters, the gradients of the outputs, the Parameter
               gradients: what an L0 record holds that no other record already read); the four
               numbers go to a list, and nothing else happens: no keys, no records, no files
+    late      the same hooks holding their tensors, all read at stop(): msprobe too reads gradients in
+              a batch after backward (and parameters at start()), and one batch of `asnumpy()` calls
+              costs less than the same calls spread between the step's ops (a lower bound: a tensor
+              changed in place after its hook would be read wrong)
     stat_L0   msprobe: PrecisionDebugger(task="statistics", level="L0"), start/stop/step
 
 What the floor leaves out and an L0 record needs in MindSpore: the gradient each Cell's inputs get
@@ -46,22 +50,30 @@ from msprobe.core.dump import moments  # noqa: E402
 from msprobe.mindspore import PrecisionDebugger  # noqa: E402
 from msprobe.mindspore.statistics import host_view  # noqa: E402  (msprobe's zero-copy read)
 
-CONFIGS = ("none", "hooks", "floor", "stat_L0")
+CONFIGS = ("none", "hooks", "floor", "late", "stat_L0")
 
 
 class CellHookFloor:
     """The hooks of an L0 dump; with `read`, each reads its tensors once with the statistics kernel."""
 
-    def __init__(self, read):
+    def __init__(self, read, late=False):
         if read and not moments.ENABLED:
             raise SystemExit("ms_l0_floor.py: msprobe's statistics kernel is not built (MSPROBE_NATIVE_STATS=0?)")
         self.read = read
+        self.late = late  # hold the tensors, read them at stop()
+        self.held = []
         self.results = []
         self._handles = []
 
     def _stats(self, t):
         if not self.read:
             return
+        if self.late:
+            self.held.append(t)
+            return
+        self._read(t)
+
+    def _read(self, t):
         a = host_view(t)
         if a.dtype.kind == "f" and a.dtype.itemsize == 4 and a.flags.c_contiguous and a.size:
             self.results.append(moments.moments(a.__array_interface__["data"][0], a.size, moments.KINDS["float32"]))
@@ -90,7 +102,9 @@ class CellHookFloor:
             self._stats(p)
 
     def stop(self):
-        pass
+        for t in self.held:
+            self._read(t)
+        self.held = []
 
     def step(self):
         for h in self._handles:
@@ -103,6 +117,7 @@ def measure(model_name, rounds, tmp, log):
     runner = Runner(model_name)
     dump_path = os.path.join(tmp, model_name)
     probes = {"none": None, "hooks": CellHookFloor(read=False), "floor": CellHookFloor(read=True),
+              "late": CellHookFloor(read=True, late=True),
               "stat_L0": PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path)}
 
     def one_step(config):

@@ -90,15 +90,19 @@ runner = ms_l0_floor.Runner("mlp")
 net = runner.net
 called = [c for name, c in net.cells_and_names() if name and name != "hidden"]  # a CellList is not called
 params = net.trainable_params()
-probe = ms_l0_floor.CellHookFloor(read=True)
-probe.start(net)
-runner.step()
-seen = list(probe.results)
-probe.step()
-runner.step()  # hooks gone: nothing read
-print(json.dumps({"seen": len(seen), "want": 2 * len(called) + 2 * len(params),
-                  "finite": all(r is not None and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen),
-                  "after": len(probe.results)}))
+out = {}
+for late in (False, True):
+    probe = ms_l0_floor.CellHookFloor(read=True, late=late)
+    probe.start(net)
+    runner.step()
+    probe.stop()  # late: reads what the hooks held
+    seen = list(probe.results)
+    probe.step()
+    runner.step()  # hooks gone: nothing read
+    out[str(late)] = {"seen": len(seen), "want": 2 * len(called) + 2 * len(params),
+                      "finite": all(r is not None and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen),
+                      "after": len(probe.results) + len(probe.held)}
+print(json.dumps(out))
 """
 
 
@@ -109,13 +113,13 @@ def test_mindspore_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
     done = subprocess.run([sys.executable, "-c", _MS_FLOOR_PROBE, BENCH], capture_output=True, text=True,
                           timeout=600, env=dict(os.environ, GLOG_v="3"))
     assert done.returncode == 0, done.stderr[-4000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["seen"] == got["want"] and got["finite"] and got["after"] == 0, got
+    for late, got in json.loads(done.stdout.strip().splitlines()[-1]).items():
+        assert got["seen"] == got["want"] and got["finite"] and got["after"] == 0, (late, got)
 
     out = tmp_path / "floor.json"
     done = run("ms_l0_floor.py", "--models", "mlp", "--rounds", "2", "--quiet", "--json", str(out))
     mlp = json.loads(out.read_text())["results"]["mlp"]
-    assert set(mlp["ratios"]) == {"none", "hooks", "floor", "stat_L0"} and mlp["ratios"]["none"] == 1.0
+    assert set(mlp["ratios"]) == {"none", "hooks", "floor", "late", "stat_L0"} and mlp["ratios"]["none"] == 1.0
     assert "mlp" in done.stdout and "stat_L0" in done.stdout
 
 
