@@ -25,20 +25,14 @@ slots as in dump_overhead.py): none of these configs leaves background work to t
 Uses msprobe internals (the statistics kernel), unlike dump_overhead.py.
 """
 
-import argparse
-import gc
-import json
 import os
-import shutil
-import statistics
 import sys
-import tempfile
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dump_overhead import MODELS, Workload  # noqa: E402  (the same models and training step)
+from floor_rounds import FloorProbe, main as floor_main, measure_probes  # noqa: E402
 
 from msprobe.core.dump import moments  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
@@ -47,15 +41,11 @@ from msprobe.pytorch.statistics import _PARALLEL_MIN  # noqa: E402  (msprobe's s
 CONFIGS = ("none", "hooks", "floor", "stat_L0")
 
 
-class HookFloor:
+class HookFloor(FloorProbe):
     """The hooks of an L0 dump; with `read`, each reads its tensors once with the statistics kernel."""
 
     def __init__(self, read):
-        if read and not moments.ENABLED:
-            raise SystemExit("l0_floor.py: msprobe's statistics kernel is not built (MSPROBE_NATIVE_STATS=0?)")
-        self.read = read
-        self.results = []
-        self._handles = []
+        super().__init__(read, moments.ENABLED, "l0_floor.py")
 
     def _stats(self, t):
         if not self.read:
@@ -90,15 +80,6 @@ class HookFloor:
             if g is not None:   # next module's output gradients (or the first module's input's: none)
                 self._stats(g)
 
-    def stop(self):
-        pass
-
-    def step(self):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self.results = []
-
 
 def measure(model_name, rounds, tmp, log):
     work = Workload(model_name)
@@ -106,65 +87,20 @@ def measure(model_name, rounds, tmp, log):
     probes = {"none": None, "hooks": HookFloor(read=False), "floor": HookFloor(read=True),
               "stat_L0": PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path)}
 
-    def one_step(config):
-        probe = probes[config]
-        gc.collect()
-        t0 = time.perf_counter()
+    def run_step(probe):
         if probe is not None:
             probe.start(work.model)
         work.train_step()
         if probe is not None:
             probe.stop()
             probe.step()
-        took = time.perf_counter() - t0
-        if config == "stat_L0":
-            shutil.rmtree(dump_path, ignore_errors=True)
-        return took
 
-    for config in CONFIGS:  # warm-up
-        one_step(config)
-        one_step(config)
-    times = {c: [] for c in CONFIGS}
-    for rnd in range(rounds):
-        order = CONFIGS[rnd % len(CONFIGS):] + CONFIGS[:rnd % len(CONFIGS)]
-        for config in order:
-            times[config].append(one_step(config))
-        if (rnd + 1) % 10 == 0:
-            log(f"[{model_name}] round {rnd + 1}/{rounds}")
-    probes["stat_L0"].close()
-    base = times["none"]
-    ratios = {c: statistics.median(t / b for t, b in zip(times[c], base)) for c in CONFIGS}
-    return {"base_ms": 1e3 * statistics.median(base), "ratios": ratios,
-            "added_ms": {c: 1e3 * statistics.median(t - b for t, b in zip(times[c], base)) for c in CONFIGS}}
+    return measure_probes(probes, run_step, dump_path, rounds, log, model_name)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
-    ap.add_argument("--rounds", type=int, default=30, help="steps of each config (default 30)")
-    ap.add_argument("--json", help="also write the numbers to this file")
-    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    args = ap.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for m in models:
-        if m not in MODELS:
-            ap.error(f"--models: unknown model {m!r}; choose from {', '.join(MODELS)}")
-    if args.rounds < 1:
-        ap.error(f"--rounds: {args.rounds}; must be >= 1")
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    tmp = tempfile.mkdtemp(prefix="msprobe-floor-")
-    try:
-        results = {m: measure(m, args.rounds, tmp, log) for m in models}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"L0 statistics: step time / no tool (median of {args.rounds} rounds); added ms in brackets")
-    print(f"{'model':<12} {'base ms':>8} " + " ".join(f"{c:>16}" for c in CONFIGS[1:]))
-    for m, r in results.items():
-        cells = " ".join(f"{r['ratios'][c]:>7.3f} ({r['added_ms'][c]:+5.2f})" for c in CONFIGS[1:])
-        print(f"{m:<12} {r['base_ms']:>8.1f} {cells}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rounds": args.rounds, "threads": torch.get_num_threads(), "results": results}, f, indent=1)
+    floor_main(__doc__.split("\n\n")[0], MODELS, CONFIGS, measure, "L0 statistics",
+               {"threads": torch.get_num_threads()}, argv)
 
 
 if __name__ == "__main__":

@@ -29,20 +29,14 @@ median over rounds of its step time over that round's `none` step. Uses msprobe 
 statistics kernel), unlike ms_dump_overhead.py.
 """
 
-import argparse
-import gc
-import json
 import os
-import shutil
-import statistics
 import sys
-import tempfile
-import time
 
 os.environ.setdefault("GLOG_v", "3")  # MindSpore's deprecation warnings: errors only
 os.environ["MSPROBE_BENCH_EXECUTION"] = "synchronous"  # read by ms_dump_overhead before any op runs
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ms_dump_overhead import MODELS, Runner  # noqa: E402  (the same models and training step)
+from floor_rounds import FloorProbe, main as floor_main, measure_probes  # noqa: E402
 
 import mindspore as ms  # noqa: E402
 
@@ -53,17 +47,13 @@ from msprobe.mindspore.statistics import host_view  # noqa: E402  (msprobe's zer
 CONFIGS = ("none", "hooks", "floor", "late", "stat_L0")
 
 
-class CellHookFloor:
+class CellHookFloor(FloorProbe):
     """The hooks of an L0 dump; with `read`, each reads its tensors once with the statistics kernel."""
 
     def __init__(self, read, late=False):
-        if read and not moments.ENABLED:
-            raise SystemExit("ms_l0_floor.py: msprobe's statistics kernel is not built (MSPROBE_NATIVE_STATS=0?)")
-        self.read = read
+        super().__init__(read, moments.ENABLED, "ms_l0_floor.py")
         self.late = late  # hold the tensors, read them at stop()
         self.held = []
-        self.results = []
-        self._handles = []
 
     def _stats(self, t):
         if not self.read:
@@ -106,12 +96,6 @@ class CellHookFloor:
             self._read(t)
         self.held = []
 
-    def step(self):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self.results = []
-
 
 def measure(model_name, rounds, tmp, log):
     runner = Runner(model_name)
@@ -120,60 +104,12 @@ def measure(model_name, rounds, tmp, log):
               "late": CellHookFloor(read=True, late=True),
               "stat_L0": PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path)}
 
-    def one_step(config):
-        gc.collect()
-        t0 = time.perf_counter()
-        runner.step(probes[config])
-        took = time.perf_counter() - t0
-        if config == "stat_L0":
-            shutil.rmtree(dump_path, ignore_errors=True)
-        return took
-
-    for config in CONFIGS:  # warm-up
-        one_step(config)
-        one_step(config)
-    times = {c: [] for c in CONFIGS}
-    for rnd in range(rounds):
-        order = CONFIGS[rnd % len(CONFIGS):] + CONFIGS[:rnd % len(CONFIGS)]
-        for config in order:
-            times[config].append(one_step(config))
-        if (rnd + 1) % 10 == 0:
-            log(f"[{model_name}] round {rnd + 1}/{rounds}")
-    probes["stat_L0"].close()
-    base = times["none"]
-    ratios = {c: statistics.median(t / b for t, b in zip(times[c], base)) for c in CONFIGS}
-    return {"base_ms": 1e3 * statistics.median(base), "ratios": ratios,
-            "added_ms": {c: 1e3 * statistics.median(t - b for t, b in zip(times[c], base)) for c in CONFIGS}}
+    return measure_probes(probes, runner.step, dump_path, rounds, log, model_name)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
-    ap.add_argument("--rounds", type=int, default=30, help="steps of each config (default 30)")
-    ap.add_argument("--json", help="also write the numbers to this file")
-    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    args = ap.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for m in models:
-        if m not in MODELS:
-            ap.error(f"--models: unknown model {m!r}; choose from {', '.join(MODELS)}")
-    if args.rounds < 1:
-        ap.error(f"--rounds: {args.rounds}; must be >= 1")
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    tmp = tempfile.mkdtemp(prefix="msprobe-ms-floor-")
-    try:
-        results = {m: measure(m, args.rounds, tmp, log) for m in models}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"MindSpore L0 statistics, synchronous PyNative: step time / no tool (median of {args.rounds} rounds);"
-          " added ms in brackets")
-    print(f"{'model':<12} {'base ms':>8} " + " ".join(f"{c:>16}" for c in CONFIGS[1:]))
-    for m, r in results.items():
-        cells = " ".join(f"{r['ratios'][c]:>7.3f} ({r['added_ms'][c]:+5.2f})" for c in CONFIGS[1:])
-        print(f"{m:<12} {r['base_ms']:>8.1f} {cells}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rounds": args.rounds, "execution": "synchronous", "results": results}, f, indent=1)
+    floor_main(__doc__.split("\n\n")[0], MODELS, CONFIGS, measure, "MindSpore L0 statistics, synchronous PyNative",
+               {"execution": "synchronous"}, argv)
 
 
 if __name__ == "__main__":
