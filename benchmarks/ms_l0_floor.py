@@ -19,7 +19,7 @@ The MindSpore twin of l0_floor.py, on the models of ms_dump_overhead.py, in its 
 What the floor leaves out and an L0 record needs in MindSpore: the gradient each Cell's inputs get
 through that Cell (backward `output`). MindSpore hands a tensor hook the total gradient of a tensor, so
 msprobe passes each Cell input through a stand-in (a view with a tensor hook, ~9 us a use, forward and
-backward) to see that Cell's share; `stat_L0 - floor` counts them with names, records and files.
+backward) to see that Cell's share; `stat_L0 - late` counts them with names, records and files.
 
     python benchmarks/ms_l0_floor.py                  # 3 models, 30 rounds (about 1 minute)
     python benchmarks/ms_l0_floor.py --models transformer --rounds 60 --json floor.json
