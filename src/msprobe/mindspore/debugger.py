@@ -113,10 +113,10 @@ class PrecisionDebugger(DumpLifecycle):
     def _save_variable(self, session, variable, name, count, save_backward):
         save_variable(session, variable, name, count, save_backward)
 
-    def _end_step(self):
+    def _end_step(self, next_dumped):
         if self._cells is not None:
             self._cells.release()
-        if not self._step_selected(self.current_step + 1):
+        if not next_dumped:
             self._patched.restore()  # the next step is not dumped: no idle wrappers through it
         if self._static is not None:
             self._static.step()
@@ -185,7 +185,7 @@ class PrecisionDebugger(DumpLifecycle):
         if not self._capturing:
             return
         self._capturing = False
-        _state.recording = False  # the API wrappers stay, idle, until the step ends (_end_step)
+        _state.recording = False  # the API wrappers stay installed, idle (see _end_step)
         self._patched.restore_primitives()
         if self._cells is not None:
             self._cells.detach()

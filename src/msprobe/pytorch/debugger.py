@@ -92,10 +92,10 @@ class PrecisionDebugger(DumpLifecycle):
             self._modules.release()  # hooks of the previous model
             self._modules = None
 
-    def _end_step(self):
+    def _end_step(self, next_dumped):
         if self._modules is None:
             return
-        if self._step_selected(self.current_step + 1):
+        if next_dumped:
             self._modules.end_step()  # the hooks stay, idle, until the next step's start()
         else:
             # The next step is not dumped: no idle hooks on the model meanwhile. Two debuggers' idle

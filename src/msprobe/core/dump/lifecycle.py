@@ -135,15 +135,17 @@ class DumpLifecycle:
         self.stop()
         self._close_session()
         self._exit_hook.drop()
-        self._end_step()
-        if not self._step_selected(self.current_step + 1):
-            self._stop_pool()  # the next step is not dumped: no writer thread waits through it
+        next_dumped = self._step_selected(self.current_step + 1)
+        self._end_step(next_dumped)
+        if not next_dumped:
+            self._stop_pool()  # no writer thread waits through a step that is not dumped
         self.current_step += 1
         self._token_iter = 0
         self._save_counts = {}
 
-    def _end_step(self):
-        """Adapter work at step end, after the session is closed."""
+    def _end_step(self, next_dumped):
+        """Adapter work at step end, after the session is closed. `next_dumped`: the next step is dumped
+        too, so capture layers may stay installed, idle, until it starts."""
 
     def set_init_step(self, step):
         """Count steps from `step` (call before the training loop)."""
