@@ -9,9 +9,9 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q mindspore==2.10.0   # large (~1 GB); the MindSpore adapter and its tests need it
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-cache-dir torch==2.13.0
+	$(BIN)/pip install -q --no-cache-dir mindspore==2.10.0   # large (~1 GB); the MindSpore adapter and its tests need it
+	$(BIN)/pip install -q --no-cache-dir -e '.[test]'
 	touch $@
 
 demo: setup
