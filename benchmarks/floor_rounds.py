@@ -55,22 +55,24 @@ def interleave(configs, one_step, rounds, log, label):
 
 
 def measure_probes(probes, run_step, dump_path, rounds, log, label):
-    """`interleave` over `probes` ({config: probe}, in config order, "none": None, "stat_L0": msprobe's
-    debugger, closed at the end); `run_step(probe)` is one training step with `probe` started before
-    and stopped and stepped after it. msprobe's dump under `dump_path` is removed after each step."""
+    """`interleave` over `probes` ({config: probe}, in config order, "none": None; those with a
+    close(), msprobe's debuggers, are closed at the end); `run_step(probe)` is one training step with
+    `probe` started before and stopped and stepped after it. msprobe's dumps under `dump_path` are
+    removed after each step, outside the timed part."""
     def one_step(config):
         gc.collect()
         t0 = time.perf_counter()
         run_step(probes[config])
         took = time.perf_counter() - t0
-        if config == "stat_L0":
-            shutil.rmtree(dump_path, ignore_errors=True)
+        shutil.rmtree(dump_path, ignore_errors=True)
         return took
 
     try:
         return interleave(tuple(probes), one_step, rounds, log, label)
     finally:
-        probes["stat_L0"].close()
+        for probe in probes.values():
+            if hasattr(probe, "close"):
+                probe.close()
 
 
 def main(description, models, configs, measure, title, json_extra, argv=None):

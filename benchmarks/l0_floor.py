@@ -14,7 +14,13 @@ floor on the models of dump_overhead.py, in one interleaved run, beside msprobe 
     stat_L0   msprobe: PrecisionDebugger(task="statistics", level="L0"), start/stop/step
 
 `stat_L0 - floor` is what msprobe's records cost on top of reading the data: names, filters, record
-dicts, dump.json/construct.json appends, the walk that finds each module's backward.
+dicts, dump.json/construct.json appends, the walk that finds each module's backward. Three more
+configs are stat_L0 with one part of that switched off, to show what each part costs:
+
+    no_files  records built but not appended to dump.json and construct.json
+    no_stats  every tensor record a fixed one: no statistics read, no cache lookups
+    no_bwd    no backward records: no autograd walk, no node hooks, no gradient statistics
+              (parameters_grad records stay)
 
     python benchmarks/l0_floor.py                  # 3 models, 30 rounds (about 2 minutes)
     python benchmarks/l0_floor.py --models cnn --rounds 60 --json floor.json
@@ -35,10 +41,13 @@ from dump_overhead import MODELS, Workload  # noqa: E402  (the same models and t
 from floor_rounds import FloorProbe, main as floor_main, measure_probes  # noqa: E402
 
 from msprobe.core.dump import moments  # noqa: E402
+from msprobe.core.dump.writer import DumpWriter  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
+from msprobe.pytorch.capture.backward import BackwardTracker  # noqa: E402
+from msprobe.pytorch.session import DumpSession  # noqa: E402
 from msprobe.pytorch.statistics import _PARALLEL_MIN  # noqa: E402  (msprobe's split: the same threads here)
 
-CONFIGS = ("none", "hooks", "floor", "stat_L0")
+CONFIGS = ("none", "hooks", "floor", "stat_L0", "no_files", "no_stats", "no_bwd")
 
 
 class HookFloor(FloorProbe):
@@ -81,11 +90,66 @@ class HookFloor(FloorProbe):
                 self._stats(g)
 
 
+_OFF = set()  # the parts of msprobe's work switched off for the step that runs now (KnockOut)
+_FIXED_RECORD = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1], "Max": 0.0, "Min": 0.0,
+                 "Mean": 0.0, "Norm": 0.0, "requires_grad": False}
+
+
+def _switchable(cls, name, part, off_result):
+    """Make method `cls.name` return `off_result(*args)` instead of running while `part` is in _OFF."""
+    original = cls.__dict__[name]
+    is_classmethod = isinstance(original, classmethod)
+    func = original.__func__ if is_classmethod else original
+    if getattr(func, "knock_out", None) == part:  # installed by an earlier model's run
+        return
+
+    def method(*args, **kwargs):
+        if part in _OFF:
+            return off_result(*args)
+        return func(*args, **kwargs)
+    method.knock_out = part
+    setattr(cls, name, classmethod(method) if is_classmethod else method)
+
+
+def install_switches():
+    _switchable(DumpWriter, "add", "files", lambda *a: None)
+    _switchable(DumpWriter, "add_construct", "files", lambda *a: None)
+    _switchable(DumpSession, "tensor_record", "stats", lambda *a: dict(_FIXED_RECORD))
+    _switchable(BackwardTracker, "attach", "bwd", lambda *a: None)
+
+
+class KnockOut:
+    """msprobe's stat_L0 debugger with one part of its work (`part`: files, stats, bwd) switched off
+    from start() to step()."""
+
+    def __init__(self, part, dump_path):
+        install_switches()
+        self.part = part
+        self.debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path)
+
+    def start(self, model):
+        _OFF.add(self.part)
+        self.debugger.start(model)
+
+    def stop(self):
+        self.debugger.stop()
+
+    def step(self):
+        try:
+            self.debugger.step()
+        finally:
+            _OFF.discard(self.part)
+
+    def close(self):
+        self.debugger.close()
+
+
 def measure(model_name, rounds, tmp, log):
     work = Workload(model_name)
     dump_path = os.path.join(tmp, model_name)
     probes = {"none": None, "hooks": HookFloor(read=False), "floor": HookFloor(read=True),
-              "stat_L0": PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path)}
+              "stat_L0": PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path),
+              **{f"no_{part}": KnockOut(part, dump_path) for part in ("files", "stats", "bwd")}}
 
     def run_step(probe):
         if probe is not None:

@@ -78,8 +78,54 @@ def test_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
     out = tmp_path / "floor.json"
     done = run("l0_floor.py", "--models", "cnn", "--rounds", "2", "--quiet", "--json", str(out))
     cnn = json.loads(out.read_text())["results"]["cnn"]
-    assert set(cnn["ratios"]) == {"none", "hooks", "floor", "stat_L0"} and cnn["ratios"]["none"] == 1.0
-    assert "cnn" in done.stdout and "stat_L0" in done.stdout
+    assert set(cnn["ratios"]) == {"none", "hooks", "floor", "stat_L0", "no_files", "no_stats", "no_bwd"}
+    assert cnn["ratios"]["none"] == 1.0
+    assert "cnn" in done.stdout and "no_bwd" in done.stdout
+
+
+def _l0_records(dump_path):
+    found = {}
+    for root, _, files in os.walk(dump_path):
+        if "dump.json" in files:
+            with open(os.path.join(root, "dump.json")) as f:
+                found.update(json.load(f)["data"])
+    return found
+
+
+def test_l0_floor_knock_outs_switch_off_one_part_for_their_step_only(tmp_path):
+    """no_files writes no records, no_stats reads no tensor, no_bwd records no backward; the plain
+    stat_L0 debugger beside them is untouched."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, BENCH)
+    try:
+        import l0_floor
+    finally:
+        sys.path.remove(BENCH)
+    work = l0_floor.Workload("cnn")
+
+    def dump(probe, path):
+        probe.start(work.model)
+        work.train_step()
+        probe.stop()
+        probe.step()
+        probe.close()
+        return _l0_records(path)
+
+    plain = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "plain")),
+                 tmp_path / "plain")
+    runs = {part: dump(l0_floor.KnockOut(part, str(tmp_path / part)), tmp_path / part)
+            for part in ("files", "stats", "bwd")}
+    again = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "again")),
+                 tmp_path / "again")
+    backward = {k for k in plain if ".backward." in k}
+    assert backward and {k for k in plain if ".parameters_grad" in k}
+    assert runs["files"] == {}
+    assert set(runs["bwd"]) == set(plain) - backward
+    assert set(runs["stats"]) == set(plain)
+    conv = runs["stats"]["Module.features.0.Conv2d.forward.0"]["output"][0]
+    assert (conv["Max"], conv["Norm"], conv["shape"]) == (0.0, 0.0, [1])
+    assert plain["Module.features.0.Conv2d.forward.0"]["output"][0]["Norm"] > 0
+    assert set(again) == set(plain) and not l0_floor._OFF
 
 
 _MS_FLOOR_PROBE = """
