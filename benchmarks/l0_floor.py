@@ -22,7 +22,7 @@ configs are stat_L0 with one part of that switched off, to show what each part c
     no_bwd    no backward records: no autograd walk, no node hooks, no gradient statistics
               (parameters_grad records stay)
 
-    python benchmarks/l0_floor.py                  # 3 models, 30 rounds (about 2 minutes)
+    python benchmarks/l0_floor.py                  # 3 models, 30 rounds (about 3 minutes)
     python benchmarks/l0_floor.py --models cnn --rounds 60 --json floor.json
 
 Each round runs one step of every config, in an order rotated each round; a config's ratio is the
