@@ -95,19 +95,21 @@ _FIXED_RECORD = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1],
                  "Mean": 0.0, "Norm": 0.0, "requires_grad": False}
 
 
+_ORIGINALS = {}  # (class, name) -> the attribute the switch replaced
+
+
 def _switchable(cls, name, part, off_result):
     """Make method `cls.name` return `off_result(*args)` instead of running while `part` is in _OFF."""
-    original = cls.__dict__[name]
+    if (cls, name) in _ORIGINALS:  # installed by an earlier model's run
+        return
+    original = _ORIGINALS[(cls, name)] = cls.__dict__[name]
     is_classmethod = isinstance(original, classmethod)
     func = original.__func__ if is_classmethod else original
-    if getattr(func, "knock_out", None) == part:  # installed by an earlier model's run
-        return
 
     def method(*args, **kwargs):
         if part in _OFF:
             return off_result(*args)
         return func(*args, **kwargs)
-    method.knock_out = part
     setattr(cls, name, classmethod(method) if is_classmethod else method)
 
 
@@ -116,6 +118,13 @@ def install_switches():
     _switchable(DumpWriter, "add_construct", "files", lambda *a: None)
     _switchable(DumpSession, "tensor_record", "stats", lambda *a: dict(_FIXED_RECORD))
     _switchable(BackwardTracker, "attach", "bwd", lambda *a: None)
+
+
+def remove_switches():
+    """Put msprobe's methods back (for a process that goes on after the measurement: the tests)."""
+    for (cls, name), original in _ORIGINALS.items():
+        setattr(cls, name, original)
+    _ORIGINALS.clear()
 
 
 class KnockOut:

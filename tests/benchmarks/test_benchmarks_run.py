@@ -113,10 +113,15 @@ def test_l0_floor_knock_outs_switch_off_one_part_for_their_step_only(tmp_path):
 
     plain = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "plain")),
                  tmp_path / "plain")
-    runs = {part: dump(l0_floor.KnockOut(part, str(tmp_path / part)), tmp_path / part)
-            for part in ("files", "stats", "bwd")}
-    again = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "again")),
-                 tmp_path / "again")
+    try:
+        runs = {part: dump(l0_floor.KnockOut(part, str(tmp_path / part)), tmp_path / part)
+                for part in ("files", "stats", "bwd")}
+        again = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "again")),
+                     tmp_path / "again")
+    finally:
+        l0_floor.remove_switches()
+    from msprobe.pytorch.session import DumpSession
+    assert DumpSession.tensor_record.__module__ == "msprobe.pytorch.session"  # msprobe's own again
     backward = {k for k in plain if ".backward." in k}
     assert backward and {k for k in plain if ".parameters_grad" in k}
     assert runs["files"] == {}
