@@ -31,8 +31,10 @@ slots as in dump_overhead.py): none of these configs leaves background work to t
 Uses msprobe internals (the statistics kernel), unlike dump_overhead.py.
 """
 
+import contextlib
 import os
 import sys
+from unittest import mock
 
 import torch
 
@@ -90,54 +92,29 @@ class HookFloor(FloorProbe):
                 self._stats(g)
 
 
-_OFF = set()  # the parts of msprobe's work switched off for the step that runs now (KnockOut)
 _FIXED_RECORD = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1], "Max": 0.0, "Min": 0.0,
                  "Mean": 0.0, "Norm": 0.0, "requires_grad": False}
-
-
-_ORIGINALS = {}  # (class, name) -> the attribute the switch replaced
-
-
-def _switchable(cls, name, part, off_result):
-    """Make method `cls.name` return `off_result(*args)` instead of running while `part` is in _OFF."""
-    if (cls, name) in _ORIGINALS:  # installed by an earlier model's run
-        return
-    original = _ORIGINALS[(cls, name)] = cls.__dict__[name]
-    is_classmethod = isinstance(original, classmethod)
-    func = original.__func__ if is_classmethod else original
-
-    def method(*args, **kwargs):
-        if part in _OFF:
-            return off_result(*args)
-        return func(*args, **kwargs)
-    setattr(cls, name, classmethod(method) if is_classmethod else method)
-
-
-def install_switches():
-    _switchable(DumpWriter, "add", "files", lambda *a: None)
-    _switchable(DumpWriter, "add_construct", "files", lambda *a: None)
-    _switchable(DumpSession, "tensor_record", "stats", lambda *a: dict(_FIXED_RECORD))
-    _switchable(BackwardTracker, "attach", "bwd", lambda *a: None)
-
-
-def remove_switches():
-    """Put msprobe's methods back (for a process that goes on after the measurement: the tests)."""
-    for (cls, name), original in _ORIGINALS.items():
-        setattr(cls, name, original)
-    _ORIGINALS.clear()
+# what each knock-out replaces, and with what, for the steps it runs
+_KNOCK_OUTS = {
+    "files": [(DumpWriter, "add", lambda *a, **k: None), (DumpWriter, "add_construct", lambda *a, **k: None)],
+    "stats": [(DumpSession, "tensor_record", lambda *a, **k: dict(_FIXED_RECORD))],
+    "bwd": [(BackwardTracker, "attach", staticmethod(lambda *a, **k: None))],
+}
 
 
 class KnockOut:
     """msprobe's stat_L0 debugger with one part of its work (`part`: files, stats, bwd) switched off
-    from start() to step()."""
+    from start() to step(); msprobe's own methods are back in place outside that, so the other
+    configs run them unwrapped."""
 
     def __init__(self, part, dump_path):
-        install_switches()
         self.part = part
         self.debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=dump_path)
+        self._patches = contextlib.ExitStack()
 
     def start(self, model):
-        _OFF.add(self.part)
+        for cls, name, replacement in _KNOCK_OUTS[self.part]:
+            self._patches.enter_context(mock.patch.object(cls, name, replacement))
         self.debugger.start(model)
 
     def stop(self):
@@ -147,9 +124,10 @@ class KnockOut:
         try:
             self.debugger.step()
         finally:
-            _OFF.discard(self.part)
+            self._patches.close()
 
     def close(self):
+        self._patches.close()
         self.debugger.close()
 
 
