@@ -21,7 +21,7 @@ import weakref
 import mindspore as ms
 import numpy as np
 
-from msprobe.core.checksum import crc32_hex
+from msprobe.core.checksum import checksum_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 
@@ -128,9 +128,10 @@ class _Memory:
                                     "strides": strides, "version": 3}
 
 
-def crc32_of(a):
-    """CRC-32 of the array's raw bytes as 8 hex digits (msProbe's "md5" field)."""
-    return crc32_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else crc32_hex(b"")
+def checksum_of(a):
+    """wordsum64 of the array's raw bytes as 16 hex digits (the "md5" field; core/checksum.py): the value
+    PyTorch's adapter gives the same bytes."""
+    return checksum_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else checksum_hex(b"")
 
 
 class Summarizer:
@@ -138,15 +139,30 @@ class Summarizer:
 
     Args:
         stats: compute Max/Min/Mean/Norm (False for the structure task).
-        md5: add the CRC-32 of the tensor bytes under "md5".
+        md5: add the wordsum64 checksum of the tensor bytes under "md5".
     """
 
-    def __init__(self, stats=True, md5=False):
+    def __init__(self, stats=True, md5=False, late=None, resolver=None):
         self.stats = stats
         self.md5 = md5
+        # tensors whose statistics wait for the next resolve, and what summarises them (a weak method)
+        self._late = late if late is not None else []
+        self._resolver = resolver
         self._cache = {}
         self._aliases = {}  # id(HookBackward copy) -> (weakref to it, the tensor it copies)
         self._direct = _direct_kinds() if stats and not md5 else {}  # see direct_stats
+
+    @property
+    def pending(self):
+        """Tensors queued for the next resolve."""
+        return len(self._late)
+
+    def start_resolve(self):
+        """The queued tensors as a batch whose `finish()` summarises them (on the training thread: a
+        MindSpore tensor is read where its ops run)."""
+        batch = list(self._late)
+        self._late.clear()
+        return _LateBatch(batch, self._resolver)
 
     def clear(self):
         self._cache.clear()
@@ -187,7 +203,7 @@ class Summarizer:
             if self.stats:
                 rec.update(array_stats(arr))
             if self.md5:
-                rec["md5"] = crc32_of(arr)
+                rec["md5"] = checksum_of(arr)
         self._remember(t, rec)
         return dict(rec), arr
 
@@ -202,3 +218,14 @@ class Summarizer:
     def drop_aliases(self):
         """Forget which copy stands for which tensor (the links hold the originals alive)."""
         self._aliases.clear()
+
+
+class _LateBatch:
+    __slots__ = ("batch", "resolver")
+
+    def __init__(self, batch, resolver):
+        self.batch, self.resolver = batch, resolver
+
+    def finish(self):
+        if self.batch:
+            self.resolver()(self.batch)

@@ -79,7 +79,10 @@ class PrecisionDebugger(DumpLifecycle):
         return GradientMonitor
 
     def _new_session(self, rank):
-        return DumpSession(self.config, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow)
+        # with CUDA in use, summaries are read back without waiting and records written on the lane
+        lane = self._writer_lane() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        return DumpSession(self.config, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow,
+                           lane=lane)
 
     def _current_rank(self):
         return current_rank()

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import orjson
 
@@ -28,6 +28,20 @@ logger = logging.getLogger(__name__)
 TENSOR_DIR = "dump_tensor_data"
 # Bytes of tensor data queued for the background writers before the training thread waits.
 MAX_INFLIGHT_BYTES = 512 << 20
+
+
+def run_on(executor, fn):
+    """`executor.submit(fn)`, or `fn` run here when the executor takes no more work (at interpreter exit
+    the pools stop before atexit functions run: the step a crashed script leaves open is flushed then)."""
+    try:
+        return executor.submit(fn)
+    except RuntimeError:
+        done = Future()
+        try:
+            done.set_result(fn())
+        except Exception as e:  # noqa: BLE001 - handed to whoever waits, as the pool would
+            done.set_exception(e)
+        return done
 
 
 def rank_dir_name(rank, pid=None):
@@ -188,7 +202,7 @@ class DumpWriter:
                 with self._inflight_cv:
                     self._inflight -= nbytes
                     self._inflight_cv.notify_all()
-        return self._pool.submit(run)
+        return run_on(self._pool, run)
 
     def tensor_path(self, file_name):
         return os.path.join(self.tensor_dir, file_name)
@@ -275,7 +289,7 @@ class PendingWriter:
     __slots__ = ("_future",)
 
     def __init__(self, pool, make):
-        self._future = pool.submit(make)
+        self._future = run_on(pool, make)
 
     def take(self):
         """The writer, once it is open; raises what opening it raised."""

@@ -1,0 +1,228 @@
+"""Statistics and checksums of tensors computed where they live, read back in one copy per batch.
+
+On an accelerator every read of a result (`.item()`, `.tolist()`, `.cpu()`) waits for the device to
+finish all queued work, and a read per tensor turns a step from max(host, device) into host + device.
+Here a tensor's summary goes into a *slot*: one row of a device buffer, filled by kernels queued on
+the tensor's stream — (max, min, sum, sum of squares) in float64, or the checksum's two 32-bit word
+sums (core/checksum.py). `start_resolve()` queues one non-blocking copy of every slot filled since the
+last resolve; `Readback.finish()` waits for that copy (on a writer thread, for CUDA) and turns rows into
+record fields.
+
+Kernels: one Triton launch per tensor on CUDA when Triton is importable (pytorch/triton_summary.py);
+torch's own reductions elsewhere (a few launches per tensor; also the CPU path the tests force with
+`MSPROBE_DEVICE_SUMMARY=1`). Both give the numbers the host path gives: Mean and Norm of non-float64
+data rounded to float32, NaN in Max/Min when a NaN is in the tensor.
+Guarded by benchmarks/host_cost.py and tests/pytorch/test_device_summary.py.
+"""
+
+import math
+import os
+
+import numpy as np
+import torch
+
+from msprobe.core import checksum
+from msprobe.core.dump.json_append import json_float
+
+# slots per device buffer; a batch that fills one goes on in a second
+SLOTS_PER_BUFFER = 4096
+_TRITON_OFF = os.environ.get("MSPROBE_TRITON", "1") == "0"
+
+STATS, CHECKSUM = 0, 1
+
+
+class Slot:
+    """Where one tensor's summary lands: `values` once resolved; the records waiting to be filled."""
+
+    __slots__ = ("kind", "buffer", "index", "n", "dtype", "nbytes", "values", "waiting")
+
+    def __init__(self, kind, buffer, index, n, dtype, nbytes):
+        self.kind, self.buffer, self.index, self.n, self.dtype, self.nbytes = kind, buffer, index, n, dtype, nbytes
+        self.values = None
+        self.waiting = []
+
+
+class _Buffer:
+    """SLOTS_PER_BUFFER rows on one device: float64 x 4 for statistics, int64 x 2 for checksums."""
+
+    __slots__ = ("device", "kind", "rows", "used")
+
+    def __init__(self, device, kind):
+        self.device, self.kind = device, kind
+        width, dtype = (4, torch.float64) if kind == STATS else (2, torch.int64)
+        self.rows = torch.empty((SLOTS_PER_BUFFER, width), dtype=dtype, device=device)
+        self.used = 0
+
+
+def _triton_kernels(device):
+    """pytorch/triton_summary when it can run on `device` (CUDA with Triton installed), else None."""
+    if _TRITON_OFF or device.type != "cuda":
+        return None
+    try:
+        from msprobe.pytorch import triton_summary
+    except ImportError:  # no Triton: torch's reductions
+        return None
+    return triton_summary
+
+
+class DeviceSummaries:
+    """The slots of one session: filled on the device, resolved in batches."""
+
+    def __init__(self):
+        self._open = {}  # (device, kind) -> the buffer being filled
+        self._batch = []  # slots filled since the last resolve, in order
+        self._buffers = []  # buffers the batch wrote
+        self._kernels = {}  # device -> triton_summary or None
+
+    @property
+    def pending(self):
+        return len(self._batch)
+
+    def _slot(self, kind, device, n, dtype, nbytes):
+        key = (device, kind)
+        buf = self._open.get(key)
+        if buf is None or buf.used == SLOTS_PER_BUFFER:
+            buf = self._open[key] = _Buffer(device, kind)
+            self._buffers.append(buf)
+        slot = Slot(kind, buf, buf.used, n, dtype, nbytes)
+        buf.used += 1
+        self._batch.append(slot)
+        return slot
+
+    def _kernels_for(self, device):
+        k = self._kernels.get(device, False)
+        if k is False:
+            k = self._kernels[device] = _triton_kernels(device)
+        return k
+
+    def stats(self, x, n, dense):
+        """Slot of Max/Min/Sum/Sum-of-squares of `x` (a detached, real tensor of `n` elements);
+        `dense` is x's memory in element order (x itself, or a permutation that makes it contiguous),
+        or None."""
+        slot = self._slot(STATS, x.device, n, x.dtype, 0)
+        row = slot.buffer.rows[slot.index]
+        kernels = self._kernels_for(x.device)
+        if kernels is not None and dense is not None and kernels.handles(x.dtype):
+            kernels.stats(dense, n, slot.buffer.rows, slot.index)
+            return slot
+        with torch.no_grad():
+            if x.dtype == torch.bool:
+                row.copy_(torch.stack((x.any(), x.all(), x.any(), x.any())))
+                return slot
+            if not x.is_floating_point() or x.dtype.itemsize == 1:  # ints, float8: exact in float64
+                x = x.to(torch.float64)
+            flat = x.reshape(-1)
+            mn, mx = torch.aminmax(flat)
+            total = flat.sum(dtype=torch.float64)
+            sq = torch.linalg.vector_norm(flat, dtype=torch.float64)
+            row.copy_(torch.stack((mx.to(torch.float64), mn.to(torch.float64), total, sq * sq)))
+        return slot
+
+    def checksum(self, x):
+        """Slot of the wordsum64 checksum of `x`'s bytes in element order."""
+        nbytes = x.numel() * x.element_size()
+        slot = self._slot(CHECKSUM, x.device, x.numel(), x.dtype, nbytes)
+        x = x.contiguous()
+        raw = x.reshape(-1).view(torch.uint8)
+        kernels = self._kernels_for(x.device)
+        if kernels is not None and nbytes % 4 == 0:
+            kernels.wordsum(raw.view(torch.int32), slot.buffer.rows, slot.index)
+        else:
+            slot.buffer.rows[slot.index].copy_(wordsum_torch(raw))
+        return slot
+
+    def start_resolve(self):
+        """Queue the copy of every slot of the batch to the host; the batch starts anew."""
+        batch, buffers = self._batch, self._buffers
+        self._batch, self._buffers, self._open = [], [], {}
+        copies = []
+        for buf in buffers:
+            rows = buf.rows[:buf.used]
+            if rows.device.type == "cpu":
+                copies.append((buf, rows, None))
+                continue
+            host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+            host.copy_(rows, non_blocking=True)
+            event = torch.cuda.Event() if rows.device.type == "cuda" else None
+            if event is not None:
+                event.record()
+            copies.append((buf, host, event))
+        return Readback(batch, copies)
+
+
+class Readback:
+    """A batch's slots on their way to the host."""
+
+    __slots__ = ("batch", "copies")
+
+    def __init__(self, batch, copies):
+        self.batch, self.copies = batch, copies
+
+    def finish(self):
+        """Wait for the copies, set each slot's values and fill the records waiting for it."""
+        arrays = {}
+        for buf, host, event in self.copies:
+            if event is not None:
+                event.synchronize()
+            elif host.device.type != "cpu":
+                host = host.cpu()
+            arrays[id(buf)] = host.numpy()
+        for slot in self.batch:
+            row = arrays[id(slot.buffer)][slot.index]
+            slot.values = (stats_values(row, slot.n, slot.dtype) if slot.kind == STATS
+                           else {"md5": checksum.finish(int(row[0]), int(row[1]), slot.nbytes)})
+            for rec in slot.waiting:
+                rec.update(slot.values)
+            slot.waiting = None
+        self.batch = self.copies = None
+
+
+def stats_values(row, n, dtype):
+    """Record fields from a slot's (max, min, sum, sum of squares)."""
+    mx, mn, total, sq = (float(v) for v in row)
+    if dtype == torch.bool:
+        return {"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None}
+    mean, norm = total / n, math.sqrt(sq) if sq == sq else sq
+    if dtype.is_floating_point and dtype != torch.float64:
+        # as the host kernel reports them: float32 precision (digits below are rounding noise)
+        mean, norm = _as_float32(mean), _as_float32(norm)
+    if not dtype.is_floating_point and not dtype.is_complex and math.isfinite(mx) and math.isfinite(mn):
+        mx, mn = int(mx), int(mn)
+    if math.isfinite(total) and math.isfinite(sq) and math.isfinite(mx) and math.isfinite(mn):
+        return {"Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
+    if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
+        mx = mn = float("nan")
+    return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean), "Norm": json_float(norm)}
+
+
+def _as_float32(v):
+    return float(np.float32(v)) if math.isfinite(v) and abs(v) <= 3.4028234663852886e38 else v
+
+
+def wordsum_torch(raw):
+    """The checksum's (S1, S2) of a flat uint8 tensor, in torch int64 ops on its device (the kernel
+    where Triton is not at hand). Every product stays below 2^63: 32-bit values times 31-bit keys."""
+    n = raw.numel()
+    pad = (-n) % 4
+    if pad:
+        raw = torch.cat((raw, raw.new_zeros(pad)))
+    words = raw.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    out = torch.zeros(2, dtype=torch.int64, device=raw.device)
+    chunk = 1 << 24  # bounds the int64 temporaries
+    for start in range(0, words.numel(), chunk):
+        w = words[start:start + chunk]
+        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device) & 0xFFFFFFFF
+        a = w ^ ((idx * checksum.K0) & 0xFFFFFFFF)
+        a = _mix_torch(a)
+        b = (a * checksum.K3) & 0xFFFFFFFF
+        b = b ^ (b >> 13)
+        out += torch.stack((a.sum(), b.sum())) & 0xFFFFFFFF
+    return out & 0xFFFFFFFF
+
+
+def _mix_torch(a):
+    a = a ^ (a >> 16)
+    a = (a * checksum.K1) & 0xFFFFFFFF
+    a = a ^ (a >> 15)
+    a = (a * checksum.K2) & 0xFFFFFFFF
+    return a ^ (a >> 16)
