@@ -173,7 +173,7 @@ class Readback:
                            else {"md5": checksum.finish(int(row[0]), int(row[1]), slot.nbytes)})
             for rec in slot.waiting:
                 rec.update(slot.values)
-            slot.waiting = None
+            slot.waiting = []
         self.batch = self.copies = None
 
 

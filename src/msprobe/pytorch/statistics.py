@@ -78,10 +78,12 @@ class CacheEntry:
 
 
 def fill_from_slot(rec, slot):
-    """`rec` gets the slot's values now or when it is resolved (on the writer thread: it appends to
-    `waiting` before looking, the resolve sets `values` before it fills the waiting records)."""
-    slot.waiting.append(rec)
+    """`rec` gets the slot's values now or when it is resolved (perhaps on the lane thread: this appends
+    to `waiting` before looking again, the resolve sets `values` before it fills the waiting records)."""
     values = slot.values
+    if values is None:
+        slot.waiting.append(rec)
+        values = slot.values
     if values is not None:
         rec.update(values)
 
