@@ -65,6 +65,8 @@ def test_device_path_writes_the_records_of_the_host_path(tmp_path, monkeypatch, 
     device = _dump(tmp_path / "device", monkeypatch, True, level, task, summary)
     assert sorted(host) == sorted(device) and host
     for step in host:
+        # every deferred summary was launched before anything changed its tensor
+        assert not os.path.exists(os.path.join(device[step].rank_dir, "dump_error_info.log"))
         assert list(host[step].keys()) == list(device[step].keys())
         assert len(host[step].keys()) > (0 if task == "overflow_check" else 5)
         for key in host[step].keys():
@@ -215,3 +217,49 @@ def test_triton_kernels_in_the_interpreter():
                                          "tests/gpu runs these kernels on CUDA")
     proc = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "TRITON OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_a_change_no_mode_sees_is_reported(tmp_path, monkeypatch, caplog):
+    """torch.ops calls reach no TorchFunctionMode: an in-place one on a tensor whose statistics wait for
+    a batch launch is caught by its version counter, said once, and logged in dump_error_info.log."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    x = torch.randn(8)
+    dbg.start()
+    torch.relu(x)
+    torch.ops.aten.add_.Tensor(x, 1.0)  # unseen by the API mode
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (rank,) = find_rank_dirs(str(tmp_path))
+    with open(os.path.join(rank.path, "dump_error_info.log"), encoding="utf-8") as f:
+        assert "1 tensor(s) changed in place before their deferred statistics were read" in f.read()
+    assert any("changed in place" in r.getMessage() for r in caplog.records)
+
+
+def test_inplace_calls_launch_the_waiting_summaries_first(tmp_path, monkeypatch):
+    """F.relu(x, inplace=True), x.add_(1) and an optimizer step change recorded tensors: the statistics
+    recorded before them are of the values before them."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    x = torch.randn(64)
+    w = nn.Parameter(torch.randn(64))
+    opt = torch.optim.SGD([w], lr=1.0)
+    before = (x.max().item(), (x + w).max().item())
+    dbg.start()
+    y = torch.add(x, w)  # (saves neither input for backward: x may change)
+    torch.nn.functional.relu(x, inplace=True)
+    x.add_(100.0)
+    y.sum().backward()
+    opt.step()
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (rank,) = find_rank_dirs(str(tmp_path))
+    r = DumpReader(rank.path)
+    assert not os.path.exists(os.path.join(rank.path, "dump_error_info.log"))
+    add = r["Torch.add.0.forward"]
+    assert add["input_args"][0]["Max"] == pytest.approx(before[0])
+    assert add["input_args"][1]["Max"] == pytest.approx(w.detach().max().item() + 1.0)  # before the step
+    assert add["output"][0]["Max"] == pytest.approx(before[1])
+    assert r["Functional.relu.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])

@@ -130,8 +130,9 @@ class PrecisionDebugger(DumpLifecycle):
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
                     self._patched.patch(module, api, prefix, api)
-        if level == "mix" and not self._optim_handles:
-            # APIs run by optimizer.step() get "optimizer" as their parent in construct.json
+        if not self._optim_handles:
+            # the optimizer changes parameters in place: statistics waiting for a batch launch go first;
+            # at mix the APIs it runs get "optimizer" as their parent in construct.json
             from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                                register_optimizer_step_pre_hook)
             self._optim_handles = [register_optimizer_step_pre_hook(self._optim_enter),
@@ -140,7 +141,8 @@ class PrecisionDebugger(DumpLifecycle):
 
     def _optim_enter(self, optimizer, args, kwargs):
         if self._session is not None:
-            self._session.in_optimizer = True
+            self._session.before_mutation()
+            self._session.in_optimizer = self.config.level == "mix"
 
     def _optim_exit(self, optimizer, args, kwargs):
         if self._session is not None:

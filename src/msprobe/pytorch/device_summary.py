@@ -27,6 +27,11 @@ from msprobe.core.dump.json_append import json_float
 # slots per device buffer; a batch that fills one goes on in a second
 SLOTS_PER_BUFFER = 4096
 _TRITON_OFF = os.environ.get("MSPROBE_TRITON", "1") == "0"
+# deferred summaries launched together once this many tensors (or bytes of them) wait
+DEFER_TENSORS = 512
+DEFER_BYTES = 256 << 20
+_DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
+_ROW_BYTES = {0: 32, 1: 16}  # a slot's row: float64 x 4 (statistics), int64 x 2 (checksum)
 
 STATS, CHECKSUM = 0, 1
 
@@ -66,17 +71,58 @@ def _triton_kernels(device):
 
 
 class DeviceSummaries:
-    """The slots of one session: filled on the device, resolved in batches."""
+    """The slots of one session: filled on the device, resolved in batches.
+
+    A summary asked for with `defer` is not launched at once: the tensor waits (a reference and its
+    version counter) until `launch()`, which reduces every waiting tensor of one dtype in one kernel —
+    on CUDA a launch per tensor is what a step's host time is made of. The caller must `launch()` before
+    anything may change a waiting tensor in place (pytorch/session.py: an in-place call, the optimizer);
+    a tensor whose version moved anyway is counted in `changed` (its record shows the changed values).
+    """
 
     def __init__(self):
         self._open = {}  # (device, kind) -> the buffer being filled
         self._batch = []  # slots filled since the last resolve, in order
         self._buffers = []  # buffers the batch wrote
         self._kernels = {}  # device -> triton_summary or None
+        self._waiting = []  # deferred: (kind, tensor, n, slot, version)
+        self._waiting_bytes = 0
+        self.changed = 0  # deferred tensors changed in place before they were read
 
     @property
     def pending(self):
         return len(self._batch)
+
+    @property
+    def waiting(self):
+        """Deferred summaries not launched yet."""
+        return len(self._waiting)
+
+    def _defer(self, kind, x, n, slot, nbytes):
+        self._waiting.append((kind, x, n, slot, x._version))
+        self._waiting_bytes += nbytes
+        if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
+            self.launch()
+
+    def launch(self):
+        """Launch every deferred summary: one kernel per (device, kind, dtype) with Triton, else torch's
+        reductions tensor by tensor."""
+        waiting, self._waiting, self._waiting_bytes = self._waiting, [], 0
+        groups = {}
+        for kind, x, n, slot, version in waiting:
+            if x._version != version:
+                self.changed += 1
+            kernels = self._kernels_for(x.device)
+            if kernels is None:
+                (self._torch_stats if kind == STATS else self._torch_checksum)(x, slot)
+            else:
+                groups.setdefault((kind, x.device, x.dtype), (kernels, []))[1].append((x, n, slot))
+        for (kind, _, _), (kernels, items) in groups.items():
+            outs = [slot.buffer.rows.data_ptr() + slot.index * _ROW_BYTES[kind] for _, _, slot in items]
+            if kind == STATS:
+                kernels.stats_many([x for x, _, _ in items], [n for _, n, _ in items], outs)
+            else:
+                kernels.wordsum_many([x for x, _, _ in items], outs)
 
     def _slot(self, kind, device, n, dtype, nbytes):
         key = (device, kind)
@@ -95,16 +141,23 @@ class DeviceSummaries:
             k = self._kernels[device] = _triton_kernels(device)
         return k
 
-    def stats(self, x, n, dense):
+    def stats(self, x, n, dense, defer=False):
         """Slot of Max/Min/Sum/Sum-of-squares of `x` (a detached, real tensor of `n` elements);
         `dense` is x's memory in element order (x itself, or a permutation that makes it contiguous),
-        or None."""
+        or None. `defer`: launched with others at the next `launch()`."""
         slot = self._slot(STATS, x.device, n, x.dtype, 0)
-        row = slot.buffer.rows[slot.index]
         kernels = self._kernels_for(x.device)
-        if kernels is not None and dense is not None and kernels.handles(x.dtype):
+        fused = kernels is not None and dense is not None and kernels.handles(x.dtype)
+        if defer and not _DEFER_OFF and (fused or kernels is None):
+            self._defer(STATS, dense if fused else x, n, slot, n * x.element_size())
+        elif fused:
             kernels.stats(dense, n, slot.buffer.rows, slot.index)
-            return slot
+        else:
+            self._torch_stats(x, slot)
+        return slot
+
+    def _torch_stats(self, x, slot):
+        row = slot.buffer.rows[slot.index]
         with torch.no_grad():
             if x.dtype == torch.bool:
                 row.copy_(torch.stack((x.any(), x.all(), x.any(), x.any())))
@@ -116,23 +169,31 @@ class DeviceSummaries:
             total = flat.sum(dtype=torch.float64)
             sq = torch.linalg.vector_norm(flat, dtype=torch.float64)
             row.copy_(torch.stack((mx.to(torch.float64), mn.to(torch.float64), total, sq * sq)))
-        return slot
 
-    def checksum(self, x):
-        """Slot of the wordsum64 checksum of `x`'s bytes in element order."""
+    def checksum(self, x, defer=False):
+        """Slot of the wordsum64 checksum of `x`'s bytes in element order (`defer`: as in `stats`)."""
         nbytes = x.numel() * x.element_size()
         slot = self._slot(CHECKSUM, x.device, x.numel(), x.dtype, nbytes)
-        x = x.contiguous()
-        raw = x.reshape(-1).view(torch.uint8)
+        raw = x.contiguous().reshape(-1).view(torch.uint8)
         kernels = self._kernels_for(x.device)
-        if kernels is not None and nbytes % 4 == 0:
-            kernels.wordsum(raw.view(torch.int32), slot.buffer.rows, slot.index)
+        words = raw.view(torch.int32) if kernels is not None and nbytes % 4 == 0 else None
+        if defer and not _DEFER_OFF and (words is not None or kernels is None):
+            self._defer(CHECKSUM, words if words is not None else raw, nbytes, slot, nbytes)
+        elif words is not None:
+            kernels.wordsum(words, slot.buffer.rows, slot.index)
         else:
-            slot.buffer.rows[slot.index].copy_(wordsum_torch(raw))
+            self._torch_checksum(raw, slot)
         return slot
 
+    @staticmethod
+    def _torch_checksum(raw, slot):
+        slot.buffer.rows[slot.index].copy_(wordsum_torch(raw))
+
     def start_resolve(self):
-        """Queue the copy of every slot of the batch to the host; the batch starts anew."""
+        """Launch what is deferred, queue the copy of every slot of the batch to the host; the batch
+        starts anew."""
+        if self._waiting:
+            self.launch()
         batch, buffers = self._batch, self._buffers
         self._batch, self._buffers, self._open = [], [], {}
         copies = []

@@ -6,6 +6,7 @@ Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/h
 """
 
 import functools
+import logging
 
 import torch
 
@@ -22,6 +23,7 @@ from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of
 
 _SCALARS = (int, float, bool, str)
+logger = logging.getLogger(__name__)
 
 
 def _edges_before(flt, args, kwargs, inplace):
@@ -55,13 +57,17 @@ class DumpSession(CaptureSession):
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
         self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
+        # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
+        # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen
+        self._defer_forward = cfg.level in ("L1", "mix")
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
 
     # -- values -> records -------------------------------------------------------------------------
-    def tensor_record(self, t, file_stem, save, waits):
-        rec, entry = self.summarizer.summarize(t)
+    def tensor_record(self, t, file_stem, save, waits, defer=None):
+        """`defer`: the summary may wait for the next batch launch (default: forward records at L1/mix)."""
+        rec, entry = self.summarizer.summarize(t, self._defer_forward if defer is None else defer)
         if not save:
             return rec
         if self.gate is not None:  # overflow_check: a file only if the record is kept
@@ -79,6 +85,17 @@ class DumpSession(CaptureSession):
         rec["data_name"] = name
         self.tensor_count += 1
         return rec
+
+    def gradient_record(self, g, file_stem, save, waits):
+        """A gradient from a backward hook: its summary may wait for a batch launch (autograd does not
+        accumulate in place into a gradient someone else holds)."""
+        return self.tensor_record(g, file_stem, save, waits, defer=True)
+
+    def before_mutation(self):
+        """Something is about to change tensors in place: launch the summaries waiting for them."""
+        if self.summarizer.waiting:
+            with tool_work():
+                self.summarizer.launch()
 
     def save_tensor_file(self, t, path):
         """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place
@@ -127,8 +144,10 @@ class DumpSession(CaptureSession):
             return self.module_stack[-1]
         return "optimizer" if self.in_optimizer else None
 
-    def record_call(self, prefix, name, func, args, kwargs, inplace=False):
-        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
+    def record_call(self, prefix, name, func, args, kwargs, inplace=False, mutates=False):
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result.
+        `mutates`: the call changes an argument in place (also `F.relu(x, inplace=True)`, which is not
+        recorded as an in-place call)."""
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
         if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
@@ -156,6 +175,8 @@ class DumpSession(CaptureSession):
                 in_args, in_kwargs = [], {}
             # graph edges of the inputs before the call: an in-place call moves them
             edges = _edges_before(flt, args, kwargs, inplace)
+            if inplace or mutates:
+                self.summarizer.launch()
         out = _run_nested(func, args, kwargs)
         with tool_work():
             result = self._result_of(out, args, inplace)
@@ -226,7 +247,8 @@ class DumpSession(CaptureSession):
         gate = self.gate
         if (flt.forward and flt.wants_forward(key, self.module_stack)  # (its own key is popped already)
                 and not (gate is not None and gate.exhausted)):
-            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
+            # parameters change in place only in the optimizer, which launches what waits (debugger)
+            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits, defer=True)
                       for n, p in own_parameters(module)}
             outs = self.outputs_record(key, output, save, waits) if flt.output or gate is not None else []
             record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else [],
@@ -243,7 +265,8 @@ class DumpSession(CaptureSession):
         key = naming.params_grad_key(*_split_module_base(base), self.counter.next(base + ".parameters_grad"))
         save = self.filter.saves_tensor(key)
         waits = []
-        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
+        # .grad is accumulated into in place (micro-batches, clipping): read as it is now
+        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=False) if g is not None else None]
                   for n, g in grads.items()}
         self.emit(key, record, waits)
 
@@ -273,6 +296,14 @@ class DumpSession(CaptureSession):
     def flush(self):
         with tool_work():
             super().flush()
+        changed = self.summarizer.slots.changed
+        if changed:
+            self.summarizer.slots.changed = 0
+            message = (f"{changed} tensor(s) changed in place before their deferred statistics were read: their "
+                       "records show the changed values (MSPROBE_DEFER_SUMMARY=0 reads each one as it is recorded)")
+            logger.warning("msprobe: %s", message)
+            if self.writer is not None:
+                self.writer.log_error(message)
 
     def resolve(self):
         with tool_work():

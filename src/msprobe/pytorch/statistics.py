@@ -123,6 +123,16 @@ class Summarizer:
         """Summaries in device slots, not yet on the host."""
         return self.slots.pending
 
+    @property
+    def waiting(self):
+        """Deferred summaries not launched yet (see DeviceSummaries)."""
+        return self.slots.waiting
+
+    def launch(self):
+        """Launch the deferred summaries now: something may change their tensors in place."""
+        if self.slots.waiting:
+            self.slots.launch()
+
     def start_resolve(self):
         return self.slots.start_resolve()
 
@@ -140,9 +150,10 @@ class Summarizer:
             except (RuntimeError, NotImplementedError):
                 pass
 
-    def summarize(self, t):
+    def summarize(self, t, defer=False):
         """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
-        filled in when resolved) and its cache entry (or None).
+        filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
+        the next `launch()` (the caller launches before anything changes `t` in place).
 
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it. (The hot path of every dump: attributes are read once, in one place.)
@@ -179,12 +190,12 @@ class Summarizer:
             if on_host or n == 0:
                 values.update(self._stats(t, n, span))
             else:
-                slots.append(self._stats_slot(t, n))
+                slots.append(self._stats_slot(t, n, defer))
         if self.md5:
             if on_host or n == 0:
                 values["md5"] = checksum_of_tensor(t)
             else:
-                slots.append(self.slots.checksum(t.detach()))
+                slots.append(self.slots.checksum(t.detach(), defer))
         rec.update(values)
         for slot in slots:
             fill_from_slot(rec, slot)
@@ -198,14 +209,14 @@ class Summarizer:
                 entry = None
         return rec, entry
 
-    def _stats_slot(self, t, n):
+    def _stats_slot(self, t, n, defer):
         """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|)."""
         x = t.detach()
         if x.is_complex():
             with torch.no_grad():
                 x = x.abs()
         dense = memory_order(x)
-        return self.slots.stats(x, n, dense if dense.is_contiguous() else None)
+        return self.slots.stats(x, n, dense if dense.is_contiguous() else None, defer)
 
     def _memory_key(self, t, n):
         """(cache key, element span or None) of `t`: the key is the elements `t` covers — where it

@@ -6,10 +6,10 @@
 
 An adapter supplies interception, its Summarizer (the framework's kernels: `summarize`, `pending`,
 `start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
-`emit`/`note_structure`. A record is written as soon as nothing before it waits for a summary (on the
-CPU that is at once, so a record is on disk when its call returns); otherwise the queue waits for the
-next resolve: `resolve()` at the adapter's batch points, every `FLUSH_RECORDS` records or
-`FLUSH_SECONDS` seconds, at stop() and at the step's end. With a `lane` (a one-thread executor: CUDA),
+`emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
+construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
+`FLUSH_SECONDS` seconds, at stop() and at the step's end. A process killed by SIGKILL keeps every
+finished step and, of the current one, what the last resolve wrote. With a `lane` (a one-thread executor: CUDA),
 the host side of a resolve — waiting for the copy, filling and writing records — runs off the
 training thread, in order.
 Framework-free.
@@ -117,9 +117,6 @@ class CaptureSession(CallRecords, SessionWriter):
             self.resolve()
         if self.gate is None:
             self._writer()  # opened on this thread: a lane only writes through it
-        if not self._queue and not self.summarizer.pending and self._lane_work is None:
-            self._write([entry])
-            return
         self._queue.append(entry)
         self._last[entry[0]] = entry
 
@@ -148,7 +145,11 @@ class CaptureSession(CallRecords, SessionWriter):
             work.result()
 
     def _write(self, entries):
+        """The records in order (one write to dump.json for those not waiting for a tensor file), then
+        their construct.json entries (one write), then stack.json entries (written at flush)."""
         gate = self.gate
+        records, constructs = [], []
+        w = None
         for key, record, check, waits, notes in entries:
             if gate is not None and record is not _NO_RECORD:
                 keep, files = gate.decide(key, record, check)
@@ -156,14 +157,18 @@ class CaptureSession(CallRecords, SessionWriter):
                     continue
                 self._kept.add(key)
                 waits = list(waits) + self._write_kept_files(files)
-            w = self._writer()
+            if w is None:
+                w = self._writer()
             if record is not _NO_RECORD:
-                w.add(key, record, waits)
+                records.append((key, record, waits))
             for construct, value in notes:
                 if construct:
-                    w.add_construct(key, value)
+                    constructs.append((key, value))
                 else:
                     w.add_stack(key, value)
+        if w is not None:
+            w.add_many(records)
+            w.add_constructs(constructs)
 
     def _write_kept_files(self, files):
         """overflow_check: write the tensor files of a kept record; returns their futures. `files` are

@@ -151,6 +151,34 @@ class DumpWriter:
         if not waits:
             self._drain()
 
+    def add_many(self, items):
+        """Queue `(key, record, waits)` items in order; those that wait for nothing, with nothing before
+        them waiting, go to dump.json in one write. Called from one thread at a time (the session's)."""
+        ready = []
+        with self._lock:
+            blocked = bool(self._pending)
+        for key, record, waits in items:
+            if not blocked and not waits:
+                ready.append((key, record))
+                continue
+            if ready:
+                self._write_ready(ready)
+                ready = []
+            blocked = True
+            self.add(key, record, waits)
+        if ready:
+            self._write_ready(ready)
+
+    def _write_ready(self, ready):
+        with self._lock:
+            self._dump.append_many(ready)
+            self.records += len(ready)
+
+    def add_constructs(self, items):
+        """construct.json members `(key, parent)` in one write."""
+        if self._construct is not None and items:
+            self._construct.append_many(items)
+
     def _one_done(self, entry, fut):
         exc = fut.exception()
         if exc is not None:
