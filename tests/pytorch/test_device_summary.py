@@ -208,6 +208,24 @@ TRITON_CHECK = textwrap.dedent('''
         raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
         ts.wordsum(raw.view(torch.int32), sums, 2)
         assert tuple(sums[2].tolist()) == checksum.wordsum_numpy(raw.numpy().tobytes())
+    # a batch in one launch: dense tensors, a chunk of a wider tensor (rows), several tiles, a NaN
+    wide = torch.randn(300, 96, generator=gen)
+    batch = [torch.randn(5, generator=gen), wide[:, 32:64], torch.randn(3 * ts.TILE + 7, generator=gen),
+             torch.tensor([1.0, float("nan")])]
+    rows = [(5, 5), (32, 96), (batch[2].numel(), batch[2].numel()), (2, 2)]
+    many = torch.zeros((len(batch), 4), dtype=torch.float64)
+    ts.stats_many(batch, [t.numel() for t in batch], [many.data_ptr() + 32 * i for i in range(len(batch))], rows)
+    for i, t in enumerate(batch):
+        got = stats_values(many[i].numpy(), t.numel(), t.dtype)
+        want, _ = Summarizer(device_path=False).summarize(t.contiguous())
+        for k in ("Max", "Min", "Mean", "Norm"):
+            a, b = got[k], want[k]
+            assert (a == b) if not isinstance(a, float) else abs(a - b) <= 1e-6 * max(1.0, abs(b)), (i, k, a, b)
+    words = [torch.randint(0, 256, (4 * n,), dtype=torch.uint8, generator=gen) for n in (1, ts.TILE + 3)]
+    msums = torch.zeros((2, 2), dtype=torch.int64)
+    ts.wordsum_many([w.view(torch.int32) for w in words], [msums.data_ptr() + 16 * i for i in range(2)])
+    for i, w in enumerate(words):
+        assert tuple(msums[i].tolist()) == checksum.wordsum_numpy(w.numpy().tobytes())
     print("TRITON OK")
 ''')
 

@@ -99,7 +99,7 @@ class DeviceSummaries:
         return len(self._waiting)
 
     def _defer(self, kind, x, n, slot, nbytes):
-        self._waiting.append((kind, x, n, slot, x._version))
+        self._waiting.append((kind, x, n, slot, x._version, None))
         self._waiting_bytes += nbytes
         if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
             self.launch()
@@ -109,20 +109,21 @@ class DeviceSummaries:
         reductions tensor by tensor."""
         waiting, self._waiting, self._waiting_bytes = self._waiting, [], 0
         groups = {}
-        for kind, x, n, slot, version in waiting:
+        for kind, x, n, slot, version, rows in waiting:
             if x._version != version:
                 self.changed += 1
             kernels = self._kernels_for(x.device)
             if kernels is None:
                 (self._torch_stats if kind == STATS else self._torch_checksum)(x, slot)
             else:
-                groups.setdefault((kind, x.device, x.dtype), (kernels, []))[1].append((x, n, slot))
+                groups.setdefault((kind, x.device, x.dtype), (kernels, []))[1].append((x, n, slot, rows))
         for (kind, _, _), (kernels, items) in groups.items():
-            outs = [slot.buffer.rows.data_ptr() + slot.index * _ROW_BYTES[kind] for _, _, slot in items]
+            outs = [slot.buffer.rows.data_ptr() + slot.index * _ROW_BYTES[kind] for _, _, slot, _ in items]
             if kind == STATS:
-                kernels.stats_many([x for x, _, _ in items], [n for _, n, _ in items], outs)
+                kernels.stats_many([x for x, _, _, _ in items], [n for _, n, _, _ in items], outs,
+                                   [r or (n, n) for _, n, _, r in items])
             else:
-                kernels.wordsum_many([x for x, _, _ in items], outs)
+                kernels.wordsum_many([x for x, _, _, _ in items], outs)
 
     def _slot(self, kind, device, n, dtype, nbytes):
         key = (device, kind)
@@ -141,16 +142,21 @@ class DeviceSummaries:
             k = self._kernels[device] = _triton_kernels(device)
         return k
 
-    def stats(self, x, n, dense, defer=False):
+    def stats(self, x, n, dense, defer=False, rows=None):
         """Slot of Max/Min/Sum/Sum-of-squares of `x` (a detached, real tensor of `n` elements);
         `dense` is x's memory in element order (x itself, or a permutation that makes it contiguous),
-        or None. `defer`: launched with others at the next `launch()`."""
+        or None; `rows`: (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
+        `defer`: launched with others at the next `launch()`."""
         slot = self._slot(STATS, x.device, n, x.dtype, 0)
         kernels = self._kernels_for(x.device)
-        fused = kernels is not None and dense is not None and kernels.handles(x.dtype)
+        fused = kernels is not None and kernels.handles(x.dtype) and (dense is not None or rows is not None)
         if defer and not _DEFER_OFF and (fused or kernels is None):
-            self._defer(STATS, dense if fused else x, n, slot, n * x.element_size())
-        elif fused:
+            item = dense if fused and dense is not None else x
+            self._waiting.append((STATS, item, n, slot, x._version, rows if dense is None else None))
+            self._waiting_bytes += n * x.element_size()
+            if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
+                self.launch()
+        elif fused and dense is not None:
             kernels.stats(dense, n, slot.buffer.rows, slot.index)
         else:
             self._torch_stats(x, slot)
@@ -228,36 +234,59 @@ class Readback:
             elif host.device.type != "cpu":
                 host = host.cpu()
             arrays[id(buf)] = host.numpy()
+        stats = [slot for slot in self.batch if slot.kind == STATS]
+        for slot, values in zip(stats, stats_values_many(stats, arrays)):
+            slot.values = values
         for slot in self.batch:
-            row = arrays[id(slot.buffer)][slot.index]
-            slot.values = (stats_values(row, slot.n, slot.dtype) if slot.kind == STATS
-                           else {"md5": checksum.finish(int(row[0]), int(row[1]), slot.nbytes)})
+            if slot.kind != STATS:
+                row = arrays[id(slot.buffer)][slot.index]
+                slot.values = {"md5": checksum.finish(int(row[0]), int(row[1]), slot.nbytes)}
             for rec in slot.waiting:
                 rec.update(slot.values)
             slot.waiting = []
         self.batch = self.copies = None
 
 
+_FLT_MAX = 3.4028234663852886e38
+
+
+def stats_values_many(slots, arrays):
+    """Record fields of many statistics slots: the arithmetic in numpy, one dict per slot."""
+    if not slots:
+        return []
+    rows = np.stack([arrays[id(s.buffer)][s.index] for s in slots])
+    n = np.array([s.n for s in slots], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        mean = rows[:, 2] / n
+        norm = np.sqrt(rows[:, 3])
+        # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
+        low = np.array([s.dtype.is_floating_point and s.dtype != torch.float64 for s in slots])
+        for col in (mean, norm):
+            fits = low & (np.abs(col) <= _FLT_MAX)
+            col[fits] = col[fits].astype(np.float32)
+        finite = np.isfinite(rows).all(axis=1)
+    out = []
+    for s, (mx, mn, _, _), m, nm, ok in zip(slots, rows.tolist(), mean.tolist(), norm.tolist(), finite.tolist()):
+        dtype = s.dtype
+        if dtype == torch.bool:
+            out.append({"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None})
+        elif ok:
+            if not dtype.is_floating_point:
+                mx, mn = int(mx), int(mn)
+            out.append({"Max": mx, "Min": mn, "Mean": m, "Norm": nm})
+        else:
+            if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
+                mx = mn = float("nan")
+            elif not dtype.is_floating_point and math.isfinite(mx) and math.isfinite(mn):
+                mx, mn = int(mx), int(mn)
+            out.append({"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(m), "Norm": json_float(nm)})
+    return out
+
+
 def stats_values(row, n, dtype):
-    """Record fields from a slot's (max, min, sum, sum of squares)."""
-    mx, mn, total, sq = (float(v) for v in row)
-    if dtype == torch.bool:
-        return {"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None}
-    mean, norm = total / n, math.sqrt(sq) if sq == sq else sq
-    if dtype.is_floating_point and dtype != torch.float64:
-        # as the host kernel reports them: float32 precision (digits below are rounding noise)
-        mean, norm = _as_float32(mean), _as_float32(norm)
-    if not dtype.is_floating_point and not dtype.is_complex and math.isfinite(mx) and math.isfinite(mn):
-        mx, mn = int(mx), int(mn)
-    if math.isfinite(total) and math.isfinite(sq) and math.isfinite(mx) and math.isfinite(mn):
-        return {"Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
-    if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
-        mx = mn = float("nan")
-    return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean), "Norm": json_float(norm)}
-
-
-def _as_float32(v):
-    return float(np.float32(v)) if math.isfinite(v) and abs(v) <= 3.4028234663852886e38 else v
+    """Record fields from one slot's row (max, min, sum, sum of squares)."""
+    one = Slot(STATS, None, 0, n, dtype, 0)
+    return stats_values_many([one], {id(None): np.asarray(row, dtype=np.float64).reshape(1, 4)})[0]
 
 
 def wordsum_torch(raw):

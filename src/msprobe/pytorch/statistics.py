@@ -190,7 +190,7 @@ class Summarizer:
             if on_host or n == 0:
                 values.update(self._stats(t, n, span))
             else:
-                slots.append(self._stats_slot(t, n, defer))
+                slots.append(self._stats_slot(t, n, span, defer))
         if self.md5:
             if on_host or n == 0:
                 values["md5"] = checksum_of_tensor(t)
@@ -209,14 +209,23 @@ class Summarizer:
                 entry = None
         return rec, entry
 
-    def _stats_slot(self, t, n, defer):
-        """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|)."""
+    def _stats_slot(self, t, n, span, defer):
+        """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
+        when the caller has it."""
         x = t.detach()
         if x.is_complex():
             with torch.no_grad():
                 x = x.abs()
+            span = None
         dense = memory_order(x)
-        return self.slots.stats(x, n, dense if dense.is_contiguous() else None, defer)
+        if dense.is_contiguous():
+            return self.slots.stats(x, n, dense, defer)
+        if span is None:
+            span = element_span(x)
+        # rows of a wider tensor (one chunk of a fused qkv projection), not overlapping
+        rows = ((span[1][1], span[0][0]) if len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]
+                else None)
+        return self.slots.stats(x, n, None, defer, rows)
 
     def _memory_key(self, t, n):
         """(cache key, element span or None) of `t`: the key is the elements `t` covers — where it

@@ -153,8 +153,8 @@ def _wordsum_kernel(w_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLO
 # -- many tensors in one launch -------------------------------------------------------------------------
 # A batch of same-dtype tensors is cut into tiles of TILE elements; the program of a tile writes its partial
 # row, and the last tile of each tensor to finish reduces that tensor's rows into its slot. The host builds
-# one int64 table: per tensor its address, element count, slot address, first tile and tile count, then the
-# tensor of every tile.
+# one int64 table: per tensor its address, element count, slot address, first tile, tile count, columns and
+# row stride (a row-strided layout; dense: both n), then the tensor of every tile.
 TILE_BLOCKS = 8
 TILE = BLOCK * TILE_BLOCKS
 _TL_TYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
@@ -174,25 +174,28 @@ def _multi_state(device, tiles, tensors):
     return st
 
 
-def _table(device, addrs, counts, outs, per_tile):
-    """The batch's table on the device (one copy from pinned memory) and its tile count."""
+def _table(device, addrs, counts, outs, per_tile, rows=None):
+    """The batch's table on the device (one copy from pinned memory) and its tile count. `rows`: per
+    tensor (columns, row stride) of a row-strided layout, or None for dense memory."""
     k = len(addrs)
     counts = np.asarray(counts, dtype=np.int64)
     tiles = np.maximum(1, -(-counts // per_tile))
     first = np.concatenate(([0], np.cumsum(tiles)[:-1]))
+    cols, strides = (counts, counts) if rows is None else (np.asarray([r[0] for r in rows], dtype=np.int64),
+                                                           np.asarray([r[1] for r in rows], dtype=np.int64))
     table = np.concatenate((np.asarray(addrs, dtype=np.int64), counts, np.asarray(outs, dtype=np.int64),
-                            first, tiles, np.repeat(np.arange(k, dtype=np.int64), tiles)))
+                            first, tiles, cols, strides, np.repeat(np.arange(k, dtype=np.int64), tiles)))
     host = torch.from_numpy(table)
     if device.type == "cpu":  # Triton's interpreter (the tests)
         return host, int(tiles.sum())
     return host.pin_memory().to(device, non_blocking=True), int(tiles.sum())
 
 
-def stats_many(tensors, counts, outs):
-    """Statistics of many same-dtype contiguous tensors in one launch; `outs` are the slot addresses
-    (float64 x 4 each)."""
+def stats_many(tensors, counts, outs, rows):
+    """Statistics of many same-dtype tensors in one launch; `outs` are the slot addresses (float64 x 4
+    each), `rows` per tensor (columns, row stride) of its memory (dense: (n, n))."""
     x0 = tensors[0]
-    table, tiles = _table(x0.device, [t.data_ptr() for t in tensors], counts, outs, TILE)
+    table, tiles = _table(x0.device, [t.data_ptr() for t in tensors], counts, outs, TILE, rows)
     st = _multi_state(x0.device, tiles, len(tensors))
     _stats_multi_kernel[(tiles,)](table, len(tensors), st[0], st[2], DTYPE=_TL_TYPES[x0.dtype], BLOCK=BLOCK,
                                   TILE_BLOCKS=TILE_BLOCKS, MAXP=MAX_PROGRAMS, num_warps=8)
@@ -213,10 +216,12 @@ def wordsum_many(words, outs):
 def _stats_multi_kernel(table_ptr, k, parts_ptr, count_ptr, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
                         TILE_BLOCKS: tl.constexpr, MAXP: tl.constexpr):
     tile = tl.program_id(0)
-    i = tl.load(table_ptr + 5 * k + tile)
+    i = tl.load(table_ptr + 7 * k + tile)
     n = tl.load(table_ptr + k + i)
     first = tl.load(table_ptr + 3 * k + i)
     ntiles = tl.load(table_ptr + 4 * k + i)
+    cols = tl.load(table_ptr + 5 * k + i)
+    row_stride = tl.load(table_ptr + 6 * k + i)
     x_ptr = tl.load(table_ptr + i).to(tl.pointer_type(DTYPE))
     lanes = tl.arange(0, BLOCK)
     mx = tl.full([BLOCK], float("-inf"), tl.float64)
@@ -228,7 +233,11 @@ def _stats_multi_kernel(table_ptr, k, parts_ptr, count_ptr, DTYPE: tl.constexpr,
     for b in range(TILE_BLOCKS):
         offs = base + b * BLOCK + lanes
         m = offs < n
-        v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.float64)
+        if cols == n:
+            addr = offs
+        else:  # rows of `cols` elements, `row_stride` apart (a chunk of a wider tensor)
+            addr = (offs // cols) * row_stride + offs % cols
+        v = tl.load(x_ptr + addr, mask=m, other=0).to(tl.float64)
         mx = tl.where(m & (v > mx), v, mx)  # NaN never wins a comparison: it is counted below
         mn = tl.where(m & (v < mn), v, mn)
         s += v
@@ -268,7 +277,7 @@ def _wordsum_multi_kernel(table_ptr, k, parts_ptr, count_ptr, BLOCK: tl.constexp
                           MAXP: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
                           K3: tl.constexpr):
     tile = tl.program_id(0)
-    i = tl.load(table_ptr + 5 * k + tile)
+    i = tl.load(table_ptr + 7 * k + tile)
     n = tl.load(table_ptr + k + i)
     first = tl.load(table_ptr + 3 * k + i)
     ntiles = tl.load(table_ptr + 4 * k + i)
