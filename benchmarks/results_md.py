@@ -15,10 +15,11 @@ def machine():
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
-def update_section(title, body, path=PATH):
-    """Replace (or add) the section `## {title}` with `body`, stamped with the date."""
+def update_section(title, body, path=PATH, where=None):
+    """Replace (or add) the section `## {title}` with `body`, stamped with the date and `where` the
+    numbers come from (default: this machine)."""
     stamp = datetime.date.today().isoformat()
-    section = f"## {title}\n\n_{stamp}, {machine()}_\n\n{body.strip()}\n"
+    section = f"## {title}\n\n_{stamp}, {where or machine()}_\n\n{body.strip()}\n"
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else HEAD
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):

@@ -230,6 +230,7 @@ TRITON_CHECK = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA, tests/gpu runs the compiled kernels")
 def test_triton_kernels_in_the_interpreter():
     pytest.importorskip("triton", reason="Triton is not installed (torch's CPU wheel does not bring it); "
                                          "tests/gpu runs these kernels on CUDA")

@@ -2,7 +2,7 @@
 core/dump/moments.py, for float32/float64/bfloat16 CPU tensors) or torch's reductions otherwise.
 
 Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; complex -> statistics of
-|x|; empty -> all null; fp16/bf16 reduced in float32 (no overflow of the norm in fp16).
+|x|; empty -> all null; sums of fp16/bf16 in float64 (no overflow of the norm in fp16, no drift).
 
 Cost, per float tensor: one pass of the kernel; without it (other dtypes, devices, a NaN or inf in
 the tensor) aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
@@ -284,8 +284,10 @@ class Summarizer:
             flat = x.view(-1) if x.is_contiguous() else None
             mn, mx = torch.aminmax(x if flat is None else flat)
             if x.dtype in _LOW_FLOATS or flat is None:
-                total = x.sum(dtype=torch.float32) if x.dtype in _LOW_FLOATS else x.sum()
-                norm = torch.linalg.vector_norm(x, dtype=torch.float32 if x.dtype in _LOW_FLOATS else None)
+                # fp16/bf16 summed in float64, as the C kernel and the device kernels do: float32 sums of
+                # millions of elements drift by 1e-4 (and the CPU and GPU dumps would disagree)
+                total = x.sum(dtype=torch.float64) if x.dtype in _LOW_FLOATS else x.sum()
+                norm = torch.linalg.vector_norm(x, dtype=torch.float64 if x.dtype in _LOW_FLOATS else None)
                 squared = False
             else:
                 total, norm, squared = flat.sum(), torch.dot(flat, flat), True
