@@ -32,8 +32,7 @@ class DumpSession(CaptureSession):
     """Recording state for one step of one rank (see CaptureSession for the arguments).
 
     The step's files open at the first record, not early on the pool as in PyTorch: a pool thread
-    opening them while PyNative ops run made the transformer of benchmarks/ms_dump_overhead.py slower
-    at L0 and L1 (the GIL changes hands at every op).
+    opening them while PyNative ops run takes the GIL, which changes hands at every op.
     """
 
     framework = "mindspore"
@@ -179,7 +178,7 @@ class DumpSession(CaptureSession):
         """Record of a tensor summarised at the next resolve (the next forward call after a backward
         pass, before an in-place call, at stop() and the step end, or when LATE_LIMIT are waiting).
         Reading a tensor — even its dtype — makes MindSpore's PyNative pipeline spin until the op that
-        makes it has run; doing that per call, and inside the backward pass, doubled the step time. The
+        makes it has run, and doing that per call, inside the backward pass too, serialises the step. The
         record's tensor files, if any, join `waits` when it is summarised."""
         rec = {}
         self._late.append((t, rec, file_stem, save, waits))

@@ -101,9 +101,8 @@ class PrecisionDebugger(DumpLifecycle):
         if next_dumped:
             self._modules.end_step()  # the hooks stay, idle, until the next step's start()
         else:
-            # The next step is not dumped: no idle hooks on the model meanwhile. Two debuggers' idle
-            # hooks made a training step ~2.5% slower here (CNN and transformer of
-            # benchmarks/dump_overhead.py); a later dumped step's start() installs them again.
+            # the next step is not dumped: no idle hooks on the model meanwhile (a later dumped step's
+            # start() installs them again)
             self._modules.release()
 
     def _release_capture(self):

@@ -54,7 +54,7 @@ def step_rank_dir(dump_path, step, rank):
 
 def _make_rank_dir(rank_dir):
     """`step{N}/rank{R}` with two mkdir calls in the usual case (the dump path exists): right after a
-    training step each file-system call costs ~25-125 us here, and os.makedirs adds a stat per level.
+    training step each file-system call is slow (cold caches), and os.makedirs adds a stat per level.
     Returns the directories this call made, innermost first."""
     step_dir = os.path.dirname(rank_dir)
     made = []
@@ -304,10 +304,10 @@ class DumpWriter:
 class PendingWriter:
     """A step's DumpWriter being opened on the writer pool while the step begins.
 
-    Making `step{N}/rank{R}` and opening its files takes ~90 us in a warm loop and 300-400 us when it
-    happens at a step's first record, with the caches cold from the training step's kernels (an
-    L0 step of the benchmark's CNN: ~1.5% of its time). On the pool that work overlaps the first
-    forward calls. A step that records nothing leaves no directory: its session discards the writer.
+    Making `step{N}/rank{R}` and opening its files at a step's first record, with the caches cold from
+    the training step's kernels, costs several times what it does in a warm loop; on the pool that
+    work overlaps the first forward calls. A step that records nothing leaves no directory: its
+    session discards the writer.
 
     Args:
         pool: the sessions' executor.
