@@ -22,7 +22,11 @@ def run(args):
         bad = [o for o in ops if o not in OPS]
         if bad or not ops:
             raise ConfigError("--ops", args.ops, "a comma list of " + ", ".join(OPS))
+    import os
+
     result = build_report(args.input, args.output, ops=ops)
-    print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies -> {result.html_path} "
-          f"({len(result.png_paths)} charts)")
+    print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies; wrote "
+          f"{os.path.abspath(result.html_path)} and {len(result.png_paths)} charts:")
+    for path in result.png_paths:
+        print(f"  {os.path.abspath(path)}")
     return 0
