@@ -17,11 +17,13 @@ def add_arguments(parser):
 
 
 def run(args):
+    import os
+
     from msprobe.core.overflow import analyze_overflow
     from msprobe.core.overflow.report import format_analysis, write_analysis_json
 
     analysis = analyze_overflow(args.input, progress=not args.no_progress)
     print(format_analysis(analysis))
     path = write_analysis_json(analysis, args.output)
-    print(f"Result written to {path}")
+    print(f"Result written to {os.path.abspath(path)}")
     return 0
