@@ -85,4 +85,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("diagnosis_cost.py", main))
