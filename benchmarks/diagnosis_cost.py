@@ -36,7 +36,7 @@ def _demo():
 
 def dump(demo, path, planted, blocks, task):
     seed_all(1234)
-    model = demo.TinyTransformer(layers=blocks, planted=planted)
+    model = demo.demo_model(layers=blocks, planted=planted)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 256, (4, 32))
     debugger = PrecisionDebugger(dump_path=path, task=task, level="mix")

@@ -9,10 +9,9 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
-from acc_fixtures import dump_json_of
+from acc_fixtures import dump_json_of, lowprec_dump
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
@@ -44,49 +43,10 @@ def check_sources_and_verdicts(dump, tmp_path, module):
     assert rep.returncode == 0 and "forward error" in rep.stdout, rep.stderr
 
 
-def test_pytorch_custom_api_is_found_from_the_dump(tmp_path):
-    torch = pytest.importorskip("torch")
-    from msprobe.pytorch import PrecisionDebugger
-    sys.path.insert(0, HERE)
-    try:
-        import lowprec_ops
-        dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), level="L1", task="statistics")
-        dbg.register_custom_api(lowprec_ops, "matmul_fp16_inside", "LowPrec")
-        dbg.register_custom_api(lowprec_ops, "matmul_exact", "LowPrec")
-        g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(16, 64, generator=g), torch.randn(64, 32, generator=g)
-        dbg.start()
-        lowprec_ops.matmul_fp16_inside(a, b)
-        lowprec_ops.matmul_exact(a, b)
-        dbg.stop()
-        dbg.step()
-        dbg.close()
-    finally:
-        sys.path.remove(HERE)
-    check_sources_and_verdicts(dump_json_of(tmp_path / "dump"), tmp_path, "lowprec_ops")
-
-
-def test_mindspore_custom_api_is_found_from_the_dump(tmp_path):
-    ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
-    from msprobe.mindspore import PrecisionDebugger
-    sys.path.insert(0, HERE)
-    try:
-        import ms_lowprec_ops
-        dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), level="L1", task="statistics")
-        dbg.register_custom_api(ms_lowprec_ops, "matmul_fp16_inside", "LowPrec")
-        dbg.register_custom_api(ms_lowprec_ops, "matmul_exact", "LowPrec")
-        rng = np.random.default_rng(0)
-        a = ms.Tensor(rng.standard_normal((16, 64)).astype(np.float32))
-        b = ms.Tensor(rng.standard_normal((64, 32)).astype(np.float32))
-        dbg.start()
-        ms_lowprec_ops.matmul_fp16_inside(a, b)
-        ms_lowprec_ops.matmul_exact(a, b)
-        dbg.stop()
-        dbg.step()
-        dbg.close()
-    finally:
-        sys.path.remove(HERE)
-    check_sources_and_verdicts(dump_json_of(tmp_path / "dump"), tmp_path, "ms_lowprec_ops")
+@pytest.mark.parametrize("framework, module", [("pytorch", "lowprec_ops"), ("mindspore", "ms_lowprec_ops")])
+def test_custom_api_is_found_from_the_dump(framework, module, tmp_path):
+    pytest.importorskip("torch" if framework == "pytorch" else "mindspore")
+    check_sources_and_verdicts(lowprec_dump(framework, tmp_path / "dump"), tmp_path, module)
 
 
 def test_api_defined_in_the_training_script_says_how_to_point_at_it(tmp_path):

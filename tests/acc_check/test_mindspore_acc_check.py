@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from acc_fixtures import SEED_WHERE, tensors_left_in_cycles
+from acc_fixtures import SEED_WHERE, lowprec_dump, tensors_left_in_cycles
 
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 
@@ -94,24 +94,10 @@ def test_checked_apis_leave_no_tensor_in_a_reference_cycle(ms_dumps):
 
 
 def test_planted_defect_is_an_error_its_twin_passes(tmp_path):
+    dump = lowprec_dump("mindspore", tmp_path / "dump")
     sys.path.insert(0, HERE)
     try:
-        import ms_lowprec_ops
-        from msprobe.mindspore import PrecisionDebugger
-        dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), level="L1", task="statistics")
-        dbg.register_custom_api(ms_lowprec_ops, "matmul_fp16_inside", "LowPrec")
-        dbg.register_custom_api(ms_lowprec_ops, "matmul_exact", "LowPrec")
-        rng = np.random.default_rng(0)
-        a = ms.Tensor(rng.standard_normal((16, 64)).astype(np.float32))
-        b = ms.Tensor(rng.standard_normal((64, 32)).astype(np.float32))
-        dbg.start()
-        ms_lowprec_ops.matmul_fp16_inside(a, b)
-        ms_lowprec_ops.matmul_exact(a, b)
-        dbg.stop()
-        dbg.step()
-        dbg.close()
-        from acc_fixtures import dump_json_of
-        report = run_acc_check(dump_json_of(tmp_path / "dump"), out_path=str(tmp_path / "out"), progress=False,
+        report = run_acc_check(dump, out_path=str(tmp_path / "out"), progress=False,
                                custom_apis=("LowPrec=ms_lowprec_ops",))
     finally:
         sys.path.remove(HERE)
