@@ -3,6 +3,8 @@
   msprobe monitor_report -i ./monitor_output -o ./monitor_report
 """
 
+import os
+
 
 def add_arguments(parser):
     parser.add_argument("-i", "--input", required=True,
@@ -22,8 +24,6 @@ def run(args):
         bad = [o for o in ops if o not in OPS]
         if bad or not ops:
             raise ConfigError("--ops", args.ops, "a comma list of " + ", ".join(OPS))
-    import os
-
     result = build_report(args.input, args.output, ops=ops)
     print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies; wrote "
           f"{os.path.abspath(result.html_path)} and {len(result.png_paths)} charts:")

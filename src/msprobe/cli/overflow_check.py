@@ -7,6 +7,8 @@ whose inf/nan came from another rank is traced to the op on that rank that produ
 culprit with its call stack and writes anomaly_analyze_{timestamp}.json into the output directory.
 """
 
+import os
+
 
 def add_arguments(parser):
     parser.add_argument("-i", "--input_path", "--input", dest="input", required=True,
@@ -17,8 +19,6 @@ def add_arguments(parser):
 
 
 def run(args):
-    import os
-
     from msprobe.core.overflow import analyze_overflow
     from msprobe.core.overflow.report import format_analysis, write_analysis_json
 

@@ -18,6 +18,8 @@ when the step's session closes. Must not import torch or mindspore.
 import json
 import os
 
+import orjson
+
 from msprobe.core.errors import DumpFormatError
 
 FILE_NAME = "api_sources.json"
@@ -49,7 +51,7 @@ class ApiSources:
         index = self._instance.get(key)
         if index is None:
             described = describe(prim)
-            text = (name, json.dumps(described, sort_keys=True))
+            text = (name, orjson.dumps(described, option=orjson.OPT_SORT_KEYS))
             index = self._described.get(text)
             if index is None:
                 index = self._described[text] = len(entry["instances"])
@@ -70,8 +72,8 @@ def write_api_sources(rank_dir, doc):
         return None
     path = os.path.join(rank_dir, FILE_NAME)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
+    with open(tmp, "wb") as f:  # orjson: json's indenting encoder leaves reference cycles behind
+        f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
     return path
 

@@ -38,7 +38,7 @@ class MindSporeResolver(ApiResolver):
         if key not in self._rebuilt:
             try:
                 self._rebuilt[key] = RebuiltPrimitive(primitive_from_entry(entry["instances"][calls[n]]))
-            except UnrebuildableArgument as e:
+            except (UnrebuildableArgument, ValueError) as e:  # ValueError: no float64 benchmark for its arguments
                 self._rebuilt[key] = Unresolvable(f"Primitive.{case.api}: {e}")
         hit = self._rebuilt[key]
         if isinstance(hit, Unresolvable):
