@@ -262,4 +262,5 @@ def measure(args, root):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("acc_check_throughput.py", main))

@@ -36,7 +36,7 @@ def _demo():
 
 def dump(demo, path, planted, blocks, task):
     seed_all(1234)
-    model = demo.TinyTransformer(layers=blocks, planted=planted)
+    model = demo.demo_model(layers=blocks, planted=planted)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 256, (4, 32))
     debugger = PrecisionDebugger(dump_path=path, task=task, level="mix")
@@ -85,4 +85,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("diagnosis_cost.py", main))

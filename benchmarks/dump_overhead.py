@@ -37,8 +37,6 @@ import torch.nn.functional as F
 
 from msprobe.pytorch import PrecisionDebugger
 
-import results_md  # benchmarks/results_md.py (this script's folder is on sys.path)
-
 MODELS = ("transformer", "mlp", "cnn", "gpt")
 CPU_MODELS = ("transformer", "mlp", "cnn")
 CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1", "stat_L1_async")
@@ -462,7 +460,6 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where the models train (default cpu); cuda: GPU targets, tensor_L1 judged by GB/s")
     p.add_argument("--gpt-blocks", type=int, default=8, help="blocks of the gpt workload (default 8)")
-    p.add_argument("--no-results", action="store_true", help="do not write benchmarks/RESULTS.md")
     p.add_argument("--configs", default=",".join(CONFIGS),
                    type=lambda v: parse_list(v, CONFIGS, "config"), help="comma list of " + ",".join(CONFIGS))
     p.add_argument("--quick", action="store_true", help="CI smoke: --rounds 2 --steps 1 --retries 0")
@@ -529,21 +526,13 @@ def main(argv=None):
         print(rate_line)
     if misses:
         print("over target: " + "; ".join(misses))
-    if not args.quick and not args.no_results:
-        where = (torch.cuda.get_device_name() if args.device == "cuda"
-                 else f"CPU, {torch.get_num_threads()} torch threads")
-        body = (f"`python benchmarks/dump_overhead.py --device {args.device} --rounds {args.rounds} "
-                f"--steps {args.steps}`, {where}, torch {torch.__version__}\n\n```\n{table}\n```\n"
-                + (f"\n{rate_line}\n" if rate_line else "")
-                + ("\nover target: " + "; ".join(misses) + "\n" if misses else "\nevery target met\n"))
-        results_md.update_section(f"dump_overhead.py --device {args.device}", body)
     if args.json:
         out = {
             "meta": {"torch": torch.__version__, "python": platform.python_version(),
                      "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "machine": platform.machine(),
                      "rounds": args.rounds, "steps_per_round": args.steps, "retries": args.retries,
                      "tolerance": args.tolerance, "slots_redone": redone, "wall_s": wall},
-            "targets": TARGETS,
+            "targets": targets, "write_rates_gbs": rates,
             "msprobe_ranges": {c: list(r) for c, r in MSPROBE_RANGES.items()},
             "ratios": {c: {m: results[m][c].get("ratio") for m in models} for c in configs if c != "none"},
             "results": results,
@@ -554,4 +543,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    # a GPU run keeps its own section
+    sys.exit(run_recorded("dump_overhead.py", main,
+                          "dump_overhead.py --device cuda" if "cuda" in sys.argv[1:] else None))

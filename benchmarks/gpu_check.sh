@@ -17,15 +17,15 @@ timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/gpu tests/pytorch/
     | tee "$OUT/tests.log" | tail -15
 BENCH="python3 benchmarks/dump_overhead.py --device cuda --quiet --tmpdir $PWD/.bench_tmp"
 mkdir -p .bench_tmp
-timeout 300 $BENCH --rounds 5 --steps 5 --configs none,stat_L0,stat_L1,stat_mix,md5_L1,stat_L1_async \
+timeout 300 $BENCH --record --rounds 5 --steps 5 --configs none,stat_L0,stat_L1,stat_mix,md5_L1,stat_L1_async \
     2>&1 | tee "$OUT/bench_triton.log"
 cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
 timeout 120 python3 benchmarks/profile_step.py --device cuda --config stat_L1 --steps 3 --top 40 \
     --out "$OUT/profile_L1.txt" > /dev/null 2>&1
 if [ "${GPU_CHECK_ALL:-0}" = 1 ]; then  # torch's reductions instead of Triton; tensor_L1's write rate
-    MSPROBE_TRITON=0 timeout 150 $BENCH --rounds 3 --steps 5 --configs none,stat_L1,md5_L1 --no-results \
+    MSPROBE_TRITON=0 timeout 150 $BENCH --rounds 3 --steps 5 --configs none,stat_L1,md5_L1 \
         2>&1 | tee "$OUT/bench_torch_ops.log"
-    timeout 150 $BENCH --gpt-blocks 1 --rounds 3 --steps 2 --configs none,tensor_L1 --no-results \
+    timeout 150 $BENCH --gpt-blocks 1 --rounds 3 --steps 2 --configs none,tensor_L1 \
         2>&1 | tee "$OUT/bench_tensor.log"
 fi
 rm -rf .bench_tmp

@@ -148,4 +148,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("graph_render.py", main))

@@ -6,7 +6,7 @@ For each config, timed steps with the debugger alternate with steps without it (
 take the accelerator path (MSPROBE_DEVICE_SUMMARY=1: summaries into device slots, read back in batches).
 The per-summary line times `Summarizer.summarize` alone on fresh (uncached) small tensors.
 
-    python benchmarks/host_cost.py                # 7 rounds
+    python benchmarks/host_cost.py                # 7 rounds (--record: into RESULTS.md)
     python benchmarks/host_cost.py --quick        # CI smoke
 """
 
@@ -26,8 +26,6 @@ from torch import nn
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.statistics import Summarizer
-
-import results_md  # benchmarks/results_md.py
 
 TARGET_US_PER_RECORD = 15.0
 # config -> (level, summary_mode, device path)
@@ -144,7 +142,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps, no RESULTS.md")
+    p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
     args = p.parse_args(argv)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -155,13 +153,11 @@ def main(argv=None):
         args.rounds, args.steps = 1, 2
     torch.set_num_threads(args.threads)
     results = measure(configs, args.rounds, args.steps, lambda m: print(m, file=sys.stderr, flush=True))
-    table = render(results, summary_cost(300 if args.quick else 3000))
-    print(table)
-    if not args.quick:
-        results_md.update_section("host_cost.py", f"`python benchmarks/host_cost.py --rounds {args.rounds}`, "
-                                  f"torch {torch.__version__}, {args.threads} torch thread(s)\n\n```\n{table}\n```")
+    print(f"torch {torch.__version__}, {args.threads} torch thread(s)")
+    print(render(results, summary_cost(300 if args.quick else 3000)))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("host_cost.py", main))

@@ -148,4 +148,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("monitor_overhead.py", main))

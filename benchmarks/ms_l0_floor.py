@@ -113,4 +113,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("ms_l0_floor.py", main))

@@ -8,63 +8,30 @@ them tensor by tensor and name the call where the error is introduced.
 import argparse
 import os
 import shutil
+import sys
 
 import pandas as pd
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from msprobe.core.compare import compare_dumps
-from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
-from msprobe.core.dump.summary import format_summary, summarize_dump
-from msprobe.pytorch import PrecisionDebugger, seed_all
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # pytorch_models beside this file
+from pytorch_models import Transformer  # noqa: E402
+
+from msprobe.core.compare import compare_dumps  # noqa: E402
+from msprobe.core.compare.diagnosis import diagnose, format_diagnosis  # noqa: E402
+from msprobe.core.dump.summary import format_summary, summarize_dump  # noqa: E402
+from msprobe.pytorch import PrecisionDebugger, seed_all  # noqa: E402
 
 
-class Block(nn.Module):
-    def __init__(self, d, heads, low_precision_softmax=False):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, 4 * d)
-        self.fc2 = nn.Linear(4 * d, d)
-        self.low_precision_softmax = low_precision_softmax
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        scores = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5
-        if self.low_precision_softmax:  # the planted difference
-            attn = F.softmax(scores.to(torch.bfloat16), dim=-1).to(torch.float32)
-        else:
-            attn = F.softmax(scores, dim=-1)
-        y = (attn @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
-class TinyTransformer(nn.Module):
-    def __init__(self, vocab=256, d=64, heads=4, layers=2, planted=False):
-        super().__init__()
-        self.emb = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, heads, low_precision_softmax=planted and i == 1)
-                                    for i in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, idx):
-        x = self.emb(idx)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln_f(x))
+def demo_model(layers=2, planted=False):
+    """The example transformer (pytorch_models.py) with 256 tokens, width 64 and `layers` blocks;
+    `planted`: block 1's softmax in bfloat16."""
+    return Transformer(vocab=256, d=64, heads=4, blocks=layers, seq=32, low_precision_softmax=planted)
 
 
 def train_one_step(dump_path, planted):
     seed_all(1234)
-    model = TinyTransformer(planted=planted)
+    model = demo_model(planted=planted)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 256, (4, 32))
     debugger = PrecisionDebugger(dump_path=dump_path, task="statistics", level="mix")

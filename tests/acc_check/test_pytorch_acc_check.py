@@ -184,7 +184,7 @@ def test_skip_rows_say_why(tmp_path):
     # no kernel for that dtype here: the framework's own words, with the device and dtype
     eigh = result["Torch.linalg_eigh.0"]
     assert eigh["Forward Test Success"] == "SKIP"
-    assert "cannot run on cpu (torch.float16)" in eigh["Message"] and "not implemented for 'Half'" in eigh["Message"]
+    assert "cannot run on CPU (torch.float16)" in eigh["Message"] and "not implemented for 'Half'" in eigh["Message"]
     # resolved by name: aten overloads, torch.linalg under the Torch prefix, indexing with slices
     # dropout: both runs draw the same mask on the CPU (generators seeded alike)
     for name in ("Aten.mul.Tensor.0", "Torch.linalg_norm.0", "Tensor.__getitem__.0", "Functional.dropout.0"):

@@ -30,6 +30,27 @@ def test_pytorch_dump_overhead_quick(tmp_path):
     assert cnn["stat_L0"]["ratio"] > 0 and len(cnn["stat_L0"]["round_ratios"]) == 2
 
 
+def test_async_config_writes_what_the_default_writes(tmp_path):
+    """async_dump is the default path now: the same records (sizes differ by the digits of the numbers)."""
+    pytest.importorskip("torch")
+    out = tmp_path / "out.json"
+    run("dump_overhead.py", "--quick", "--quiet", "--models", "mlp", "--configs", "none,stat_L1,stat_L1_async",
+        "--json", str(out))
+    mlp = json.loads(out.read_text())["results"]["mlp"]
+    assert mlp["stat_L1"]["dump_bytes_per_step"] > 0
+    assert mlp["stat_L1_async"]["dump_bytes_per_step"] == pytest.approx(mlp["stat_L1"]["dump_bytes_per_step"],
+                                                                        rel=0.02)
+
+
+def test_host_cost_and_profile_step_run():
+    done = run("host_cost.py", "--quick", "--configs", "L1,mix_device")
+    rows = {ln.split()[0]: ln.split() for ln in done.stdout.splitlines() if ln.startswith(("L1 ", "mix_device"))}
+    assert set(rows) == {"L1", "mix_device"} and int(rows["L1"][1]) > 100  # records per step
+    assert "us/record" in done.stdout and "device path" in done.stdout
+    done = run("profile_step.py", "--steps", "1", "--top", "5", "--model", "mlp")
+    assert "function calls" in done.stdout
+
+
 def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
     """All configs of a model share it: a config's idle module hooks left on it would slow every other
     slot, `none` included, and understate every ratio. After its slot a debugger is closed."""

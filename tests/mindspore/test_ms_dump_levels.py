@@ -62,7 +62,8 @@ def test_layout_envelope_and_steps(dumps):
     assert [(d.step, d.is_proc) for d in dirs] == [(0, True), (1, True)]
     for step in (0, 1):
         rank_dir = os.path.join(root, f"step{step}", f"proc{PID}")
-        assert sorted(os.listdir(rank_dir)) == ["construct.json", "dump.json", "stack.json"]
+        # msProbe's three files, and ours beside them: the Primitives' constructor arguments for acc_check
+        assert sorted(os.listdir(rank_dir)) == ["api_sources.json", "construct.json", "dump.json", "stack.json"]
         with open(os.path.join(rank_dir, "dump.json")) as f:
             head = json.load(f)
         assert {k: head[k] for k in ("task", "level", "framework", "dump_data_dir")} == {

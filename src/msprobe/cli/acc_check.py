@@ -40,6 +40,9 @@ def add_arguments(parser):
 
 
 def run(args):
+    import time
+
+    started = time.perf_counter()  # what the user waits for: imports and reading the dump included
     from msprobe.core.acc_check.runner import run_acc_check, run_multi_acc_check
     from msprobe.core.acc_check.summary import format_summary
     from msprobe.core.errors import MsprobeError
@@ -68,6 +71,7 @@ def run(args):
         report = run_acc_check(args.api_info, device=args.device[0] if args.device else None, **common)
     if framework and framework != report.framework and report.framework != "mindtorch":
         logger.warning("-f %s ignored: the dump is a %s dump", framework, report.framework)
+    report.seconds = time.perf_counter() - started
     print(format_summary(report))
     return 0
 

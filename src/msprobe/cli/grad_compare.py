@@ -8,6 +8,8 @@ step whose element-weighted total is below --threshold or fell by more than --dr
 rank{R}/similarities.csv, PNG plots per parameter and overall, and grad_compare.json.
 """
 
+import os
+
 from msprobe.core.errors import MsprobeError
 
 
@@ -37,7 +39,9 @@ def run(args):
             raise MsprobeError(f"{name}: got {v}; allowed: a number in [0, 1]")
     cmps = compare_grad_runs(dirs[0], dirs[1], threshold, drop)
     print(format_comparison(cmps))
-    path = write_comparison(cmps, args.output_path, threshold, drop, plots=not args.no_plots,
-                            progress=not args.no_progress)
-    print(f"Result written to {path}")
+    written = write_comparison(cmps, args.output_path, threshold, drop, plots=not args.no_plots,
+                               progress=not args.no_progress)
+    print("Result written to:")
+    for path, count in written:
+        print(f"  {os.path.abspath(path)}" + (f"{os.sep} ({count} PNG plots)" if os.path.isdir(path) else ""))
     return 0

@@ -53,8 +53,8 @@ def run(args):
                         overflow_check=args.overflow_check, progress=not args.no_progress)
     nodes = sum(len(g["names"]) for g in out.document["graphs"])
     print(f"{len(out.document['graphs'])} graph(s), {nodes} nodes")
-    print(f"page: {out.html_path}")
-    print(f"data: {out.db_path}")
+    print(f"page: {os.path.abspath(out.html_path)}")
+    print(f"data: {os.path.abspath(out.db_path)}")
     return 0
 
 

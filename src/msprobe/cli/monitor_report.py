@@ -3,6 +3,8 @@
   msprobe monitor_report -i ./monitor_output -o ./monitor_report
 """
 
+import os
+
 
 def add_arguments(parser):
     parser.add_argument("-i", "--input", required=True,
@@ -23,6 +25,8 @@ def run(args):
         if bad or not ops:
             raise ConfigError("--ops", args.ops, "a comma list of " + ", ".join(OPS))
     result = build_report(args.input, args.output, ops=ops)
-    print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies -> {result.html_path} "
-          f"({len(result.png_paths)} charts)")
+    print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies; wrote "
+          f"{os.path.abspath(result.html_path)} and {len(result.png_paths)} charts:")
+    for path in result.png_paths:
+        print(f"  {os.path.abspath(path)}")
     return 0

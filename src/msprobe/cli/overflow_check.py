@@ -7,6 +7,8 @@ whose inf/nan came from another rank is traced to the op on that rank that produ
 culprit with its call stack and writes anomaly_analyze_{timestamp}.json into the output directory.
 """
 
+import os
+
 
 def add_arguments(parser):
     parser.add_argument("-i", "--input_path", "--input", dest="input", required=True,
@@ -23,5 +25,5 @@ def run(args):
     analysis = analyze_overflow(args.input, progress=not args.no_progress)
     print(format_analysis(analysis))
     path = write_analysis_json(analysis, args.output)
-    print(f"Result written to {path}")
+    print(f"Result written to {os.path.abspath(path)}")
     return 0

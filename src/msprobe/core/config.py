@@ -111,9 +111,12 @@ def _bool(name, value):
 
 
 def _str_list(name, value):
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        _fail(name, value, "a list of non-empty strings")
-    return list(value)
+    """A list of non-empty strings; one string stands for a list of it (as one integer does for
+    `rank`/`step`)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
+        _fail(name, value, "a non-empty string or a list of them")
+    return list(items)
 
 
 def _unknown(name, value, known):

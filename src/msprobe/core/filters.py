@@ -30,6 +30,7 @@ class DumpFilter:
         self._scope_open = False
         self._scope_done = False
         self._end_seen = False
+        self.hit = False  # some call passed (the debugger says when `scope`/`list` matched nothing)
 
     @property
     def passes_everything(self):
@@ -47,8 +48,9 @@ class DumpFilter:
         """
         if self.scope and not self._in_scope(key, enclosing):
             return False
-        if self.list:
-            return self.wants_forward(key, enclosing) or self._backward_listed(key, enclosing)
+        if self.list and not (self.wants_forward(key, enclosing) or self._backward_listed(key, enclosing)):
+            return False
+        self.hit = True
         return True
 
     def wants_forward(self, key, enclosing=()):

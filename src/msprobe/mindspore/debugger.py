@@ -13,6 +13,7 @@ import weakref
 
 import mindspore as ms
 
+from msprobe.core.dump.api_sources import StepApiSources
 from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError
 from msprobe.mindspore import _state
@@ -25,7 +26,7 @@ from msprobe.mindspore.sync_execution import SynchronousOps
 logger = logging.getLogger(__name__)
 
 
-class PrecisionDebugger(DumpLifecycle):
+class PrecisionDebugger(StepApiSources, DumpLifecycle):
     """Dump what a MindSpore model computes, in msProbe's dump format.
 
     Args:
@@ -97,6 +98,7 @@ class PrecisionDebugger(DumpLifecycle):
         if not isinstance(api_prefix, str) or not api_prefix:
             raise ConfigError("api_prefix", api_prefix, "a non-empty string (the prefix of the dump keys)")
         self._custom[(id(module), api)] = (module, api_prefix)
+        self._note_custom_api(module, api, api_prefix)  # api_sources.json: acc_check finds it there
         if self._capturing:
             self._patched.restore(module, api)
             self._patched.patch(module, api, api_prefix, api)
@@ -156,6 +158,7 @@ class PrecisionDebugger(DumpLifecycle):
             session = DumpSession(cfg, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow)
         self._session = session
         self._share_params()
+        self._begin_api_sources()  # api_sources.json: Primitive arguments, custom API modules
         return session
 
     def _capture_on(self):
@@ -174,7 +177,7 @@ class PrecisionDebugger(DumpLifecycle):
             self._patched.patch_builtin()
             self._patched.patch_jit()
             if self._model is not None:
-                self._patched.patch_primitives(all_cells(self._model))
+                self._patched.patch_primitives(all_cells(self._model), self._api_sources)
             for (_, attr), (owner, prefix) in self._custom.items():
                 self._patched.restore(owner, attr)
                 self._patched.patch(owner, attr, prefix, attr)

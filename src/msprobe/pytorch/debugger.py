@@ -6,6 +6,7 @@
 
 import torch
 
+from msprobe.core.dump.api_sources import StepApiSources
 from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError, MsprobeError
 from msprobe.pytorch import _state
@@ -17,7 +18,7 @@ from msprobe.pytorch.capture.patched_api import PatchedApis
 from msprobe.pytorch.session import DumpSession, current_rank
 
 
-class PrecisionDebugger(DumpLifecycle):
+class PrecisionDebugger(StepApiSources, DumpLifecycle):
     """Dump what a PyTorch model computes, as msProbe's dump format.
 
     Args:
@@ -69,6 +70,7 @@ class PrecisionDebugger(DumpLifecycle):
             raise ConfigError("api", api, f"the name of a callable attribute of {module!r}")
         prefix = api_prefix or getattr(module, "__name__", type(module).__name__).rsplit(".", 1)[-1]
         self._custom[(id(module), api)] = (module, prefix)
+        self._note_custom_api(module, api, prefix)  # api_sources.json: acc_check finds it there
         if self._running:
             self._patched.patch(module, api, prefix, api)
 
@@ -79,6 +81,7 @@ class PrecisionDebugger(DumpLifecycle):
         return GradientMonitor
 
     def _new_session(self, rank):
+        self._begin_api_sources()  # api_sources.json: where the custom APIs live
         # with CUDA in use, summaries are read back without waiting and records written on the lane
         lane = self._writer_lane() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         return DumpSession(self.config, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow,

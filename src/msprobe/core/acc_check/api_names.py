@@ -1,9 +1,11 @@
 """What both frameworks' API resolvers share: the 'cannot run here' signal, `--custom_api` entries, and
-the resolution order (communication ops skipped, custom modules, then the framework's own names)."""
+the resolution order (communication ops skipped, custom modules given with `--custom_api`, custom APIs
+the dump's `api_sources.json` says where to find, then the framework's own names)."""
 
 import importlib
 
 from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
+from msprobe.core.dump.api_sources import read_api_sources
 from msprobe.core.errors import MsprobeError
 
 
@@ -29,11 +31,21 @@ class ApiResolver:
     """Dump name (prefix, api) -> callable, once per process (answers and refusals cached).
 
     Adapters implement `_find_builtin(prefix, api)`: the framework's own APIs, raising Unresolvable.
+
+    Args:
+        custom_apis: `--custom_api` entries ('Prefix=python.module'); they win over the dump's record.
+        api_sources: path of the dump's api_sources.json, or None.
     """
 
-    def __init__(self, custom_apis=()):
+    def __init__(self, custom_apis=(), api_sources=None):
         self._custom = parse_custom_apis(custom_apis)
+        self.sources = read_api_sources(api_sources)
         self._cache = {}
+
+    def resolve_case(self, case):
+        """The callable that runs one ApiCase (an adapter whose calls of one name can differ, such as
+        MindSpore's Primitive instances, overrides this)."""
+        return self.resolve(case.prefix, case.api)
 
     def resolve(self, prefix, api):
         key = (prefix, api)
@@ -57,10 +69,38 @@ class ApiResolver:
                 return func
             raise Unresolvable(f"custom API {prefix}.{api}: module {self._custom[prefix].__name__} has no "
                                f"callable {api!r}")
+        recorded = self.sources["custom_apis"].get(f"{prefix}.{api}")
+        if recorded is not None:
+            return recorded_custom_api(prefix, api, recorded)
         return self._find_builtin(prefix, api)
 
     def _find_builtin(self, prefix, api):
         raise NotImplementedError
+
+
+def recorded_custom_api(prefix, api, where):
+    """The callable api_sources.json says `register_custom_api` wrapped: its module (imported here, as
+    `--custom_api` would), the class for `qualname`, then the attribute."""
+    module = where.get("module")
+    hint = f"pass --custom_api {prefix}=<python module that defines {api}>"
+    if not module:
+        raise Unresolvable(f"custom API {prefix}.{api} was registered on an object, not a module or class: "
+                           f"acc_check cannot find it again; {hint}")
+    if module == "__main__":
+        raise Unresolvable(f"custom API {prefix}.{api} was defined in the dumped run's main script, which "
+                           f"acc_check does not run; {hint}")
+    try:
+        owner = importlib.import_module(module)
+    except Exception as e:  # ImportError, or the module's own code failing: either way a SKIP reason
+        raise Unresolvable(f"custom API {prefix}.{api}: cannot import {module!r}, recorded in "
+                           f"api_sources.json ({type(e).__name__}: {e}); {hint}") from None
+    for part in filter(None, where.get("qualname", "").split(".")):
+        owner = getattr(owner, part, None)
+    func = getattr(owner, where.get("attribute", api), None)
+    if not callable(func):
+        place = module + (f".{where['qualname']}" if where.get("qualname") else "")
+        raise Unresolvable(f"custom API {prefix}.{api}: {place} has no callable {api!r} here; {hint}")
+    return func
 
 
 def unknown_prefix(prefix, api):

@@ -12,17 +12,20 @@ import os
 
 import numpy as np
 
+from msprobe.core.dump.api_sources import api_sources_of_case, read_api_sources, write_api_sources
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import save_npy
 
 
-def save_error_case(root, case, run, framework, script_text):
-    """Write the inputs, outputs, one-API dump.json and reproduce.py of a failing case.
+def save_error_case(root, case, run, framework, script_text, api_sources=None):
+    """Write the inputs, outputs, one-API dump.json (with its api_sources.json part) and reproduce.py of a
+    failing case.
 
     Args:
         root: `{out}/error_data`.
         case: the ApiCase; run: its CaseRun; framework: dump.json's framework.
         script_text: the executor's reproduce script for this directory.
+        api_sources: the checked dump's api_sources.json, or None.
 
     Returns:
         The case's directory.
@@ -56,6 +59,7 @@ def save_error_case(root, case, run, framework, script_text):
     doc = {"task": "tensor", "level": "L1", "framework": framework, "dump_data_dir": None, "data": data}
     with open(os.path.join(case_dir, "dump.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
+    write_api_sources(case_dir, api_sources_of_case(read_api_sources(api_sources), case.prefix, case.api))
     script = os.path.join(case_dir, "reproduce.py")
     with open(script, "w", encoding="utf-8") as f:
         f.write(script_text)
@@ -78,11 +82,12 @@ from msprobe.core.acc_check.checker import judge
 from msprobe.core.acc_check.execution import ExecutorSpec
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.runner import load_dump
+from msprobe.core.dump.api_sources import api_sources_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 reader, cases = load_dump(os.path.join(HERE, "dump.json"))
 case = cases[0]
-executor = ExecutorSpec({framework!r}, {options!r}).create()
+executor = ExecutorSpec({framework!r}, {options!r} + (("api_sources", api_sources_path(HERE)),)).create()
 run = executor.run(case, TensorSource(reader), rng_for(case.name, {seed!r}))
 result = judge(case, run)
 print(f"{{case.name}} on {{executor.device_name}}: forward {{result.forward}}, backward {{result.backward or '-'}}")
@@ -97,5 +102,5 @@ if result.message:
 
 def reproduce_script(spec, case, seed=1234):
     """Text of reproduce.py for a failing case checked with executor `spec` (an ExecutorSpec)."""
-    options = tuple((k, v) for k, v in spec.options if k != "threads")
+    options = tuple((k, v) for k, v in spec.options if k not in ("threads", "api_sources"))
     return _SCRIPT.format(name=case.name, framework=spec.framework, options=options, seed=seed)

@@ -111,7 +111,7 @@ class CaseExecutor:
         input_spec.build_call; its tensor inputs [(key, TensorSpec)], drawn into `run.inputs`; the
         positions in `named` whose gradient is checked (none for an API `in_place(name)` calls in-place)."""
         try:
-            func = self.resolver.resolve(case.prefix, case.api)
+            func = self.resolver.resolve_case(case)
         except Unresolvable as e:
             raise SkipCase(str(e)) from None
         try:

@@ -23,6 +23,7 @@ from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.input_spec import cases_from_dump
 from msprobe.core.acc_check.work_split import work_order
+from msprobe.core.dump.api_sources import api_sources_path
 from msprobe.core.dump.reader import DumpReader
 from msprobe.core.errors import MsprobeError
 
@@ -42,7 +43,8 @@ class RunReport:
     device: str
     results: list = field(default_factory=list)  # ApiResult of APIs checked in this invocation
     resumed: int = 0  # APIs found done in the resumed files
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of the whole call: reading the dump, the framework's import, the checks
+    check_seconds: float = 0.0  # wall time of the checking itself (what APIs/s is measured over)
     workers: int = 1
     error_data_dir: str = ""
     worker_cpu_s: list = field(default_factory=list)  # CPU seconds of each worker process (multi only)
@@ -66,6 +68,12 @@ def load_dump(api_info):
 
 def timestamp():
     return time.strftime("%Y%m%d%H%M%S")
+
+
+def executor_options(reader, device, custom_apis, threads):
+    """ExecutorSpec options: the device, `--custom_api` entries, threads, and the dump's api_sources.json."""
+    return (("device", device), ("custom_apis", tuple(custom_apis)), ("threads", threads),
+            ("api_sources", api_sources_path(reader.rank_dir)))
 
 
 def check_cases(cases, reader, spec, files, save_error_data=False, error_root="", progress=None, seed=1234,
@@ -106,7 +114,8 @@ def _check_cases(cases, reader, spec, files, save_error_data, error_root, progre
         result = judge(case, run)
         files.write(result)
         if save_error_data and result.failed:
-            save_error_case(error_root, case, run, spec.framework, reproduce_script(spec, case, seed))
+            save_error_case(error_root, case, run, spec.framework, reproduce_script(spec, case, seed),
+                            dict(spec.options).get("api_sources"))
         if progress is not None:
             progress(case.name)
         yield result
@@ -137,14 +146,14 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
     Returns:
         RunReport.
     """
+    start = time.perf_counter()
     reader, cases = load_dump(api_info)
-    spec = ExecutorSpec(reader.framework, (("device", device), ("custom_apis", tuple(custom_apis)),
-                                           ("threads", threads)))
+    spec = ExecutorSpec(reader.framework, executor_options(reader, device, custom_apis, threads))
     out_path = os.path.abspath(out_path)
     with ResultFiles(out_path, timestamp(), resume_csv) as files:
         todo = [c for c in cases if c.name not in files.done]
         executor = spec.create()
-        start = time.perf_counter()  # the checking loop: the framework import is not the APIs' time
+        checking = time.perf_counter()
         report = RunReport(files.result_path, files.details_path, reader.framework, executor.device_name,
                            resumed=len(cases) - len(todo))
         error_root = os.path.join(os.path.dirname(files.result_path), "error_data")
@@ -156,6 +165,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
                 report.results.append(result)
         finally:
             bar.close()
+    report.check_seconds = time.perf_counter() - checking
     report.seconds = time.perf_counter() - start
     return report
 
@@ -246,6 +256,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
             ops yet (the command line uses it for PyTorch dumps on CPU machines).
         Others as run_acc_check.
     """
+    start = time.perf_counter()
     reader, cases = load_dump(api_info)
     devices = list(devices) or [0]
     if len(set(devices)) != len(devices):
@@ -256,7 +267,6 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
             raise MsprobeError(f"-d {bad[0]}: no such device; this machine has {accelerator_count} "
                                f"(0..{accelerator_count - 1})")
     out_path = os.path.abspath(out_path)
-    start = time.perf_counter()
     with ResultFiles(out_path, timestamp(), resume_csv) as files:
         ts = files.timestamp
         result_path, details_path = files.result_path, files.details_path
@@ -280,8 +290,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     done = ctx.RawArray("q", max(n_workers, 1))
     inherited = (reader, ordered) if start_method == "fork" else None
     procs = []
-    options = [(("device", devices[i] if accelerator_count else None), ("custom_apis", tuple(custom_apis)),
-                ("threads", threads)) for i in range(n_workers)]
+    options = [executor_options(reader, devices[i] if accelerator_count else None, custom_apis, threads)
+               for i in range(n_workers)]
     part_dirs = [os.path.join(parts_root, f"worker{i}.{attempt}") for i in range(n_workers)]
     # One BLAS thread from before the fork to the end: the workers' check_cases then find it so and
     # leave OpenBLAS's pool alone (one_blas_thread).
@@ -361,7 +371,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
                        f"{n_workers} workers" + (f" on devices {devices}" if accelerator_count else " (CPU)"),
                        resumed=len(cases) - len(todo), workers=n_workers, worker_cpu_s=cpu, results=results)
     report.error_data_dir = error_root if save_error_data else ""
-    report.seconds = time.perf_counter() - start
+    report.seconds = report.check_seconds = time.perf_counter() - start
     return report
 
 

@@ -6,6 +6,8 @@ import math
 
 from msprobe.core.acc_check.verdict import ERROR, PASS, SKIP
 
+SKIPS_LISTED = 100  # skipped APIs named one per line; the rest are counted (all are in the result CSV)
+
 
 def _count(results, attr):
     counts = {PASS: 0, ERROR: 0, SKIP: 0}
@@ -25,8 +27,10 @@ def format_summary(report, top=5):
     seed = _count(results, ("forward", "backward"))
     dtype = _count(results, ("forward_dtype", "backward_dtype"))
     n = len(results)
-    rate = n / report.seconds if report.seconds > 0 else math.inf
-    lines = [f"acc_check: {n} APIs checked on {report.device} in {report.seconds:.1f} s ({rate:.1f} APIs/s)"
+    checking = report.check_seconds or report.seconds
+    rate = n / checking if checking > 0 else math.inf
+    lines = [f"acc_check: {n} APIs checked on {report.device} in {report.seconds:.1f} s ({rate:.1f} APIs/s "
+             "while checking)"
              + (f", {report.resumed} already done" if report.resumed else ""),
              "",
              f"  {'verdict':<34}{'pass':>7}{'error':>7}{'skip':>7}",
@@ -42,8 +46,10 @@ def format_summary(report, top=5):
                          f"{_g(w.max_abs_err):>13}{_g(w.ulp_err):>11}  {w.dtype_status}")
     skipped = [r for r in results if r.skipped]
     if skipped:
-        lines += ["", f"  skipped ({len(skipped)}): " + "; ".join(f"{r.name}: {r.message}" for r in skipped[:top])
-                  + (" ..." if len(skipped) > top else "")]
+        lines += ["", "  skipped:"] + [f"    {r.name}: {r.message}" for r in skipped[:SKIPS_LISTED]]
+        if len(skipped) > SKIPS_LISTED:
+            lines.append(f"    ... and {len(skipped) - SKIPS_LISTED} more (their reasons are in the result CSV)")
+        lines.append(f"  {len(skipped)} of {n} APIs skipped")
     lines += ["", f"  result:  {report.result_csv}", f"  details: {report.details_csv}"]
     if report.error_data_dir:
         lines.append(f"  error data: {report.error_data_dir}")

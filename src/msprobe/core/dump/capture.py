@@ -73,6 +73,7 @@ class CaptureSession(CallRecords, SessionWriter):
         self._kept = set()  # overflow_check: keys of the records written (their structure follows)
         self._lane = lane
         self._lane_work = None  # the last resolve handed to the lane
+        self.announce = None  # the debugger's "dumping ... to ..." line, said at the first write
         self._resolved_at = time.monotonic()
         self._construct_all = cfg.extra_info and cfg.level in self.structure_levels
         # overflow_check writes in few steps: there the first kept record opens the step's files
@@ -159,6 +160,9 @@ class CaptureSession(CallRecords, SessionWriter):
                 waits = list(waits) + self._write_kept_files(files)
             if w is None:
                 w = self._writer()
+                if self.announce is not None:
+                    self.announce(w.rank_dir)
+                    self.announce = None
             if record is not _NO_RECORD:
                 records.append((key, record, waits))
             for construct, value in notes:

@@ -14,11 +14,13 @@ session and the rank are made, and its capture layers (`_capture_on`, `_capture_
 """
 
 import logging
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from msprobe.core.config import config_task, load_config
 from msprobe.core.dump.overflow import OverflowBudget
-from msprobe.core.errors import ConfigError
+from msprobe.core.dump.run_report import RunReport
+from msprobe.core.errors import ConfigError, MsprobeError
 from msprobe.core.exit_hook import ExitHook
 from msprobe.core.gc_pause import CollectorPause
 from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
@@ -43,13 +45,19 @@ class DumpLifecycle:
 
     def __new__(cls, config_path=None, task=None, dump_path=None, level=None, step=None):
         # task grad_probe is gradient monitoring, driven by the monitor's own calls: hand over to it
-        if config_task(config_path, task) == "grad_probe":
-            monitor = cls._gradient_monitor_class()
-            return monitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
+        try:
+            if config_task(config_path, task) == "grad_probe":
+                monitor = cls._gradient_monitor_class()
+                return monitor(config=grad_probe_config_for_debugger(config_path, dump_path=dump_path, step=step))
+        except MsprobeError as e:  # the message, raised from the user's call, not a trace through msprobe
+            raise e.with_traceback(None) from None
         return super().__new__(cls)
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
-        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        try:
+            self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        except MsprobeError as e:
+            raise e.with_traceback(None) from None
         # overflow_check: overflowing records counted over the whole run, against overflow_nums
         self._overflow = OverflowBudget(self.config.overflow_nums)
         self.current_step = 0
@@ -69,6 +77,10 @@ class DumpLifecycle:
         # close() at interpreter exit flushes a step still open: held from its session's opening to
         # step() or close() only, since it keeps the debugger, and with it the model, alive
         self._exit_hook = ExitHook()
+        # where the dump goes, and filters that matched nothing: said at close() or exit (the report holds
+        # nothing of the debugger)
+        self._report = RunReport(self.config)
+        weakref.finalize(self, self._report.finish)
 
     # -- what an adapter supplies ----------------------------------------------------------------
     @classmethod
@@ -116,6 +128,7 @@ class DumpLifecycle:
                 self._running = False  # capture goes on below, with the new model
             self._model = model
             self._on_new_model()
+        self._report.started(self.current_step, self._step_selected())
         if self._running or not self._step_selected() or self._open_session() is None:
             return
         self._running = True
@@ -192,6 +205,7 @@ class DumpLifecycle:
             self._on_new_model()  # the adapter drops what it set up for the model
         self._stop_pool()
         self._exit_hook.drop()
+        self._report.finish()
 
     # -- internals -------------------------------------------------------------------------------
     def _check_model(self, model, token_range):
@@ -237,9 +251,12 @@ class DumpLifecycle:
         if self._session is None:
             rank = self._rank_id if self._rank_id is not None else self._current_rank()
             if self.config.rank and (rank is None or rank not in self.config.rank):
+                self._report.rank_refused(rank)
                 return None
             self._exit_hook.hold(self._at_exit)
             self._session = self._new_session(rank)
+            self._session.announce = self._report.announce
+            self._report.session_opened()
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         self.state.session = self._session
         return self._session
@@ -250,6 +267,7 @@ class DumpLifecycle:
             self.state.session = None
         if session is not None:
             session.close()
+            self._report.session_closed(session)
 
     # -- token_range: which forward iterations of the model are dumped -----------------------------
     def _set_token_range(self, model, token_range):
@@ -278,6 +296,7 @@ class DumpLifecycle:
         self._token_iter += 1
 
     def _at_exit(self):
+        self._report.quiet()  # a script that died says its own error, and only that
         try:
             self.close()
         except Exception:  # interpreter shutdown: never mask the user's own exit

@@ -93,17 +93,25 @@ def draw_plots(cmp, out_dir, progress=False):
 
 
 def write_comparison(cmps, out_dir, threshold, drop, plots=True, progress=False):
-    """Write every output file; returns the path of grad_compare.json."""
+    """Write every output file.
+
+    Returns:
+        [(path, count)]: grad_compare.json and each similarities.csv with count 1, each folder of PNG
+        plots with the number of plots in it.
+    """
     os.makedirs(out_dir, exist_ok=True)
+    written = []
     for c in cmps:
         rank_out = os.path.join(out_dir, f"rank{c.rank}")
         write_similarities_csv(c, os.path.join(rank_out, "similarities.csv"))
+        written.append((os.path.join(rank_out, "similarities.csv"), 1))
         if plots and c.has_directions:
-            draw_plots(c, os.path.join(rank_out, "similarities_picture"), progress)
+            picture_dir = os.path.join(rank_out, "similarities_picture")
+            written.append((picture_dir, draw_plots(c, picture_dir, progress)))
     path = os.path.join(out_dir, "grad_compare.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(comparison_json(cmps, threshold, drop), f, indent=2)
-    return path
+    return [(path, 1)] + written
 
 
 def format_comparison(cmps):

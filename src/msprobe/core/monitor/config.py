@@ -16,13 +16,13 @@ from typing import Dict, List, Optional, Tuple
 
 from msprobe.core.config import parse_index_list
 from msprobe.core.errors import ConfigError
+from msprobe.core.monitor.alert_thresholds import RULE_DEFAULT_THRESHOLD
 from msprobe.core.monitor.ops import DEFAULT_OPS, OPS
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("csv", "tensorboard", "api")
 RULES = ("AnomalyTurbulence", "AnomalyNan")
-RULE_DEFAULT_THRESHOLD = {"AnomalyTurbulence": 0.5, "AnomalyNan": 1e10}
 BOOL_FIELDS = ("print_struct", "xy_distribution", "all_xy", "forward_only", "backward_only", "wg_distribution",
                "mv_distribution", "param_distribution")
 # msProbe fields accepted for compatibility; switching them on only logs a warning.

@@ -17,6 +17,8 @@ from msprobe.core.monitor.reader import anomaly_point, load_anomalies, load_moni
 from msprobe.core.monitor.sparkline import sparkline
 
 LEGEND_MAX = 12
+ANOMALY_ROWS = 500   # rows of the anomaly table (the first ones in time order)
+STEPS_LISTED = 20    # steps named in the anomaly summary line
 TAG_ORDER = ("actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg", "exp_avg_sq", "param_origin",
              "param_updated")
 
@@ -163,6 +165,38 @@ def _module_table(g, ops, anomalies, rank, tag):
     return "\n".join(out)
 
 
+def time_order(records):
+    """Anomaly records in the order they happened: by step, then by call within the step (`call_id`: our
+    rows come in hook order, msProbe's count the calls), then by rank."""
+    return sorted(records, key=lambda r: (r.get("step", 0), r.get("call_id", 0), r.get("rank", 0)))
+
+
+def _anomaly_section(records):
+    """The page's first section: the first anomaly in words, the steps that had any, then the records
+    in time order (the first ANOMALY_ROWS)."""
+    if not records:
+        return ["<p>No anomalies recorded.</p>"]
+    ordered = time_order(records)
+    first = ordered[0]
+    per_step = {}
+    for rec in ordered:
+        per_step[rec.get("step")] = per_step.get(rec.get("step"), 0) + 1
+    steps = ", ".join(f"{step} ({n})" for step, n in list(per_step.items())[:STEPS_LISTED])
+    more = f", ... {len(per_step) - STEPS_LISTED} more steps" if len(per_step) > STEPS_LISTED else ""
+    parts = [f"<p class='anomaly' id='first-anomaly'>First anomaly: step {first.get('step')}, rank "
+             f"{first.get('rank')}: {html.escape(str(first.get('message')))}</p>",
+             f"<p>Steps with anomalies (count): {steps}{more}</p>",
+             "<table><tr><th>step</th><th>rank</th><th>series</th><th>message</th></tr>"]
+    for rec in ordered[:ANOMALY_ROWS]:
+        parts.append(f"<tr class='bad'><td>{rec.get('step')}</td><td>{rec.get('rank')}</td>"
+                     f"<td>{html.escape(str(rec.get('tag_name')))}</td>"
+                     f"<td class='anomaly'>{html.escape(str(rec.get('message')))}</td></tr>")
+    parts.append("</table>")
+    if len(records) > ANOMALY_ROWS:
+        parts.append(f"<p>... and {len(records) - ANOMALY_ROWS} later ones in anomaly_detected/*.json</p>")
+    return parts
+
+
 def _html(df, ops, records, anomalies, sections, input_dir):
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>msprobe monitor report</title><style>"
@@ -176,17 +210,7 @@ def _html(df, ops, records, anomalies, sections, input_dir):
         f"{len(df)} rows · ops {', '.join(ops)}</p>",
         f"<h2 id='anomalies'>Anomalies ({len(records)})</h2>",
     ]
-    if records:
-        parts.append("<table><tr><th>step</th><th>rank</th><th>series</th><th>message</th></tr>")
-        for rec in sorted(records, key=lambda r: (r.get("step", 0), r.get("rank", 0), r.get("call_id", 0)))[:500]:
-            parts.append(f"<tr class='bad'><td>{rec.get('step')}</td><td>{rec.get('rank')}</td>"
-                         f"<td>{html.escape(str(rec.get('tag_name')))}</td>"
-                         f"<td class='anomaly'>{html.escape(str(rec.get('message')))}</td></tr>")
-        parts.append("</table>")
-        if len(records) > 500:
-            parts.append(f"<p>… and {len(records) - 500} more in anomaly_detected/*.json</p>")
-    else:
-        parts.append("<p>No anomalies recorded.</p>")
+    parts += _anomaly_section(records)
     for (rank, tag), items in sections.items():
         parts.append(f"<h2 id='rank{rank}-{html.escape(tag)}'>rank {rank} · {html.escape(tag)}</h2>")
         for kind, op, fname in items:

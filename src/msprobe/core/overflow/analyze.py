@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from msprobe.core.dump.reader import RankDir, find_rank_dirs
+from msprobe.core.dump.writer import rank_dir_name
 from msprobe.core.naming import MODULE_PREFIXES
 from msprobe.core.overflow.scan import scan_rank
 
@@ -32,7 +33,7 @@ class Anomaly:
 
     Attributes:
         kind: ``origin``, ``received`` (collective fed by `from_ranks`) or ``inherited``.
-        label: ``rank_N`` or ``proc_N`` (the directory it was read from).
+        label: ``rank_N`` or ``proc{pid}`` (the directory it was read from).
         stack: call-stack lines of the node (of its forward call for a backward node), may be empty.
         construct: the node and its enclosing modules, innermost first.
     """
@@ -90,7 +91,8 @@ class OverflowAnalysis:
 
 
 def _label(rd):
-    return f"{'proc' if rd.is_proc else 'rank'}_{rd.rank}"
+    """msProbe's `rank_N` key for a rank; a process dir keeps its dump-format name, `proc{pid}`."""
+    return rank_dir_name(None, rd.rank) if rd.is_proc else f"rank_{rd.rank}"
 
 
 def _anomaly(kind, rd, reader, node, from_ranks=()):

@@ -26,8 +26,8 @@ _RANDOM = frozenset({"dropout", "dropout2d", "dropout3d", "rand", "randn", "rand
 _GRAD_RANGE = (-1.0, 1.0)
 
 
-def create_executor(device=None, custom_apis=(), threads=None):
-    return MindSporeExecutor(device, custom_apis, threads)
+def create_executor(device=None, custom_apis=(), threads=None, api_sources=None):
+    return MindSporeExecutor(device, custom_apis, threads, api_sources)
 
 
 def accelerator_count():
@@ -54,16 +54,17 @@ class MindSporeExecutor(CaseExecutor):
         device: device id under test (Ascend); ignored on a CPU-only install.
         custom_apis: ('Prefix=python.module', ...) for APIs registered with register_custom_api.
         threads: accepted for the runner's interface; MindSpore keeps its own thread settings.
+        api_sources: the dump's api_sources.json (Primitive arguments, custom API modules), or None.
     """
 
     framework = "mindspore"
 
-    def __init__(self, device=None, custom_apis=(), threads=None):
+    def __init__(self, device=None, custom_apis=(), threads=None, api_sources=None):
         target = ms.get_context("device_target")
         if target != "CPU" and device is not None:
             ms.set_device(target, device)
         self.device_name = target if device is None or target == "CPU" else f"{target}:{device}"
-        self.resolver = MindSporeResolver(custom_apis)
+        self.resolver = MindSporeResolver(custom_apis, api_sources)
 
     def _random_api_reason(self, case, name):
         if name in _RANDOM:
@@ -74,44 +75,54 @@ class MindSporeExecutor(CaseExecutor):
         func, tree, named, grad_index = self._prepare(case, source, rng, run, is_in_place)
         tested = {id(spec): self._tensor(run.inputs[key], spec) for key, spec in named}
         bench = {k: _upcast(t) for k, t in tested.items()}
+        # a rebuilt Primitive may have a float64 benchmark of its own that gives some of its outputs
+        bench_func = getattr(func, "bench", func)
+        compared = getattr(func, "compared_outputs", None)
 
-        def call(leaves, diff=()):
+        def call(leaves, api):
             def fn(*diff_values):
                 values = dict(leaves)
                 for i, v in zip(grad_index, diff_values):
                     values[id(named[i][1])] = v
                 args, kwargs = build_call(tree, values, _value)
-                return func(*args, **kwargs)
+                return api(*args, **kwargs)
             return fn
 
+        def outputs(out, of_bench):
+            flat = _flatten(out)
+            return flat if of_bench or compared is None else [flat[i] for i in compared if i < len(flat)]
+
         try:
-            out_t = call(tested)()
+            out_t = call(tested, func)()
         except Exception as e:
             dt = ", ".join(sorted({s.dtype_name for _, s in named})) or "no tensors"
             raise SkipCase(f"cannot run on {self.device_name} ({dt}): {_first_line(e)}") from None
         try:
-            out_b = call(bench)()
+            out_b = call(bench, bench_func)()
         except Exception as e:
             raise SkipCase(f"benchmark in float64 failed: {_first_line(e)}") from None
-        flat_t, flat_b = _flatten(out_t), _flatten(out_b)
+        flat_t, flat_b = outputs(out_t, False), outputs(out_b, True)
         if len(flat_t) != len(flat_b):
             raise SkipCase(f"tested and benchmark runs returned {len(flat_t)} and {len(flat_b)} outputs")
         for (path, t), (_, b) in zip(flat_t, flat_b):
             run.forward.append(_compared(f"{case.name}.forward.output.{path}", t, b))
         if grad_index:
-            self._backward(case, source, rng, run, named, grad_index, tested, bench, call, flat_t, flat_b)
+            self._backward(case, source, rng, run, named, grad_index, tested, bench,
+                           (call(tested, func), call(bench, bench_func)), outputs, compared, flat_t, flat_b)
 
-    def _backward(self, case, source, rng, run, named, grad_index, tested, bench, call, flat_t, flat_b):
+    def _backward(self, case, source, rng, run, named, grad_index, tested, bench, fns, outputs, compared, flat_t,
+                  flat_b):
         grad_specs = output_gradient_specs(case)
         sens_t, sens_b, picked = [], [], []
         for j, (_, t) in enumerate(flat_t):
             if not (isinstance(t, ms.Tensor) and t.dtype in _FLOATS):
                 continue
-            spec = grad_specs[j] if j < len(grad_specs) else None
+            k = compared[j] if compared else j  # the output's place among all the API's outputs
+            spec = grad_specs[k] if k < len(grad_specs) else None
             if not isinstance(spec, TensorSpec) or spec.shape != tuple(t.shape):
                 canonical = dtypes.canonical_dtype(str(t.dtype)) or "float32"
                 spec = TensorSpec(canonical, str(t.dtype), tuple(t.shape), _GRAD_RANGE[1], _GRAD_RANGE[0], None, None)
-            key = f"backward.input.{j}"
+            key = f"backward.input.{k}"
             run.inputs[key] = source.array(spec, rng)
             g = self._tensor(run.inputs[key], spec).astype(t.dtype)
             sens_t.append(g)
@@ -121,12 +132,12 @@ class MindSporeExecutor(CaseExecutor):
             run.backward_skip = "no floating-point output to differentiate"
             return
         got = []
-        for leaves, sens, label in ((tested, sens_t, "tested"), (bench, sens_b, "benchmark")):
+        for leaves, sens, fn, of_bench, label in ((tested, sens_t, fns[0], False, "tested"),
+                                                  (bench, sens_b, fns[1], True, "benchmark")):
             diff = [leaves[id(named[i][1])] for i in grad_index]
-            fn = call(leaves)
 
-            def selected(*xs, fn=fn):
-                flat = _flatten(fn(*xs))
+            def selected(*xs, fn=fn, of_bench=of_bench):
+                flat = outputs(fn(*xs), of_bench)
                 return tuple(flat[j][1] for j in picked)
             try:
                 _, vjp_fn = ms.vjp(selected, *diff)

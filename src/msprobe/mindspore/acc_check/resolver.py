@@ -1,5 +1,7 @@
 """Dump name (`Mint.where`, `MintFunctional.relu`, `Functional.matmul`, `Tensor.transpose`) -> MindSpore
 callable, through the dumper's own API table read in reverse, then the namespace the prefix names.
+`Primitive.conv2d.Conv2D.{n}` -> the primitive instance call n ran, rebuilt from the constructor
+arguments in the dump's api_sources.json.
 """
 
 import inspect
@@ -7,7 +9,9 @@ import inspect
 import mindspore as ms
 
 from msprobe.core.acc_check.api_names import ApiResolver, Unresolvable, unknown_prefix
+from msprobe.mindspore.acc_check.primitives import RebuiltPrimitive
 from msprobe.mindspore.capture.api_table import build_api_table
+from msprobe.mindspore.capture.primitive_attrs import UnrebuildableArgument, primitive_from_entry
 
 _NAMESPACES = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.functional,
                "Functional": lambda: ms.ops, "Tensor": lambda: ms.Tensor}
@@ -16,10 +20,30 @@ _NAMESPACES = {"Mint": lambda: ms.mint, "MintFunctional": lambda: ms.mint.nn.fun
 class MindSporeResolver(ApiResolver):
     """MindSpore callables (and attribute-free Primitives) for dump names; see ApiResolver."""
 
-    def __init__(self, custom_apis=()):
-        super().__init__(custom_apis)
+    def __init__(self, custom_apis=(), api_sources=None):
+        super().__init__(custom_apis, api_sources)
         self._table = {(prefix, attr): getattr(owner, attr, None)
                        for owner, attr, prefix, _ in build_api_table()}
+        self._rebuilt = {}  # (dump name, instance index) -> RebuiltPrimitive or Unresolvable
+
+    def resolve_case(self, case):
+        entry = self.sources["primitives"].get(f"Primitive.{case.api}") if case.prefix == "Primitive" else None
+        if entry is None:
+            return self.resolve(case.prefix, case.api)
+        calls = entry.get("calls", [])
+        n = int(case.name.rsplit(".", 1)[1])
+        if n >= len(calls):
+            raise Unresolvable(f"{case.name}: api_sources.json records {len(calls)} calls of Primitive.{case.api}")
+        key = (case.api, calls[n])
+        if key not in self._rebuilt:
+            try:
+                self._rebuilt[key] = RebuiltPrimitive(primitive_from_entry(entry["instances"][calls[n]]))
+            except (UnrebuildableArgument, ValueError) as e:  # ValueError: no float64 benchmark for its arguments
+                self._rebuilt[key] = Unresolvable(f"Primitive.{case.api}: {e}")
+        hit = self._rebuilt[key]
+        if isinstance(hit, Unresolvable):
+            raise hit
+        return hit
 
     def _find_builtin(self, prefix, api):
         if prefix == "Primitive":
@@ -37,8 +61,8 @@ class MindSporeResolver(ApiResolver):
 
 
 def _primitive(api):
-    """`Primitive.dense.Dense` -> a Dense() instance. Only primitives without constructor attributes
-    are rebuilt: the dump does not record attributes, and guessing them would fake errors."""
+    """`Primitive.relu.ReLU` -> a ReLU() instance, for a dump without api_sources.json: only primitives
+    without constructor arguments are rebuilt then, as guessing arguments would fake errors."""
     from mindspore.ops import operations
     cls = getattr(operations, api.rsplit(".", 1)[-1], None)
     if not isinstance(cls, type):
@@ -46,5 +70,6 @@ def _primitive(api):
     params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
     if params:
         names = ", ".join(p.name for p in params)
-        raise Unresolvable(f"Primitive.{api}: its constructor attributes ({names}) are not in the dump")
+        raise Unresolvable(f"Primitive.{api}: its constructor arguments ({names}) are not in this dump "
+                           "(no api_sources.json beside dump.json: dumped by msProbe or an older msprobe)")
     return cls()

@@ -19,6 +19,7 @@ import functools
 
 from msprobe.core.errors import MsprobeError
 from msprobe.mindspore import _state
+from msprobe.mindspore.capture.primitive_attrs import describe_primitive
 
 
 def _wrap(orig, prefix, name, inplace):
@@ -36,13 +37,23 @@ def _wrap(orig, prefix, name, inplace):
 
 
 class PrimitiveCall:
-    """Stands in for a Primitive held by a Cell: records the call, forwards attribute access."""
+    """Stands in for a Primitive held by a Cell: records the call, forwards attribute access.
 
-    def __init__(self, prim, attr):
+    With an `ApiSources` (core/dump/api_sources.py) it also notes which instance each recorded call
+    ran, under the same condition as the wrapper's, so call n of the name is the dump's `.{n}.`.
+    """
+
+    def __init__(self, prim, attr, sources=None):
         self.__dict__["_prim"] = prim
+        self.__dict__["_name"] = f"Primitive.{attr}.{prim.name}"
+        self.__dict__["_sources"] = sources
         self.__dict__["_wrapped"] = _wrap(prim, "Primitive", f"{attr}.{prim.name}", False)
 
     def __call__(self, *args, **kwargs):
+        sources = self._sources
+        if sources is not None and _state.session is not None and _state.recording and not _state.busy \
+                and not _state.depth:
+            sources.primitive_called(self._name, self._prim, describe_primitive)
         return self._wrapped(*args, **kwargs)
 
     def __getattr__(self, name):
@@ -144,8 +155,9 @@ class PatchedApis:
             wrapper = self._wrappers["jit"] = _jit_call(orig)
         cls.__call__ = wrapper
 
-    def patch_primitives(self, cells):
-        """Wrap the Primitive instances that `cells` (a list of Cells) hold as attributes."""
+    def patch_primitives(self, cells, sources=None):
+        """Wrap the Primitive instances that `cells` (a list of Cells) hold as attributes; `sources`
+        (an ApiSources) learns each recorded call's constructor arguments."""
         from mindspore.ops.primitive import Primitive
         if self._prims:
             return
@@ -153,7 +165,7 @@ class PatchedApis:
             for attr, value in list(vars(cell).items()):
                 if isinstance(value, Primitive):
                     self._prims.append((cell, attr, value))
-                    cell.__dict__[attr] = PrimitiveCall(value, attr)
+                    cell.__dict__[attr] = PrimitiveCall(value, attr, sources)
 
     def restore_primitives(self):
         """Put the model's own Primitives back: a Cell holding a PrimitiveCall cannot be compiled by

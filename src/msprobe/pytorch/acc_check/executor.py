@@ -25,9 +25,14 @@ _CPU = torch.device("cpu")
 _GRAD_RANGE = (-1.0, 1.0)  # output gradient when the backward record does not describe one
 
 
-def create_executor(device=None, custom_apis=(), threads=1):
+def create_executor(device=None, custom_apis=(), threads=1, api_sources=None):
     """A TorchExecutor; threads=None leaves torch's thread count alone (see run_acc_check for why 1)."""
-    return TorchExecutor(device, custom_apis, threads)
+    return TorchExecutor(device, custom_apis, threads, api_sources)
+
+
+def device_name(device):
+    """How messages name a device: "CPU" (as MindSpore's executor and the CLI do), else "cuda:0", "npu:1"."""
+    return "CPU" if device.type == "cpu" else str(device)
 
 
 def pick_device(index=None):
@@ -75,16 +80,17 @@ class TorchExecutor(CaseExecutor):
         device: device index under test; None = accelerator 0 when there is one, else the CPU.
         custom_apis: ('Prefix=python.module', ...) for APIs registered with register_custom_api.
         threads: torch intra-op threads (set by multi-worker runs).
+        api_sources: the dump's api_sources.json (where its custom APIs live), or None.
     """
 
     framework = "pytorch"
 
-    def __init__(self, device=None, custom_apis=(), threads=None):
+    def __init__(self, device=None, custom_apis=(), threads=None, api_sources=None):
         if threads:
             torch.set_num_threads(threads)
         self.device = pick_device(device)
-        self.device_name = str(self.device)
-        self.resolver = TorchResolver(custom_apis)
+        self.device_name = device_name(self.device)
+        self.resolver = TorchResolver(custom_apis, api_sources)
 
     # -- one case ------------------------------------------------------------------------------
     def _random_api_reason(self, case, name):
@@ -121,7 +127,7 @@ class TorchExecutor(CaseExecutor):
             try:
                 out_b = func(*args_b, **kwargs_b)
             except Exception as e:
-                raise SkipCase(f"benchmark on cpu in float64 failed: {_first_line(e)}") from None
+                raise SkipCase(f"benchmark on CPU in float64 failed: {_first_line(e)}") from None
 
         flat_t, flat_b = _flatten(out_t), _flatten(out_b)
         if len(flat_t) != len(flat_b):
@@ -162,7 +168,7 @@ class TorchExecutor(CaseExecutor):
         try:
             got_b = _vjp(outs_b, inputs_b, grads_b)
         except Exception as e:
-            run.backward_skip = f"benchmark backward on cpu in float64 failed: {_first_line(e)}"
+            run.backward_skip = f"benchmark backward on CPU in float64 failed: {_first_line(e)}"
             return
         for i, gt, gb in zip(grad_index, got_t, got_b):
             if gt is None or gb is None:

@@ -1,6 +1,7 @@
 """Dump name (`Functional.linear`, `Tensor.__add__`, `Torch.linalg_norm`, `Aten.add.Tensor`) -> torch
 callable, through the dumper's own API table read in reverse, then the namespaces the prefix names.
-Custom APIs (register_custom_api) are found through `Prefix=python.module` entries.
+Custom APIs (register_custom_api) are found where the dump's api_sources.json says, or through
+`Prefix=python.module` entries.
 """
 
 
@@ -15,8 +16,8 @@ _SUBMODULES = {"linalg_": "linalg", "fft_": "fft", "special_": "special"}
 class TorchResolver(ApiResolver):
     """torch callables for dump names; see ApiResolver."""
 
-    def __init__(self, custom_apis=()):
-        super().__init__(custom_apis)
+    def __init__(self, custom_apis=(), api_sources=None):
+        super().__init__(custom_apis, api_sources)
         self._table = {v: f for f, v in build_api_table().items()}
 
     def _find_builtin(self, prefix, api):
