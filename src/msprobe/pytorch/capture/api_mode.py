@@ -13,7 +13,7 @@ from msprobe.pytorch.capture.api_table import build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
 
 
-def _inplace_flag_position(func):
+def inplace_flag_position(func):
     """Position of an `inplace` parameter (F.relu(x, inplace=True) changes x), or None."""
     try:
         params = list(inspect.signature(func).parameters)
@@ -39,13 +39,22 @@ class ApiCapture(TorchFunctionMode):
         # func -> (prefix, name, inplace, operator?, position of an `inplace` flag), resolved once so the
         # hot path is one dict lookup
         self._table = {f: (p, n, is_inplace(n), p == "Tensor" and n in OPERATOR_METHODS,
-                           _inplace_flag_position(f) if p == "Functional" else None)
+                           inplace_flag_position(f) if p == "Functional" else None)
                        for f, (p, n) in table.items()}
         self._unrecorded = {}  # func -> changes an argument in place by its name
+        # capture/compiled.py while a compiled model may run (set by the debugger): Dynamo traces this
+        # handler, and the code it compiles calls torch APIs of its own through it
+        self.compiled = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        compiled = self.compiled
+        if compiled is not None:
+            if compiled.is_compiling():
+                return compiled.traced_api_call(func, args, kwargs)
+            if compiled.called_by_compiler():
+                return func(*args, **kwargs)
         info = self._table.get(func)
         session = _state.session
         if info is None or session is None or _state.busy or _state.depth:
