@@ -4,6 +4,7 @@
                 submodules; L2 adds the aten mode under the API mode.
 """
 
+import logging
 import sys
 
 import torch
@@ -18,6 +19,8 @@ from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture, has_compiled_modules
 from msprobe.pytorch.capture.patched_api import PatchedApis
 from msprobe.pytorch.session import DumpSession, current_rank
+
+logger = logging.getLogger(__name__)
 
 
 class PrecisionDebugger(StepApiSources, DumpLifecycle):
@@ -54,6 +57,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._optim_handles = []
         self._compile_marker = None  # capture/compiled.py's CompileMarker while a compiled model is dumped at L0
         self._record_order = None  # capture/compiled.py's RecordOrder, held from a dumped step's start() to its end
+        self._compile_noted = set()  # the notes about a compiled model start() has given
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, model=None, token_range=None, rank_id=None):
@@ -126,30 +130,39 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
     def _capture_on(self):
         level = self.config.level
         compiled = _compiled_capture()
+        compiled_model = compiled is not None and self._model is not None and has_compiled_modules(self._model)
         if compiled is not None:
             if self._record_order is None:
                 self._record_order = compiled.RecordOrder()
             self._record_order.hold()  # until the step ends: its backward may compile after stop()
+        if compiled_model:
+            for note in compiled.compile_notes(self._model, level):
+                if note not in self._compile_noted:
+                    self._compile_noted.add(note)
+                    logger.warning(note)
         if level in ("L0", "mix"):
             if self._modules is None:
                 self._modules = ModuleCapture(self._model)
             self._modules.compiled = compiled
             self._modules.attach()
-            if level == "L0" and compiled is not None and self._compile_marker is None and has_compiled_modules(
-                    self._model):
+            if level == "L0" and compiled_model and self._compile_marker is None:
                 self._compile_marker = compiled.CompileMarker()
                 self._compile_marker.__enter__()
         if level in ("L1", "mix", "L2"):
             if self._api_capture is None:
                 self._api_capture = ApiCapture()
             self._api_capture.compiled = compiled
+            # L2 on a compiled model: an aten-level mode would stop Dynamo compiling; the compiled graphs
+            # record the aten ops instead (capture/compiled_aten.py)
+            self._api_capture.aten = level == "L2" and compiled_model
             if self._capturing:
                 return
             self._api_capture.__enter__()
-            if level == "L2":  # entered after ApiCapture: the API handler runs first, then aten below it
-                if self._aten_capture is None:
-                    self._aten_capture = AtenCapture()
-                self._aten_capture.__enter__()
+            if level == "L2":
+                if not compiled_model:  # entered after ApiCapture: the API handler runs first, then aten below it
+                    if self._aten_capture is None:
+                        self._aten_capture = AtenCapture()
+                    self._aten_capture.__enter__()
             else:
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
@@ -178,7 +191,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._capturing = False
         if self._api_capture is not None and self.config.level in ("L1", "mix", "L2"):
             try:
-                if self.config.level == "L2":
+                if self.config.level == "L2" and not self._api_capture.aten:
                     self._aten_capture.__exit__(None, None, None)
                 self._api_capture.__exit__(None, None, None)
             except Exception as e:  # another mode was pushed after ours and not popped

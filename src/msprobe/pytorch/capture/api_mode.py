@@ -45,6 +45,7 @@ class ApiCapture(TorchFunctionMode):
         # capture/compiled.py while a compiled model may run (set by the debugger): Dynamo traces this
         # handler, and the code it compiles calls torch APIs of its own through it
         self.compiled = None
+        self.aten = False  # level L2: records in compiled graphs hold the aten ops each API dispatches
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -52,7 +53,7 @@ class ApiCapture(TorchFunctionMode):
         compiled = self.compiled
         if compiled is not None:
             if compiled.is_compiling():
-                return compiled.traced_api_call(func, args, kwargs)
+                return compiled.traced_api_call(func, args, kwargs, self.aten)
             if compiled.called_by_compiler():
                 return func(*args, **kwargs)
         info = self._table.get(func)

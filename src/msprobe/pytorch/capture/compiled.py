@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from msprobe.core import naming
 from msprobe.pytorch import _state
+from msprobe.pytorch.capture.compiled_aten import aten_plan, emit_aten_records
 from msprobe.pytorch.capture.compiled_sites import (api_name, describe, mark_outputs, mark_requires_grad, outputs_of,
                                                     outputs_text, rebuild, site_of, site_text)
 from msprobe.pytorch.tool_work import tool_work
@@ -68,9 +69,10 @@ _register_effect()
 
 # -- traced by Dynamo ------------------------------------------------------------------------------
 
-def traced_api_call(func, args, kwargs):
+def traced_api_call(func, args, kwargs, aten=False):
     """The L1 mode's handler while Dynamo traces: run `func`, put its record op (and its backward
-    hooks) into the graph."""
+    hooks) into the graph. `aten` (level L2): the record holds the aten ops eager would record
+    (capture/compiled_aten.py) and the compiled backward is not hooked."""
     info = api_name(func)
     if info is None:
         return func(*args, **kwargs)
@@ -84,7 +86,8 @@ def traced_api_call(func, args, kwargs):
     # the inputs as they are before the call (F.batch_norm updates its running statistics): copies that
     # the compiled graph drops wherever the call changes nothing
     seen = [_clone(t) for t in ins]
-    backward = not inplace and torch.is_grad_enabled()
+    plan = _traced_plan(func, a_desc, k_desc, ins) if aten else ""
+    backward = not inplace and not aten and torch.is_grad_enabled()
     hooked = _hooked_inputs(ins, alias=not mutates) if backward else []
     site = site_text("api", (prefix, name, inplace), func, a_desc, k_desc, None, tuple(p for p, _, _ in hooked),
                      (), len(ins))
@@ -96,9 +99,19 @@ def traced_api_call(func, args, kwargs):
     outs = []
     o_desc = describe(result, outs, syms)
     grad_out = tuple(i for i, t in enumerate(outs) if t.requires_grad) if backward else ()
-    torch.ops.msprobe.record(seen + outs, [CALL] + syms, site, outputs_text(o_desc, grad_out))
+    torch.ops.msprobe.record(seen + outs, [CALL] + syms, site, outputs_text(o_desc, grad_out, plan))
     _hook(site, outs, grad_out, ())
     return out
+
+
+def _traced_plan(func, a_desc, k_desc, ins):
+    """`aten_plan` of a call whose inputs have static shapes (meta tensors are built from them), else ""."""
+    for t in ins:
+        for d in tuple(t.shape) + tuple(t.stride()):
+            if not isinstance(d, int):
+                return ""
+    metas = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad) for t in ins)
+    return aten_plan(func, a_desc, k_desc, metas)
 
 
 def traced_module_begin(base, module, args, kwargs):
@@ -178,6 +191,43 @@ def _hook(site, outs, grad_out, aliases):
 
 def _on_grad(site, kind, pos, grad):
     torch.ops.msprobe.record([grad], [kind, pos], site, "")
+
+
+# backends known to run the graph's PyTorch ops, msprobe::record among them
+_BACKENDS_RUNNING_OPS = ("inductor", "aot_eager", "eager", "aot_eager_decomp_partition", "aot_inductor")
+
+
+def compile_notes(models, level):
+    """The one-line notes start() gives about dumping these compiled models (what cannot work, and what
+    is captured instead)."""
+    notes = []
+    if level == "L2":
+        notes.append("msprobe: level L2 on a compiled model: the aten ops each API dispatches are recorded with "
+                     "statistics of the API's own inputs and outputs; tensors between them, fused away by the "
+                     "compiler, are recorded without (fused_away); aten ops of the compiled backward and of code "
+                     "run between graphs are not recorded")
+    for name, config in _backends(models):
+        if name not in _BACKENDS_RUNNING_OPS:
+            notes.append(f"msprobe: torch.compile backend {name!r}: msprobe records through a custom op "
+                         f"(msprobe::record) that {name!r} may not run; if a dumped step fails to compile, dump "
+                         "with backend 'inductor' or 'aot_eager'")
+        if (config or {}).get("triton.cudagraphs"):
+            notes.append("msprobe: torch.compile mode 'reduce-overhead': graphs that hold msprobe's record op run "
+                         "without CUDA graphs in dumped steps (the numbers are the same; the step is slower)")
+    return notes
+
+
+def _backends(models):
+    """(backend name, options) of each torch.compile wrapper among the models (best effort: Dynamo's
+    attributes, not an API)."""
+    roots = [models] if isinstance(models, torch.nn.Module) else list(models or ())
+    for root in roots:
+        for m in root.modules():
+            backend = getattr(getattr(getattr(getattr(m, "dynamo_ctx", None), "callback", None),
+                                      "_torchdynamo_orig_backend", None), "_torchdynamo_orig_backend", None)
+            if backend is not None:
+                yield getattr(backend, "_compiler_name", None) or getattr(backend, "__name__", "?"), getattr(
+                    backend, "config", None)
 
 
 class RecordOrder:
@@ -315,7 +365,11 @@ class CompiledCalls:
         flt = s.filter
         prefix, name, inplace = site.prefix, site.name, site.inplace
         key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
-        out_desc, grad_out = outputs
+        out_desc, grad_out, plan = outputs
+        if plan:  # level L2: the API names its aten ops' parent only
+            emit_aten_records(s, plan, key, tensors[:site.n_in], tensors[site.n_in:],
+                              site.stack if s.with_stack else None)
+            return
         backward = bool(grad_out) and flt.backward
         gate = s.gate
         if not flt.want_call(key, s.module_stack) or (gate is not None and gate.exhausted):

@@ -101,17 +101,18 @@ def site_text(kind, head, func, args, kwargs, outputs, grad_in, grad_out, n_in):
 
 
 @trace_constant
-def outputs_text(outputs, grad_out):
-    """An API call's outputs (their layout, the positions whose gradients are hooked) as JSON: known only
-    once the call ran, while its site is needed before (an input's hook is set before the call)."""
-    return json.dumps([_json(outputs), list(grad_out)], separators=(",", ":"))
+def outputs_text(outputs, grad_out, plan):
+    """An API call's outputs (their layout, the positions whose gradients are hooked, its aten plan at
+    L2) as JSON: known only once the call ran, while its site is needed before (an input's hook is set
+    before the call)."""
+    return json.dumps([_json(outputs), list(grad_out), plan], separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=4096)
 def outputs_of(text):
-    """(outputs layout, hooked output positions) of an `outputs_text`."""
-    desc, grad_out = json.loads(text)
-    return desc, tuple(grad_out)
+    """(outputs layout, hooked output positions, aten plan text) of an `outputs_text`."""
+    desc, grad_out, plan = json.loads(text)
+    return desc, tuple(grad_out), plan
 
 
 def _slots(desc):
