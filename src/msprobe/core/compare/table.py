@@ -129,6 +129,8 @@ def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None
         same_rg = _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
     cols[C.REQUIRES_GRAD_CONSISTENT] = same_rg.astype(object)
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
+    V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=object),
+                 g["fused"].to_numpy(dtype=object), matched)
 
     ordered = list(C.MODE_COLUMNS[mode])
     if stack is not None:

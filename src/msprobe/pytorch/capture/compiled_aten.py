@@ -35,7 +35,9 @@ class _PlanMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        self.ops.append((func.__name__, args, kwargs, out))
+        # requires_grad as eager's aten mode sees it: below autograd, an output does not require one yet
+        grads = {id(t): t.requires_grad for t in _flat(list(args) + list(kwargs.values())) + _flat(out)}
+        self.ops.append((func.__name__, args, kwargs, out, grads))
         return out
 
 
@@ -50,11 +52,11 @@ def aten_plan(func, args, kwargs, metas):
             out = func(*rebuild(args, ins, ()), **rebuild(kwargs, ins, ()))
     except Exception:  # an API meta tensors cannot run (data-dependent shapes): no aten records
         return ""
-    names = {id(t): ["I", i, t.requires_grad] for i, t in enumerate(ins)}
+    names = {id(t): ("I", i) for i, t in enumerate(ins)}
     for j, t in enumerate(_flat(out)):
-        names.setdefault(id(t), ["O", j, t.requires_grad])
-    plan = [[name, [_layout(x, names) for x in a], {k: _layout(v, names) for k, v in kw.items()}, _layout(o, names)]
-            for name, a, kw, o in mode.ops]
+        names.setdefault(id(t), ("O", j))
+    plan = [[name, [_layout(x, names, grads) for x in a], {k: _layout(v, names, grads) for k, v in kw.items()},
+             _layout(o, names, grads)] for name, a, kw, o, grads in mode.ops]
     return json.dumps(plan, separators=(",", ":"))
 
 
@@ -66,13 +68,15 @@ def _flat(v):
     return []
 
 
-def _layout(v, names):
-    """An aten op's value: a tensor as its name (input/output of the API, or internal with its metadata),
-    containers item by item, anything else as the JSON-able constant it is or its type."""
+def _layout(v, names, grads):
+    """An aten op's value: a tensor as its name (input/output of the API, or internal with its metadata)
+    and requires_grad, containers item by item, anything else as the record eager writes for it."""
     if isinstance(v, torch.Tensor):
-        return names.get(id(v)) or ["X", str(v.dtype), list(v.shape), v.requires_grad]
+        rg = grads.get(id(v), v.requires_grad)
+        name = names.get(id(v))
+        return [name[0], name[1], rg] if name else ["X", str(v.dtype), list(v.shape), rg]
     if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
-        return ["L", [_layout(x, names) for x in v]]
+        return ["L", [_layout(x, names, grads) for x in v]]
     if isinstance(v, torch.Size):
         return ["Z", list(v)]
     # any other value as the record eager writes for it
