@@ -210,3 +210,16 @@ def test_acc_check_throughput_single_round(tmp_path):
     data = json.loads(out.read_text())
     assert data["apis"] == 153  # the 4-block transformer's L1 dump, as the issue names it
     assert data["single"]["apis_per_s"] > 0
+
+
+def test_compile_overhead_quick(tmp_path):
+    """The compiled-model benchmark runs (a small model on aot_eager: Inductor's compile is the slow part):
+    dumped and plain steps swap compiled entries without a compile while timed, and break no graph."""
+    pytest.importorskip("torch")
+    out = tmp_path / "out.json"
+    done = run("compile_overhead.py", "--quick", "--quiet", "--configs", "none,stat_L1,after_stop",
+               "--backend", "aot_eager", "--blocks", "1", "--dim", "32", "--seq", "16", "--json", str(out))
+    got = json.loads(out.read_text())
+    assert got["recompiles_while_timed"] == 0 and got["graph_breaks"] == 0
+    assert got["configs"]["stat_L1"]["ratio"] > 0 and len(got["configs"]["stat_L1"]["round_ratios"]) == 2
+    assert "stat_L1" in done.stdout and "after_stop" in done.stdout

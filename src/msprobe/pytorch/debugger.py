@@ -55,7 +55,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._modules = None
         self._patched = PatchedApis()
         self._optim_handles = []
-        self._compile_marker = None  # capture/compiled.py's CompileMarker while a compiled model is dumped at L0
+        self._compile_marker = None  # capture/compiled.py's marker of the level while a compiled model is dumped
         self._record_order = None  # capture/compiled.py's RecordOrder, held from a dumped step's start() to its end
         self._compile_noted = set()  # the notes about a compiled model start() has given
 
@@ -145,9 +145,9 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
                 self._modules = ModuleCapture(self._model)
             self._modules.compiled = compiled
             self._modules.attach()
-            if level == "L0" and compiled_model and self._compile_marker is None:
-                self._compile_marker = compiled.CompileMarker()
-                self._compile_marker.__enter__()
+        if compiled_model and level != "L1" and self._compile_marker is None:  # below the L1 mode: entered first
+            self._compile_marker = compiled.marker(level)
+            self._compile_marker.__enter__()
         if level in ("L1", "mix", "L2"):
             if self._api_capture is None:
                 self._api_capture = ApiCapture()

@@ -251,12 +251,23 @@ class RecordOrder:
 
 
 class CompileMarker(TorchFunctionMode):
-    """Pushed while a compiled model is dumped at L0: the torch-function mode stack is what Dynamo
-    guards (module hooks are not), so the dumped steps get their own compiled code with the hooks in
-    it and the others keep theirs."""
+    """Pushed (under the L1 mode, if any) while a compiled model is dumped at L0, mix or L2: the
+    torch-function mode stack, compared by the modes' types, is what Dynamo guards (module hooks are not),
+    so each of these levels gets compiled code of its own with its hooks in it, and plain steps keep
+    theirs. `marker(level)` gives one of a class per level."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
+
+
+_MARKERS = {}
+
+
+def marker(level):
+    cls = _MARKERS.get(level)
+    if cls is None:
+        cls = _MARKERS[level] = type(f"CompileMarker{level}", (CompileMarker,), {})
+    return cls()
 
 
 # -- run time ---------------------------------------------------------------------------------------
