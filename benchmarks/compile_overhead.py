@@ -3,7 +3,8 @@ without the tool, measured in one interleaved run.
 
 One compiled model serves every config: Dynamo keeps a compiled entry for dumped steps (msprobe's mode
 on the torch-function stack) beside the one for plain steps, so the configs swap entries without
-recompiling. Each config is warmed up first (its compile is not timed); then, for `--rounds` rounds,
+recompiling. Each config is warmed up first, twice over (compiles are not timed: the second pass
+compiles what the other configs' debuggers changed, such as their module hooks); then, for `--rounds` rounds,
 every config runs a slot of `--steps` timed training steps, the configs taking turns with a `none`
 slot between any two. A timed step with a debugger is
 
@@ -125,11 +126,13 @@ def measure(args, log):
         runners = {c: Runner(c, model, compiled, batch, root) for c in args.configs}
         base = runners["none"]
         others = [runners[c] for c in args.configs if c != "none"]
-        for r in [base] + others:  # compiles each config's entry once (the first step of a config)
-            t = time.perf_counter()
-            r.step()
-            r.step()
-            log(f"warm-up {r.config}: {time.perf_counter() - t:.1f} s")
+        # each config's entry compiles at its first step; a second pass compiles again what the later
+        # configs' debuggers changed (their module hooks, installed until close(), are guarded)
+        for attempt in range(2):
+            for r in [base] + others:
+                t = time.perf_counter()
+                r.step()
+                log(f"warm-up {attempt + 1} {r.config}: {time.perf_counter() - t:.1f} s")
         counters = torch._dynamo.utils.counters  # torch.compile loaded Dynamo
         graphs_before = counters["stats"]["unique_graphs"]
         ratios = {r.config: [] for r in others}

@@ -3,7 +3,8 @@
 Row checks (dtype, shape, requires_grad, non-tensor values, inf/nan against finite, checksum) flag the
 row itself. Input-vs-output checks look at all input (and parameter) rows of one API/module call
 against its output rows and flag the call's first output row, where the error shows.
-Worst level wins: error > warning > pass. Rows without a golden partner get "N/A".
+Worst level wins: error > warning > pass. Rows without a golden partner get "N/A"; rows whose tensor one
+run never held (a compiled run's `fused_away` record) get "fused away".
 """
 from __future__ import annotations
 
