@@ -138,6 +138,21 @@ def test_levels_fullgraph(tmp_path, name, level):
     assert_same_records(eager, compiled, rel=1e-6)
 
 
+def test_dynamic_shapes(tmp_path):
+    """Sequence lengths that change between steps (symbolic shapes, dynamic=True): every int and float
+    argument reaches the record op at run time, so the records are the eager ones."""
+    gen = torch.Generator().manual_seed(1)
+    data = [(torch.randn(2, t, 16, generator=gen), torch.randint(0, 5, (2, t), generator=gen)) for t in (6, 9)]
+    eager, _ = dump_run(tmp_path / "e", "transformer", "L1", data=data)
+    torch._dynamo.reset()
+    breaks = graph_breaks()
+    compiled, _ = dump_run(tmp_path / "c", "transformer", "L1", data=data,
+                           compile_kwargs={"backend": "aot_eager", "dynamic": True})
+    assert graph_breaks() == breaks
+    assert_same_records(eager, compiled, rel=1e-6)
+    assert compiled[1]["Tensor.reshape.0.forward"]["input_args"][2] == {"type": "int", "value": 9}
+
+
 class BreakingNet(nn.Module):
     """A forward Dynamo cannot compile whole: the middle runs eagerly between two graphs."""
 
@@ -291,7 +306,8 @@ def test_compare_names_a_compile_only_numerics_change(tmp_path, monkeypatch):
     def sigmoid_gelu(x, approximate="none"):
         return x * torch.sigmoid(1.702 * x)
 
-    monkeypatch.setitem(decomposition.decompositions, torch.ops.aten.gelu.default, sigmoid_gelu)
+    for table in (decomposition.decompositions, decomposition.fast_random_decomps()):  # (the latter: cached)
+        monkeypatch.setitem(table, torch.ops.aten.gelu.default, sigmoid_gelu)
     monkeypatch.setattr(inductor_config, "force_disable_caches", True)  # no cached kernel of the real gelu
     gen = torch.Generator().manual_seed(3)
     data = [(3 * torch.randn(32, 16, generator=gen), torch.randint(0, 4, (32,), generator=gen))]

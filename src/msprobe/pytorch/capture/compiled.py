@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from msprobe.core import naming
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.compiled_aten import aten_plan, emit_aten_records
+from msprobe.pytorch.capture.compiled_aten import emit_aten_records
 from msprobe.pytorch.capture.compiled_sites import (api_name, describe, mark_outputs, mark_requires_grad, outputs_of,
                                                     outputs_text, rebuild, site_of, site_text)
 from msprobe.pytorch.tool_work import tool_work
@@ -41,9 +41,10 @@ is_compiling = torch.compiler.is_compiling
 
 
 @torch.library.custom_op("msprobe::record", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
-def record(tensors: list[torch.Tensor], ints: list[int], site: str, outputs: str) -> None:
-    """One event of a compiled call: `ints` is (event kind, then a gradient's position or the call's
-    symbolic ints), `site` the call site's text, `outputs` an API call's outputs (`outputs_text`)."""
+def record(tensors: list[torch.Tensor], ints: list[int], floats: list[float], site: str, outputs: str) -> None:
+    """One event of a compiled call: `ints` is (event kind, then a gradient's position or the call's int
+    arguments), `floats` its float arguments, `site` the call site's text, `outputs` an API call's outputs
+    (`outputs_text`)."""
     session = _state.session
     if session is None or _state.busy:
         return
@@ -51,11 +52,11 @@ def record(tensors: list[torch.Tensor], ints: list[int], site: str, outputs: str
     if calls is None:
         calls = session.compiled_calls = CompiledCalls(session)
     with tool_work():
-        calls.on(ints[0], tensors, ints[1:], site_of(site), outputs)
+        calls.on(ints[0], tensors, ints[1:], floats, site_of(site), outputs)
 
 
 @record.register_fake
-def _record_fake(tensors, ints, site, outputs):
+def _record_fake(tensors, ints, floats, site, outputs):
     return None
 
 
@@ -80,13 +81,12 @@ def traced_api_call(func, args, kwargs, aten=False):
     inplace = inplace or "out" in kwargs  # no backward record, as in eager (api_mode.py, session.py)
     mutates = inplace or (flag is not None and (kwargs.get("inplace") is True
                                                  or (len(args) > flag and args[flag] is True)))
-    ins, syms = [], []
-    a_desc = describe(args, ins, syms)
-    k_desc = describe(kwargs, ins, syms)
+    ins, ints, floats = [], [], []
+    a_desc = describe(args, ins, ints, floats)
+    k_desc = describe(kwargs, ins, ints, floats)
     # the inputs as they are before the call (F.batch_norm updates its running statistics): copies that
     # the compiled graph drops wherever the call changes nothing
     seen = [_clone(t) for t in ins]
-    plan = _traced_plan(func, a_desc, k_desc, ins) if aten else ""
     backward = not inplace and not aten and torch.is_grad_enabled()
     hooked = _hooked_inputs(ins, alias=not mutates) if backward else []
     site = site_text("api", (prefix, name, inplace), func, a_desc, k_desc, None, tuple(p for p, _, _ in hooked),
@@ -97,36 +97,26 @@ def traced_api_call(func, args, kwargs, aten=False):
     out = func(*args, **kwargs)
     result = args[0] if inplace and len(args) > 0 and not isinstance(out, torch.Tensor) else out
     outs = []
-    o_desc = describe(result, outs, syms)
+    o_desc = describe(result, outs, ints, floats)
     grad_out = tuple(i for i, t in enumerate(outs) if t.requires_grad) if backward else ()
-    torch.ops.msprobe.record(seen + outs, [CALL] + syms, site, outputs_text(o_desc, grad_out, plan))
+    torch.ops.msprobe.record(seen + outs, [CALL] + ints, floats, site, outputs_text(o_desc, grad_out, aten))
     _hook(site, outs, grad_out, ())
     return out
-
-
-def _traced_plan(func, a_desc, k_desc, ins):
-    """`aten_plan` of a call whose inputs have static shapes (meta tensors are built from them), else ""."""
-    for t in ins:
-        for d in tuple(t.shape) + tuple(t.stride()):
-            if not isinstance(d, int):
-                return ""
-    metas = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad) for t in ins)
-    return aten_plan(func, a_desc, k_desc, metas)
 
 
 def traced_module_begin(base, module, args, kwargs):
     """A module's pre-hook while Dynamo traces: its begin event; returns (args, kwargs) with the inputs
     that need a gradient replaced by hooked aliases, or None."""
-    ins, syms = [], []
-    a_desc = describe(args, ins, syms)
-    k_desc = describe(kwargs, ins, syms)
+    ins, ints, floats = [], [], []
+    a_desc = describe(args, ins, ints, floats)
+    k_desc = describe(kwargs, ins, ints, floats)
     # torch.nn's in-place modules (ReLU(inplace=True), Dropout(inplace=True)) change their input: an alias
     # changed in place loses its hook, the input itself keeps it
     alias = getattr(module, "inplace", False) is not True
     hooked = _hooked_inputs(ins, alias) if torch.is_grad_enabled() else []
     site = site_text("begin", (base,), None, a_desc, k_desc, None, tuple(pos for pos, _, _ in hooked), (),
                      len(ins))
-    torch.ops.msprobe.record(ins, [BEGIN] + syms, site, "")
+    torch.ops.msprobe.record(ins, [BEGIN] + ints, floats, site, "")
     if not hooked:
         return None
     _hook(site, (), (), hooked)
@@ -135,12 +125,12 @@ def traced_module_begin(base, module, args, kwargs):
 
 def traced_module_end(base, module, output):
     """A module's post-hook while Dynamo traces: its end event (outputs, then its own parameters)."""
-    outs, syms = [], []
-    o_desc = describe(output, outs, syms)
+    outs, ints, floats = [], [], []
+    o_desc = describe(output, outs, ints, floats)
     params = [(n, p) for n, p in module._parameters.items() if p is not None]
     grad_out = tuple(i for i, t in enumerate(outs) if t.requires_grad) if torch.is_grad_enabled() else ()
     site = site_text("end", (base, tuple(n for n, _ in params)), None, None, None, o_desc, (), grad_out, 0)
-    torch.ops.msprobe.record(outs + [p for _, p in params], [END] + syms, site, "")
+    torch.ops.msprobe.record(outs + [p for _, p in params], [END] + ints, floats, site, "")
     _hook(site, outs, grad_out, ())
 
 
@@ -190,7 +180,7 @@ def _hook(site, outs, grad_out, aliases):
 
 
 def _on_grad(site, kind, pos, grad):
-    torch.ops.msprobe.record([grad], [kind, pos], site, "")
+    torch.ops.msprobe.record([grad], [kind, pos], [], site, "")
 
 
 # backends known to run the graph's PyTorch ops, msprobe::record among them
@@ -354,32 +344,31 @@ class CompiledCalls:
         self.waiting = {}  # site pair -> CompiledBackward of forwards whose backward has not begun
         self.running = {}  # site pair -> the CompiledBackward its events fill now
 
-    def on(self, kind, tensors, ints, site, outputs):
+    def on(self, kind, tensors, ints, floats, site, outputs):
         session = self.session
         session.summarizer.forget(tensors)  # a reused buffer keeps its version: nothing cached is valid
         prev, session.defer_forward = session.defer_forward, False
         try:
             if kind == CALL:
-                self._call(site, outputs_of(outputs), tensors, ints)
+                self._call(site, outputs_of(outputs), tensors, ints, floats)
             elif kind == BEGIN:
-                self._begin(site, tensors, ints)
+                self._begin(site, tensors, ints, floats)
             elif kind == END:
-                self._end(site, tensors, ints)
+                self._end(site, tensors, ints, floats)
             else:  # an input's hook carries its index among the op's tensors
                 self._grad(kind, site, site.eager_position(ints[0]) if kind == IN_GRAD else ints[0], tensors[0])
         finally:
             session.defer_forward = prev
 
-    def _call(self, site, outputs, tensors, syms):
+    def _call(self, site, outputs, tensors, ints, floats):
         """An API call: its forward record, as `DumpSession.record_call` makes it."""
         s = self.session
         flt = s.filter
         prefix, name, inplace = site.prefix, site.name, site.inplace
         key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
-        out_desc, grad_out, plan = outputs
-        if plan:  # level L2: the API names its aten ops' parent only
-            emit_aten_records(s, plan, key, tensors[:site.n_in], tensors[site.n_in:],
-                              site.stack if s.with_stack else None)
+        out_desc, grad_out, aten = outputs
+        if aten:  # level L2: the API names its aten ops' parent only
+            emit_aten_records(s, site, key, tensors, ints, floats)
             return
         backward = bool(grad_out) and flt.backward
         gate = s.gate
@@ -391,8 +380,8 @@ class CompiledCalls:
         listed_forward = flt.wants_forward(key, s.module_stack)
         n_out = len(tensors) - site.n_in
         if flt.forward and listed_forward:
-            args, kwargs = rebuild(site.args, tensors, syms), rebuild(site.kwargs, tensors, syms)
-            result = rebuild(out_desc, tensors[site.n_in:], syms)
+            args, kwargs = rebuild(site.args, tensors, ints, floats), rebuild(site.kwargs, tensors, ints, floats)
+            result = rebuild(out_desc, tensors[site.n_in:], ints, floats)
             waits = []
             in_args, in_kwargs = (s.args_records(key, args, kwargs, "input", save and not (inplace and gate is not None),
                                                  waits) if flt.input else ([], {}))
@@ -408,7 +397,7 @@ class CompiledCalls:
             parent = naming.backward_of(s.module_stack[-1]) if s.module_stack else None
             self._wait(site, grad_out, naming.backward_of(key), parent, save and gate is None, n_out)
 
-    def _begin(self, site, tensors, syms):
+    def _begin(self, site, tensors, ints, floats):
         """A module's pre-hook, as ModuleCapture's."""
         s = self.session
         key = f"{site.base}.forward.{s.counter.next(site.base)}"
@@ -418,13 +407,13 @@ class CompiledCalls:
         s.module_stack.append(key)
         inputs = None
         if want:
-            args, kwargs = rebuild(site.args, tensors, syms), rebuild(site.kwargs, tensors, syms)
+            args, kwargs = rebuild(site.args, tensors, ints, floats), rebuild(site.kwargs, tensors, ints, floats)
             inputs = s.module_inputs(key, args, kwargs, site.stack if s.with_stack else None)
             mark_requires_grad(site.args, inputs[3])
             mark_requires_grad(site.kwargs, inputs[4])
         self.frames.append((key, parent, inputs, site))
 
-    def _end(self, site, tensors, syms):
+    def _end(self, site, tensors, ints, floats):
         if not self.frames:
             return
         key, parent, inputs, begin = self.frames.pop()
@@ -437,7 +426,7 @@ class CompiledCalls:
                 self._wait(begin, site.grad_out, None, None, False, 0)
             return
         n_out = len(tensors) - len(site.params)
-        output = rebuild(site.outputs, tensors[:n_out], syms)
+        output = rebuild(site.outputs, tensors[:n_out], ints, floats)
         mark_outputs(site.outputs, s.emit_module(key, parent, inputs, zip(site.params, tensors[n_out:]), output))
         if backward:
             self._wait(begin, site.grad_out, naming.backward_of(key), naming.backward_of(parent) if parent else None,

@@ -3,10 +3,10 @@ their tensors and marked fused away where it does not.
 
 Eager L2 records every aten op below each API. In a compiled graph those ops are Inductor's to fuse:
 the tensors an API hands between its own aten ops (the transposed weight inside F.linear, the exp inside
-softmax) are computed inside kernels and never exist. While Dynamo traces an API, `aten_plan` runs it
-once on meta tensors of the same shapes to list the aten ops eager would record, each argument and
-output named as an input of the API, an output of the API, or an internal tensor. At run time
-(`emit_aten_records`) the first two get statistics from the tensors the record op receives; an
+softmax) are computed inside kernels and never exist. At run time `aten_plan` runs the API once on
+meta tensors of the same shapes (once per call site and shapes) to list the aten ops eager would
+record, each argument and output named as an input of the API, an output of the API, or an internal
+tensor. `emit_aten_records` gives the first two statistics from the tensors the record op receives; an
 internal one is recorded with its dtype and shape, no statistics and `"fused_away": true`, which
 compare shows as "fused away" rather than as a mismatch. Aten ops of the compiled backward are not
 recorded (the debugger says so at start()).
@@ -14,13 +14,17 @@ recorded (the debugger says so at start()).
 Must not import torch._dynamo at import time.
 """
 
-import json
+import functools
+import threading
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.core import naming
-from msprobe.pytorch.capture.compiled_sites import rebuild, trace_constant
+from msprobe.core.dump.json_append import scalar_record
+from msprobe.pytorch.capture.api_table import build_api_table
+from msprobe.pytorch.capture.compiled_sites import rebuild
+from msprobe.pytorch.session import other_value_record
 
 FUSED_AWAY = "fused_away"  # the field a fused-away tensor record carries (true)
 
@@ -41,23 +45,74 @@ class _PlanMode(TorchDispatchMode):
         return out
 
 
-@trace_constant
-def aten_plan(func, args, kwargs, metas):
-    """The aten ops eager's L2 records for `func` on inputs of these layouts and metas ((shape, stride,
-    dtype, requires_grad) per input tensor), as JSON; "" when the call cannot be run on meta tensors."""
-    ins = [torch.empty_strided(shape, stride, dtype=dtype, device="meta").requires_grad_(rg and dtype.is_floating_point)
-           for shape, stride, dtype, rg in metas]
+def aten_plan(site, tensors, ints, floats):
+    """The aten ops eager's L2 records for the API of `site` on inputs like these (their shapes, strides,
+    dtypes, and the call's ints and floats): the API run once on meta tensors; [] when it cannot be."""
+    ins = tensors[:site.n_in]
+    key = (site.pair, tuple((tuple(t.shape), t.stride(), t.dtype) for t in ins), tuple(ints), tuple(floats))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    input_grads = dict(_input_grads(site.args))
+    input_grads.update(_input_grads(site.kwargs))
+    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").requires_grad_(
+        bool(input_grads.get(i)) and t.dtype.is_floating_point) for i, t in enumerate(ins)]
+    func = _api_function(site.prefix, site.name)
+    plan = []
+    if func is not None:
+        # on a thread of its own: the op's body runs below autograd, where the API would not decompose
+        # into the aten ops eager dispatches (and grad mode is on there, as in a training forward)
+        ran = []
+        worker = threading.Thread(target=_run_on_meta, args=(func, site, metas, ints, floats, ran))
+        worker.start()
+        worker.join()
+        if ran:
+            mode, out = ran[0]
+            names = {id(t): ("I", i) for i, t in enumerate(metas)}
+            for j, t in enumerate(_flat(out)):
+                names.setdefault(id(t), ("O", j))
+            plan = [[name, [_layout(x, names, grads) for x in a], {k: _layout(v, names, grads) for k, v in kw.items()},
+                     _layout(o, names, grads)] for name, a, kw, o, grads in mode.ops]
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    return plan
+
+
+_PLANS = {}  # (site, input metadata, ints, floats) -> plan
+
+
+def _run_on_meta(func, site, metas, ints, floats, ran):
     try:
         with _PlanMode() as mode:
-            out = func(*rebuild(args, ins, ()), **rebuild(kwargs, ins, ()))
+            out = func(*rebuild(site.args, metas, ints, floats), **rebuild(site.kwargs, metas, ints, floats))
     except Exception:  # an API meta tensors cannot run (data-dependent shapes): no aten records
-        return ""
-    names = {id(t): ("I", i) for i, t in enumerate(ins)}
-    for j, t in enumerate(_flat(out)):
-        names.setdefault(id(t), ("O", j))
-    plan = [[name, [_layout(x, names, grads) for x in a], {k: _layout(v, names, grads) for k, v in kw.items()},
-             _layout(o, names, grads)] for name, a, kw, o, grads in mode.ops]
-    return json.dumps(plan, separators=(",", ":"))
+        return
+    ran.append((mode, out))
+
+
+def _input_grads(desc):
+    """(tensor index, requires_grad) of the tensor slots of a site's layout (JSON lists)."""
+    if not desc:
+        return
+    tag = desc[0]
+    if tag == "T":
+        yield desc[1], desc[2]
+    elif tag in ("L", "Z"):
+        for x in desc[1]:
+            yield from _input_grads(x)
+    elif tag == "D":
+        for _, x in desc[1]:
+            yield from _input_grads(x)
+
+
+@functools.lru_cache(maxsize=None)
+def _api_function(prefix, name):
+    """The callable an API record names (`Tensor.__add__` from an operator included)."""
+    for func, (p, n) in build_api_table().items():
+        if p == prefix and n == name:
+            return func
+    return getattr(torch.Tensor, name, None) if prefix == "Tensor" else None
 
 
 def _flat(v):
@@ -80,18 +135,19 @@ def _layout(v, names, grads):
     if isinstance(v, torch.Size):
         return ["Z", list(v)]
     # any other value as the record eager writes for it
-    from msprobe.core.dump.json_append import scalar_record
-    from msprobe.pytorch.session import other_value_record
     if v is None:
         return ["R", None]
     return ["R", scalar_record(v) if isinstance(v, (bool, int, float, str)) else other_value_record(v)]
 
 
-def emit_aten_records(session, plan_text, api_key, inputs, outputs, stack):
-    """Records of the aten ops in a plan, under API `api_key` (their parent in construct.json)."""
+def emit_aten_records(session, site, api_key, tensors, ints, floats):
+    """Records of the aten ops API call `api_key` dispatches (their parent in construct.json); `tensors`:
+    the call's inputs, then its outputs."""
     flt = session.filter
     gate = session.gate
-    for name, args, kwargs, out in _plan_of(plan_text):
+    stack = site.stack if session.with_stack else None
+    inputs, outputs = tensors[:site.n_in], tensors[site.n_in:]
+    for name, args, kwargs, out in aten_plan(site, tensors, ints, floats):
         key = naming.api_key("Aten", name, session.counter.next("Aten." + name), naming.FORWARD)
         if not flt.forward or not flt.want_call(key, session.module_stack) or (gate is not None and gate.exhausted):
             continue
@@ -104,16 +160,6 @@ def emit_aten_records(session, plan_text, api_key, inputs, outputs, stack):
         record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
         session.emit(key, record, waits, check=outs)
         session.note_structure(key, api_key, stack)
-
-
-_PLANS = {}
-
-
-def _plan_of(text):
-    plan = _PLANS.get(text)
-    if plan is None:
-        plan = _PLANS[text] = json.loads(text) if text else []
-    return plan
 
 
 class _Values:

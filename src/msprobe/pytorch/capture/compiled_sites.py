@@ -40,29 +40,31 @@ def trace_constant(fn):
 
 # -- traced: argument layouts ---------------------------------------------------------------------
 
-def describe(v, tensors, syms):
-    """Layout of `v` as nested tuples of constants; tensors (appended to `tensors`) and symbolic ints
-    (to `syms`) become slots holding their index, in `flat_tensors` order. Runs under Dynamo."""
+def describe(v, tensors, ints, floats):
+    """Layout of `v` as nested tuples of constants; tensors, ints and floats become slots holding their
+    index in `tensors`, `ints`, `floats` (appended in `flat_tensors` order). Runs under Dynamo, where a
+    symbolic int passes for an int: every number travels through the op's lists, never as a constant."""
     if isinstance(v, torch.Tensor):  # requires_grad as the eager tensor has it (inside a graph none has)
         tensors.append(v)
         return ("T", len(tensors) - 1, v.requires_grad)
-    if isinstance(v, torch.SymInt):
-        syms.append(v)
-        return ("S", len(syms) - 1)
-    if isinstance(v, (torch.SymFloat, torch.SymBool)):
-        return ("?", "float" if isinstance(v, torch.SymFloat) else "bool")
-    if isinstance(v, torch.Size):
-        return ("Z", tuple(describe(x, tensors, syms) for x in v))
-    if isinstance(v, (list, tuple)):
-        return ("L", tuple(describe(x, tensors, syms) for x in v))
-    if isinstance(v, dict):
-        return ("D", tuple((str(k), describe(x, tensors, syms)) for k, x in v.items()))
-    if isinstance(v, slice):
-        return ("SL", describe(v.start, tensors, syms), describe(v.stop, tensors, syms),
-                describe(v.step, tensors, syms))
-    if v is None or v is Ellipsis or isinstance(v, (bool, int, float, str, torch.dtype, torch.device,
-                                                     torch.memory_format, torch.layout)):
+    if isinstance(v, bool) or v is None or v is Ellipsis or isinstance(v, (str, torch.dtype, torch.device,
+                                                                          torch.memory_format, torch.layout)):
         return ("C", v)
+    if isinstance(v, int):
+        ints.append(v)
+        return ("S", len(ints) - 1)
+    if isinstance(v, float):
+        floats.append(v)
+        return ("N", len(floats) - 1)
+    if isinstance(v, torch.Size):
+        return ("Z", tuple(describe(x, tensors, ints, floats) for x in v))
+    if isinstance(v, (list, tuple)):
+        return ("L", tuple(describe(x, tensors, ints, floats) for x in v))
+    if isinstance(v, dict):
+        return ("D", tuple((str(k), describe(x, tensors, ints, floats)) for k, x in v.items()))
+    if isinstance(v, slice):
+        return ("SL", describe(v.start, tensors, ints, floats), describe(v.stop, tensors, ints, floats),
+                describe(v.step, tensors, ints, floats))
     return ("O", type(v).__module__, type(v).__qualname__)
 
 
@@ -101,18 +103,18 @@ def site_text(kind, head, func, args, kwargs, outputs, grad_in, grad_out, n_in):
 
 
 @trace_constant
-def outputs_text(outputs, grad_out, plan):
-    """An API call's outputs (their layout, the positions whose gradients are hooked, its aten plan at
-    L2) as JSON: known only once the call ran, while its site is needed before (an input's hook is set
-    before the call)."""
-    return json.dumps([_json(outputs), list(grad_out), plan], separators=(",", ":"))
+def outputs_text(outputs, grad_out, aten):
+    """An API call's outputs (their layout, the positions whose gradients are hooked, whether its aten ops
+    are recorded: L2) as JSON: known only once the call ran, while its site is needed before (an input's
+    hook is set before the call)."""
+    return json.dumps([_json(outputs), list(grad_out), aten], separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=4096)
 def outputs_of(text):
-    """(outputs layout, hooked output positions, aten plan text) of an `outputs_text`."""
-    desc, grad_out, plan = json.loads(text)
-    return desc, tuple(grad_out), plan
+    """(outputs layout, hooked output positions, aten ops recorded) of an `outputs_text`."""
+    desc, grad_out, aten = json.loads(text)
+    return desc, tuple(grad_out), aten
 
 
 def _slots(desc):
@@ -204,13 +206,11 @@ def _json(desc):
     v = desc[1]
     if v is Ellipsis:
         return ["E"]
-    if isinstance(v, float) and not math.isfinite(v):
-        return ["F", repr(v)]
     if isinstance(v, (torch.dtype, torch.memory_format, torch.layout)):
         return ["A", str(v).rsplit(".", 1)[-1]]  # an attribute of torch: torch.float32, torch.strided
     if isinstance(v, torch.device):
         return ["V", str(v)]
-    if v is None or isinstance(v, (bool, int, float, str)):
+    if v is None or isinstance(v, (bool, int, str)) or isinstance(v, float) and math.isfinite(v):
         return ["C", v]
     return ["O", type(v).__module__, type(v).__qualname__]
 
@@ -303,33 +303,31 @@ def site_of(text):
     return Site(text)
 
 
-def rebuild(desc, tensors, syms):
-    """The value a layout describes, with the run's tensors and ints (lists) in its slots."""
+def rebuild(desc, tensors, ints, floats):
+    """The value a layout describes, with the run's tensors, ints and floats (lists) in its slots."""
     tag = desc[0]
     if tag == "T":
         return tensors[desc[1]]
     if tag == "C":
         return desc[1]
-    if tag == "L":
-        return [rebuild(x, tensors, syms) for x in desc[1]]
-    if tag == "D":
-        return {k: rebuild(x, tensors, syms) for k, x in desc[1]}
     if tag == "S":
-        return syms[desc[1]]
+        return ints[desc[1]]
+    if tag == "N":
+        return floats[desc[1]]
+    if tag == "L":
+        return [rebuild(x, tensors, ints, floats) for x in desc[1]]
+    if tag == "D":
+        return {k: rebuild(x, tensors, ints, floats) for k, x in desc[1]}
     if tag == "A":
         return getattr(torch, desc[1])
     if tag == "Z":
-        return torch.Size([rebuild(x, tensors, syms) for x in desc[1]])
+        return torch.Size([rebuild(x, tensors, ints, floats) for x in desc[1]])
     if tag == "SL":
-        return slice(rebuild(desc[1], tensors, syms), rebuild(desc[2], tensors, syms), rebuild(desc[3], tensors, syms))
+        return slice(*(rebuild(d, tensors, ints, floats) for d in desc[1:]))
     if tag == "V":
         return torch.device(desc[1])
     if tag == "E":
         return Ellipsis
-    if tag == "F":
-        return float(desc[1])
-    if tag == "?":
-        return _opaque_type("builtins", "Sym" + desc[1])()
     return _opaque_type(desc[1], desc[2])()  # "O": an object Dynamo traced through, recorded by its type
 
 
