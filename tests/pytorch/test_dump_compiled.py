@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch._dynamo  # noqa: F401  (the counters below; torch.compile loads it anyway)
+import torch.fx
 from msprobe.core.compare.diagnosis import diagnose
 from msprobe.core.compare.engine import compare_dumps
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records
@@ -340,3 +341,16 @@ def test_backend_note_at_start(tmp_path, caplog):
     notes = [r.getMessage() for r in caplog.records if "my_backend" in r.getMessage()]
     assert len(notes) == 1 and "msprobe::record" in notes[0]
     assert "Functional.linear.0.forward" in DumpReader(find_rank_dirs(str(tmp_path / "dump"))[0].path).keys()
+
+
+def test_user_fx_graph_module_is_the_users_code(tmp_path):
+    """A model the user traced with torch.fx, run eagerly while Dynamo is loaded: its calls come from
+    generated code, like a compiled graph's, and are recorded all the same."""
+    gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), level="L1", task="statistics")
+    dbg.start(gm)
+    gm(torch.randn(2, 4))
+    dbg.stop()
+    dbg.close()
+    keys = DumpReader(find_rank_dirs(str(tmp_path / "dump"))[0].path).keys()
+    assert list(keys) == ["Functional.linear.0.forward", "Functional.relu.0.forward"]

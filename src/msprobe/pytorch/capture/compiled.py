@@ -269,6 +269,8 @@ _PASS_THROUGH = tuple(os.path.join(_TORCH_DIR, f) for f in ("overrides.py", "nn/
 _COMPILER = tuple(os.path.join(_TORCH_DIR, d) for d in (
     "_dynamo", "_functorch", "_inductor", "_higher_order_ops", "_subclasses", "_library", "_ops.py", "fx",
     "_prims", "_refs", "_decomp", "_guards.py", "_compile.py", "autograd/function.py"))
+# what runs a compiled graph (an FX GraphModule called from here is Dynamo's, not the user's)
+_COMPILER_RUNTIME = tuple(os.path.join(_TORCH_DIR, d) for d in ("_dynamo", "_functorch", "_inductor"))
 _from_compiler = {}  # id(code) -> whether its calls are the compiler's own
 
 
@@ -285,9 +287,21 @@ def called_by_compiler(depth=2):
     hit = _from_compiler.get(id(code))
     if hit is None:
         path = code.co_filename
-        hit = _from_compiler[id(code)] = (path.startswith(_COMPILER) or path.startswith("<eval_with_key>")
-                                          or "torchinductor_" in path)
+        hit = path.startswith(_COMPILER) or "torchinductor_" in path  # (Inductor's generated code)
+        if path.startswith("<eval_with_key>"):  # an FX GraphModule: Dynamo's (aot_eager, eager), or the user's
+            hit = _called_by(frame, _COMPILER_RUNTIME)
+        _from_compiler[id(code)] = hit
     return hit
+
+
+def _called_by(frame, dirs, depth=6):
+    for _ in range(depth):
+        frame = frame.f_back
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.startswith(dirs):
+            return True
+    return False
 
 
 class CompiledBackward:
