@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from msprobe.core import naming
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.pytorch.capture.api_table import build_api_table
-from msprobe.pytorch.capture.compiled_sites import rebuild
+from msprobe.pytorch.capture.compiled_sites import rebuild, tensor_slots
 from msprobe.pytorch.session import other_value_record
 
 FUSED_AWAY = "fused_away"  # the field a fused-away tensor record carries (true)
@@ -53,8 +53,7 @@ def aten_plan(site, tensors, ints, floats):
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
-    input_grads = dict(_input_grads(site.args))
-    input_grads.update(_input_grads(site.kwargs))
+    input_grads = {slot[1]: slot[2] for desc in (site.args, site.kwargs) for slot in tensor_slots(desc)}
     metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").requires_grad_(
         bool(input_grads.get(i)) and t.dtype.is_floating_point) for i, t in enumerate(ins)]
     func = _api_function(site.prefix, site.name)
@@ -89,21 +88,6 @@ def _run_on_meta(func, site, metas, ints, floats, ran):
     except Exception:  # an API meta tensors cannot run (data-dependent shapes): no aten records
         return
     ran.append((mode, out))
-
-
-def _input_grads(desc):
-    """(tensor index, requires_grad) of the tensor slots of a site's layout (JSON lists)."""
-    if not desc:
-        return
-    tag = desc[0]
-    if tag == "T":
-        yield desc[1], desc[2]
-    elif tag in ("L", "Z"):
-        for x in desc[1]:
-            yield from _input_grads(x)
-    elif tag == "D":
-        for _, x in desc[1]:
-            yield from _input_grads(x)
 
 
 @functools.lru_cache(maxsize=None)

@@ -94,7 +94,7 @@ def site_text(kind, head, func, args, kwargs, outputs, grad_in, grad_out, n_in):
     order = None
     if func is not None:
         args, kwargs = eager_layout(func, args, kwargs)
-        order = [i for i in _slots(("L", (args, kwargs)))]  # eager's input positions -> the op's tensors
+        order = [slot[1] for slot in tensor_slots(("L", (args, kwargs)))]  # eager's input positions -> the op's
     site = {"k": kind, "h": list(head), "a": _json(args), "kw": _json(kwargs), "o": _json(outputs),
             "gi": list(grad_in), "go": list(grad_out), "n": n_in, "st": _traced_stack()}
     if order is not None and order != sorted(order):
@@ -117,17 +117,20 @@ def outputs_of(text):
     return desc, tuple(grad_out), aten
 
 
-def _slots(desc):
-    """Tensor slot indices of a layout in traversal (`flat_tensors`) order."""
+def tensor_slots(desc):
+    """The tensor slots ("T", index, requires_grad) of a layout (tuples, or lists read from JSON) in
+    traversal (`flat_tensors`) order."""
+    if not desc:
+        return
     tag = desc[0]
     if tag == "T":
-        yield desc[1]
+        yield desc
     elif tag in ("L", "Z"):
         for x in desc[1]:
-            yield from _slots(x)
+            yield from tensor_slots(x)
     elif tag == "D":
         for _, x in desc[1]:
-            yield from _slots(x)
+            yield from tensor_slots(x)
 
 
 class _Captured(Exception):
