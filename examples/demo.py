@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from msprobe.core.compare import compare_dumps
-from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
+from msprobe.core.diagnosis import diagnose, format_diagnosis
 from msprobe.core.dump.summary import format_summary, summarize_dump
 from msprobe.pytorch import PrecisionDebugger, seed_all
 

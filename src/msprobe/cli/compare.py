@@ -124,7 +124,7 @@ def run(args):
         if print_log:
             _print_log(r)
 
-    from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
+    from msprobe.core.diagnosis import diagnose, format_diagnosis
     diagnosis = diagnose(results)
     path = os.path.join(args.output_path, "diagnosis.json")
     with open(path, "w", encoding="utf-8") as f:

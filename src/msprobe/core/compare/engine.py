@@ -35,6 +35,9 @@ class CompareResult:
         is_proc: the rank number is a process id (dumps made without a process group).
         seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
             "metrics" (tensor mode) and "table".
+        rows: the typed rows the table shows (`frame.PairedRows`): what the diagnosis reads.
+        stacks: target call key -> stack lines ({} without stack.json).
+        construct: the target's construct.json (node -> parent module; {} at L1).
     """
 
     step: int | None
@@ -48,6 +51,9 @@ class CompareResult:
     is_proc: bool = False
     output_path: str | None = field(default=None)
     seconds: dict = field(default_factory=dict)
+    rows: object = None
+    stacks: dict = field(default_factory=dict)
+    construct: dict = field(default_factory=dict)
 
     def __bool__(self):
         """True when no row is an error."""
@@ -247,6 +253,7 @@ def compare_pair(target, golden, opts, maps=None):
     """CompareResult of one target rank dir/file against one golden rank dir/file."""
     from tqdm import tqdm
 
+    from msprobe.core.compare.frame import PairedRows
     from msprobe.core.compare.table import build_table
     maps = maps or _load_mappings(opts)
     if maps.data and opts.fuzzy_match:
@@ -285,7 +292,7 @@ def compare_pair(target, golden, opts, maps=None):
         gidx = match_rows(t_rows, g_rows, match_opts)
         lap("match")
         phases.update()
-        stack = _stack_of(t_reader, opts.stack_path) if opts.stack else None
+        stacks = _stack_of(t_reader, opts.stack_path)
         metrics = None
         if mode == "tensor":
             from msprobe.core.compare.tensor_mode import compute_tensor_metrics
@@ -293,16 +300,19 @@ def compare_pair(target, golden, opts, maps=None):
                                              workers=opts.workers, progress=opts.progress)
             lap("metrics")
         phases.set_postfix_str("result table")
-        table = build_table(t_rows, g_rows, gidx, mode, cross_framework=cross, stack=stack,
+        rows = PairedRows(t_rows, g_rows, gidx, metrics)
+        table = build_table(rows, mode, cross_framework=cross, stack=stacks if opts.stack else None,
                             tensor_metrics=metrics)
         lap("table")
         phases.update()
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
                          target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
-                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds)
+                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds,
+                         rows=rows, stacks=stacks or {}, construct=t_reader.construct)
 
 
 def _stack_of(reader, stack_path):
+    """key -> stack lines of the target (from `stack_path` when given), None without stack.json."""
     if stack_path:
         from msprobe.core.dump.reader import load_json
         doc = load_json(stack_path)

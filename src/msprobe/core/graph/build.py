@@ -117,7 +117,7 @@ def _stacks_from_file(path):
 def _diagnose(results):
     """The compare diagnosis, or None when it cannot run (the graph is still useful without it)."""
     try:
-        from msprobe.core.compare.diagnosis import diagnose
+        from msprobe.core.diagnosis import diagnose
     except ImportError:
         log.warning("diagnosis unavailable: no 'start here' node")
         return None

@@ -1,0 +1,468 @@
+"""Where error enters one rank's run: each call classified as agreeing, inheriting or introducing.
+
+Walks the calls of one (step, rank) in execution order and decides, for every call with a differing
+row, whether its difference is explained by something earlier:
+
+- a call may round its inputs and outputs to the run's working precision (bf16 under autocast: a few
+  unit roundoffs), and may grow the error its inputs carry by what the op explains: not at all for
+  casts, views and copies; with its input's range for exp-like ops; up to `AMPLIFICATION` for others.
+  Output error beyond `INTRODUCED_RATIO` times that is error the call *introduces*;
+- a differing input is *explained* when the target value it carries was produced by an earlier call
+  whose output already differed (found by its statistics: the same tensor has the same Max/Min/Mean/Norm
+  wherever it is recorded), or, when no recorded call produced it, by earlier differences unrecorded
+  work may carry (no more than `AMPLIFICATION` times the largest seen);
+- it is *not explained* when it is a parameter, a changed scalar argument, a value produced by a call
+  golden does not have, or the very first difference of the run (model input, untracked computation);
+- a backward call also reads what its forward saved: the forward's error explains its outputs too;
+- a collective's output may differ because another rank diverged.
+
+Every row gets its label for the Diagnosis column: introduces, marginal (introduced just past what is
+explained), inherits, rounding (within the working precision), agrees or unmatched.
+Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from msprobe.core import naming
+from msprobe.core.diagnosis.calls import ARGUMENT, CHECKSUM, DTYPE, NONFINITE, SHAPE
+from msprobe.core.diagnosis.errors import row_error
+from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, CAST_APIS, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
+                                               PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS,
+                                               STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
+
+# Suspect kinds, and the tier each is ranked in (lower first).
+OVERFLOW = "overflow"            # finite inputs, inf/nan outputs
+INTRODUCED = "introduced"        # matching inputs, outputs beyond what rounding explains
+PARAMETER = "parameter"          # a parameter differs before any computation used it
+ARGUMENT_CHANGED = "argument"    # a scalar argument differs (eps, scale, dim ...)
+FOREIGN_INPUT = "foreign_input"  # an input produced by a call that golden does not have
+FIRST_INPUT = "input"            # the run's first difference is in an input no recorded call produced
+AMPLIFIED = "amplified"          # differing inputs, outputs far beyond what the op explains
+RECEIVED = "communication"       # a collective returns differing values from other ranks
+STRONG, AMPLIFYING, WEAK, COMM = 0, 1, 2, 3
+
+# Row labels (the Diagnosis column).
+INTRODUCES, MARGINAL, INHERITS, ROUNDING, AGREES, UNMATCHED = (
+    "introduces", "marginal", "inherits", "rounding", "agrees", "unmatched")
+# float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
+_FP32_U = 2.0 ** -24
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a differing input's value came from."""
+
+    text: str                    # for the report: "output of Tensor.to.3.forward (already off)" ...
+    kind: str | None = None      # the suspect kind when nothing earlier explains it, else None
+    strong: bool = False         # unexplained and well past its floor (or flagged)
+    producer: str | None = None  # key of the recorded call that produced the value
+
+
+@dataclass
+class Suspect:
+    call: object                 # calls.Call
+    kind: str
+    tier: int
+    input_error: float
+    output_error: float
+    amplification: float         # output error over what inputs and rounding explain
+    reason: str
+    origins: dict = field(default_factory=dict)   # input row name -> Origin
+    folded_modules: list = field(default_factory=list)
+
+
+@dataclass
+class RankDiagnosis:
+    """The outcome for one (step, rank)."""
+
+    suspects: list
+    diverging_calls: int
+    propagating_calls: int
+    compared_rows: int
+    diverging_rows: int
+    unmatched_calls: list
+    first_divergence: str | None
+    max_error: float             # the largest error of a row no suspect holds (the noise level)
+
+
+def _max_error(rows):
+    errs = [r.error for r in rows if r.matched and r.is_tensor]
+    return max(errs) if errs else 0.0
+
+
+def forward_key_of(key):
+    """The forward record of a backward or parameters_grad key (None for other keys)."""
+    base, direction, index = naming.split_key(key)
+    if direction not in (naming.BACKWARD, "parameters_grad"):
+        return None
+    prefix, _, rest = base.partition(".")
+    if naming.is_module_key(key):
+        path, _, cls = rest.rpartition(".")
+        return naming.module_key(prefix, path, cls, naming.FORWARD, index)
+    return naming.api_key(prefix, rest, index, naming.FORWARD)
+
+
+def _is_communication(key):
+    return key.startswith(COMMUNICATION_PREFIXES)
+
+
+def _short_api(call):
+    """'linear' of Functional.linear.0.forward, 'softmax' of Functional.nn.softmax...: the last part."""
+    name = call.api_name
+    return name.rsplit(".", 1)[-1] if name else None
+
+
+class _Producers:
+    """Target values seen so far as outputs: value key -> (call, row) of the latest producer."""
+
+    def __init__(self):
+        self._by_value = {}
+
+    def add(self, call, rows):
+        for r in rows:
+            k = r.value_key()
+            if k is not None:
+                self._by_value[k] = (call, r)
+
+    def find(self, row):
+        k = row.value_key()
+        return self._by_value.get(k) if k is not None else None
+
+
+def _parameter_index(calls):
+    """Target value key -> 'parameter 'weight' of Module.fc.Linear' for every parameter row."""
+    index = {}
+    for c in calls:
+        for r in c.inputs:
+            if r.is_parameter and r.value_key() is not None:
+                base = naming.split_key(c.key)[0]
+                index.setdefault(r.value_key(), f"parameter '{r.slot}' of {base}")
+    return index
+
+
+def diagnose_calls(calls, working_u=0.0):
+    """Classify every call of one (step, rank) and label its rows; see the module docstring.
+
+    Args:
+        calls: list of calls.Call in execution order.
+        working_u: unit roundoff of the run's working precision (0.0 when golden's precision).
+
+    Returns:
+        RankDiagnosis with suspects in call order (ranking across ranks happens in suspects.py).
+    """
+    walk = _RankWalk(calls, working_u)
+    for call in calls:
+        walk.visit(call)
+    first = next((c.key for c in calls if c.key in walk.diverged_keys), None)
+    return RankDiagnosis(suspects=walk.suspects, diverging_calls=len(walk.diverged_keys),
+                         propagating_calls=walk.propagating, compared_rows=walk.compared_rows,
+                         diverging_rows=walk.diverging_rows, unmatched_calls=walk.unmatched,
+                         first_divergence=first, max_error=walk.noise)
+
+
+class _RankWalk:
+    """The state of one walk through a rank's calls: what has been produced, what already differed."""
+
+    def __init__(self, calls, working_u):
+        self.working_u = working_u
+        self.producers = _Producers()
+        self.params = _parameter_index(calls)
+        self.calls_by_key = {c.key: c for c in calls}
+        self.diverged_keys = set()
+        self.unmatched = []
+        self.carriers = set()      # calls golden lacks whose inputs already differed: they pass it on
+        self.reported = {}         # value key of a differing input already blamed -> that suspect's key
+        self.suspects = []
+        self.suspect_by_key = {}
+        self.propagating = 0
+        self.diverged = False      # a call introduced error beyond precision (a strong suspect)
+        self.seen_nonfinite = False
+        self.noise = 0.0           # largest error of an explained row so far
+        self.last_matching = None  # the latest call whose rows all agree: error entered after it
+        self.compared_rows = self.diverging_rows = 0
+
+    def visit(self, call):
+        self.compared_rows += sum(1 for r in call.rows if r.matched)
+        self.diverging_rows += sum(1 for r in call.rows if r.differs)
+        if not call.matched:
+            self.unmatched.append(call.key)
+            if any(self._fed_by_difference(r) for r in call.inputs):
+                self.carriers.add(call.key)
+            for r in call.rows:
+                r.label = UNMATCHED
+            self.producers.add(call, call.outputs)
+            return
+        div_in = [r for r in call.inputs if r.differs]
+        div_out = [r for r in call.outputs if r.differs]
+        if not div_in and not div_out:
+            self.last_matching = call.key
+            self._label_agreeing(call.rows)
+            self.producers.add(call, call.outputs)
+            return
+        self.diverged_keys.add(call.key)
+        inner = self._inner_producers(call, div_out)
+        suspect = None if inner else self._classify(call, div_in, div_out)
+        for key in inner:
+            # A module's differing outputs are values a call inside it produced: that call is the
+            # place to look (named already if it introduced the error), the module is context.
+            if key in self.suspect_by_key:
+                self.suspect_by_key[key].folded_modules.append(call.key)
+        if suspect is None:
+            self.propagating += 1
+            self._label_inherited(call, inner)
+        else:
+            self.suspects.append(suspect)
+            self.suspect_by_key[call.key] = suspect
+            for r in div_in:
+                if r.value_key() is not None:
+                    self.reported.setdefault(r.value_key(), call.key)
+            self._label_suspect(call, suspect)
+            self.diverged = self.diverged or suspect.tier != WEAK
+        self.seen_nonfinite = self.seen_nonfinite or any(NONFINITE in r.flags for r in div_in + div_out)
+        self.producers.add(call, call.outputs)
+
+    # -- labels --------------------------------------------------------------------------------------
+
+    def _label_agreeing(self, rows):
+        for r in rows:
+            if not r.matched:
+                r.label = UNMATCHED
+            elif r.differs:
+                r.label = INHERITS
+            else:
+                r.label = ROUNDING if r.is_tensor and r.error > r.exact_floor else AGREES
+            if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES:
+                self.noise = max(self.noise, r.error)
+
+    def _label_inherited(self, call, inner):
+        self._label_agreeing(call.rows)
+        if inner:  # a module: its rows are its inner calls' rows
+            for r in call.outputs:
+                found = self.producers.find(r)
+                if found is not None and found[1].label:
+                    r.label = found[1].label
+
+    def _label_suspect(self, call, suspect):
+        self._label_agreeing(call.rows)
+        mark = MARGINAL if suspect.tier == WEAK else INTRODUCES
+        for r in call.outputs:
+            if r.differs:
+                r.label = mark
+        for r in call.inputs:
+            if r.name in suspect.origins and suspect.origins[r.name].kind is not None:
+                r.label = mark
+
+    # -- explanations --------------------------------------------------------------------------------
+
+    def _inner_producers(self, call, div_out):
+        """For a module whose every differing output was produced by an earlier call: the keys of those
+        calls (modules are recorded after the calls inside them); otherwise an empty list."""
+        if not call.is_module or call.direction != "forward" or not div_out:
+            return []
+        keys = []
+        for r in div_out:
+            found = self.producers.find(r)
+            if found is None or not found[0].matched or not found[1].differs:
+                return []
+            keys.append(found[0].key)
+        return keys
+
+    def _fed_by_difference(self, row):
+        found = self.producers.find(row)
+        return found is not None and found[1].differs
+
+    def _parameter_slot(self, call, row):
+        """'weight' argument of Functional.linear.3 at level L1, where weights have no record, or None."""
+        if call.direction != "forward" or call.is_module or not row.is_tensor:
+            return None
+        name = PARAMETER_SLOTS.get(_short_api(call) or "", {}).get(row.slot)
+        return f"the {name} argument of {naming.split_key(call.key)[0]} (a parameter)" if name else None
+
+    def _origin_of(self, call, row):
+        """Where one differing input row came from: an Origin (`kind` None when earlier work explains
+        it)."""
+        if ARGUMENT in row.flags:
+            return Origin("a scalar argument with a different value", ARGUMENT_CHANGED, True)
+        found = self.producers.find(row)
+        if found is not None:
+            src_call, src_row = found
+            if not src_call.matched:
+                if src_call.key in self.carriers:
+                    return Origin(f"output of {src_call.key} (golden lacks it), computed from values already off",
+                                  producer=src_call.key)
+                if row.coarser and any(r.is_tensor and r.target_dtype == row.golden_dtype for r in src_call.inputs):
+                    return Origin(f"output of {src_call.key}, which golden does not have, casting "
+                                  f"{row.golden_dtype} to {row.target_dtype}", FOREIGN_INPUT, True, src_call.key)
+                return Origin(f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT, True,
+                              src_call.key)
+            if src_row.differs:
+                return Origin(f"output of {src_call.key} (already off)", producer=src_call.key)
+        value = row.value_key()
+        param = (self.params.get(value) if value is not None else None) or self._parameter_slot(call, row)
+        if row.is_parameter or param is not None:
+            if value is not None and value in self.reported:
+                return Origin(f"{param or 'a parameter'}, already found differing at {self.reported[value]}")
+            return Origin(param or "a parameter", PARAMETER, _strong(row))
+        after = f"; it entered after {self.last_matching}" if self.last_matching else ""
+        if NONFINITE in row.flags and not self.seen_nonfinite:
+            return Origin(f"inf/nan that no recorded call produced{after}", FIRST_INPUT, True)
+        if self.diverged:
+            return Origin("not produced by a recorded call; earlier calls already diverge")
+        if self.noise > 0 and row.error <= AMPLIFICATION * self.noise and not row.flags:
+            return Origin(f"not produced by a recorded call; earlier values already differ by up to "
+                          f"{self.noise:.2g}, which unrecorded work carries")
+        if call.direction == "backward":
+            return Origin(f"a gradient no recorded backward produced (an unrecorded backward ran in "
+                          f"between, e.g. a custom autograd Function){after}", FIRST_INPUT, _strong(row))
+        return Origin(f"not produced by any recorded call (model input or untracked computation){after}",
+                      FIRST_INPUT, _strong(row))
+
+    def _hidden_input_error(self, call):
+        """Backward calls also read tensors saved in forward; parameter gradients are reduced or
+        accumulated outside recorded calls. The error those hidden inputs may carry (inf: unknown, but
+        earlier differences may reach them), or None when they cannot differ."""
+        if call.is_param_grad:
+            return math.inf if (self.noise > 0 or self.diverged) else None
+        fwd = forward_key_of(call.key) if call.direction == "backward" else None
+        if fwd not in self.diverged_keys:
+            return None
+        return max(_max_error(self.calls_by_key[fwd].rows), 0.0) if fwd in self.calls_by_key else math.inf
+
+    def _amplification(self, call):
+        """How much this call may grow the relative error of its inputs."""
+        name = _short_api(call)
+        if name is None and call.direction == "backward":
+            fwd = self.calls_by_key.get(forward_key_of(call.key) or "")
+            name = _short_api(fwd) if fwd is not None else None
+            reads = fwd.inputs if fwd is not None else call.inputs
+        else:
+            reads = call.inputs
+        if name in VALUE_PRESERVING_APIS:
+            return 1.0
+        if name in RANGE_APIS:
+            scale = max((r.golden_scale for r in reads if r.matched and r.is_tensor), default=0.0)
+            return AMPLIFICATION + RANGE_AMPLIFICATION * scale
+        return AMPLIFICATION
+
+    def _cast_rounding(self, call):
+        """(output row, its error against the target's own input) of a cast that rounds beyond the
+        working precision, else None. Measured within the target run, so noise the input already
+        carries does not hide it."""
+        if not self.working_u or _short_api(call) not in CAST_APIS:
+            return None
+        ins = [r for r in call.inputs if r.is_tensor]
+        outs = [r for r in call.outputs if r.is_tensor and r.matched and r.coarser]
+        if len(ins) != 1 or len(outs) != 1 or ins[0].numel != outs[0].numel:
+            return None
+        own, _ = row_error(outs[0].target, ins[0].target)
+        return (outs[0], own) if own > INTRODUCED_RATIO * self.working_u else None
+
+    def _judged_outputs(self, call):
+        """Output rows whose error means something: not those that cancelled to (numerically) zero, far
+        below the inputs they were computed from, where rounding of the inputs is all they hold."""
+        u = max(self.working_u, _FP32_U)
+        scale_in = max((r.golden_scale for r in call.inputs if r.matched and r.is_tensor), default=0.0)
+        return [r for r in call.outputs if r.matched and r.is_tensor
+                and not (r.golden_scale < u * scale_in and not r.flags)]
+
+    def _classify(self, call, div_in, div_out):
+        """The Suspect this differing call is, or None when its difference only propagates."""
+        in_err = _max_error(call.inputs)
+        judged = self._judged_outputs(call)
+        out_err = _max_error(judged)
+        out_floor = max((r.floor for r in judged), default=0.0)
+        hidden = self._hidden_input_error(call)
+        carried = max(in_err, hidden or 0.0)
+        expected = self._amplification(call) * carried + max(out_floor, 1e-30)
+        ratio = out_err / expected if math.isfinite(out_err) and math.isfinite(expected) else (
+            0.0 if not math.isfinite(expected) else math.inf)
+        origins, unexplained = {}, []
+        for r in div_in:
+            origins[r.name] = origin = self._origin_of(call, r)
+            if origin.kind is not None:
+                unexplained.append((r, origin))
+
+        def make(kind, tier, reason):
+            return Suspect(call=call, kind=kind, tier=tier, input_error=carried, output_error=out_err,
+                           amplification=ratio, reason=reason, origins=origins)
+
+        finite_inputs = all(r.target_finite for r in call.inputs if r.is_tensor)
+        new_nonfinite = [r for r in div_out if NONFINITE in r.flags and not r.target_finite]
+        if new_nonfinite and finite_inputs and hidden is None:
+            r = new_nonfinite[0]
+            golden = "golden finite" if r.golden_finite else "golden's inf/nan sit elsewhere"
+            return make(OVERFLOW, STRONG, f"inputs are finite but {_short(r.name)} holds inf/nan ({golden})")
+        if unexplained:
+            r, origin = max(unexplained, key=lambda u: (u[1].strong, bool(u[0].flags), u[0].error))
+            return make(origin.kind, STRONG if origin.strong else WEAK,
+                        f"{_short(r.name)} differs ({_describe(r)}) and is {origin.text}")
+        if hidden is not None and not math.isfinite(hidden):
+            return None  # parameter gradients, or a backward whose forward's error is unknown
+        flagged = [r for r in div_out if r.flags - {NONFINITE}]
+        inputs_agree = not div_in and hidden is None
+        if inputs_agree and not any(r.is_tensor for r in call.inputs) and (self.noise > 0 or self.diverged):
+            return None  # inputs not dumped (data_mode) or none: earlier differences may reach it
+        if inputs_agree and _is_communication(call.key) and (ratio > 1 or flagged):
+            return make(RECEIVED, COMM, "a collective returns values that differ although this rank sent "
+                                        "matching ones: another rank diverged")
+        if _is_communication(call.key):
+            return None
+        if inputs_agree and flagged:
+            r = flagged[0]
+            return make(INTRODUCED, STRONG, f"inputs match but {_short(r.name)} differs ({_describe(r)})")
+        cast = self._cast_rounding(call)
+        if cast is not None:
+            r, own = cast
+            return make(INTRODUCED, STRONG, f"it rounds its input to {r.target_dtype}: {_short(r.name)} moves by "
+                                            f"{own:.2g} of its own input, {own / self.working_u:.0f}x the "
+                                            f"working precision's unit roundoff")
+        if ratio > INTRODUCED_RATIO:
+            r = max(judged, key=lambda x: x.error)
+            precision = " (more than rounding explains)" if self.working_u else ""
+            if inputs_agree:
+                return make(INTRODUCED, STRONG, f"inputs match but {_short(r.name)} differs ({_describe(r)})"
+                                                f"{precision}")
+            return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {carried:.2g} but {_short(r.name)} by "
+                                               f"{r.error:.2g}, {ratio:.0f}x what they and rounding explain")
+        if ratio > 1 and inputs_agree:
+            r = max(judged, key=lambda x: x.error)
+            return make(INTRODUCED, WEAK, f"inputs match but {_short(r.name)} differs ({_describe(r)})")
+        return None
+
+
+def _strong(row):
+    """An unexplained input counts as strong when a flag says so or it is well past its floor."""
+    return bool(row.flags) or row.error >= STRONG_OVER_FLOOR * max(row.floor, 1e-30)
+
+
+def _short(row_name):
+    """'Functional.softmax.1.forward.input.0' -> 'input.0'."""
+    for marker in (".input.", ".output.", ".parameters."):
+        if marker in row_name:
+            return marker[1:] + row_name.split(marker, 1)[1]
+    return row_name.rsplit(".", 1)[-1]
+
+
+def _describe(row):
+    bits = []
+    if DTYPE in row.flags:
+        bits.append(f"{row.target_dtype} vs golden {row.golden_dtype}")
+    elif row.coarser:
+        bits.append(f"{row.target_dtype} vs golden {row.golden_dtype}")
+    if NONFINITE in row.flags:
+        bits.append("inf/nan differ")
+    if SHAPE in row.flags:
+        bits.append("shape differs")
+    if CHECKSUM in row.flags:
+        bits.append("checksum differs")
+    if ARGUMENT in row.flags:
+        bits.append(f"{_fmt(row.target[0])} vs golden {_fmt(row.golden[0])}")
+    if row.is_tensor and math.isfinite(row.error):
+        bits.append(f"relative error {row.error:.2g}")
+    return ", ".join(bits)
+
+
+def _fmt(v):
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
