@@ -121,35 +121,106 @@ def batch(seed=0):
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=None, seed=0):
-    """One SGD step of the model under a PrecisionDebugger writing dump_path/step0/rank0.
+# --- held-out suite: a small CNN, planted after the diagnosis' thresholds were set on the transformer ---
+
+CNN_PLANTS = {
+    "eps_bn": (("Functional.batch_norm.1.forward",), "Module.block_bn.BatchNorm2d.forward.0"),
+    "weight_stem": (("Functional.conv2d.0.forward",), "Module.stem.Conv2d.forward.0"),
+    "weight_head": (("Functional.linear.2.forward",), "Module.head.Linear.forward.0"),
+    "scale_residual": (("Tensor.__mul__.2.forward",), None),
+    "fp8_block": (("Tensor.to.0.forward", "Tensor.to.1.forward", "Functional.conv2d.1.forward"),
+                  "Module.block_conv.Conv2d.forward.0"),
+    "fp16_gate": (("Torch.exp.0.forward",), None),
+}
+
+
+class ConvNet(nn.Module):
+    """conv-BN-SiLU stem, a residual block with a squeeze-excitation gate, pooled linear head."""
+
+    def __init__(self, plant=None):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.stem_bn = nn.BatchNorm2d(16)
+        self.block_conv = nn.Conv2d(16, 16, 3, padding=1)
+        self.block_bn = nn.BatchNorm2d(16, eps=0.5 if plant == "eps_bn" else 1e-5)
+        self.se1 = nn.Linear(16, 4)
+        self.se2 = nn.Linear(4, 16)
+        self.head = nn.Linear(16, 10)
+        self.temperature = 50.0  # a sharp gate: exp(-50 s) passes fp16's range for s < -0.23
+        self.gate_dtype = torch.float16 if plant == "fp16_gate" else torch.float32
+        self.block_dtype = torch.float8_e4m3fn if plant == "fp8_block" else None
+        self.residual = 1.5 if plant == "scale_residual" else 1.0
+
+    def forward(self, x):
+        h = F.silu(self.stem_bn(self.stem(x)))
+        low = self.block_dtype or h.dtype
+        b = self.block_bn(self.block_conv(h.to(low).to(h.dtype)))
+        s = self.se2(F.relu(self.se1(b.mean((2, 3)))))
+        gate = 1.0 / (1.0 + torch.exp(-(s * self.temperature).to(self.gate_dtype)))
+        b = b * gate.to(b.dtype)[:, :, None, None]
+        h = h + F.silu(b) * self.residual
+        return self.head(h.mean((2, 3)))
+
+
+def build_cnn(plant=None, seed=0):
+    torch.manual_seed(seed)
+    model = ConvNet(plant)
+    with torch.no_grad():
+        target = {"weight_stem": model.stem, "weight_head": model.head}.get(plant)
+        if target is not None:
+            w = target.weight.view(target.weight.shape[0], -1)
+            w[1, 3] += 0.2 * float(w.max() - w.min())
+    return model
+
+
+def cnn_batch(seed=0):
+    gen = torch.Generator().manual_seed(200 + seed)
+    return torch.randn(4, 3, 12, 12, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+
+
+def _transformer_loss(model, x, y):
+    return F.cross_entropy(model(x).reshape(-1, VOCAB).float(), y.reshape(-1))
+
+
+def _cnn_loss(model, x, y):
+    return F.cross_entropy(model(x).float(), y)
+
+
+# model name -> (build(plant, seed), batch(seed), plants, loss(model, x, y))
+MODELS = {"transformer": (build, batch, PLANTS, _transformer_loss),
+          "cnn": (build_cnn, cnn_batch, CNN_PLANTS, _cnn_loss)}
+
+
+def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=None, seed=0, model="transformer"):
+    """One SGD step of a suite model under a PrecisionDebugger writing dump_path/step0/rank0.
 
     Args:
-        plant: a key of PLANTS, or None.
+        plant: a key of the model's plants (PLANTS, CNN_PLANTS), or None.
         task: "statistics" or "tensor".
         level: "L1" or "mix".
         autocast: torch.bfloat16 / torch.float16 for the target, None for the fp32 golden.
         seed: weights and batch.
+        model: "transformer" (the suite the thresholds were set on) or "cnn" (held out).
 
     Returns:
         dump_path as a string.
     """
     from msprobe.pytorch import PrecisionDebugger
 
+    build_fn, batch_fn, _, loss_fn = MODELS[model]
     dump_path = str(dump_path)
-    model = build(plant, seed)
-    x, y = batch(seed)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    net = build_fn(plant, seed)
+    x, y = batch_fn(seed)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
     config = dump_path + ".config.json"
     os.makedirs(os.path.dirname(config) or ".", exist_ok=True)
     with open(config, "w", encoding="utf-8") as f:
         json.dump({"task": task, "level": level, "dump_path": dump_path}, f)
     debugger = PrecisionDebugger(config_path=config)
     try:
-        debugger.start(model, rank_id=0)
+        debugger.start(net, rank_id=0)
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            logits = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), y.reshape(-1))
+            loss = loss_fn(net, x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -160,7 +231,7 @@ def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=
     return dump_path
 
 
-def hit(plant, suspect):
+def hit(plant, suspect, model="transformer"):
     """Whether a diagnosis suspect (an entry of diagnosis.json's `suspects`) names the planted place."""
-    calls, module = PLANTS[plant]
+    calls, module = MODELS[model][2][plant]
     return suspect.get("api") in calls or (module is not None and suspect.get("api") == module)

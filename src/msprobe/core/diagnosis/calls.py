@@ -45,6 +45,7 @@ class Row:
     exact_floor: float = 0.0  # the golden dtype's own noise floor
     coarser: str | None = None  # the target's dtype when it is a coarser float than golden's
     layout_only: bool = False   # shapes differ, values do not: a view or layout golden takes otherwise
+    cancelled: bool = False     # an output that cancelled to nearly zero (see flow._mark_cancelled)
     flags: set = field(default_factory=set)
     tensor_metrics: tuple = ()  # tensor mode: (Cosine, MaxRelativeErr, One Thousandth Err Ratio)
     label: str = ""           # the Diagnosis column (see labels.py)

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from msprobe.core import naming
 from msprobe.core.diagnosis.calls import ARGUMENT, CHECKSUM, DTYPE, NONFINITE, SHAPE
 from msprobe.core.diagnosis.errors import row_error
-from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, CAST_APIS, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
+from msprobe.core.diagnosis.thresholds import (ADDITIVE_APIS, AMPLIFICATION, CAST_APIS, COMMUNICATION_PREFIXES,
+                                               INTRODUCED_RATIO,
                                                PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS,
                                                STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
 
@@ -85,10 +86,11 @@ class RankDiagnosis:
     unmatched_calls: list
     first_divergence: str | None
     max_error: float             # the largest error of a row no suspect holds (the noise level)
+    cancelled_rows: int          # outputs that cancelled to nearly zero (judged against their inputs)
 
 
 def _max_error(rows):
-    errs = [r.error for r in rows if r.matched and r.is_tensor]
+    errs = [r.error for r in rows if r.matched and r.is_tensor and not r.cancelled]
     return max(errs) if errs else 0.0
 
 
@@ -159,7 +161,8 @@ def diagnose_calls(calls, working_u=0.0):
     return RankDiagnosis(suspects=walk.suspects, diverging_calls=len(walk.diverged_keys),
                          propagating_calls=walk.propagating, compared_rows=walk.compared_rows,
                          diverging_rows=walk.diverging_rows, unmatched_calls=walk.unmatched,
-                         first_divergence=first, max_error=walk.noise)
+                         first_divergence=first, max_error=walk.noise,
+                         cancelled_rows=sum(r.cancelled for c in calls for r in c.outputs))
 
 
 class _RankWalk:
@@ -173,6 +176,8 @@ class _RankWalk:
         self.diverged_keys = set()
         self.unmatched = []
         self.carriers = set()      # calls golden lacks whose inputs already differed: they pass it on
+        self.carried = {}          # key of a call golden lacks -> the largest error its inputs carry
+        self.cancelled_values = set()  # value keys of outputs that cancelled to nearly zero
         self.reported = {}         # value key of a differing input already blamed -> that suspect's key
         self.suspects = []
         self.suspect_by_key = {}
@@ -190,10 +195,12 @@ class _RankWalk:
             self.unmatched.append(call.key)
             if any(self._fed_by_difference(r) for r in call.inputs):
                 self.carriers.add(call.key)
+            self.carried[call.key] = max((self._error_reaching(r) for r in call.inputs if r.is_tensor), default=0.0)
             for r in call.rows:
                 r.label = UNMATCHED
             self.producers.add(call, call.outputs)
             return
+        self._mark_cancelled(call)
         div_in = [r for r in call.inputs if r.differs]
         div_out = [r for r in call.outputs if r.differs]
         if not div_in and not div_out:
@@ -229,11 +236,13 @@ class _RankWalk:
         for r in rows:
             if not r.matched:
                 r.label = UNMATCHED
+            elif r.cancelled:
+                r.label = ROUNDING
             elif r.differs:
                 r.label = INHERITS
             else:
                 r.label = ROUNDING if r.is_tensor and r.error > r.exact_floor else AGREES
-            if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES:
+            if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled:
                 self.noise = max(self.noise, r.error)
 
     def _label_inherited(self, call, inner):
@@ -269,6 +278,14 @@ class _RankWalk:
             keys.append(found[0].key)
         return keys
 
+    def _error_reaching(self, row):
+        """The error the target value of `row` carries from its producer (through calls golden lacks)."""
+        found = self.producers.find(row)
+        if found is None:
+            return 0.0
+        src_call, src_row = found
+        return src_row.error if src_call.matched else self.carried.get(src_call.key, 0.0)
+
     def _fed_by_difference(self, row):
         found = self.producers.find(row)
         return found is not None and found[1].differs
@@ -289,6 +306,10 @@ class _RankWalk:
         if found is not None:
             src_call, src_row = found
             if not src_call.matched:
+                if (_short_api(src_call) in VALUE_PRESERVING_APIS and not row.flags
+                        and row.error <= self.carried.get(src_call.key, 0.0) + row.floor):
+                    return Origin(f"output of {src_call.key} (a cast, view or copy golden lacks), carrying only "
+                                  f"the error of its input", producer=src_call.key)
                 if src_call.key in self.carriers:
                     return Origin(f"output of {src_call.key} (golden lacks it), computed from values already off",
                                   producer=src_call.key)
@@ -359,13 +380,36 @@ class _RankWalk:
         own, _ = row_error(outs[0].target, ins[0].target)
         return (outs[0], own) if own > INTRODUCED_RATIO * self.working_u else None
 
-    def _judged_outputs(self, call):
-        """Output rows whose error means something: not those that cancelled to (numerically) zero, far
-        below the inputs they were computed from, where rounding of the inputs is all they hold."""
+    def _mark_cancelled(self, call):
+        """Sums that cancelled to (numerically) zero, far below the inputs they add up (a bias gradient
+        that is zero in exact arithmetic): the rounding of the inputs is all they hold, so their error
+        relative to themselves means nothing. The same values recorded again later are marked too."""
         u = max(self.working_u, _FP32_U)
         scale_in = max((r.golden_scale for r in call.inputs if r.matched and r.is_tensor), default=0.0)
-        return [r for r in call.outputs if r.matched and r.is_tensor
-                and not (r.golden_scale < u * scale_in and not r.flags)]
+        sums = _sum_outputs(call, self.calls_by_key)
+        for r in call.inputs:
+            r.cancelled = r.matched and not r.flags and r.value_key() in self.cancelled_values
+        for r in call.outputs:
+            value = r.value_key()
+            r.cancelled = r.matched and r.is_tensor and not r.flags and (
+                (r.slot in sums and r.golden_scale < u * scale_in) or value in self.cancelled_values)
+            if r.cancelled and value is not None:
+                self.cancelled_values.add(value)
+
+    def _summed_error(self, call, judged):
+        """For a sum (an additive op, forward or backward): the error its inputs' absolute errors add up
+        to, relative to the output's size (first-order error propagation; a cancelled input counts with
+        its absolute error, which is small however large its relative one). 0.0 for other calls."""
+        if not judged or not _sum_outputs(call, self.calls_by_key) >= {r.slot for r in judged}:
+            return 0.0
+        absolute = sum(r.error * r.golden_scale for r in call.inputs if r.matched and r.is_tensor
+                       and math.isfinite(r.error))
+        scale = max(r.golden_scale for r in judged)
+        return absolute / scale if scale > 0 else 0.0
+
+    def _judged_outputs(self, call):
+        """Output rows whose error means something (see `_mark_cancelled`)."""
+        return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled]
 
     def _classify(self, call, div_in, div_out):
         """The Suspect this differing call is, or None when its difference only propagates."""
@@ -375,7 +419,7 @@ class _RankWalk:
         out_floor = max((r.floor for r in judged), default=0.0)
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
-        expected = self._amplification(call) * carried + max(out_floor, 1e-30)
+        expected = max(self._amplification(call) * carried, self._summed_error(call, judged)) + max(out_floor, 1e-30)
         ratio = out_err / expected if math.isfinite(out_err) and math.isfinite(expected) else (
             0.0 if not math.isfinite(expected) else math.inf)
         origins, unexplained = {}, []
@@ -430,6 +474,21 @@ class _RankWalk:
             r = max(judged, key=lambda x: x.error)
             return make(INTRODUCED, WEAK, f"inputs match but {_short(r.name)} differs ({_describe(r)})")
         return None
+
+
+def _sum_outputs(call, calls_by_key):
+    """Slots of a call's outputs that are sums of its inputs: all of an additive op's (forward or
+    backward), and a backward's bias gradient (the sum of its output gradients)."""
+    name = _short_api(call)
+    fwd = None
+    if call.direction == "backward":
+        fwd = calls_by_key.get(forward_key_of(call.key) or "")
+        name = name or (_short_api(fwd) if fwd is not None else None)
+    if name in ADDITIVE_APIS:
+        return {r.slot for r in call.outputs}
+    if call.direction == "backward":
+        return {slot for slot, param in PARAMETER_SLOTS.get(name or "", {}).items() if param == "bias"}
+    return set()
 
 
 def _strong(row):

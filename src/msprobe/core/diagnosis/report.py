@@ -137,6 +137,10 @@ def _notes(d):
         if golden_only.get("count"):
             lines.append(f"Structure ({where}): {golden_only['count']} golden call(s) without a target counterpart, "
                          f"e.g. {', '.join(golden_only['examples'][:3])}")
+    cancelled = sum(r.get("cancelled_rows", 0) for r in d["ranks"])
+    if cancelled:
+        lines.append(f"{cancelled} output(s) cancel to nearly zero (e.g. a bias gradient that is zero in exact "
+                     f"arithmetic): their error is judged against their inputs' scale, where it is rounding.")
     propagating = sum(r.get("propagating_calls", 0) for r in d["ranks"])
     if propagating:
         lines.append(f"{propagating} other differing call(s) only carry error in from earlier ones.")

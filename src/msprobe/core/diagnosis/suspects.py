@@ -117,7 +117,8 @@ def _diagnose_rank(res, working_u):
                  diverging_calls=rd.diverging_calls, propagating_calls=rd.propagating_calls,
                  suspects=len(suspects), first_divergence=rd.first_divergence,
                  unmatched_calls=len(rd.unmatched_calls), labels={k: v for k, v in counts.items() if v},
-                 max_error=rd.max_error, structure=_structure_notes(calls, rows, rd.suspects),
+                 max_error=rd.max_error, cancelled_rows=rd.cancelled_rows,
+                 structure=_structure_notes(calls, rows, rd.suspects),
                  _suspects=suspects, _calls={c.key: c for c in calls}, _construct=construct)
     if rd.unmatched_calls:
         entry["unmatched_examples"] = rd.unmatched_calls[:NOTE_EXAMPLES]
@@ -301,7 +302,10 @@ def _verdict(divergence, suspects, per_rank, working, matched_compared):
             top = suspects[0]
             return (prefix + f"no divergence {beyond}: {len(suspects)} call(s) just past what rounding and "
                     f"their inputs explain, the first {top['api']} (step {top['step']}): {top['reason']}")
-        where = ", ".join(_place(p) for p in per_rank[:4]) + (" ..." if len(per_rank) > 4 else "")
+        places = list(dict.fromkeys(_place(p) for p in per_rank))
+        steps = len({p["step"] for p in per_rank})
+        where = (", ".join(places[:4]) + (" ..." if len(places) > 4 else "")
+                 + (f" over {steps} steps" if steps > 1 else ""))
         if working:
             worst = max((p.get("max_error", 0.0) for p in per_rank), default=0.0)
             return (prefix + f"no divergence {beyond}: {rows} compared values on {where} differ by at most "
