@@ -17,7 +17,8 @@ row, whether its difference is explained by something earlier:
 - a collective's output may differ because another rank diverged.
 
 Every row gets its label for the Diagnosis column: introduces, marginal (introduced just past what is
-explained), inherits, rounding (within the working precision), agrees or unmatched.
+explained), inherits, rounding (within the working precision), agrees, unmatched, or mispaired (a cast
+or view paired by call index with a golden call that works on other values).
 Must not import torch or mindspore.
 """
 from __future__ import annotations
@@ -45,8 +46,8 @@ RECEIVED = "communication"       # a collective returns differing values from ot
 STRONG, AMPLIFYING, WEAK, COMM = 0, 1, 2, 3
 
 # Row labels (the Diagnosis column).
-INTRODUCES, MARGINAL, INHERITS, ROUNDING, AGREES, UNMATCHED = (
-    "introduces", "marginal", "inherits", "rounding", "agrees", "unmatched")
+INTRODUCES, MARGINAL, INHERITS, ROUNDING, AGREES, UNMATCHED, MISPAIRED = (
+    "introduces", "marginal", "inherits", "rounding", "agrees", "unmatched", "mispaired")
 # float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
 _FP32_U = 2.0 ** -24
 
@@ -84,6 +85,7 @@ class RankDiagnosis:
     compared_rows: int
     diverging_rows: int
     unmatched_calls: list
+    mispaired_calls: list
     first_divergence: str | None
     max_error: float             # the largest error of a row no suspect holds (the noise level)
     cancelled_rows: int          # outputs that cancelled to nearly zero (judged against their inputs)
@@ -161,6 +163,7 @@ def diagnose_calls(calls, working_u=0.0):
     return RankDiagnosis(suspects=walk.suspects, diverging_calls=len(walk.diverged_keys),
                          propagating_calls=walk.propagating, compared_rows=walk.compared_rows,
                          diverging_rows=walk.diverging_rows, unmatched_calls=walk.unmatched,
+                         mispaired_calls=walk.mispaired,
                          first_divergence=first, max_error=walk.noise,
                          cancelled_rows=sum(r.cancelled for c in calls for r in c.outputs))
 
@@ -178,6 +181,7 @@ class _RankWalk:
         self.carriers = set()      # calls golden lacks whose inputs already differed: they pass it on
         self.carried = {}          # key of a call golden lacks -> the largest error its inputs carry
         self.cancelled_values = set()  # value keys of outputs that cancelled to nearly zero
+        self.mispaired = []        # keys of value-preserving calls paired with a different golden call
         self.reported = {}         # value key of a differing input already blamed -> that suspect's key
         self.suspects = []
         self.suspect_by_key = {}
@@ -189,18 +193,27 @@ class _RankWalk:
         self.compared_rows = self.diverging_rows = 0
 
     def visit(self, call):
+        mispaired = call.matched and self._mispaired(call)
+        if mispaired:  # paired by call index with a different golden call: as good as unmatched
+            for r in call.rows:
+                r.matched = False
+            self.mispaired.append(call.key)
         self.compared_rows += sum(1 for r in call.rows if r.matched)
         self.diverging_rows += sum(1 for r in call.rows if r.differs)
         if not call.matched:
-            self.unmatched.append(call.key)
+            if not mispaired:
+                self.unmatched.append(call.key)
             if any(self._fed_by_difference(r) for r in call.inputs):
                 self.carriers.add(call.key)
             self.carried[call.key] = max((self._error_reaching(r) for r in call.inputs if r.is_tensor), default=0.0)
             for r in call.rows:
-                r.label = UNMATCHED
+                r.label = MISPAIRED if mispaired else UNMATCHED
             self.producers.add(call, call.outputs)
             return
         self._mark_cancelled(call)
+        if _short_api(call) in VALUE_PRESERVING_APIS and not any(r.differs for r in call.rows if r.is_tensor):
+            for r in call.inputs:  # the same values laid out otherwise: other dims are no argument change
+                r.flags.discard(ARGUMENT)
         div_in = [r for r in call.inputs if r.differs]
         div_out = [r for r in call.outputs if r.differs]
         if not div_in and not div_out:
@@ -278,6 +291,26 @@ class _RankWalk:
             keys.append(found[0].key)
         return keys
 
+    def _mispaired(self, call):
+        """A cast, view or copy whose golden partner works on other values: the value entering it in
+        the target is right (its producer agrees with golden, or carries no error through calls golden
+        lacks) yet differs from what golden's call reads. Views and layouts that differ between two
+        programs shift call indices, so index pairing lands on another call; its differing dims are no
+        argument change either."""
+        if _short_api(call) not in VALUE_PRESERVING_APIS:
+            return False
+        for r in call.inputs:
+            if not (r.matched and r.is_tensor and r.differs):
+                continue
+            found = self.producers.find(r)
+            if found is None:
+                continue
+            src_call, src_row = found
+            carried = src_row.error if src_call.matched else self.carried.get(src_call.key, math.inf)
+            if (not src_call.matched or not src_row.differs) and carried <= r.floor:
+                return True
+        return False
+
     def _error_reaching(self, row):
         """The error the target value of `row` carries from its producer (through calls golden lacks)."""
         found = self.producers.find(row)
@@ -320,6 +353,9 @@ class _RankWalk:
                               src_call.key)
             if src_row.differs:
                 return Origin(f"output of {src_call.key} (already off)", producer=src_call.key)
+            return Origin(f"output of {src_call.key}, which agrees with golden, yet golden's call reads another "
+                          f"value here (another tensor is passed, or calls pair by index with other golden calls: "
+                          f"try -fm)", FIRST_INPUT, _strong(row), src_call.key)
         value = row.value_key()
         param = (self.params.get(value) if value is not None else None) or self._parameter_slot(call, row)
         if row.is_parameter or param is not None:

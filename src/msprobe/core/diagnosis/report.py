@@ -127,13 +127,18 @@ def _notes(d):
     for p in d["ranks"]:
         notes = p.get("structure") or {}
         where = f"step {p['step']} {'process' if p['is_proc'] else 'rank'} {p['rank']}"
-        harmless, other, golden_only = (notes.get(k, {}) for k in ("extra_harmless", "extra_other", "golden_only"))
+        harmless, other, mispaired, golden_only = (notes.get(k, {}) for k in (
+            "extra_harmless", "extra_other", "mispaired", "golden_only"))
         if harmless.get("count"):
             lines.append(f"Structure ({where}): {harmless['count']} extra cast/view/copy call(s) in the target whose "
                          f"values downstream agree (harmless), e.g. {', '.join(harmless['examples'][:3])}")
         if other.get("count"):
             lines.append(f"Structure ({where}): {other['count']} target call(s) without a golden counterpart, "
                          f"e.g. {', '.join(other['examples'][:3])}")
+        if mispaired.get("count"):
+            lines.append(f"Structure ({where}): {mispaired['count']} cast/view call(s) pair by index with a golden call "
+                         f"that works on other values (the two programs lay tensors out differently); treated "
+                         f"as unmatched, e.g. {', '.join(mispaired['examples'][:3])}")
         if golden_only.get("count"):
             lines.append(f"Structure ({where}): {golden_only['count']} golden call(s) without a target counterpart, "
                          f"e.g. {', '.join(golden_only['examples'][:3])}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from msprobe.core.diagnosis import flow
 from msprobe.core.diagnosis.calls import TENSOR_METRICS, calls_from_rows, row_labels, working_precision
 from msprobe.core.diagnosis.report import stack_line
@@ -20,7 +22,7 @@ TIER_NAMES = {flow.STRONG: "strong", flow.AMPLIFYING: "amplifying", flow.WEAK: "
               flow.COMM: "communication"}
 _CARRIED_KINDS = (flow.PARAMETER, flow.FIRST_INPUT)
 DIAGNOSIS_COLUMN = "Diagnosis"
-LABELS = (flow.INTRODUCES, flow.MARGINAL, flow.INHERITS, flow.ROUNDING, flow.AGREES, flow.UNMATCHED)
+LABELS = (flow.INTRODUCES, flow.MARGINAL, flow.INHERITS, flow.ROUNDING, flow.AGREES, flow.UNMATCHED, flow.MISPAIRED)
 NOTE_EXAMPLES = 5
 
 
@@ -118,7 +120,7 @@ def _diagnose_rank(res, working_u):
                  suspects=len(suspects), first_divergence=rd.first_divergence,
                  unmatched_calls=len(rd.unmatched_calls), labels={k: v for k, v in counts.items() if v},
                  max_error=rd.max_error, cancelled_rows=rd.cancelled_rows,
-                 structure=_structure_notes(calls, rows, rd.suspects),
+                 structure=_structure_notes(calls, rows, rd),
                  _suspects=suspects, _calls={c.key: c for c in calls}, _construct=construct)
     if rd.unmatched_calls:
         entry["unmatched_examples"] = rd.unmatched_calls[:NOTE_EXAMPLES]
@@ -137,22 +139,26 @@ def _set_column(res, labels):
     table.insert(at, DIAGNOSIS_COLUMN, labels)
 
 
-def _structure_notes(calls, rows, suspects):
+def _structure_notes(calls, rows, rd):
     """What one side has and the other lacks, and whether it matters: calls the target makes that golden
-    does not (casts, views and copies whose values downstream agree are harmless), and golden calls
-    nothing in the target pairs with."""
-    foreign = {o.producer for s in suspects if s.kind == flow.FOREIGN_INPUT for o in s.origins.values()}
+    does not (casts, views and copies whose values downstream agree are harmless), casts and views
+    paired by index with a golden call that works on other values, and golden calls nothing in the
+    target pairs with."""
+    foreign = {o.producer for s in rd.suspects if s.kind == flow.FOREIGN_INPUT for o in s.origins.values()}
     harmless, other = [], []
+    mispaired = set(rd.mispaired_calls)
     for c in calls:
-        if c.matched or c.direction == "debug":
+        if c.matched or c.direction == "debug" or c.key in mispaired:
             continue
         api = (c.api_name or "").rsplit(".", 1)[-1]
         (harmless if api in VALUE_PRESERVING_APIS and c.key not in foreign else other).append(c.key)
     g_keys = rows.golden_rows["key"].to_numpy(dtype=object)
-    paired = set(g_keys[rows.gidx[rows.matched]].tolist()) if len(g_keys) else set()
+    kept = rows.matched & ~np.isin(rows.target["key"].to_numpy(dtype=object), list(mispaired))
+    paired = set(g_keys[rows.gidx[kept]].tolist()) if len(g_keys) else set()
     golden_only = [k for k in dict.fromkeys(g_keys.tolist()) if k not in paired]
     return {"extra_harmless": {"count": len(harmless), "examples": harmless[:NOTE_EXAMPLES]},
             "extra_other": {"count": len(other), "examples": other[:NOTE_EXAMPLES]},
+            "mispaired": {"count": len(mispaired), "examples": rd.mispaired_calls[:NOTE_EXAMPLES]},
             "golden_only": {"count": len(golden_only), "examples": golden_only[:NOTE_EXAMPLES]}}
 
 
