@@ -8,6 +8,7 @@ step whose element-weighted total is below --threshold or fell by more than --dr
 rank{R}/similarities.csv, PNG plots per parameter and overall, and grad_compare.json.
 """
 
+from msprobe.cli import options
 from msprobe.core.errors import MsprobeError
 
 
@@ -20,7 +21,7 @@ def add_arguments(parser):
     parser.add_argument("--drop", type=float, default=None,
                         help="a fall larger than this between steps diverges (0.03)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_progress(parser)
 
 
 def run(args):
