@@ -178,6 +178,60 @@ def cnn_batch(seed=0):
     return torch.randn(4, 3, 12, 12, generator=gen), torch.randint(0, 10, (4,), generator=gen)
 
 
+# --- second held-out suite: an MLP-mixer, written after the CNN's one fix, its numbers as they came ---
+
+MIXER_PLANTS = {
+    "eps_token_ln": (("Functional.layer_norm.0.forward",), "Module.token_ln.LayerNorm.forward.0"),
+    "weight_channel": (("Functional.linear.2.forward",), "Module.channel_in.Linear.forward.0"),
+    "scale_token": (("Tensor.__mul__.0.forward",), None),
+    "fp8_channel": (("Tensor.to.0.forward", "Tensor.to.1.forward", "Functional.linear.2.forward"),
+                    "Module.channel_in.Linear.forward.0"),
+    "fp16_exp_pool": (("Torch.exp.0.forward",), None),
+}
+
+
+class Mixer(nn.Module):
+    """One mixer layer over 8 patches of 24 channels: token-mixing MLP across patches (transposed),
+    channel-mixing MLP, a softmax-weighted pooling written with exp, a linear head."""
+
+    def __init__(self, plant=None):
+        super().__init__()
+        self.token_ln = nn.LayerNorm(24, eps=0.5 if plant == "eps_token_ln" else 1e-5)
+        self.token_in, self.token_out = nn.Linear(8, 16), nn.Linear(16, 8)
+        self.channel_ln = nn.LayerNorm(24)
+        self.channel_in, self.channel_out = nn.Linear(24, 48), nn.Linear(48, 24)
+        self.pool = nn.Linear(24, 1)
+        self.head = nn.Linear(24, 5)
+        self.token_scale = 0.3 if plant == "scale_token" else 1.0
+        self.channel_dtype = torch.float8_e4m3fn if plant == "fp8_channel" else None
+        self.exp_dtype = torch.float16 if plant == "fp16_exp_pool" else torch.float32
+
+    def forward(self, x):
+        t = self.token_out(F.silu(self.token_in(self.token_ln(x).transpose(1, 2)))).transpose(1, 2)
+        x = x + t * self.token_scale
+        h = self.channel_ln(x)
+        h = h.to(self.channel_dtype or h.dtype).to(h.dtype)
+        x = x + self.channel_out(F.silu(self.channel_in(h)))
+        w = torch.exp((self.pool(x) * 30.0).to(self.exp_dtype))  # sharp pooling weights, no max subtracted
+        pooled = (x * w.to(x.dtype)).sum(1) / w.to(x.dtype).sum(1)
+        return self.head(pooled)
+
+
+def build_mixer(plant=None, seed=0):
+    torch.manual_seed(seed)
+    model = Mixer(plant)
+    if plant == "weight_channel":
+        with torch.no_grad():
+            w = model.channel_in.weight
+            w[1, 3] += 0.2 * float(w.max() - w.min())
+    return model
+
+
+def mixer_batch(seed=0):
+    gen = torch.Generator().manual_seed(300 + seed)
+    return torch.randn(4, 8, 24, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+
+
 def _transformer_loss(model, x, y):
     return F.cross_entropy(model(x).reshape(-1, VOCAB).float(), y.reshape(-1))
 
@@ -188,7 +242,8 @@ def _cnn_loss(model, x, y):
 
 # model name -> (build(plant, seed), batch(seed), plants, loss(model, x, y))
 MODELS = {"transformer": (build, batch, PLANTS, _transformer_loss),
-          "cnn": (build_cnn, cnn_batch, CNN_PLANTS, _cnn_loss)}
+          "cnn": (build_cnn, cnn_batch, CNN_PLANTS, _cnn_loss),
+          "mixer": (build_mixer, mixer_batch, MIXER_PLANTS, _cnn_loss)}
 
 
 def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=None, seed=0, model="transformer"):

@@ -12,8 +12,9 @@ they were set, and its numbers are reported as they came.
     python benchmarks/bf16_diagnosis.py --configs statistics:mix --no-results
     python benchmarks/bf16_diagnosis.py --json out.json      # also every run's suspect #1
 
-Columns: `hits` = suspect #1 is the planted call; `false alarms` = a negative control reported
-as a divergence (of 3), for the diagnosis also a plant's report whose #1 is elsewhere. The rules:
+Columns: `hits` = suspect #1 is the planted call; `wrong place named` = #1 is elsewhere; `false alarms`
+= a negative control reported as a divergence; for the diagnosis also the plant runs that list another
+strong suspect after #1 (more places a user is sent to look). The rules:
 `max error` names the call of the row whose l2norm is relatively furthest off; `first >50%` the first
 call with a statistic off by more than 50% (msProbe `-da`'s threshold); `first error` the call of the
 first row whose Result is `error`. Rules name something on every run, so a control always counts as
@@ -38,7 +39,7 @@ from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose  # noqa: E402
 
 CONFIGS = ("statistics:L1", "statistics:mix", "tensor:L1", "tensor:mix")
-HELD_OUT = ("cnn",)  # planted after the diagnosis' thresholds were set on the transformer
+HELD_OUT = ("cnn", "mixer")  # planted after the diagnosis' thresholds were set on the transformer
 RESULTS = os.path.join(HERE, "RESULTS.md")
 SECTION = "## bf16 autocast diagnosis (`bf16_diagnosis.py`)"
 
@@ -114,7 +115,10 @@ def run_config(root, model, task, level, log):
         top = d["suspects"][0] if d["suspects"] else None
         entry = {"plant": plant, "divergence": bool(d["divergence"]), "verdict": d["verdict"],
                  "diagnosis": top["api"] if top and d["divergence"] else None,
-                 "hit": bool(plant and top and d["divergence"] and plants.hit(plant, top, model))}
+                 "hit": bool(plant and top and d["divergence"] and plants.hit(plant, top, model)),
+                 # strong suspects after #1 that are not the plant: more places a user is sent to look
+                 "others": sum(1 for s in d["suspects"][1:] if s["tier"] == "strong"
+                               and not (plant and plants.hit(plant, s, model)))}
         for rule, fn in RULES.items():
             call = fn(results[0].table)
             entry[rule] = call
@@ -133,21 +137,24 @@ def summary(runs):
     hits = sum(r["hit"] for r in runs.values() if r["plant"])
     wrong = sum(1 for r in runs.values() if r["plant"] and r["divergence"] and not r["hit"])
     alarms = sum(r["divergence"] for r in runs.values() if not r["plant"])
-    rows["msprobe diagnosis"] = (hits, n_plants, alarms, n_controls, wrong)
+    others = sum(1 for r in runs.values() if r["plant"] and r["others"])
+    rows["msprobe diagnosis"] = (hits, n_plants, alarms, n_controls, wrong, others)
     for rule in RULES:
         rows[rule] = (sum(r[rule + " hit"] for r in runs.values() if r["plant"]), n_plants,
                       sum(bool(r[rule]) for r in runs.values() if not r["plant"]), n_controls,
-                      sum(1 for r in runs.values() if r["plant"] and r[rule] and not r[rule + " hit"]))
+                      sum(1 for r in runs.values() if r["plant"] and r[rule] and not r[rule + " hit"]), None)
     return rows
 
 
 def table_text(by_config):
-    lines = ["| suite | config | method | hits | wrong place named | false alarms on controls |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| suite | config | method | hits | wrong place named | false alarms on controls | "
+             "plant runs with another strong suspect |",
+             "|---|---|---|---|---|---|---|"]
     for (model, config), runs in by_config.items():
         suite = f"{model} ({'held out' if model in HELD_OUT else 'tuning'})"
-        for method, (hits, n, alarms, m, wrong) in summary(runs).items():
-            lines.append(f"| {suite} | {config} | {method} | {hits}/{n} | {wrong}/{n} | {alarms}/{m} |")
+        for method, (hits, n, alarms, m, wrong, others) in summary(runs).items():
+            extra = "-" if others is None else f"{others}/{n}"
+            lines.append(f"| {suite} | {config} | {method} | {hits}/{n} | {wrong}/{n} | {alarms}/{m} | {extra} |")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ changed, checksums differ). Must not import torch or mindspore.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -72,11 +73,12 @@ class Row:
     def value_key(self):
         """What identifies this tensor's value in the target run (for finding who produced it), or None
         for values too plain to tell apart (scalars, constants, empty tensors)."""
-        if not self.is_tensor or any(not isinstance(v, float) for v in self.target):
-            return None
-        if self.target[0] == self.target[1]:
-            return None
-        return (self.numel,) + self.target
+        return self._value_key
+
+    def __post_init__(self):
+        t = self.target
+        plain = (not self.is_tensor or any(type(v) is not float for v in t) or t[0] == t[1])
+        self._value_key = None if plain else (self.numel,) + t
 
 
 @dataclass
@@ -90,6 +92,11 @@ class Call:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     stack: list = field(default_factory=list)  # stack lines, innermost first
+
+    def __post_init__(self):
+        parts = self.key.split(".")
+        plain = self.is_module or ".parameters_grad." in self.key or len(parts) < 4
+        self._api = None if plain else ".".join(parts[1:-2])
 
     @property
     def rows(self):
@@ -106,10 +113,7 @@ class Call:
     @property
     def api_name(self):
         """'linear' for Functional.linear.0.forward, None for modules and parameter gradients."""
-        if self.is_module or self.is_param_grad:
-            return None
-        parts = self.key.split(".")
-        return ".".join(parts[1:-2]) if len(parts) >= 4 else None
+        return self._api
 
 
 def direction_of(key):
@@ -123,6 +127,7 @@ def direction_of(key):
 _DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
 
 
+@functools.lru_cache(maxsize=4096)
 def numel_of(shape):
     """Element count of a shape written as "[4, 64]" (rows.py's spelling), None when not one."""
     if not isinstance(shape, str):
@@ -173,7 +178,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     g_raw = {f: golden[f].tolist() for f in STAT_FIELDS}
     t_md5 = target["md5"].tolist()
     g_md5 = golden["md5"].tolist()
-    t_list, tp_list, g_list, gp_list = t.tolist(), tp.tolist(), g.tolist(), gp.tolist()
+    t_rows, g_rows = _stat_tuples(t, tp), _stat_tuples(g, gp)
     errors, nonfinite = errors.tolist(), nonfinite.tolist()
     stacks = stacks or {}
     calls, by_key = [], {}
@@ -189,8 +194,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
         role, slot, is_param = _slot(cols["role"][i], cols["suffix"][i])
         is_tensor = cols["kind"][i] == "tensor"
         if is_tensor:
-            tv = tuple(v if p else None for v, p in zip(t_list[i], tp_list[i]))
-            gv = tuple(v if p else None for v, p in zip(g_list[i], gp_list[i]))
+            tv, gv = t_rows[i], g_rows[i]
         else:  # scalar arguments: the value itself (may be text: a slice, a dtype, a string)
             tv = tuple(t_raw[f][i] for f in STAT_FIELDS)
             gv = tuple(g_raw[f][i] for f in STAT_FIELDS)
@@ -206,6 +210,13 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     return calls
 
 
+def _stat_tuples(values, present):
+    """Per row, (max, min, mean, norm) as floats, None where absent."""
+    obj = values.astype(object)
+    obj[~present] = None
+    return list(map(tuple, obj.tolist()))
+
+
 def _judge(row, t_shape, g_shape, g_kind, error, nonfinite, moved, t_md5, g_md5, working_u):
     """Fill a matched row's error, floors and flags."""
     if not row.is_tensor:
@@ -215,12 +226,11 @@ def _judge(row, t_shape, g_shape, g_kind, error, nonfinite, moved, t_md5, g_md5,
             row.flags.add(ARGUMENT)
             row.error = math.inf
         return
-    kind, coarser = dtype_relation(row.target_dtype, row.golden_dtype)
+    kind, coarser, exact_floor, floor = _floors(row.target_dtype, row.golden_dtype, working_u)
     row.coarser = coarser
     if kind == "other" or g_kind != "tensor":
         row.flags.add(DTYPE)
-    row.exact_floor = noise_floor(row.golden_dtype) if kind != "integer" else 0.0
-    row.floor = row_floor(row.target_dtype, row.golden_dtype, working_u)
+    row.exact_floor, row.floor = exact_floor, floor
     row.error = float(error)
     if nonfinite:
         row.flags.add(NONFINITE)
@@ -235,6 +245,15 @@ def _judge(row, t_shape, g_shape, g_kind, error, nonfinite, moved, t_md5, g_md5,
     if isinstance(t_md5, str) and isinstance(g_md5, str) and t_md5 != g_md5:
         # md5 mode asks for bitwise equality: different bytes are a difference whatever the size
         row.flags.add(CHECKSUM)
+
+
+@functools.lru_cache(maxsize=512)
+def _floors(t_dtype, g_dtype, working_u):
+    """(dtype relation, coarser target dtype, golden's own floor, the row's floor): a table has a handful
+    of dtype pairs."""
+    kind, coarser = dtype_relation(t_dtype, g_dtype)
+    exact = noise_floor(g_dtype) if kind != "integer" else 0.0
+    return kind, coarser, exact, row_floor(t_dtype, g_dtype, working_u)
 
 
 def _same_argument(a, b, a_type, b_type):

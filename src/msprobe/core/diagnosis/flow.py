@@ -115,7 +115,7 @@ def _is_communication(key):
 def _short_api(call):
     """'linear' of Functional.linear.0.forward, 'softmax' of Functional.nn.softmax...: the last part."""
     name = call.api_name
-    return name.rsplit(".", 1)[-1] if name else None
+    return name if name is None or "." not in name else name.rsplit(".", 1)[-1]
 
 
 class _Producers:
@@ -317,7 +317,12 @@ class _RankWalk:
         if found is None:
             return 0.0
         src_call, src_row = found
-        return src_row.error if src_call.matched else self.carried.get(src_call.key, 0.0)
+        if src_row.matched:
+            return src_row.error if math.isfinite(src_row.error) else 0.0
+        if not src_call.matched:
+            return self.carried.get(src_call.key, 0.0)
+        # an output golden's partner lacks (a cast golden makes without autograd): what its inputs carry
+        return _max_error(r for r in src_call.inputs if math.isfinite(r.error))
 
     def _fed_by_difference(self, row):
         found = self.producers.find(row)
@@ -339,8 +344,9 @@ class _RankWalk:
         if found is not None:
             src_call, src_row = found
             if not src_call.matched:
+                carried = self.carried.get(src_call.key, 0.0)
                 if (_short_api(src_call) in VALUE_PRESERVING_APIS and not row.flags
-                        and row.error <= self.carried.get(src_call.key, 0.0) + row.floor):
+                        and (row.error <= AMPLIFICATION * carried + row.floor or (self.diverged and carried > 0))):
                     return Origin(f"output of {src_call.key} (a cast, view or copy golden lacks), carrying only "
                                   f"the error of its input", producer=src_call.key)
                 if src_call.key in self.carriers:
@@ -353,6 +359,16 @@ class _RankWalk:
                               src_call.key)
             if src_row.differs:
                 return Origin(f"output of {src_call.key} (already off)", producer=src_call.key)
+            if (not src_row.matched or _short_api(src_call) in VALUE_PRESERVING_APIS) and not row.flags:
+                # an output golden's partner lacks, or a cast or view agreeing with its golden partner while
+                # its consumer reads another value: the partner is another call (a cast golden makes
+                # without autograd shifts backward indices). What reaches the call's inputs is what this
+                # value can carry.
+                reaching = max((max(r.error if r.matched and math.isfinite(r.error) else 0.0,
+                                    self._error_reaching(r)) for r in src_call.inputs if r.is_tensor), default=0.0)
+                if row.error <= AMPLIFICATION * reaching + row.floor:
+                    return Origin(f"output of {src_call.key}, whose golden partner is another call, carrying its "
+                                  f"input's error", producer=src_call.key)
             return Origin(f"output of {src_call.key}, which agrees with golden, yet golden's call reads another "
                           f"value here (another tensor is passed, or calls pair by index with other golden calls: "
                           f"try -fm)", FIRST_INPUT, _strong(row), src_call.key)
@@ -367,14 +383,33 @@ class _RankWalk:
             return Origin(f"inf/nan that no recorded call produced{after}", FIRST_INPUT, True)
         if self.diverged:
             return Origin("not produced by a recorded call; earlier calls already diverge")
-        if self.noise > 0 and row.error <= AMPLIFICATION * self.noise and not row.flags:
-            return Origin(f"not produced by a recorded call; earlier values already differ by up to "
-                          f"{self.noise:.2g}, which unrecorded work carries")
+        if self.noise > 0 and not row.flags:
+            if row.error <= AMPLIFICATION * self.noise:
+                return Origin(f"not produced by a recorded call; earlier values already differ by up to "
+                              f"{self.noise:.2g}, which unrecorded work carries")
+            negligible = self._negligible_in_sum(call, row)
+            if negligible is not None:
+                row.cancelled = True  # its error relative to itself means nothing (not a noise level)
+                return Origin(f"not produced by a recorded call; it is added in, and its difference is "
+                              f"{negligible:.2g} of the sum's size (it cancels to nearly zero, e.g. a bias "
+                              f"gradient), which earlier differences carry")
         if call.direction == "backward":
             return Origin(f"a gradient no recorded backward produced (an unrecorded backward ran in "
                           f"between, e.g. a custom autograd Function){after}", FIRST_INPUT, _strong(row))
         return Origin(f"not produced by any recorded call (model input or untracked computation){after}",
                       FIRST_INPUT, _strong(row))
+
+    def _negligible_in_sum(self, call, row):
+        """For an input added into a sum (an optimizer's `param.add_(grad)` ...): its absolute error over
+        the sum's size, when that is within what rounding and earlier differences explain; else None."""
+        outs = [r for r in call.outputs if r.matched and r.is_tensor]
+        if not outs or not _sum_outputs(call, self.calls_by_key) >= {r.slot for r in outs}:
+            return None
+        scale = max(r.golden_scale for r in outs)
+        if scale <= 0 or not math.isfinite(row.error):
+            return None
+        share = row.error * row.golden_scale / scale
+        return share if share <= AMPLIFICATION * self.noise + max(r.floor for r in outs) else None
 
     def _hidden_input_error(self, call):
         """Backward calls also read tensors saved in forward; parameter gradients are reduced or

@@ -55,23 +55,26 @@ def diagnose(results, precision=None):
     results = sorted(results, key=lambda r: (r.step or 0, r.rank or 0))
     working, working_u = _working_precision(results, precision)
     per_rank = [_diagnose_rank(res, working_u) for res in results]
-    suspects = _rank_suspects(per_rank)
+    groups = _rank_suspects(per_rank)
+    suspects = [_suspect_dict(g) for g in groups[:MAX_SUSPECTS]]
     modes = sorted({p["mode"] for p in per_rank})
     # Marginal suspects (weak) are listed but are not a divergence: two correct runs on different
     # hardware get there, and --fail-on-divergence must not flake on them.
-    divergence = any(s["tier"] != TIER_NAMES[flow.WEAK] for s in suspects)
+    divergence = any(g["suspect"].tier != flow.WEAK for g in groups)
+    receiving = receiving_ranks(groups)
     compared = sum(p["rows"] for p in per_rank)
     matched = sum(p["matched_rows"] for p in per_rank)
     mostly_unmatched = compared > 0 and matched < MIN_MATCHED_SHARE * compared
     d = {
         "divergence": divergence,
         "mostly_unmatched": mostly_unmatched,
-        "verdict": _verdict(divergence, suspects, per_rank, working, (matched, compared)),
+        "verdict": _verdict(divergence, suspects, len(groups), receiving, per_rank, working, (matched, compared)),
         "mode": modes[0] if len(modes) == 1 else modes,
         "precision": {"working": working, "unit_roundoff": working_u,
                       "inferred": precision is None},
-        "suspects": suspects[:MAX_SUSPECTS],
-        "receiving_ranks": receiving_ranks(suspects),
+        "suspects": suspects,
+        "suspect_count": len(groups),
+        "receiving_ranks": receiving,
         "ranks": [{k: v for k, v in p.items() if not k.startswith("_")} for p in per_rank],
         "thresholds": {"noise_floor": dict(DTYPE_NOISE_FLOOR), "rounding_units": ROUNDING_UNITS,
                        "amplification": AMPLIFICATION, "introduced_ratio": INTRODUCED_RATIO,
@@ -189,7 +192,8 @@ def _fold_modules(suspects, construct):
 
 def _rank_suspects(per_rank):
     """One list over all steps and ranks: the same call suspected (for the same reason) on several
-    ranks or steps is one entry, its evidence from the earliest step and lowest rank.
+    ranks or steps is one entry ({"suspect", "rank_entry", "ranks", "steps"}), its evidence from the
+    earliest step and lowest rank.
 
     Order: strong introducers before amplifications, marginal ones and collectives; then the earliest
     step; then execution order. Parameters and first inputs of a step after one where values already
@@ -206,10 +210,8 @@ def _rank_suspects(per_rank):
                                                           "steps": set()})
             g["ranks"].add(p["rank"])
             g["steps"].add(p["step"])
-    ordered = sorted(groups.values(), key=lambda g: (g["suspect"].tier, g["rank_entry"]["step"],
-                                                     g["suspect"].call.order, g["rank_entry"]["rank"]))
-    return [_suspect_dict(g["suspect"], g["rank_entry"], sorted(g["ranks"]), sorted(g["steps"]))
-            for g in ordered]
+    return sorted(groups.values(), key=lambda g: (g["suspect"].tier, g["rank_entry"]["step"],
+                                                  g["suspect"].call.order, g["rank_entry"]["rank"]))
 
 
 def _demote_cross_rank_arrivals(per_rank):
@@ -237,7 +239,9 @@ def _demote_cross_rank_arrivals(per_rank):
                             f"recorded calls too (e.g. DDP's gradient all-reduce)")
 
 
-def _suspect_dict(s, rank_entry, ranks, steps):
+def _suspect_dict(group):
+    s, rank_entry = group["suspect"], group["rank_entry"]
+    ranks, steps = sorted(group["ranks"]), sorted(group["steps"])
     call = s.call
     calls, construct = rank_entry["_calls"], rank_entry["_construct"]
     path = module_path(call.key, construct)
@@ -291,7 +295,7 @@ def _place(p):
     return ("process " if p["is_proc"] else "rank ") + str(p["rank"])
 
 
-def _verdict(divergence, suspects, per_rank, working, matched_compared):
+def _verdict(divergence, suspects, count, receiving, per_rank, working, matched_compared):
     matched, compared = matched_compared
     prefix = ""
     if compared and matched < MIN_MATCHED_SHARE * compared:
@@ -306,7 +310,7 @@ def _verdict(divergence, suspects, per_rank, working, matched_compared):
             return prefix + "nothing to diagnose: no value of the target has a counterpart in golden"
         if suspects:
             top = suspects[0]
-            return (prefix + f"no divergence {beyond}: {len(suspects)} call(s) just past what rounding and "
+            return (prefix + f"no divergence {beyond}: {count} call(s) just past what rounding and "
                     f"their inputs explain, the first {top['api']} (step {top['step']}): {top['reason']}")
         places = list(dict.fromkeys(_place(p) for p in per_rank))
         steps = len({p["step"] for p in per_rank})
@@ -323,17 +327,16 @@ def _verdict(divergence, suspects, per_rank, working, matched_compared):
     verdict = (f"error is introduced in {top['direction']} at {top['api']} "
                f"(step {top['step']}, {word}{'es' if word == 'process' and len(top['ranks']) > 1 else ''}"
                f"{'s' if word == 'rank' and len(top['ranks']) > 1 else ''} {ranks}): {top['reason']}")
-    receiving = receiving_ranks(suspects)
     if receiving:
         verdict += (f"; rank{'s' if len(receiving) > 1 else ''} {', '.join(str(r) for r in receiving)} "
                     f"only receive{'' if len(receiving) > 1 else 's'} it from other ranks")
     return prefix + verdict
 
 
-def receiving_ranks(suspects):
+def receiving_ranks(groups):
     """Ranks whose every suspect is a received one: they diverge only because other ranks did."""
-    introducing = {r for s in suspects if s["tier"] != "communication" for r in s["ranks"]}
-    return sorted({r for s in suspects if s["tier"] == "communication" for r in s["ranks"]} - introducing)
+    introducing = {r for g in groups if g["suspect"].tier != flow.COMM for r in g["ranks"]}
+    return sorted({r for g in groups if g["suspect"].tier == flow.COMM for r in g["ranks"]} - introducing)
 
 
 def _json_safe(value):
