@@ -230,6 +230,7 @@ def compare_pair(target, golden, opts, maps=None):
         rows = PairedRows(t_rows, g_rows, gidx, metrics)
         table = build_table(rows, mode, cross_framework=cross, stack=stacks if opts.stack else None,
                             tensor_metrics=metrics)
+        rows.drop_display_columns()
         lap("table")
         phases.update()
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,

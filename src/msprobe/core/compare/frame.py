@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 STAT_FIELDS = ("max", "min", "mean", "norm")
+_DISPLAY_ONLY = ("name", "requires_grad", "data_name")  # row columns nothing reads after the table
 # tensor-mode metric arrays (float, NaN where not computed), one entry per target row
 METRIC_FIELDS = ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")
 
@@ -77,6 +78,14 @@ class PairedRows:
 
     def __len__(self):
         return len(self.target)
+
+    def drop_display_columns(self):
+        """Let go of what only the display table needed (names of golden rows, requires_grad, file
+        names): a compare result keeps these rows for the diagnosis, and a million-row dump's columns
+        weigh hundreds of megabytes."""
+        self.target = self.target.drop(columns=[c for c in _DISPLAY_ONLY if c != "name"], errors="ignore")
+        self.golden_rows = self.golden_rows.drop(columns=list(_DISPLAY_ONLY + ("suffix", "role")), errors="ignore")
+        self.golden = AlignedGolden(self.golden_rows, self.gidx, self.matched)
 
     def stats(self, side):
         """(float array (n, 4) of Max, Min, Mean, Norm, presence mask (n, 4)) of "target" or "golden"."""

@@ -67,8 +67,11 @@ class Row:
     @property
     def golden_scale(self):
         """max(|Max|, |Min|) of the golden tensor (0.0 when unknown)."""
-        vals = [abs(v) for v in self.golden[:2] if isinstance(v, float) and math.isfinite(v)]
-        return max(vals) if vals else 0.0
+        scale = 0.0
+        for v in self.golden[:2]:
+            if type(v) is float and abs(v) > scale and v != math.inf:
+                scale = abs(v)
+        return scale
 
     def value_key(self):
         """What identifies this tensor's value in the target run (for finding who produced it), or None
@@ -76,8 +79,8 @@ class Row:
         return self._value_key
 
     def __post_init__(self):
-        t = self.target
-        plain = (not self.is_tensor or any(type(v) is not float for v in t) or t[0] == t[1])
+        t = self.target  # a tensor's statistics are floats or None (calls_from_rows)
+        plain = not self.is_tensor or None in t or t[0] == t[1]
         self._value_key = None if plain else (self.numel,) + t
 
 
@@ -97,6 +100,7 @@ class Call:
         parts = self.key.split(".")
         plain = self.is_module or ".parameters_grad." in self.key or len(parts) < 4
         self._api = None if plain else ".".join(parts[1:-2])
+        self.short_api = None if plain else parts[-3]  # 'softmax' of Functional.nn.softmax.0.forward
 
     @property
     def rows(self):

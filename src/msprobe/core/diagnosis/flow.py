@@ -114,8 +114,7 @@ def _is_communication(key):
 
 def _short_api(call):
     """'linear' of Functional.linear.0.forward, 'softmax' of Functional.nn.softmax...: the last part."""
-    name = call.api_name
-    return name if name is None or "." not in name else name.rsplit(".", 1)[-1]
+    return call.short_api
 
 
 class _Producers:
@@ -455,6 +454,8 @@ class _RankWalk:
         """Sums that cancelled to (numerically) zero, far below the inputs they add up (a bias gradient
         that is zero in exact arithmetic): the rounding of the inputs is all they hold, so their error
         relative to themselves means nothing. The same values recorded again later are marked too."""
+        if not self.cancelled_values and not any(r.differs for r in call.outputs):
+            return  # nothing differs, nothing recorded before cancelled: nothing to mark
         u = max(self.working_u, _FP32_U)
         scale_in = max((r.golden_scale for r in call.inputs if r.matched and r.is_tensor), default=0.0)
         sums = _sum_outputs(call, self.calls_by_key)

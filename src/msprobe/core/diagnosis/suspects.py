@@ -17,6 +17,7 @@ from msprobe.core.diagnosis.report import stack_line
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, EVIDENCE_ROWS, INTRODUCED_RATIO,
                                                MAX_SUSPECTS, MIN_MATCHED_SHARE, ROUNDING_UNITS, UNIT_ROUNDOFF,
                                                VALUE_PRESERVING_APIS, WORKING_PRECISION_SHARE)
+from msprobe.core.gc_pause import CollectorPause
 
 TIER_NAMES = {flow.STRONG: "strong", flow.AMPLIFYING: "amplifying", flow.WEAK: "weak",
               flow.COMM: "communication"}
@@ -54,7 +55,9 @@ def diagnose(results, precision=None):
     """
     results = sorted(results, key=lambda r: (r.step or 0, r.rank or 0))
     working, working_u = _working_precision(results, precision)
-    per_rank = [_diagnose_rank(res, working_u) for res in results]
+    # a row object per compared value, none in a cycle: collections would walk them all again and again
+    with CollectorPause():
+        per_rank = [_diagnose_rank(res, working_u) for res in results]
     groups = _rank_suspects(per_rank)
     suspects = [_suspect_dict(g) for g in groups[:MAX_SUSPECTS]]
     modes = sorted({p["mode"] for p in per_rank})
