@@ -34,14 +34,14 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import autocast_plants as plants  # noqa: E402
+import results_md  # noqa: E402
 
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose  # noqa: E402
 
 CONFIGS = ("statistics:L1", "statistics:mix", "tensor:L1", "tensor:mix")
 HELD_OUT = ("cnn", "mixer")  # planted after the diagnosis' thresholds were set on the transformer
-RESULTS = os.path.join(HERE, "RESULTS.md")
-SECTION = "## bf16 autocast diagnosis (`bf16_diagnosis.py`)"
+SECTION = "bf16_diagnosis.py"
 
 
 def _call_of(row_name):
@@ -158,19 +158,6 @@ def table_text(by_config):
     return "\n".join(lines)
 
 
-def write_results(text):
-    """Replace (or append) this benchmark's section of RESULTS.md, leaving other sections alone."""
-    old = open(RESULTS, encoding="utf-8").read() if os.path.exists(RESULTS) else "# Benchmark results\n"
-    start = old.find(SECTION)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    else:
-        nxt = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + ("\n" + old[nxt:] if nxt >= 0 else "\n")
-    with open(RESULTS, "w", encoding="utf-8") as f:
-        f.write(new)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma list of task:level")
@@ -201,9 +188,9 @@ def main():
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({f"{m} {c}": runs for (m, c), runs in by_config.items()}, f, indent=1)
     if not args.no_results:
-        write_results(f"{SECTION}\n\nPlanted bugs in a bf16-autocast target against an fp32 golden "
-                      f"(`autocast_plants.py`), {time.strftime('%Y-%m-%d')}, torch {torch.__version__}.\n\n"
-                      f"{text}\n")
+        results_md.update_section(SECTION, f"Planted bugs in an autocast target against an fp32 golden "
+                                           f"(`autocast_plants.py`), torch {torch.__version__}: hits and false "
+                                           f"alarms, not timings.\n\n{text}")
 
 
 if __name__ == "__main__":

@@ -4,16 +4,16 @@ Guaranteed (what these tests check):
   * steps finished before the kill (stop() + step() returned) are complete: dump.json, construct.json and
     stack.json all parse and hold the same records as an uninterrupted run;
   * for the killed step, dump.json and construct.json parse with plain `json.load` at any moment: each
-    record is appended in one write that leaves the file valid (core/dump/json_append.py), and a write to
+    batch of records is appended in one write that leaves the file valid (core/dump/json_append.py), and a write to
     a regular file completes even when SIGKILL arrives;
-  * every record the writer reported as written (`writer.records`) before the kill is in that dump.json,
-    so every forward record of the killed step (statistics task, no background work to wait for) and the
-    backward records completed before the kill are there.
+  * of the killed step, the records written by the last resolve (core/dump/capture.py: at stop(), and at
+    least every FLUSH_SECONDS while recording): here every forward record, written by the stop() between
+    forward and backward; every record the writer reported as written (`writer.records`) is in that
+    dump.json. Also on the accelerator path (forced here with MSPROBE_DEVICE_SUMMARY=1).
 
 Not guaranteed:
   * stack.json of the killed step: it is written only at flush (stop/step/exit), so it is usually absent;
-  * backward records of calls whose gradients were not complete at the kill, parameters_grad of modules
-    whose gradients had not all arrived;
+  * records made after the last resolve (here the backward records before the kill);
   * records still waiting for background work (files of device tensors, copied to the host and written on
     the writer pool) at the kill, and everything after them in capture order (held back to keep dump.json in
     capture order); a tensor file being written at the kill (CPU tensors' files and md5 checksums are done
@@ -56,6 +56,8 @@ SCRIPT = textwrap.dedent('''
             h.register_hook(die)
         out = model[4](model[3](model[2](h)))
         loss = nn.functional.mse_loss(out, y)
+        debugger.stop()  # writes the forward records
+        debugger.start(model)
         loss.backward()
         debugger.stop()
         opt.step()
@@ -152,11 +154,8 @@ def test_killed_step_dump_json_parses_and_holds_every_forward_record(runs):
     # every record the writer had counted as written when the process died is on disk
     written = int(stdout.split("RECORDS", 1)[1].split()[0])
     assert len(data) == written
-    # backward was cut short: some backward records are there, not all of them
-    backward = [k for k in data if split_key(k)[1] == "backward"]
-    clean_backward = [k for k in clean_data if split_key(k)[1] == "backward"]
-    assert backward and len(backward) < len(clean_backward)
-    assert backward == clean_backward[:len(backward)]
+    # the backward records made before the kill waited for the next resolve: none is there, none torn
+    assert not [k for k in data if split_key(k)[1] == "backward"]
     assert "Module.0.Linear.backward.0" not in data  # the first layer's gradient never came
 
 
@@ -179,3 +178,70 @@ def test_killed_step_stack_json_if_present_parses(runs):
     if os.path.exists(path):
         load(path)
     assert not os.path.exists(path + ".tmp")
+
+
+# -- the accelerator path: records wait for a batch resolve -----------------------------------------------
+BATCHED = textwrap.dedent('''
+    import os, signal, sys, time
+    import torch
+    from torch import nn
+    from msprobe.core.dump.capture import FLUSH_SECONDS
+    from msprobe.pytorch import PrecisionDebugger
+
+    dump_path, mode = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    debugger = PrecisionDebugger(dump_path=dump_path, level="mix")
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    for step in range(2):
+        debugger.start(model)
+        h = model[1](model[0](x))
+        if step == 1:
+            time.sleep(FLUSH_SECONDS + 0.2)  # the next record resolves and writes those before it
+            if mode == "crash":
+                h.register_hook(lambda grad: os.kill(os.getpid(), signal.SIGKILL))
+        out = model[4](model[3](model[2](h)))
+        nn.functional.mse_loss(out, y).backward()
+        debugger.stop()
+        opt.step()
+        opt.zero_grad()
+        debugger.step()
+    print("FINISHED", flush=True)
+''')
+
+
+@pytest.fixture(scope="module")
+def batched_runs(tmp_path_factory):
+    """The script above through the device path (summaries in slots, records written at a resolve)."""
+    tmp = tmp_path_factory.mktemp("batched")
+    script = tmp / "train.py"
+    script.write_text(BATCHED)
+    env = dict(os.environ, MSPROBE_DEVICE_SUMMARY="1")
+    out = {}
+    for mode in ("clean", "crash"):
+        p = subprocess.run([sys.executable, str(script), str(tmp / mode), mode], capture_output=True, text=True,
+                           cwd=str(tmp), env=env, timeout=120)
+        out[mode] = (p.returncode, p.stdout, p.stderr, tmp / mode)
+    return out
+
+
+def test_batched_kill_keeps_finished_steps_and_what_was_flushed(batched_runs):
+    assert batched_runs["clean"][0] == 0 and "FINISHED" in batched_runs["clean"][1]
+    rc, stdout, stderr, crash_root = batched_runs["crash"]
+    assert rc == -signal.SIGKILL, (rc, stdout, stderr)
+    clean_root = batched_runs["clean"][3]
+    # the finished step is whole
+    crash0, clean0 = only_subdir(crash_root / "step0"), only_subdir(clean_root / "step0")
+    assert load(os.path.join(crash0, "dump.json"))["data"] == load(os.path.join(clean0, "dump.json"))["data"]
+    assert load(os.path.join(crash0, "construct.json")) == load(os.path.join(clean0, "construct.json"))
+    # the killed step: the records resolved by time before the kill, nothing torn
+    data = load(os.path.join(only_subdir(crash_root / "step1"), "dump.json"))["data"]
+    clean = load(os.path.join(only_subdir(clean_root / "step1"), "dump.json"))["data"]
+    before_sleep = ["Functional.linear.0.forward", "Module.0.Linear.forward.0", "Functional.relu.0.forward",
+                    "Module.1.ReLU.forward.0"]
+    keys = list(data)
+    assert keys[:len(before_sleep)] == before_sleep  # (the resolve also took the next call's summaries)
+    assert keys == list(clean)[:len(keys)] and len(keys) < len(clean)
+    for key in keys:
+        assert data[key] == clean[key], key

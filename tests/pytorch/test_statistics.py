@@ -1,10 +1,9 @@
-"""Summarizer: statistics against torch's own reductions, memory-keyed reuse, CRC-32 in halves."""
+"""Summarizer: statistics against torch's own reductions, memory-keyed reuse, the wordsum64 checksum."""
 
 import os
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import numpy as np
 import pytest
@@ -12,7 +11,8 @@ import torch
 
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
-from msprobe.pytorch.statistics import Summarizer, crc32_of, crc32_of_tensor, memory_order
+from msprobe.core.checksum import finish, wordsum_numpy
+from msprobe.pytorch.statistics import Summarizer, checksum_of, checksum_of_tensor, memory_order
 from msprobe_test_models import assert_stats  # loaded by conftest.py
 
 
@@ -110,7 +110,7 @@ def test_views_over_the_same_memory_share_statistics_with_their_own_shape():
     vrec, ventry = m.summarize(x.view(6, 4))
     assert ventry is entry and vrec["md5"] == rec["md5"]
     trec, tentry = m.summarize(x.transpose(0, 2))
-    assert tentry is not entry and trec["md5"] == crc32_of(x.transpose(0, 2).contiguous())
+    assert tentry is not entry and trec["md5"] == checksum_of(x.transpose(0, 2).contiguous())
     # a saved file is reused only by a tensor laid out the same way
     entry.set_file(x, "x.npy")
     assert entry.file_for(x.detach()) == "x.npy" and entry.file_for(x.view(24)) is None
@@ -124,14 +124,26 @@ def test_reuse_never_outlives_the_tensor():
     assert rec2["Max"] == 3.0
 
 
-def test_crc32_of_tensors_in_place_and_of_views():
+def reference_checksum(x):
+    """wordsum64 of a tensor's bytes in index order, by the numpy definition in core/checksum.py."""
+    raw = x.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    return finish(*wordsum_numpy(raw), len(raw))
+
+
+def test_checksum_of_tensors_in_place_and_of_views():
     x = torch.randn(600_000)
-    assert crc32_of_tensor(x) == crc32_of(x) == f"{zlib.crc32(x.numpy().tobytes()):08x}"
-    xt = torch.randn(700, 500).t()  # not contiguous: the bytes in index order, as msProbe reads them
-    assert crc32_of_tensor(xt) == crc32_of(xt.contiguous()) == f"{zlib.crc32(xt.contiguous().numpy().tobytes()):08x}"
+    assert checksum_of_tensor(x) == checksum_of(x) == reference_checksum(x)
+    xt = torch.randn(700, 500).t()  # not contiguous: the bytes in index order
+    assert checksum_of_tensor(xt) == checksum_of(xt.contiguous()) == reference_checksum(xt)
     s = Summarizer(md5=True)
     rec, _ = s.summarize(torch.arange(6, dtype=torch.bfloat16))
-    assert rec["md5"] == f"{zlib.crc32(torch.arange(6, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()):08x}"
+    assert rec["md5"] == reference_checksum(torch.arange(6, dtype=torch.bfloat16)) and len(rec["md5"]) == 16
+    # one bit, or two words swapped, change it
+    y = x.clone()
+    y.view(torch.int32)[7] ^= 1
+    z = x.clone()
+    z[[3, 4]] = x[[4, 3]]
+    assert len({checksum_of(x), checksum_of(y), checksum_of(z)}) == 3
 
 
 def test_write_npy_and_link(tmp_path):

@@ -5,10 +5,9 @@ Used by the dump debuggers from start() to stop()/step(). A step being dumped al
 GC-tracked objects per record (records, cache entries, weak references, backward trackers, the
 Python wrappers of the autograd nodes the graph walk reads) that live until the step ends: every
 young collection walks them again, and those that survive two are promoted to the oldest
-generation, whose collection walks every object of the process (~75 ms with torch imported). On a
-Sequential of 100 Linear layers that was 11% of the dump's overhead at L0 and 20% at L1 (means over
-200 steps). The cycles the training code makes meanwhile wait at most one step for the first
-collection after it. Used also by the compare engine while it parses a dump.
+generation, whose collection walks every object of the process (tens of ms with torch imported; see
+benchmarks/RESULTS.md, PyTorch design notes). The cycles the training code makes meanwhile wait at
+most one step for the first collection after it. Used also by the compare engine while it parses a dump.
 
 Must not import torch or mindspore.
 """

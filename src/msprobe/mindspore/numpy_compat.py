@@ -7,7 +7,7 @@ It is taken in the argument parser only: a call whose scalar is parsed and whose
 refused (TypeError) runs no op. Running one would start MindSpore's PyNative executor before the user
 has configured it: its queue threads would then exist for good, and a `pynative_synchronize` (or
 `launch_blocking()`) set after `import msprobe.mindspore` would no longer keep ops on the Python
-thread (on 2 CPU cores that made the benchmark transformer's step ~2-4x slower).
+thread, where they are several times slower on a few cores (see sync_execution.py).
 """
 
 import contextlib

@@ -1,74 +1,55 @@
-"""DumpSession: everything recorded in one step of one rank — turns calls into records for the writer.
+"""DumpSession: MindSpore's side of one step's capture — calls, Cell hooks and gradients into records.
 
-The capture layers (wrapped APIs, Cell hooks, GradTracker, debug save) call into the session; the
-session owns naming counters, filters, statistics and the writer (all from msprobe.core but the
-statistics). Hot path: `record_call`.
+The capture layers (wrapped APIs, Cell hooks, GradTracker, debug save) call into the session; the flow
+after a record is made (queue, batch resolve, overflow gate, writer) is core/dump/capture.py. Reading
+a MindSpore tensor makes the PyNative pipeline wait for it, so statistics are read in batches: a
+record's tensors wait in `_late` until a resolve (after a backward pass, before an in-place call, every
+LATE_LIMIT tensors, at stop() and at the step's end). Hot path: `record_call`.
 """
 
-import threading
 import weakref
-from concurrent.futures import Future
 
 import mindspore as ms
 import numpy as np
 
 from msprobe.core import naming
+from msprobe.core.dump.capture import CaptureSession
 from msprobe.core.dump.json_append import scalar_record
-from msprobe.core.dump.records import CallRecords, common_value_record
+from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
+from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.core.dump.writer import SessionWriter
-from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
-from msprobe.mindspore.overflow import OverflowGate
 from msprobe.mindspore.statistics import Summarizer, host_array
 
 _SCALARS = (int, float, bool, str)
+# tensors waiting for their statistics before a resolve summarises them at once (bounds the memory held)
+LATE_LIMIT = 512
 
 
-class DumpSession(CallRecords, SessionWriter):
-    """Recording state for one step of one rank.
+class DumpSession(CaptureSession):
+    """Recording state for one step of one rank (see CaptureSession for the arguments).
 
-    Args:
-        cfg: validated DumpConfig.
-        step: the step number (names the step{N} directory).
-        rank: rank number for rank{R}, or None for proc{pid}.
-        pool: shared writer thread pool.
-        dump_path: directory holding the step dirs (default cfg.dump_path; jit splits graph/pynative).
-        overflow: the run's OverflowBudget (task overflow_check): records pass an OverflowGate.
+    The step's files open at the first record, not early on the pool as in PyTorch: a pool thread
+    opening them while PyNative ops run takes the GIL, which changes hands at every op.
     """
 
     framework = "mindspore"
+    saturating = {"Float16": FLOAT16_MAX, "BFloat16": BFLOAT16_MAX}
+    early_writer = False
 
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
-        self.cfg = cfg
-        self.step = step
-        self.rank = rank
-        self.pool = pool
-        self.dump_path = dump_path or cfg.dump_path
-        self.filter = DumpFilter(cfg)
-        self.counter = naming.CallCounter()
-        self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5")
-        self.module_stack = []  # forward keys of the Cells being run, innermost last
-        # The step's files open at the first record, not early on the pool as in PyTorch: a pool thread
-        # opening them while PyNative ops run made the transformer of benchmarks/ms_dump_overhead.py
-        # ~1.5 ms a step slower at L0 and L1 (A/B of 6 process pairs, synchronous; the GIL changes
-        # hands at every op)
-        self._prepare_writer(pool, early=False)
-        self.trackers = {}  # backward trackers still waiting for gradients, in creation order
+        self._late = []  # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
+        super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
-        self.with_stack = cfg.extra_info
-        self.tensor_count = 0
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
         self.stuck = {}  # trackers with every output gradient in and some input gradient missing
         self._seq = 0
-        self._late = []  # (tensor, record, file stem, save, future): summarised in one batch later
-        # defer every tensor's statistics (not only gradients) until a batch point; off for level debug,
+        # defer every tensor's statistics (not only gradients) until a resolve; off for level debug,
         # whose records go out one by one
         self.defer = cfg.level != "debug"
-        self._after_backward = False  # gradients were queued: the next forward call summarises the batch
-        self.gate = OverflowGate(overflow) if cfg.task == "overflow_check" and overflow is not None else None
+        self._after_backward = False  # gradients were queued: the next forward call resolves the batch
         # the model's trainable Parameters (set by the debugger): their statistics are read together
         self.model_params = ()
         # the read is dropped when a gradient arrives: L0/mix see every Parameter gradient through their
@@ -80,23 +61,16 @@ class DumpSession(CallRecords, SessionWriter):
         # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
         self.synchronous = False
 
-    # -- writer ----------------------------------------------------------------------------------
+    def _new_summarizer(self):
+        # a weak method: the summarizer must not hold its session in a reference cycle
+        return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5",
+                          late=self._late, resolver=weakref.WeakMethod(self._summarise_late))
+
     def renumber(self, step):
         """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
         self.step = step
         if self.graph is not None:
             self.graph.renumber(step)
-
-    def emit(self, key, record, waits=(), check=None):
-        """Hand a finished record to the writer; overflow_check: to the gate, which looks at `check`
-        (default: the whole record) once the batch's statistics are in."""
-        if self.gate is not None:
-            self.gate.offer(key, record, record if check is None else check, waits)
-            return
-        w = self._writer()
-        if self.cfg.task == "structure":
-            return
-        w.add(key, record, waits)
 
     def saves_tensor(self, key):
         """Tensor files for `key`? overflow_check: always, written only if the record is kept."""
@@ -105,41 +79,11 @@ class DumpSession(CallRecords, SessionWriter):
     @property
     def overflow_done(self):
         """overflow_check with overflow_nums reached: nothing more is recorded."""
-        return self.gate is not None and self.gate.budget.exhausted
+        return self.gate is not None and self.gate.exhausted
 
-    def _keep_overflow(self, key, record, files):
-        """OverflowGate callback: write an overflowing record and its tensor files."""
-        w = self._writer()
-        waits = []
-        for rec, value, stem in files:
-            arr = value if isinstance(value, np.ndarray) else host_array(value)
-            name = stem + ".npy"
-            path = w.tensor_path(name)
-            waits.append(w.submit(lambda path=path, arr=arr: save_npy(path, arr), arr.nbytes))
-            rec["data_name"] = name
-            self.tensor_count += 1
-        w.add(key, record, waits)
-
-    def settle_overflow(self):
-        if self.gate is not None:
-            prev, _state.busy = _state.busy, True  # reading tensors must not be recorded
-            try:
-                self.gate.settle(self._keep_overflow)
-            finally:
-                _state.busy = prev
-
-    def note_structure(self, key, parent, stack):
-        if self.gate is not None:
-            self.gate.on_keep(key, lambda: self._note_structure_now(key, parent, stack))
-            return
-        self._note_structure_now(key, parent, stack)
-
-    def _note_structure_now(self, key, parent, stack):
-        w = self._writer()
-        if self.cfg.extra_info and (self.cfg.level in ("mix", "L0") or parent is not None):
-            w.add_construct(key, parent)
-        if stack is not None:
-            w.add_stack(key, stack)
+    def save_tensor_file(self, value, path):
+        arr = value if isinstance(value, np.ndarray) else host_array(value)
+        return self._writer().submit(lambda: save_npy(path, arr), arr.nbytes)
 
     # -- values -> records -----------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits):
@@ -231,43 +175,40 @@ class DumpSession(CallRecords, SessionWriter):
         return rec
 
     def deferred_record(self, t, file_stem, save, waits):
-        """Record of a tensor summarised later, in one batch (at the next forward call after a backward
-        pass, before an in-place call, at the step end, or when many are waiting). Reading a tensor —
-        even its dtype — makes MindSpore's PyNative pipeline spin until the op that makes it has run;
-        doing that per call, and inside the backward pass, doubled the step time. The writer holds the
-        record (and every later one) until it is filled in."""
+        """Record of a tensor summarised at the next resolve (the next forward call after a backward
+        pass, before an in-place call, at stop() and the step end, or when LATE_LIMIT are waiting).
+        Reading a tensor — even its dtype — makes MindSpore's PyNative pipeline spin until the op that
+        makes it has run, and doing that per call, inside the backward pass too, serialises the step. The
+        record's tensor files, if any, join `waits` when it is summarised."""
         rec = {}
-        fut = LateFuture()
-        self._late.append((t, rec, file_stem, save, fut))
-        waits.append(fut)
+        self._late.append((t, rec, file_stem, save, waits))
         if len(self._late) > LATE_LIMIT:
-            self.resolve_late()
+            self.resolve()
         return rec
 
     def gradient_record(self, g, file_stem, save, waits):
-        """deferred_record for a gradient: the batch is summarised at the next forward call."""
+        """deferred_record for a gradient: the batch is resolved at the next forward call."""
         self._after_backward = True
         if self._param_recs:
             self.params_changed()
         return self.deferred_record(g, file_stem, save, waits)
 
-    def resolve_late(self):
-        """Summarise the tensors deferred_record queued."""
-        late, self._late, self._after_backward = self._late, [], False
-        for g, rec, stem, save, fut in late:
-            waits = []
+    def _summarise_late(self, late):
+        """The summarizer's resolve: statistics (and files) of the tensors deferred_record queued."""
+        self._after_backward = False
+        for t, rec, stem, save, waits in late:
             try:
-                self.tensor_record_now(g, stem, save, waits, into=rec)
-            except Exception as e:  # the writer logs it to dump_error_info.log
-                fut.set_exception(e)
-                continue
-            if waits:
-                chain = _all_done(waits)
-                chain.add_done_callback(lambda f, fut=fut: _copy_outcome(f, fut))
-            else:
-                fut.set_result(None)
+                self.tensor_record_now(t, stem, save, waits, into=rec)
+            except Exception as e:  # noqa: BLE001 - one bad tensor: logged, its record written without it
+                self._writer().log_error(f"{stem}: {e!r}")
         self.summarizer.drop_aliases()
-        self.settle_overflow()
+
+    def resolve(self):
+        prev, _state.busy = _state.busy, True  # reading tensors must not be recorded
+        try:
+            super().resolve()
+        finally:
+            _state.busy = prev
 
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
@@ -294,7 +235,7 @@ class DumpSession(CallRecords, SessionWriter):
         if self.stuck:
             self.release_stuck(-1)  # a forward call: the backward pass is over
         if self._after_backward:
-            self.resolve_late()
+            self.resolve()
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
         flt = self.filter
@@ -311,7 +252,7 @@ class DumpSession(CallRecords, SessionWriter):
             else:
                 in_args, in_kwargs = [], {}
             if inplace:
-                self.resolve_late()  # queued records must see the values before this call changes them
+                self.resolve()  # queued records must see the values before this call changes them
                 changed = _tensors_in(args)
                 self.summarizer.forget(changed)
                 self.params_changed(changed)
@@ -366,7 +307,7 @@ class DumpSession(CallRecords, SessionWriter):
         if self.stuck:
             self.release_stuck(-1)
         if self._after_backward:
-            self.resolve_late()
+            self.resolve()
         flt = self.filter
         save = self.saves_tensor(key)
         waits = []
@@ -377,7 +318,7 @@ class DumpSession(CallRecords, SessionWriter):
         tracker = None
         if track and flt.backward and grad_recording() and not done:
             self._seq += 1
-            tracker = GradTracker(self, key.replace(".forward.", ".backward."), save,
+            tracker = GradTracker(self, naming.backward_of(key), save,
                                   _backward_parent(self.module_stack[:-1]), self._seq)
             self.trackers[tracker] = None
             args = tracker.hook_inputs(args)
@@ -430,105 +371,31 @@ class DumpSession(CallRecords, SessionWriter):
                   "output": tracker.in_recs if flt.output else []}
         # overflow_check: a backward record is kept when the gradients it computed (its "output") overflow
         self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs)
-        if self.cfg.extra_info and self.cfg.level in ("mix", "L0"):
-            if self.gate is not None:
-                self.gate.on_keep(tracker.key, lambda: self._writer().add_construct(tracker.key, tracker.parent))
-            else:
-                self._writer().add_construct(tracker.key, tracker.parent)
+        self.note_backward(tracker.key, tracker.parent)
 
     # -- step end --------------------------------------------------------------------------------
-    def flush(self):
-        """Emit partial backward records (latest call first, as backward runs), write stack.json."""
+    def emit_partial_backward(self):
+        """Latest call first, as backward runs."""
         for tracker in reversed(list(self.trackers)):
             tracker.emit_partial()
         self.trackers.clear()
-        for handle in self.tensor_hooks:
-            handle.remove()
-        self.tensor_hooks = []
-        self.resolve_late()
-        self.settle_overflow()
-        if self.writer is not None:
-            self.writer.flush()
 
-    def close(self):
+    def flush(self):
         prev, _state.busy = _state.busy, True
         try:
-            self.flush()
+            for handle in self.tensor_hooks:
+                handle.remove()
+            self.tensor_hooks = []
+            super().flush()
         finally:
             _state.busy = prev
-        self._close_writer()
-        self.summarizer.clear()
-        if self.graph is not None:
-            self.graph.close()
 
-
-# Tensors waiting for their statistics before they are summarised at once (bounds the memory they hold).
-LATE_LIMIT = 512
-_LATE_LOCK = threading.Lock()
-
-
-class LateFuture:
-    """The part of concurrent.futures.Future the writer and OverflowGate use, for one deferred record:
-    hundreds are made per step, and a Future builds a Condition (two locks) each time. Completed on the
-    training thread, or on a writer thread when the record also waits for a tensor file."""
-
-    __slots__ = ("_done", "_exc", "_callbacks")
-
-    def __init__(self):
-        self._done = False
-        self._exc = None
-        self._callbacks = []
-
-    def done(self):
-        return self._done
-
-    def exception(self):
-        return self._exc
-
-    def add_done_callback(self, fn):
-        with _LATE_LOCK:
-            if not self._done:
-                self._callbacks.append(fn)
-                return
-        fn(self)
-
-    def set_result(self, _result):
-        self._finish(None)
-
-    def set_exception(self, exc):
-        self._finish(exc)
-
-    def _finish(self, exc):
-        with _LATE_LOCK:
-            self._exc, self._done = exc, True
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn(self)
-
-
-def _all_done(futures):
-    """A future that completes when all of `futures` have (with the first exception, if any)."""
-    done = Future()
-    left = [len(futures)]
-
-    def one(f):
-        left[0] -= 1
-        if left[0] == 0:
-            errors = [x.exception() for x in futures if x.exception() is not None]
-            if errors:
-                done.set_exception(errors[0])
-            else:
-                done.set_result(None)
-    for f in futures:
-        f.add_done_callback(one)
-    return done
-
-
-def _copy_outcome(src, dst):
-    if src.exception() is not None:
-        dst.set_exception(src.exception())
-    else:
-        dst.set_result(None)
+    def close(self):
+        try:
+            super().close()
+        finally:
+            if self.graph is not None:
+                self.graph.close()
 
 
 def _tensors_in(values):
@@ -542,7 +409,7 @@ def _tensors_in(values):
 
 
 def _backward_parent(stack):
-    return stack[-1].replace(".forward.", ".backward.") if stack else None
+    return naming.backward_of(stack[-1]) if stack else None
 
 
 def other_value_record(v):

@@ -4,16 +4,15 @@ for float32/float64, numpy otherwise).
 MindSpore's CPU build has no kernel for `mint.norm` (LinalgVectorNorm), which is why msProbe cannot
 dump statistics on a CPU; here every statistic is a host reduction of `asnumpy()`, so nothing needs a
 device kernel. Conventions shared with the PyTorch adapter (msprobe-facts §3.2): bool -> Max=any,
-Min=all, Mean/Norm null; complex -> statistics of |x|; empty -> all null; float16/bfloat16 reduced in
+Min=all, Mean/Norm null; complex -> statistics of |x|; empty -> all null; float16/bfloat16 read as
 float32. A tensor seen again in the same step (same object) reuses its statistics: an API's input is
 usually the previous API's output. Reading `_version` to validate that would make MindSpore finish all
-queued work (a spin-wait: it doubled the CPU time of a step), so calls that work in place drop their
-tensors from the cache instead (`forget`), and the cache lives for one step.
+queued work (a spin-wait), so calls that work in place drop their tensors from the cache instead
+(`forget`), and the cache lives for one step.
 
 The kernel runs on one thread here, unlike in PyTorch (where its OpenMP team is torch's own, already
-spinning): in a MindSpore process a second libgomp thread competes with MindSpore's own pool. Measured
-with 2 threads for tensors of 32K elements or more, A/B in one synchronous process: MLP stat_L0
-1.00x -> 1.25x, transformer stat_L1 1.32x -> 1.40x.
+spinning): in a MindSpore process a second libgomp thread competes with MindSpore's own pool
+(benchmarks/RESULTS.md, MindSpore design notes).
 """
 
 import weakref
@@ -21,7 +20,7 @@ import weakref
 import mindspore as ms
 import numpy as np
 
-from msprobe.core.checksum import crc32_hex
+from msprobe.core.checksum import checksum_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 
@@ -40,7 +39,7 @@ def dtype_name(dtype):
 
 def host_view(t):
     """`t` as a numpy array sharing its memory (bfloat16 -> a float32 copy, exact). Read it at once:
-    a later in-place op changes it. (A copy of a 4 MB tensor costs ~5 ms here, the view nothing.)"""
+    a later in-place op changes it (a view costs nothing, a copy a pass over the tensor)."""
     if t.dtype in _UPCAST:
         t = t.astype(ms.float32)
     return np.asarray(t.asnumpy())
@@ -92,8 +91,8 @@ def direct_stats(t, kinds):
     """Max/Min/Mean/Norm of a CPU float tensor read where it lies (data_ptr() waits for the op that
     makes it, as asnumpy() does), or None: another dtype, empty, or inf/nan (array_stats then says how
     they show). asnumpy() builds an ndarray whose buffer format numpy parses each time, and copies a
-    strided view (a chunk, a transpose) through MindSpore's thread pool: 60-160 us for the
-    transformer's 48 KB views, 10-20 us this way."""
+    strided view (a chunk, a transpose) through MindSpore's thread pool, several times slower than
+    this for small views."""
     dt = kinds.get(t.dtype)
     if dt is None:
         return None
@@ -119,7 +118,7 @@ def _dense_copy(t, dt):
 
 class _Memory:
     """Memory numpy may read where it lies (the array interface): no ctypes array type per size, which
-    cost ~40 us each and left a reference cycle per type behind."""
+    cost more than the read itself and left a reference cycle per type behind."""
 
     __slots__ = ("__array_interface__",)
 
@@ -128,9 +127,10 @@ class _Memory:
                                     "strides": strides, "version": 3}
 
 
-def crc32_of(a):
-    """CRC-32 of the array's raw bytes as 8 hex digits (msProbe's "md5" field)."""
-    return crc32_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else crc32_hex(b"")
+def checksum_of(a):
+    """wordsum64 of the array's raw bytes as 16 hex digits (the "md5" field; core/checksum.py): the value
+    PyTorch's adapter gives the same bytes."""
+    return checksum_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else checksum_hex(b"")
 
 
 class Summarizer:
@@ -138,15 +138,30 @@ class Summarizer:
 
     Args:
         stats: compute Max/Min/Mean/Norm (False for the structure task).
-        md5: add the CRC-32 of the tensor bytes under "md5".
+        md5: add the wordsum64 checksum of the tensor bytes under "md5".
     """
 
-    def __init__(self, stats=True, md5=False):
+    def __init__(self, stats=True, md5=False, late=None, resolver=None):
         self.stats = stats
         self.md5 = md5
+        # tensors whose statistics wait for the next resolve, and what summarises them (a weak method)
+        self._late = late if late is not None else []
+        self._resolver = resolver
         self._cache = {}
         self._aliases = {}  # id(HookBackward copy) -> (weakref to it, the tensor it copies)
         self._direct = _direct_kinds() if stats and not md5 else {}  # see direct_stats
+
+    @property
+    def pending(self):
+        """Tensors queued for the next resolve."""
+        return len(self._late)
+
+    def start_resolve(self):
+        """The queued tensors as a batch whose `finish()` summarises them (on the training thread: a
+        MindSpore tensor is read where its ops run)."""
+        batch = list(self._late)
+        self._late.clear()
+        return _LateBatch(batch, self._resolver)
 
     def clear(self):
         self._cache.clear()
@@ -187,7 +202,7 @@ class Summarizer:
             if self.stats:
                 rec.update(array_stats(arr))
             if self.md5:
-                rec["md5"] = crc32_of(arr)
+                rec["md5"] = checksum_of(arr)
         self._remember(t, rec)
         return dict(rec), arr
 
@@ -202,3 +217,14 @@ class Summarizer:
     def drop_aliases(self):
         """Forget which copy stands for which tensor (the links hold the originals alive)."""
         self._aliases.clear()
+
+
+class _LateBatch:
+    __slots__ = ("batch", "resolver")
+
+    def __init__(self, batch, resolver):
+        self.batch, self.resolver = batch, resolver
+
+    def finish(self):
+        if self.batch:
+            self.resolver()(self.batch)

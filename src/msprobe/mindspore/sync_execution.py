@@ -9,13 +9,9 @@ here), every hand-off waits for a core. Run synchronously, the ops of the step e
 order, with the same kernels and results.
 
 `pynative_synchronize` alone does little once the process has run an op: the queue threads exist from
-the first op on (a process that sets it before its first op never starts them, and ran the
-benchmark's transformer step in ~32 ms instead of ~120-170 ms here). Bypassing the frontend and bprop
-queues is what MindSpore's own `saved_tensors_hooks` does for its Python hooks (the same executor call,
-and the same "was it off already" answer kept for the way back). Measured in a default (asynchronous)
-process, transformer step with the dump on (benchmarks/ms_dump_overhead.py models):
-stat_L1 ~200 ms without this, ~175 ms with the option alone, ~100 ms with the queues bypassed too;
-stat_L0 ~142 / ~142 / ~59 ms.
+the first op on. Bypassing the frontend and bprop queues is what MindSpore's own `saved_tensors_hooks`
+does for its Python hooks (the same executor call, and the same "was it off already" answer kept for
+the way back). The measurements behind this are in benchmarks/RESULTS.md (MindSpore design notes).
 
 Only on the CPU target: on an accelerator the asynchronous launch also overlaps the device with the
 host, which synchronous execution would give up for every op, not just the recorded ones. The

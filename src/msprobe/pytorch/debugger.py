@@ -79,7 +79,10 @@ class PrecisionDebugger(DumpLifecycle):
         return GradientMonitor
 
     def _new_session(self, rank):
-        return DumpSession(self.config, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow)
+        # with CUDA in use, summaries are read back without waiting and records written on the lane
+        lane = self._writer_lane() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        return DumpSession(self.config, self.current_step, rank, pool=self._writer_pool(), overflow=self._overflow,
+                           lane=lane)
 
     def _current_rank(self):
         return current_rank()
@@ -98,9 +101,8 @@ class PrecisionDebugger(DumpLifecycle):
         if next_dumped:
             self._modules.end_step()  # the hooks stay, idle, until the next step's start()
         else:
-            # The next step is not dumped: no idle hooks on the model meanwhile. Two debuggers' idle
-            # hooks made a training step ~2.5% slower here (CNN and transformer of
-            # benchmarks/dump_overhead.py); a later dumped step's start() installs them again.
+            # the next step is not dumped: no idle hooks on the model meanwhile (a later dumped step's
+            # start() installs them again)
             self._modules.release()
 
     def _release_capture(self):
@@ -127,8 +129,9 @@ class PrecisionDebugger(DumpLifecycle):
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
                     self._patched.patch(module, api, prefix, api)
-        if level == "mix" and not self._optim_handles:
-            # APIs run by optimizer.step() get "optimizer" as their parent in construct.json
+        if not self._optim_handles:
+            # the optimizer changes parameters in place: statistics waiting for a batch launch go first;
+            # at mix the APIs it runs get "optimizer" as their parent in construct.json
             from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                                register_optimizer_step_pre_hook)
             self._optim_handles = [register_optimizer_step_pre_hook(self._optim_enter),
@@ -137,7 +140,8 @@ class PrecisionDebugger(DumpLifecycle):
 
     def _optim_enter(self, optimizer, args, kwargs):
         if self._session is not None:
-            self._session.in_optimizer = True
+            self._session.before_mutation()
+            self._session.in_optimizer = self.config.level == "mix"
 
     def _optim_exit(self, optimizer, args, kwargs):
         if self._session is not None:

@@ -1,29 +1,29 @@
-"""DumpSession: everything recorded in one step — turns calls into records and hands them to the writer.
+"""DumpSession: PyTorch's side of one step's capture — calls and hooks into records.
 
-The capture layers (api_mode, modules, patched_api, backward) call into the session; the session
-owns naming counters, filters, statistics and the writer. Hot path: `record_call`.
-Guarded by benchmarks/dump_overhead.py.
+The capture layers (api_mode, modules, patched_api, backward) call into the session; the flow after a
+record is made (queue, summaries resolved in batches, overflow gate, writer) is core/dump/capture.py.
+Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/host_cost.py.
 """
 
 import functools
+import logging
 
 import torch
 
 from msprobe.core import naming
+from msprobe.core.dump.capture import CaptureSession
 from msprobe.core.dump.json_append import scalar_record
-from msprobe.core.dump.reader import iter_tensor_records
-from msprobe.core.dump.records import CallRecords, common_value_record
+from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
+from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
-from msprobe.core.dump.writer import SessionWriter
-from msprobe.core.filters import DumpFilter
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
-from msprobe.pytorch.overflow import record_overflows, tensor_overflows
 from msprobe.pytorch.tool_work import tool_work
-from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of, resolve_deferred
+from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of
 
 _SCALARS = (int, float, bool, str)
+logger = logging.getLogger(__name__)
 
 
 def _edges_before(flt, args, kwargs, inplace):
@@ -42,87 +42,85 @@ def _run_nested(func, args, kwargs):
         _state.depth -= 1
 
 
-class DumpSession(CallRecords, SessionWriter):
-    """Recording state for one step of one rank.
-
-    Args:
-        cfg: validated DumpConfig.
-        step: the step number (names the step{N} directory).
-        rank: rank number for rank{R}, or None for proc{pid}.
-        pool: shared writer thread pool.
-    """
+class DumpSession(CaptureSession):
+    """Recording state for one step of one rank (see CaptureSession for the arguments)."""
 
     atomic_sequences = (torch.Size,)  # an output torch.Size is one value: {type, value}
     framework = "pytorch"
+    saturating = {"torch.float16": FLOAT16_MAX, "torch.bfloat16": BFLOAT16_MAX}
+    structure_levels = ("mix", "L0", "L2")
 
-    def __init__(self, cfg, step, rank, pool=None, overflow=None):
-        self.cfg = cfg
-        self.step = step
-        self.rank = rank
-        self.pool = pool
-        self.dump_path = cfg.dump_path
+    def __init__(self, cfg, step, rank, pool=None, overflow=None, lane=None):
+        # construct.json and stack.json: left out at level debug and with extra_info false
         self.structure_files = cfg.extra_info and cfg.level != "debug"
-        self.filter = DumpFilter(cfg)
-        self.counter = naming.CallCounter()
-        self.summarizer = Summarizer(stats=cfg.wants_stats, md5=cfg.summary_mode == "md5",
-                                     # overflow_check decides on the values at once: never deferred
-                                     defer=cfg.async_dump and cfg.task != "overflow_check")
-        self.module_stack = []  # forward keys of the modules being run, innermost last
+        super().__init__(cfg, step, rank, pool=pool, overflow=overflow, lane=lane)
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
-        # overflow_check writes in few steps: there the first overflow opens the step's files (not
-        # every step making and removing a directory)
-        self._prepare_writer(pool, early=cfg.task != "overflow_check")
-        # backward trackers still waiting for gradients, in creation order (a dict: flush() emits the
-        # partial ones, e.g. an LSTM whose unused cell state never gets a gradient, in a stable order)
-        self.trackers = {}
-        self._deferred = []  # records holding device statistics until flush (async_dump)
         self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
-        self.with_stack = cfg.extra_info
-        self.tensor_count = 0
-        # overflow_check: the run's OverflowBudget; only overflowing records are written
-        self.overflow = overflow if cfg.task == "overflow_check" else None
+        # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
+        # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen
+        self._defer_forward = cfg.level in ("L1", "mix")
 
-    # -- writer ----------------------------------------------------------------------------------
-    def emit(self, key, record, waits=()):
-        """Hand one finished record to the writer (structure task writes no data records)."""
-        w = self._writer()
-        if self.cfg.task == "structure":
-            return
-        if self._deferred is not None and self.cfg.async_dump:
-            self._deferred.append((key, record, waits))
-            return
-        w.add(key, record, waits)
-
-    def note_structure(self, key, parent, stack):
-        w = self._writer()
-        if self.cfg.extra_info and (self.cfg.level in ("mix", "L0", "L2") or parent is not None):
-            w.add_construct(key, parent)
-        if stack is not None:
-            w.add_stack(key, stack)
+    def _new_summarizer(self):
+        return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
 
     # -- values -> records -------------------------------------------------------------------------
-    def tensor_record(self, t, file_stem, save, waits):
-        rec, entry = self.summarizer.summarize(t)
-        if save:
-            w = self._writer()
-            name = file_stem + ".npy"
-            path = w.tensor_path(name)
-            if entry is None or entry.file_for(t) is None or not link_file(entry.file_for(t), path):
-                x = t.detach()
-                if x.device.type == "cpu":
-                    # written now, from the tensor's own memory: no copy to keep safe from later
-                    # in-place edits, nothing left for step() to wait for
-                    write_npy(path, numpy_of(host_view(x)))
-                    if entry is not None:
-                        entry.set_file(t, path)
-                else:
-                    copy = host_copy(x)
-                    waits.append(w.submit(lambda: write_npy(path, numpy_of(copy)),
-                                          copy.numel() * copy.element_size()))
-            rec["data_name"] = name
-            self.tensor_count += 1
+    def tensor_record(self, t, file_stem, save, waits, defer=None):
+        """`defer`: the summary may wait for the next batch launch (default: forward records at L1/mix)."""
+        rec, entry = self.summarizer.summarize(t, self._defer_forward if defer is None else defer)
+        if not save:
+            return rec
+        if self.gate is not None:  # overflow_check: a file only if the record is kept
+            self.gate.note_tensor(rec, t.detach(), file_stem)
+            return rec
+        w = self._writer()
+        name = file_stem + ".npy"
+        path = w.tensor_path(name)
+        if entry is None or entry.file_for(t) is None or not link_file(entry.file_for(t), path):
+            fut = self.save_tensor_file(t, path)
+            if fut is not None:
+                waits.append(fut)
+            elif entry is not None:
+                entry.set_file(t, path)
+        rec["data_name"] = name
+        self.tensor_count += 1
         return rec
+
+    def gradient_record(self, g, file_stem, save, waits):
+        """A gradient from a backward hook: its summary may wait for a batch launch (autograd does not
+        accumulate in place into a gradient someone else holds)."""
+        return self.tensor_record(g, file_stem, save, waits, defer=True)
+
+    def before_mutation(self):
+        """Something is about to change tensors in place: launch the summaries waiting for them."""
+        if self.summarizer.waiting:
+            with tool_work():
+                self.summarizer.launch()
+
+    def save_tensor_file(self, t, path):
+        """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place
+        edits, nothing for step() to wait for); a CUDA tensor is copied to pinned memory without
+        waiting, and written on the pool once the copy is done."""
+        x = t.detach()
+        if x.device.type == "cpu":
+            write_npy(path, numpy_of(host_view(x)))
+            return None
+        w = self._writer()
+        if x.device.type == "cuda":
+            copy = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+            copy.copy_(x, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+
+            def write():
+                done.synchronize()
+                write_npy(path, numpy_of(copy))
+        else:
+            copy = host_copy(x)
+
+            def write():
+                write_npy(path, numpy_of(copy))
+        return w.submit(write, copy.numel() * copy.element_size())
 
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
@@ -146,8 +144,10 @@ class DumpSession(CallRecords, SessionWriter):
             return self.module_stack[-1]
         return "optimizer" if self.in_optimizer else None
 
-    def record_call(self, prefix, name, func, args, kwargs, inplace=False):
-        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
+    def record_call(self, prefix, name, func, args, kwargs, inplace=False, mutates=False):
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result.
+        `mutates`: the call changes an argument in place (also `F.relu(x, inplace=True)`, which is not
+        recorded as an in-place call)."""
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
         if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
@@ -157,33 +157,37 @@ class DumpSession(CallRecords, SessionWriter):
             finally:
                 self.current_api = outer
         flt = self.filter
-        if not flt.want_call(key, self.module_stack):
+        if not flt.want_call(key, self.module_stack) or (self.gate is not None and self.gate.exhausted):
             return func(*args, **kwargs)
-        if self.overflow is not None:
-            return self._record_call_overflow(prefix, name, index, key, func, args, kwargs, inplace)
-        save = flt.saves_tensor(key)
+        gate = self.gate
+        # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
+        # their memory is overwritten)
+        save = flt.saves_tensor(key) or gate is not None
         listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
         forward = flt.forward and listed_forward
         waits = []
         with tool_work():
             stack = capture_stack() if self.with_stack else None
             if forward and flt.input:
-                in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
+                in_args, in_kwargs = self.args_records(key, args, kwargs, "input",
+                                                       save and not (inplace and gate is not None), waits)
             else:
                 in_args, in_kwargs = [], {}
             # graph edges of the inputs before the call: an in-place call moves them
             edges = _edges_before(flt, args, kwargs, inplace)
+            if inplace or mutates:
+                self.summarizer.launch()
         out = _run_nested(func, args, kwargs)
         with tool_work():
             result = self._result_of(out, args, inplace)
             if forward:
-                record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                          "output": self.outputs_record(key, result, save, waits) if flt.output else []}
-                self.emit(key, record, waits)
+                outs = self.outputs_record(key, result, save, waits) if flt.output or gate is not None else []
+                record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
+                self.emit(key, record, waits, check=outs)
             if listed_forward:
                 self.note_structure(key, self.parent_key(), stack)
             if edges is not None and torch.is_grad_enabled():
-                self._track_api_backward(prefix, name, index, edges, out, save)
+                self._track_api_backward(prefix, name, index, edges, out, save and gate is None)
         return out
 
     def _result_of(self, out, args, inplace):
@@ -200,79 +204,33 @@ class DumpSession(CallRecords, SessionWriter):
         flt = self.filter
         if not flt.forward or not flt.want_call(key, self.module_stack):
             return func(*args, **kwargs)
-        overflow = self.overflow
-        if overflow is not None and overflow.exhausted:
+        gate = self.gate
+        if gate is not None and gate.exhausted:
             return func(*args, **kwargs)
-        save = flt.saves_tensor(key) or overflow is not None
+        save = flt.saves_tensor(key) or gate is not None
         waits = []
-        # overflow_check: inputs summarised after the call, and only if it overflowed (in place: before)
-        eager = flt.input and (overflow is None or inplace)
         with tool_work():
             stack = capture_stack() if self.with_stack else None
             in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save and not inplace, waits)
-                                  if eager else ([], {}))
+                                  if flt.input else ([], {}))
         out = func(*args, **kwargs)
         with tool_work():
             if inplace:
                 self.summarizer.forget(flat_tensors(out))
-            if overflow is not None:
-                if not (any(tensor_overflows(t) for t in flat_tensors(out)) and overflow.take(key)):
-                    return out
-                if flt.input and not eager:
-                    in_args, in_kwargs = self.args_records(key, args, kwargs, "input", True, waits)
-            record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                      "output": self.outputs_record(key, out, save, waits) if flt.output else []}
-            if overflow is not None:
-                self._writer().add(key, record, waits)
-            else:
-                self.emit(key, record, waits)
+            outs = self.outputs_record(key, out, save, waits) if flt.output or gate is not None else []
+            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
+            self.emit(key, record, waits, check=outs)
             self.note_structure(key, self.current_api, stack)
         return out
-
-    def _record_call_overflow(self, prefix, name, index, key, func, args, kwargs, inplace):
-        """overflow_check: run the call, check its outputs, write a record only when they overflowed.
-
-        Inputs are summarised after the call (they are unchanged by it), except for in-place calls,
-        whose inputs are summarised before (no tensor files for those: their memory is overwritten).
-        """
-        flt = self.filter
-        with tool_work():
-            pre = (self.args_records(key, args, kwargs, "input", False, [])
-                   if inplace and flt.forward and flt.input else None)
-            edges = _edges_before(flt, args, kwargs, inplace)
-        out = _run_nested(func, args, kwargs)
-        with tool_work():
-            result = self._result_of(out, args, inplace)
-            if (flt.forward and not self.overflow.exhausted
-                    and any(tensor_overflows(t) for t in flat_tensors(result))
-                    and self.overflow.take(key)):
-                waits = []
-                if not flt.input:
-                    in_args, in_kwargs = [], {}
-                elif pre is not None:
-                    in_args, in_kwargs = pre
-                else:
-                    in_args, in_kwargs = self.args_records(key, args, kwargs, "input", True, waits)
-                record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                          "output": self.outputs_record(key, result, True, waits) if flt.output else []}
-                self._writer().add(key, record, waits)
-                self.note_structure(key, self.parent_key(), capture_stack() if self.with_stack else None)
-            if edges is not None and torch.is_grad_enabled() and not self.overflow.exhausted:
-                self._track_api_backward(prefix, name, index, edges, out, False)
-        return out
-
-    def _overflow_keeps(self, key, record, outputs):
-        """overflow_check gate for a finished module or backward record."""
-        return record_overflows(outputs) and self.overflow.take(key)
 
     def begin_module(self, key, args, kwargs):
         """Module pre-hook: statistics of the inputs now, before an in-place forward changes them."""
         flt = self.filter
-        save = flt.saves_tensor(key)
+        save = flt.saves_tensor(key) or self.gate is not None
         waits = []
         stack = capture_stack() if self.with_stack else None
-        lazy = self.overflow is not None  # overflow_check: inputs summarised only if the module overflows
-        forward = flt.forward and not lazy and flt.wants_forward(key, self.module_stack)
+        forward = (flt.forward and flt.wants_forward(key, self.module_stack)
+                   and not (self.gate is not None and self.gate.exhausted))
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
                               if forward and flt.input else ([], {}))
         # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
@@ -286,51 +244,35 @@ class DumpSession(CallRecords, SessionWriter):
         flt = self.filter
         base = key.rsplit(".", 2)[0]
         self.recorded_modules.add(base)
-        if self.overflow is not None:
-            self._end_module_overflow(key, parent, module, stack, args, kwargs, output)
-        elif flt.forward and flt.wants_forward(key, self.module_stack):  # (its own key is popped already)
-            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
+        gate = self.gate
+        if (flt.forward and flt.wants_forward(key, self.module_stack)  # (its own key is popped already)
+                and not (gate is not None and gate.exhausted)):
+            # parameters change in place only in the optimizer, which launches what waits (debugger)
+            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits, defer=True)
                       for n, p in own_parameters(module)}
-            record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                      "output": self.outputs_record(key, output, save, waits) if flt.output else [],
+            outs = self.outputs_record(key, output, save, waits) if flt.output or gate is not None else []
+            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else [],
                       "parameters": params}
-            self.emit(key, record, waits)
-        if self.overflow is None:
-            self.note_structure(key, parent, stack)
-        if edges is not None and torch.is_grad_enabled() and output is not None:
-            bwd = key.replace(".forward.", ".backward.")
-            bwd_parent = parent.replace(".forward.", ".backward.") if parent else None
-            self.track_backward(bwd, edges, output, save, parent=bwd_parent, floor=floor)
-
-    def _end_module_overflow(self, key, parent, module, stack, args, kwargs, output):
-        flt = self.filter
-        if (not flt.forward or self.overflow.exhausted
-                or not any(tensor_overflows(t) for t in flat_tensors(output)) or not self.overflow.take(key)):
-            return
-        waits = []
-        in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", True, waits)
-                              if flt.input else ([], {}))
-        params = {n: self.tensor_record(p, f"{key}.parameters.{n}", True, waits)
-                  for n, p in own_parameters(module)}
-        record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                  "output": self.outputs_record(key, output, True, waits) if flt.output else [],
-                  "parameters": params}
-        self._writer().add(key, record, waits)
+            self.emit(key, record, waits, check=outs)
         self.note_structure(key, parent, stack)
+        if edges is not None and torch.is_grad_enabled() and output is not None:
+            self.track_backward(naming.backward_of(key), edges, output, save and gate is None,
+                                parent=naming.backward_of(parent) if parent else None, floor=floor)
 
     def emit_params_grad(self, base, grads):
-        if not self.filter.backward or self.overflow is not None:
+        if not self.filter.backward or self.gate is not None:
             return
         key = naming.params_grad_key(*_split_module_base(base), self.counter.next(base + ".parameters_grad"))
         save = self.filter.saves_tensor(key)
         waits = []
-        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits) if g is not None else None]
+        # .grad is accumulated into in place (micro-batches, clipping): read as it is now
+        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=False) if g is not None else None]
                   for n, g in grads.items()}
         self.emit(key, record, waits)
 
     def _track_api_backward(self, prefix, name, index, edges, out, save):
         """Hook the backward of API call `{prefix}.{name}.{index}`, under the enclosing module's backward."""
-        parent = self.module_stack[-1].replace(".forward.", ".backward.") if self.module_stack else None
+        parent = naming.backward_of(self.module_stack[-1]) if self.module_stack else None
         self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save, parent)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
@@ -346,38 +288,26 @@ class DumpSession(CallRecords, SessionWriter):
         flt = self.filter
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}
-        if self.overflow is not None:
-            if not self._overflow_keeps(tracker.key, record, tracker.in_recs):
-                return
-            self._writer().add(tracker.key, record, tracker.waits)
-            if self.cfg.extra_info:
-                self._writer().add_construct(tracker.key, tracker.parent)
-            return
-        self.emit(tracker.key, record, tracker.waits)
-        if self.cfg.extra_info and self.cfg.level in ("mix", "L0", "L2"):  # extra_info false: no structure
-            self._writer().add_construct(tracker.key, tracker.parent)
+        # overflow_check: kept when the gradients it computed (its "output") overflow
+        self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs)
+        self.note_backward(tracker.key, tracker.parent)
 
     # -- step end --------------------------------------------------------------------------------
     def flush(self):
-        """Emit partial backward records, resolve deferred statistics, write stack.json."""
         with tool_work():
-            for tracker in list(self.trackers):
-                tracker.emit_partial()
-            self.trackers.clear()
-            if self.cfg.async_dump and self._deferred:
-                pending, self._deferred = self._deferred, None
-                for key, record, waits in pending:
-                    for _, rec in iter_tensor_records(record):
-                        resolve_deferred(rec)
-                    self._writer().add(key, record, waits)
-                self._deferred = []
-        if self.writer is not None:
-            self.writer.flush()
+            super().flush()
+        changed = self.summarizer.slots.changed
+        if changed:
+            self.summarizer.slots.changed = 0
+            message = (f"{changed} tensor(s) changed in place before their deferred statistics were read: their "
+                       "records show the changed values (MSPROBE_DEFER_SUMMARY=0 reads each one as it is recorded)")
+            logger.warning("msprobe: %s", message)
+            if self.writer is not None:
+                self.writer.log_error(message)
 
-    def close(self):
-        self.flush()
-        self._close_writer()
-        self.summarizer.clear()
+    def resolve(self):
+        with tool_work():
+            super().resolve()
 
 
 @functools.lru_cache(maxsize=None)  # one per module, asked once per step for each

@@ -2,7 +2,7 @@
 core/dump/moments.py, for float32/float64/bfloat16 CPU tensors) or torch's reductions otherwise.
 
 Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; complex -> statistics of
-|x|; empty -> all null; fp16/bf16 reduced in float32 (no overflow of the norm in fp16).
+|x|; empty -> all null; sums of fp16/bf16 in float64 (no overflow of the norm in fp16, no drift).
 
 Cost, per float tensor: one pass of the kernel; without it (other dtypes, devices, a NaN or inf in
 the tensor) aminmax, sum and dot on the flat memory (Mean = sum/n, Norm = sqrt(dot));
@@ -17,13 +17,15 @@ Guarded by benchmarks/dump_overhead.py.
 """
 
 import math
+import os
 import weakref
 
 import torch
 
-from msprobe.core.checksum import crc32_hex
+from msprobe.core.checksum import checksum_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
+from msprobe.pytorch.device_summary import DeviceSummaries
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
@@ -49,14 +51,21 @@ def dtype_name(dtype):
 
 
 class CacheEntry:
-    """What is known about one stretch of memory at one version: its statistics (and md5) and, once
-    written, the .npy file of the tensor `layout` (shape, strides) that was saved from it."""
+    """What is known about one stretch of memory at one version: its statistics (and checksum) —
+    `values`, plus `slots` still on their way from the device — and, once written, the .npy file of
+    the tensor `layout` (shape, strides) that was saved from it."""
 
-    __slots__ = ("ref", "version", "values", "file", "layout")
+    __slots__ = ("ref", "version", "values", "slots", "file", "layout")
 
-    def __init__(self, ref, version, values):
-        self.ref, self.version, self.values = ref, version, values
+    def __init__(self, ref, version, values, slots):
+        self.ref, self.version, self.values, self.slots = ref, version, values, slots
         self.file = self.layout = None
+
+    def fill(self, rec):
+        """Put the known values into `rec`; the slots still pending fill it when they are resolved."""
+        rec.update(self.values)
+        for slot in self.slots:
+            fill_from_slot(rec, slot)
 
     def file_for(self, t):
         """The saved file when it holds exactly `t` (same shape and strides), else None."""
@@ -68,22 +77,64 @@ class CacheEntry:
         self.file, self.layout = path, (t.shape, t.stride())
 
 
+def fill_from_slot(rec, slot):
+    """`rec` gets the slot's values now or when it is resolved (perhaps on the lane thread: this appends
+    to `waiting` before looking again, the resolve sets `values` before it fills the waiting records)."""
+    values = slot.values
+    if values is None:
+        slot.waiting.append(rec)
+        values = slot.values
+    if values is not None:
+        rec.update(values)
+
+
+_STAT_FIELDS = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+_STAT_MD5_FIELDS = dict(_STAT_FIELDS, md5=None)
+
+
 class Summarizer:
     """Computes tensor records; keeps a cache of recent results keyed by memory and version.
 
+    A CPU tensor's statistics come at once from the C kernel (or torch's reductions); anything else
+    — tensors on an accelerator, and CPU tensors when `device_path` is set — is summarised into
+    device slots (pytorch/device_summary.py) that `start_resolve` brings to the host in one copy.
+    The md5 checksum (wordsum64, core/checksum.py) is read in place on the CPU, in a slot elsewhere.
+
     Args:
         stats: compute Max/Min/Mean/Norm (False for the structure task).
-        md5: add the CRC-32 of the tensor bytes under "md5".
-        defer: keep statistics on the device and resolve them later (async_dump).
+        md5: add the wordsum64 checksum of the tensor bytes under "md5".
+        device_path: summarise CPU tensors through the device slots too (MSPROBE_DEVICE_SUMMARY=1:
+            what the tests use to check the accelerator path on a CPU).
     """
 
-    def __init__(self, stats=True, md5=False, defer=False):
+    def __init__(self, stats=True, md5=False, device_path=None):
         self.stats = stats
         self.md5 = md5
-        self.defer = defer
+        if device_path is None:
+            device_path = os.environ.get("MSPROBE_DEVICE_SUMMARY", "0") == "1"
+        self.device_path = device_path
+        self.slots = DeviceSummaries()
         self._cache = {}
-        # CPU tensors only (the kernel reads host memory), so also with async_dump: no device to wait on
-        self._native_kinds = _NATIVE_KINDS if native.ENABLED else {}
+        self._native_kinds = _NATIVE_KINDS if native.ENABLED and not device_path else {}
+        self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
+
+    @property
+    def pending(self):
+        """Summaries in device slots, not yet on the host."""
+        return self.slots.pending
+
+    @property
+    def waiting(self):
+        """Deferred summaries not launched yet (see DeviceSummaries)."""
+        return self.slots.waiting
+
+    def launch(self):
+        """Launch the deferred summaries now: something may change their tensors in place."""
+        if self.slots.waiting:
+            self.slots.launch()
+
+    def start_resolve(self):
+        return self.slots.start_resolve()
 
     def clear(self):
         self._cache.clear()
@@ -99,8 +150,10 @@ class Summarizer:
             except (RuntimeError, NotImplementedError):
                 pass
 
-    def summarize(self, t):
-        """Record for tensor `t` (a fresh dict the caller may extend) and its cache entry (or None).
+    def summarize(self, t, defer=False):
+        """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
+        filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
+        the next `launch()` (the caller launches before anything changes `t` in place).
 
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it. (The hot path of every dump: attributes are read once, in one place.)
@@ -122,35 +175,63 @@ class Summarizer:
                     key, span = self._memory_key(t, n)
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
+        rec.update(self._fields)  # in msProbe's field order; values now or at resolve
+        rec["requires_grad"] = t.requires_grad
         if key is not None:
             hit = self._cache.get(key)
             # alive storage: the memory was not freed and reused by another tensor since
             if hit is not None and t._version == hit.version and hit.ref() is not None:
-                rec = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
-                rec.update(hit.values)
-                rec["requires_grad"] = t.requires_grad
+                hit.fill(rec)
                 return rec, hit
-        values = self._stats(t, n, span) if self.stats else {}
+        values, slots = {}, []
+        on_host = t.is_cpu and not self.device_path
+        if self.stats:
+            if on_host or n == 0:
+                values.update(self._stats(t, n, span))
+            else:
+                slots.append(self._stats_slot(t, n, span, defer))
         if self.md5:
-            values["md5"] = crc32_of_tensor(t)
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
+            if on_host or n == 0:
+                values["md5"] = checksum_of_tensor(t)
+            else:
+                slots.append(self.slots.checksum(t.detach(), defer))
         rec.update(values)
-        rec["requires_grad"] = t.requires_grad
+        for slot in slots:
+            fill_from_slot(rec, slot)
         entry = None
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values)
+                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values, slots)
             except (RuntimeError, TypeError):
                 entry = None
         return rec, entry
 
+    def _stats_slot(self, t, n, span, defer):
+        """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
+        when the caller has it."""
+        x = t.detach()
+        if x.is_complex():
+            with torch.no_grad():
+                x = x.abs()
+            span = None
+        dense = memory_order(x)
+        if dense.is_contiguous():
+            return self.slots.stats(x, n, dense, defer)
+        if span is None:
+            span = element_span(x)
+        # rows of a wider tensor (one chunk of a fused qkv projection), not overlapping
+        rows = ((span[1][1], span[0][0]) if len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]
+                else None)
+        return self.slots.stats(x, n, None, defer, rows)
+
     def _memory_key(self, t, n):
         """(cache key, element span or None) of `t`: the key is the elements `t` covers — where it
         starts and its strides with sizes in memory order, adjacent dimensions merged — so every view
-        of the same elements shares it; with md5 only contiguous views share (the CRC reads elements
-        in index order)."""
+        of the same elements shares it; with md5 only contiguous views share (the checksum reads
+        elements in index order)."""
         if n > 1 and t.is_contiguous():
             span = ((1, n),)
         elif n <= 1 or self.md5:
@@ -160,7 +241,7 @@ class Summarizer:
         return (t.data_ptr(), t.dtype, t.device, span), span
 
     def _stats(self, t, n=None, span=None):
-        """Max/Min/Mean/Norm of `t`; `span` is `element_span(t)` when the caller has it."""
+        """Max/Min/Mean/Norm of CPU tensor `t` now; `span` is `element_span(t)` when the caller has it."""
         if n is None:
             n = t.numel()
         if n == 0:
@@ -189,7 +270,7 @@ class Summarizer:
                 x = x.abs()
             x = memory_order(x)
             if not x.is_floating_point():
-                if n <= _SMALL_INTS and x.is_cpu:
+                if n <= _SMALL_INTS:
                     # a step counter, class labels: Python's exact ints beat five torch reductions here
                     vals = x.reshape(-1).tolist()
                     return {"Max": max(vals), "Min": min(vals), "Mean": sum(vals) / n,
@@ -197,25 +278,19 @@ class Summarizer:
                 mn, mx = torch.aminmax(x)
                 xf = x.to(torch.float64)
                 mean, norm = xf.sum() / n, torch.linalg.vector_norm(xf)
-                if x.device.type == "cpu":
-                    return {"Max": mx.item(), "Min": mn.item(), "Mean": mean.item(), "Norm": norm.item()}
-                mx, mn, mean, norm = torch.stack((mx.double(), mn.double(), mean, norm)).tolist()
-                return {"Max": int(mx), "Min": int(mn), "Mean": mean, "Norm": norm}
+                return {"Max": mx.item(), "Min": mn.item(), "Mean": mean.item(), "Norm": norm.item()}
             if x.dtype.itemsize == 1:  # float8: few kernels take it
                 x = x.float()
             flat = x.view(-1) if x.is_contiguous() else None
             mn, mx = torch.aminmax(x if flat is None else flat)
             if x.dtype in _LOW_FLOATS or flat is None:
-                total = x.sum(dtype=torch.float32) if x.dtype in _LOW_FLOATS else x.sum()
-                norm = torch.linalg.vector_norm(x, dtype=torch.float32 if x.dtype in _LOW_FLOATS else None)
+                # fp16/bf16 summed in float64, as the C kernel and the device kernels do: float32 sums of
+                # millions of elements drift by 1e-4 (and the CPU and GPU dumps would disagree)
+                total = x.sum(dtype=torch.float64) if x.dtype in _LOW_FLOATS else x.sum()
+                norm = torch.linalg.vector_norm(x, dtype=torch.float64 if x.dtype in _LOW_FLOATS else None)
                 squared = False
             else:
                 total, norm, squared = flat.sum(), torch.dot(flat, flat), True
-            if self.defer or x.device.type != "cpu":
-                packed = torch.stack((mx.to(total.dtype), mn.to(total.dtype), total, norm))
-                if self.defer:
-                    return {"_deferred": (packed, n, squared)}
-                return _finish(packed.tolist(), n, squared, x)
             return _finish((mx.item(), mn.item(), total.item(), norm.item()), n, squared, x)
 
 
@@ -232,14 +307,6 @@ def _finish(vals, n, squared, x):
     if math.isfinite(mx) and math.isfinite(mn) and math.isfinite(mean) and math.isfinite(norm):
         return {"Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
     return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean), "Norm": json_float(norm)}
-
-
-def resolve_deferred(rec):
-    """Turn a deferred statistics record (async_dump) into plain numbers, in place."""
-    deferred = rec.pop("_deferred", None)
-    if deferred is not None:
-        packed, n, squared = deferred
-        rec.update(_finish(packed.tolist(), n, squared, None))
 
 
 def _memory_key(t):
@@ -296,11 +363,13 @@ def _bytes_of(x_cpu):
     return x_cpu.reshape(-1).view(torch.uint8).numpy() if x_cpu.numel() else b""
 
 
-def crc32_of(x_cpu):
-    """CRC-32 of the tensor's raw bytes as 8 hex digits (msProbe's "md5" field)."""
-    return crc32_hex(_bytes_of(x_cpu))
+def checksum_of(x_cpu):
+    """wordsum64 of a CPU tensor's raw bytes as 16 hex digits (the "md5" field; core/checksum.py)."""
+    return checksum_hex(_bytes_of(x_cpu))
 
 
-def crc32_of_tensor(t):
-    """CRC-32 of `t`'s bytes, read in place when `t` is contiguous CPU memory."""
-    return crc32_hex(_bytes_of(host_view(t)))
+def checksum_of_tensor(t):
+    """wordsum64 of `t`'s bytes (CPU), read in place when `t` is contiguous."""
+    x = host_view(t)
+    threads = torch.get_num_threads() if x.numel() >= _PARALLEL_MIN else 1
+    return checksum_hex(_bytes_of(x), threads)

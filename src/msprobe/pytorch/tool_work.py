@@ -3,9 +3,9 @@ them, and runs them without `__torch_function__` handling.
 
 Hooks run outside the L1 mode's handler (backward hooks, module hooks at mix, gradient hooks,
 patched collectives): with the mode on the stack every tensor method and property msprobe reads
-(`numel()`, `.dtype`, `data_ptr()` ...) went through its Python handler only to be passed on, which
-made a tensor's statistics cost 19 us instead of 3.3. `DisableTorchFunction` skips that (and any
-subclass's handler: msprobe reads what the tensor holds).
+(`numel()`, `.dtype`, `data_ptr()` ...) would go through its Python handler only to be passed on,
+several times the cost of the reads themselves. `DisableTorchFunction` skips that (and any subclass's
+handler: msprobe reads what the tensor holds).
 """
 
 from torch._C import DisableTorchFunction

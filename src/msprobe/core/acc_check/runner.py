@@ -344,7 +344,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
             bar.update(finished - shown)
             shown = finished
         # each worker closed its part files before its last message: merge and read back while the
-        # processes exit (tearing down a worker's memory takes ~25 ms)
+        # processes exit (tearing down a worker's memory takes a while)
         merge_parts(_part_files(parts_root), result_path, details_path, [c.name for c in cases])
         if not failures:
             shutil.rmtree(parts_root, ignore_errors=True)

@@ -5,12 +5,14 @@ Must not import torch or mindspore; pandas is imported inside the functions that
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from dataclasses import dataclass, field
 
 from msprobe.core.compare import mappings
+from msprobe.core.checksum import checksum_kind
 from msprobe.core.compare.matching import MatchOptions, match_rows
 from msprobe.core.compare.pairing import pair_inputs
 from msprobe.core.dump.reader import DumpReader
@@ -75,11 +77,25 @@ def detect_mode(t_reader, g_reader, t_rows, g_rows):
     if task == "structure":
         return "structure"
     if task == "statistics" and any(t_rows["md5"]) and any(g_rows["md5"]):
-        return "md5"
+        kinds = (_checksum_kinds(t_rows["md5"]), _checksum_kinds(g_rows["md5"]))
+        if kinds[0] == kinds[1]:
+            return "md5"
+        # a msProbe dump's CRC-32 against our wordsum64: not one row could match
+        _warn_other_hash("/".join(sorted(kinds[0])), "/".join(sorted(kinds[1])))
     if task not in MODES:
         raise MsprobeError(f"{t_reader.dump_file}: task '{task}' cannot be compared; "
                            f"allowed: {', '.join(MODES)}")
     return "statistics"
+
+
+@functools.lru_cache(maxsize=None)  # once per compare_dumps (per pair of hashes), not once per rank
+def _warn_other_hash(target, golden):
+    log.warning("md5: the checksums were made by different hashes (target: %s, golden: %s) and cannot be "
+                "compared; comparing the statistics both dumps hold instead", target, golden)
+
+
+def _checksum_kinds(values):
+    return {checksum_kind(v) for v in values if isinstance(v, str)} - {None}
 
 
 # dump.json files above this size are read in a second process while this one reads the other side
@@ -299,6 +315,7 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
     if maps.data and len(pairs) > 1:
         raise MsprobeError("-dm/--data_mapping works on a single rank; give two dump.json files or "
                            "two rank directories")
+    _warn_other_hash.cache_clear()  # said once per compare
     results = []
     for p in pairs:
         if p.note:

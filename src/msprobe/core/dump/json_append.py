@@ -1,7 +1,7 @@
 """A JSON object file that is valid after every append, so a killed process leaves a readable file.
 
-Each append overwrites the closing trailer with `, "key": value` plus the trailer again, in one
-`os.pwrite`. A write to a regular file completes even when SIGKILL arrives, so the file on disk is
+Each append (one member, or a batch of them: `append_many`) overwrites the closing trailer with
+`, "key": value ...` plus the trailer again, in one `os.pwrite`. A write to a regular file completes even when SIGKILL arrives, so the file on disk is
 always the state after some whole append. Used for dump.json (`data` object) and construct.json.
 
 Must not import torch or mindspore.
@@ -96,6 +96,28 @@ class JsonAppendFile:
         key_json = orjson.dumps(key)
         with self._lock:
             chunk = b"".join((self._sep_first if self._empty else self._sep, key_json, b": ", value_json))
+            os.pwrite(self._fd, chunk + self._trailer, self._end)
+            self._end += len(chunk)
+            self._empty = False
+
+    def append_many(self, items):
+        """Append `(key, value)` members in one write (all or, if the process dies, none of them)."""
+        finite = self.finite
+        parts = []
+        for key, value in items:
+            if finite:
+                try:
+                    value_json = orjson.dumps(value)
+                except (TypeError, orjson.JSONEncodeError):
+                    value_json = encode(value, True)
+            else:
+                value_json = encode(value)
+            parts.append(orjson.dumps(key) + b": " + value_json)
+        if not parts:
+            return
+        with self._lock:
+            body = self._sep.join(parts)
+            chunk = (self._sep_first if self._empty else self._sep) + body
             os.pwrite(self._fd, chunk + self._trailer, self._end)
             self._end += len(chunk)
             self._empty = False

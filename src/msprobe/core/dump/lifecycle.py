@@ -63,6 +63,7 @@ class DumpLifecycle:
         self._token_handles = []
         self._token_iter = 0
         self._pool = None  # the writer threads: see _writer_pool
+        self._lane = None  # the thread that completes and writes records resolved from a device: _writer_lane
         self._save_counts = {}
         self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
         # close() at interpreter exit flushes a step still open: held from its session's opening to
@@ -124,10 +125,13 @@ class DumpLifecycle:
         self._capture_on()
 
     def stop(self):
-        """Stop collection; the step's backward is still recorded until step()."""
+        """Stop collection; the step's backward is still recorded until step(). What was recorded so far
+        is resolved and written (on a device: without waiting for it)."""
         if self._running:
             self._capture_off()
             self._running = False
+            if self._session is not None:
+                self._session.resolve()
         self._collector.resume()
 
     def step(self):
@@ -215,10 +219,19 @@ class DumpLifecycle:
             self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-writer")
         return self._pool
 
+    def _writer_lane(self):
+        """One thread that, in order, waits for summaries read back from a device and writes their
+        records (CaptureSession.resolve); started and stopped with the writer pool."""
+        if self._lane is None:
+            self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprobe-lane")
+        return self._lane
+
     def _stop_pool(self):
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        for name in ("_lane", "_pool"):
+            pool = getattr(self, name)
+            if pool is not None:
+                pool.shutdown(wait=True)
+                setattr(self, name, None)
 
     def _open_session(self):
         if self._session is None:

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import orjson
 
@@ -30,6 +30,20 @@ TENSOR_DIR = "dump_tensor_data"
 MAX_INFLIGHT_BYTES = 512 << 20
 
 
+def run_on(executor, fn):
+    """`executor.submit(fn)`, or `fn` run here when the executor takes no more work (at interpreter exit
+    the pools stop before atexit functions run: the step a crashed script leaves open is flushed then)."""
+    try:
+        return executor.submit(fn)
+    except RuntimeError:
+        done = Future()
+        try:
+            done.set_result(fn())
+        except Exception as e:  # noqa: BLE001 - handed to whoever waits, as the pool would
+            done.set_exception(e)
+        return done
+
+
 def rank_dir_name(rank, pid=None):
     return f"rank{rank}" if rank is not None else f"proc{pid if pid is not None else os.getpid()}"
 
@@ -40,7 +54,7 @@ def step_rank_dir(dump_path, step, rank):
 
 def _make_rank_dir(rank_dir):
     """`step{N}/rank{R}` with two mkdir calls in the usual case (the dump path exists): right after a
-    training step each file-system call costs ~25-125 us here, and os.makedirs adds a stat per level.
+    training step each file-system call is slow (cold caches), and os.makedirs adds a stat per level.
     Returns the directories this call made, innermost first."""
     step_dir = os.path.dirname(rank_dir)
     made = []
@@ -137,6 +151,34 @@ class DumpWriter:
         if not waits:
             self._drain()
 
+    def add_many(self, items):
+        """Queue `(key, record, waits)` items in order; those that wait for nothing, with nothing before
+        them waiting, go to dump.json in one write. Called from one thread at a time (the session's)."""
+        ready = []
+        with self._lock:
+            blocked = bool(self._pending)
+        for key, record, waits in items:
+            if not blocked and not waits:
+                ready.append((key, record))
+                continue
+            if ready:
+                self._write_ready(ready)
+                ready = []
+            blocked = True
+            self.add(key, record, waits)
+        if ready:
+            self._write_ready(ready)
+
+    def _write_ready(self, ready):
+        with self._lock:
+            self._dump.append_many(ready)
+            self.records += len(ready)
+
+    def add_constructs(self, items):
+        """construct.json members `(key, parent)` in one write."""
+        if self._construct is not None and items:
+            self._construct.append_many(items)
+
     def _one_done(self, entry, fut):
         exc = fut.exception()
         if exc is not None:
@@ -188,7 +230,7 @@ class DumpWriter:
                 with self._inflight_cv:
                     self._inflight -= nbytes
                     self._inflight_cv.notify_all()
-        return self._pool.submit(run)
+        return run_on(self._pool, run)
 
     def tensor_path(self, file_name):
         return os.path.join(self.tensor_dir, file_name)
@@ -262,10 +304,10 @@ class DumpWriter:
 class PendingWriter:
     """A step's DumpWriter being opened on the writer pool while the step begins.
 
-    Making `step{N}/rank{R}` and opening its files takes ~90 us in a warm loop and 300-400 us when it
-    happens at a step's first record, with the caches cold from the training step's kernels (an
-    L0 step of the benchmark's CNN: ~1.5% of its time). On the pool that work overlaps the first
-    forward calls. A step that records nothing leaves no directory: its session discards the writer.
+    Making `step{N}/rank{R}` and opening its files at a step's first record, with the caches cold from
+    the training step's kernels, costs several times what it does in a warm loop; on the pool that
+    work overlaps the first forward calls. A step that records nothing leaves no directory: its
+    session discards the writer.
 
     Args:
         pool: the sessions' executor.
@@ -275,7 +317,7 @@ class PendingWriter:
     __slots__ = ("_future",)
 
     def __init__(self, pool, make):
-        self._future = pool.submit(make)
+        self._future = run_on(pool, make)
 
     def take(self):
         """The writer, once it is open; raises what opening it raised."""

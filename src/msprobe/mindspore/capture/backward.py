@@ -13,13 +13,11 @@ In-place calls must change the caller's own tensor, not a stand-in: the tensor t
 argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
 before and after the change (a total gradient, not the call's share; the handles go at step end).
 
-What this costs (MindSpore 2.10, 2-core CPU, benchmarks/ms_dump_overhead.py, synchronous process):
-a HookBackward ~32 us per use, forward and backward, most of it its Python shape and dtype inference;
-a view with a tensor hook ~9 us; a tensor hook alone ~nothing. Replacing HookBackward by them took the
-transformer's stat_L1 step from 66.8 to ~55 ms (no tool: ~37 ms), with identical records. In
-MindSpore's default asynchronous pipeline every hook, `.shape` and `.dtype` waits for the queue
-threads to produce the tensor; what makes those waits cheap is that the debugger runs MindSpore
-synchronously while it captures on a CPU target (sync_execution.py). Tried and dropped before that:
+A HookBackward runs Python shape and dtype inference at every use, forward and backward; a view with a
+tensor hook is a fraction of that, a tensor hook alone nearly nothing (benchmarks/RESULTS.md, MindSpore
+design notes). In MindSpore's default asynchronous pipeline every hook, `.shape` and `.dtype` waits for
+the queue threads to produce the tensor; what makes those waits cheap is that the debugger runs
+MindSpore synchronously while it captures on a CPU target (sync_execution.py). Tried and dropped:
 one HookBackward over all of a call's inputs hands zero tensors, not nothing, to inputs that get no
 gradient (an integer index, an unused output), which changes the records; copies made by an ordinary
 op (`x * True`) cost a kernel each; a reused HookBackward calls its latest hook for every earlier use.
@@ -40,10 +38,9 @@ def grad_recording():
 
 def _through_hook(v, hook, synchronous):
     """A tensor standing for `v` in one use, whose gradient `hook` sees: the gradient that flows back
-    through that use only. With ops running synchronously a view of `v` with a tensor hook costs ~9 us
-    (forward and backward), a HookBackward ~32 us, most of it in its Python shape and dtype inference;
-    in the asynchronous pipeline the view and the hook wait for the tensor (~150-700 us) and the
-    HookBackward is the cheaper (~60 us). A tensor that needs no gradient (integer, data input) refuses
+    through that use only. With ops running synchronously a view of `v` with a tensor hook is the
+    cheaper; in the asynchronous pipeline the view and the hook wait for the tensor and the
+    HookBackward is the cheaper. A tensor that needs no gradient (integer, data input) refuses
     the tensor hook and gets the HookBackward, which simply never fires. The view and its hook die
     with the step's graph: no handle to remove."""
     if synchronous:
@@ -113,7 +110,7 @@ class GradTracker:
         `tensor_hooks`: hook the output tensors themselves (Tensor.register_hook; `out` comes back
         as it is) — for API calls, whose outputs nothing else recorded returns. An output's total
         gradient is what a stand-in would see, since every use of the output would go through it; no
-        stand-in saves ~9 us per output, forward and backward. A Cell returns stand-ins
+        stand-in saves a view and its hook per output. A Cell returns stand-ins
         (`_through_hook`): a Cell often returns what a call inside it returned (a Sequential, a
         Dense's matmul), and hooks on one tensor run in the order they were registered — inner call
         first — which would tell release_stuck that the backward pass had passed the inner call

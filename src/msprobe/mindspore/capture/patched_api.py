@@ -6,12 +6,10 @@ recorded again.
 
 The ~1,500 wrappers of the API table (and the jit executor's) are installed by the first start()
 of a run of dumped steps and stay, idle outside start()/stop(), until a step whose next step is not
-dumped ends (or close()). Installing and removing them at every start() and stop() cost ~3 ms a step
-in situ; with them kept, dumped steps of the transformer of benchmarks/ms_dump_overhead.py
-(synchronous, L1) took 1.5-3.7 ms less (session 10: 3 in-process A/B runs, 60 steps each way, blocks
-of steps alternating; session 7 had measured the same change within +-1 ms and dropped it). The
-model's Primitives are put back at every stop(): mindspore.jit cannot compile a Cell holding a
-PrimitiveCall (an evaluation step between dumped steps may compile the model).
+dumped ends (or close()): installing and removing them at every start() and stop() is work a dumped
+step would pay each time (benchmarks/RESULTS.md, MindSpore design notes). The model's Primitives are
+put back at every stop(): mindspore.jit cannot compile a Cell holding a PrimitiveCall (an evaluation
+step between dumped steps may compile the model).
 
 Also here: `Primitive` instances held by the Cells of a model passed to start() (named
 `Primitive.{attribute}.{PrimitiveName}`), and user-registered custom APIs.
@@ -105,7 +103,7 @@ class PatchedApis:
     def patch_builtin(self):
         """Wrap every API of the run-time table (api_table.py). The first call checks each entry
         (patch()); later ones replay what it did while every attribute still holds the original it
-        found: start() runs every step, and the checks cost ~1 ms of a step's ~1,500 entries.
+        found: start() runs every step, and the checks are the costly part of it.
         Nothing to do while they are still installed from an earlier start()."""
         if self._builtin_on:
             return

@@ -4,6 +4,8 @@ The handler runs with the mode popped, so calls made inside a captured API are n
 fold for free). No attribute of torch is patched. Guarded by benchmarks/dump_overhead.py.
 """
 
+import inspect
+
 from torch.overrides import TorchFunctionMode
 
 from msprobe.pytorch import _state
@@ -11,15 +13,35 @@ from msprobe.pytorch.capture.api_table import build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
 
 
+def _inplace_flag_position(func):
+    """Position of an `inplace` parameter (F.relu(x, inplace=True) changes x), or None."""
+    try:
+        params = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):  # builtins without a signature
+        return None
+    return params.index("inplace") if "inplace" in params else None
+
+
+def _mutates(func, args, kwargs, flag):
+    return "out" in kwargs or (flag is not None and (kwargs.get("inplace") is True
+                                                    or (len(args) > flag and args[flag] is True)))
+
+
 class ApiCapture(TorchFunctionMode):
-    """Records API calls into `_state.session` while entered (start() enters, stop() exits)."""
+    """Records API calls into `_state.session` while entered (start() enters, stop() exits).
+
+    Calls it does not record still tell the session when they change a tensor in place (an in-place
+    name, `out=`, `inplace=True`): statistics waiting for a batch launch are launched first."""
 
     def __init__(self):
         super().__init__()
         table = build_api_table()
-        # func -> (prefix, name, inplace), resolved once so the hot path is one dict lookup.
-        self._table = {f: (p, n, is_inplace(n), p == "Tensor" and n in OPERATOR_METHODS)
+        # func -> (prefix, name, inplace, operator?, position of an `inplace` flag), resolved once so the
+        # hot path is one dict lookup
+        self._table = {f: (p, n, is_inplace(n), p == "Tensor" and n in OPERATOR_METHODS,
+                           _inplace_flag_position(f) if p == "Functional" else None)
                        for f, (p, n) in table.items()}
+        self._unrecorded = {}  # func -> changes an argument in place by its name
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -27,9 +49,25 @@ class ApiCapture(TorchFunctionMode):
         info = self._table.get(func)
         session = _state.session
         if info is None or session is None or _state.busy or _state.depth:
+            if session is not None and not _state.busy and session.summarizer.waiting:
+                self._before_unrecorded(session, func, args, kwargs, info)
             return func(*args, **kwargs)
-        prefix, name, inplace, maybe_operator = info
+        prefix, name, inplace, maybe_operator, flag = info
         if maybe_operator:
             name = operator_name(2) or name
             inplace = is_inplace(name)
-        return session.record_call(prefix, name, func, args, kwargs, inplace=inplace or "out" in kwargs)
+        return session.record_call(prefix, name, func, args, kwargs, inplace=inplace or "out" in kwargs,
+                                   mutates=_mutates(func, args, kwargs, flag))
+
+    def _before_unrecorded(self, session, func, args, kwargs, info):
+        """A call not recorded (nested, private, not an API) that changes a tensor in place launches the
+        waiting statistics first."""
+        if info is not None:
+            mutates = info[2] or _mutates(func, args, kwargs, info[4])
+        else:
+            by_name = self._unrecorded.get(func)
+            if by_name is None:
+                by_name = self._unrecorded[func] = is_inplace(getattr(func, "__name__", "") or "")
+            mutates = by_name or "out" in kwargs or kwargs.get("inplace") is True
+        if mutates:
+            session.before_mutation()

@@ -23,8 +23,8 @@ def named_submodules(models):
 
 class ModuleCapture:
     """Owns the module hooks. They are installed once and stay until release() (close, another
-    model, or the end of a step whose next step is not dumped): installing ~2 hooks per module at
-    every start() cost more than an idle hook's flag check, while a step that is not dumped runs
+    model, or the end of a step whose next step is not dumped): installing two hooks per module at
+    every start() costs more than an idle hook's flag check, while a step that is not dumped runs
     without them.
     Forward hooks record between attach() and detach() (start/stop); parameter-gradient hooks until
     end_step(), since backward may follow stop()."""

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU checks in one run (a machine with CUDA, no network): the CUDA tests, then the dump overhead of
+# the gpt workload (Triton kernels, and torch's reductions for comparison), then tensor_L1's write rate.
+# Usage: bash benchmarks/gpu_check.sh OUT_DIR   (wheels msprobe needs beyond torch in .whl/, if any)
+set -uo pipefail
+OUT=${1:?usage: gpu_check.sh OUT_DIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=$PWD/src:/tmp/site:$PWD/benchmarks PYTHONUNBUFFERED=1
+python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/gpu tests/pytorch/test_device_summary.py 2>&1 \
+    | tee "$OUT/tests.log" | tail -15
+BENCH="python3 benchmarks/dump_overhead.py --device cuda --quiet --tmpdir $PWD/.bench_tmp"
+mkdir -p .bench_tmp
+timeout 300 $BENCH --rounds 5 --steps 5 --configs none,stat_L0,stat_L1,stat_mix,md5_L1,stat_L1_async \
+    2>&1 | tee "$OUT/bench_triton.log"
+cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
+timeout 120 python3 benchmarks/profile_step.py --device cuda --config stat_L1 --steps 3 --top 40 \
+    --out "$OUT/profile_L1.txt" > /dev/null 2>&1
+if [ "${GPU_CHECK_ALL:-0}" = 1 ]; then  # torch's reductions instead of Triton; tensor_L1's write rate
+    MSPROBE_TRITON=0 timeout 150 $BENCH --rounds 3 --steps 5 --configs none,stat_L1,md5_L1 --no-results \
+        2>&1 | tee "$OUT/bench_torch_ops.log"
+    timeout 150 $BENCH --gpt-blocks 1 --rounds 3 --steps 2 --configs none,tensor_L1 --no-results \
+        2>&1 | tee "$OUT/bench_tensor.log"
+fi
+rm -rf .bench_tmp

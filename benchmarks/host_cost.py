@@ -1,0 +1,167 @@
+"""Host microseconds msprobe spends per record and per tensor summary, on a model whose kernels take
+microseconds (a deep, narrow MLP on the CPU): what a dump costs wherever the device is fast.
+
+For each config, timed steps with the debugger alternate with steps without it (one process, one run);
+µs per record = (median dumped step - median plain step) / records written per step. `*_device` configs
+take the accelerator path (MSPROBE_DEVICE_SUMMARY=1: summaries into device slots, read back in batches).
+The per-summary line times `Summarizer.summarize` alone on fresh (uncached) small tensors.
+
+    python benchmarks/host_cost.py                # 7 rounds
+    python benchmarks/host_cost.py --quick        # CI smoke
+"""
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
+from msprobe.pytorch import PrecisionDebugger
+from msprobe.pytorch.statistics import Summarizer
+
+import results_md  # benchmarks/results_md.py
+
+TARGET_US_PER_RECORD = 15.0
+# config -> (level, summary_mode, device path)
+CONFIGS = {
+    "L0": ("L0", "statistics", False),
+    "L1": ("L1", "statistics", False),
+    "mix": ("mix", "statistics", False),
+    "md5_L1": ("L1", "md5", False),
+    "L1_device": ("L1", "statistics", True),
+    "mix_device": ("mix", "statistics", True),
+}
+
+
+def build(depth=48, width=32):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    return nn.Sequential(*layers), torch.randn(4, width)
+
+
+def _debugger(root, name):
+    level, summary, device = CONFIGS[name]
+    os.environ["MSPROBE_DEVICE_SUMMARY"] = "1" if device else "0"
+    path = os.path.join(root, f"{name}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"task": "statistics", "level": level, "dump_path": os.path.join(root, name),
+                   "statistics": {"summary_mode": summary}}, f)
+    return PrecisionDebugger(config_path=path)
+
+
+def _step(model, x, opt, dbg=None):
+    gc.collect()
+    t0 = time.perf_counter()
+    if dbg is not None:
+        dbg.start(model)
+    model(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if dbg is not None:
+        dbg.stop()
+        dbg.step()
+    return time.perf_counter() - t0
+
+
+def _records(dump_path):
+    """(records, tensor records) of the last step dumped."""
+    last = max(find_rank_dirs(dump_path), key=lambda r: r.step)
+    with open(os.path.join(last.path, "dump.json"), encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    return len(data), sum(1 for v in data.values() for _ in iter_tensor_records(v))
+
+
+def measure(configs, rounds, steps, log):
+    model, x = build()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
+    out = {}
+    try:
+        for name in configs:
+            dbg = _debugger(root, name)
+            for _ in range(2):  # warm-up: API table, first-call caches
+                _step(model, x, opt, dbg)
+            ratios, extra = [], []
+            for _ in range(rounds):
+                plain = [_step(model, x, opt) for _ in range(steps)]
+                dumped = [_step(model, x, opt, dbg) for _ in range(steps)]
+                extra.append(statistics.median(dumped) - statistics.median(plain))
+                ratios.append(statistics.median(dumped) / statistics.median(plain))
+            dbg.close()
+            records, tensors = _records(os.path.join(root, name))
+            out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * statistics.median(extra),
+                         "us_per_record": 1e6 * statistics.median(extra) / records,
+                         "us_per_tensor": 1e6 * statistics.median(extra) / tensors,
+                         "ratio": statistics.median(ratios)}
+            log(f"{name}: {out[name]['us_per_record']:.1f} us/record")
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    finally:
+        os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def summary_cost(n=3000):
+    """µs per Summarizer.summarize of a fresh 32x32 float32 tensor: host path, device path (+ resolve)."""
+    got = {}
+    for label, device_path in (("host", False), ("device", True)):
+        s = Summarizer(device_path=device_path)
+        tensors = [torch.randn(32, 32) for _ in range(n)]
+        t0 = time.perf_counter()
+        for t in tensors:
+            s.summarize(t, defer=True)
+        s.start_resolve().finish()
+        got[label] = 1e6 * (time.perf_counter() - t0) / n
+    return got
+
+
+def render(results, per_summary):
+    lines = [f"{'config':<12}{'records':>9}{'tensors':>9}{'extra ms':>10}{'us/record':>11}{'us/tensor':>11}"
+             f"{'step ratio':>12}",
+             "-" * 74]
+    for name, r in results.items():
+        mark = "!" if r["us_per_record"] > TARGET_US_PER_RECORD else " "
+        lines.append(f"{name:<12}{r['records']:>9}{r['tensors']:>9}{r['extra_ms']:>10.2f}"
+                     f"{r['us_per_record']:>10.1f}{mark}{r['us_per_tensor']:>11.1f}{r['ratio']:>11.2f}x")
+    lines.append(f"target: <= {TARGET_US_PER_RECORD:g} us per record (!: over)")
+    lines.append("Summarizer.summarize of a fresh 32x32 tensor: "
+                 + ", ".join(f"{k} path {v:.1f} us" for k, v in per_summary.items()))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps, no RESULTS.md")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
+    args = p.parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        p.error(f"unknown config {bad}; choose from {', '.join(CONFIGS)}")
+    if args.quick:
+        args.rounds, args.steps = 1, 2
+    torch.set_num_threads(args.threads)
+    results = measure(configs, args.rounds, args.steps, lambda m: print(m, file=sys.stderr, flush=True))
+    table = render(results, summary_cost(300 if args.quick else 3000))
+    print(table)
+    if not args.quick:
+        results_md.update_section("host_cost.py", f"`python benchmarks/host_cost.py --rounds {args.rounds}`, "
+                                  f"torch {torch.__version__}, {args.threads} torch thread(s)\n\n```\n{table}\n```")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""CaptureSession: one step of one rank — the capture flow both adapters share.
+
+    adapter hook/wrapper -> filter -> record, whose tensor summaries may still be on the device
+      -> queue (capture order) -> resolve: the summaries reach the host in one transfer per batch
+      -> sinks: the overflow gate (task overflow_check), dump.json, construct.json, stack.json
+
+An adapter supplies interception, its Summarizer (the framework's kernels: `summarize`, `pending`,
+`start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
+`emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
+construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
+`FLUSH_SECONDS` seconds, at stop() and at the step's end. A process killed by SIGKILL keeps every
+finished step and, of the current one, what the last resolve wrote. With a `lane` (a one-thread executor: CUDA),
+the host side of a resolve — waiting for the copy, filling and writing records — runs off the
+training thread, in order.
+Framework-free.
+"""
+
+import time
+from collections import deque
+
+from msprobe.core import naming
+from msprobe.core.dump.overflow import OverflowGate
+from msprobe.core.dump.records import CallRecords
+from msprobe.core.dump.writer import SessionWriter, run_on
+from msprobe.core.filters import DumpFilter
+
+_NO_RECORD = object()  # a queue entry of structure notes only
+
+# a resolve when this many records wait, or this many summaries, or this long since the last one
+FLUSH_RECORDS = 2048
+FLUSH_SUMMARIES = 4096
+FLUSH_SECONDS = 1.0
+
+
+class CaptureSession(CallRecords, SessionWriter):
+    """Recording state for one step of one rank.
+
+    Args:
+        cfg: validated DumpConfig.
+        step: the step number (names the step{N} directory).
+        rank: rank number for rank{R}, or None for proc{pid}.
+        pool: the writer threads (tensor files; the step's files are opened there when `early_writer`).
+        overflow: the run's OverflowBudget (task overflow_check): records pass an OverflowGate.
+        dump_path: the directory of the step dirs (default cfg.dump_path).
+        lane: one-thread executor for the host side of resolves, or None (inline).
+
+    Class attributes an adapter sets: `framework`, `saturating` (dtype name -> largest finite
+    magnitude, for overflow_check), `structure_levels` (levels whose construct.json holds every call),
+    `early_writer` (open the step's files on the pool as the session starts).
+    """
+
+    saturating = {}
+    structure_levels = ("mix", "L0")
+    early_writer = True
+
+    def __init__(self, cfg, step, rank, pool=None, overflow=None, dump_path=None, lane=None):
+        self.cfg = cfg
+        self.step = step
+        self.rank = rank
+        self.pool = pool
+        self.dump_path = dump_path or cfg.dump_path
+        self.filter = DumpFilter(cfg)
+        self.counter = naming.CallCounter()
+        self.module_stack = []  # forward keys of the modules/Cells being run, innermost last
+        self.trackers = {}  # backward trackers waiting for gradients, in creation order
+        self.with_stack = cfg.extra_info
+        self.tensor_count = 0
+        self.gate = (OverflowGate(overflow, self.saturating)
+                     if cfg.task == "overflow_check" and overflow is not None else None)
+        self.summarizer = self._new_summarizer()
+        self._queue = deque()  # [key, record (or _NO_RECORD), check, waits, structure notes]
+        self._last = {}  # key -> its queued entry, for structure noted after the record
+        self._kept = set()  # overflow_check: keys of the records written (their structure follows)
+        self._lane = lane
+        self._lane_work = None  # the last resolve handed to the lane
+        self._resolved_at = time.monotonic()
+        self._construct_all = cfg.extra_info and cfg.level in self.structure_levels
+        # overflow_check writes in few steps: there the first kept record opens the step's files
+        self._prepare_writer(pool, early=self.early_writer and cfg.task != "overflow_check")
+
+    def _new_summarizer(self):
+        raise NotImplementedError
+
+    # -- records in --------------------------------------------------------------------------------
+    def emit(self, key, record, waits=(), check=None):
+        """Hand over a finished record; overflow_check keeps it only if `check` (default: the record)
+        overflows."""
+        if self.cfg.task == "structure":
+            return
+        self._put([key, record, check, waits, []])
+
+    def note_structure(self, key, parent, stack):
+        """construct.json (with its parent) and stack.json entries of call `key`."""
+        notes = []
+        if self.cfg.extra_info and (self._construct_all or parent is not None):
+            notes.append((True, parent))
+        if stack is not None:
+            notes.append((False, stack))
+        if notes:
+            self._note(key, notes)
+
+    def note_backward(self, key, parent):
+        """construct.json entry of a backward record (its parent: the enclosing module's backward)."""
+        if self._construct_all:
+            self._note(key, [(True, parent)])
+
+    def _note(self, key, notes):
+        entry = self._last.get(key)
+        if entry is not None:
+            entry[4].extend(notes)  # written with (and, under overflow_check, only with) its record
+        elif self.gate is None or key in self._kept:
+            self._put([key, _NO_RECORD, None, (), notes])
+
+    def _put(self, entry):
+        if self._queue and (len(self._queue) >= FLUSH_RECORDS or self.summarizer.pending >= FLUSH_SUMMARIES
+                            or time.monotonic() - self._resolved_at >= FLUSH_SECONDS):
+            self.resolve()
+        if self.gate is None:
+            self._writer()  # opened on this thread: a lane only writes through it
+        self._queue.append(entry)
+        self._last[entry[0]] = entry
+
+    # -- resolve and write ---------------------------------------------------------------------------
+    def resolve(self):
+        """Bring every pending summary to the host, then write the records queued so far."""
+        self._resolved_at = time.monotonic()
+        readback = self.summarizer.start_resolve()
+        entries, self._queue, self._last = list(self._queue), deque(), {}
+        if self._lane is None:
+            readback.finish()
+            self._write(entries)
+            return
+
+        def finish_and_write(previous=self._lane_work):
+            if previous is not None:
+                previous.result()  # in order
+            readback.finish()
+            self._write(entries)
+        self._lane_work = run_on(self._lane, finish_and_write)
+
+    def wait_written(self):
+        """Until everything resolved so far is written (and raise what writing it raised)."""
+        work, self._lane_work = self._lane_work, None
+        if work is not None:
+            work.result()
+
+    def _write(self, entries):
+        """The records in order (one write to dump.json for those not waiting for a tensor file), then
+        their construct.json entries (one write), then stack.json entries (written at flush)."""
+        gate = self.gate
+        records, constructs = [], []
+        w = None
+        for key, record, check, waits, notes in entries:
+            if gate is not None and record is not _NO_RECORD:
+                keep, files = gate.decide(key, record, check)
+                if not keep:
+                    continue
+                self._kept.add(key)
+                waits = list(waits) + self._write_kept_files(files)
+            if w is None:
+                w = self._writer()
+            if record is not _NO_RECORD:
+                records.append((key, record, waits))
+            for construct, value in notes:
+                if construct:
+                    constructs.append((key, value))
+                else:
+                    w.add_stack(key, value)
+        if w is not None:
+            w.add_many(records)
+            w.add_constructs(constructs)
+
+    def _write_kept_files(self, files):
+        """overflow_check: write the tensor files of a kept record; returns their futures. `files` are
+        (tensor record, value, file stem) as noted with `gate.note_tensor`."""
+        w = self._writer()
+        waits = []
+        for rec, value, stem in files:
+            name = stem + ".npy"
+            fut = self.save_tensor_file(value, w.tensor_path(name))
+            if fut is not None:
+                waits.append(fut)
+            rec["data_name"] = name
+            self.tensor_count += 1
+        return waits
+
+    def save_tensor_file(self, value, path):
+        """Write `value` (a tensor or host array) as .npy at `path`; a future when it is written later."""
+        raise NotImplementedError
+
+    # -- step end --------------------------------------------------------------------------------
+    def emit_partial_backward(self):
+        """Backward records of calls whose gradients did not all arrive (an unused output)."""
+        for tracker in list(self.trackers):
+            tracker.emit_partial()
+        self.trackers.clear()
+
+    def flush(self):
+        """Step end: partial backward records, every summary resolved, records written, tensor files
+        waited for, stack.json written."""
+        self.emit_partial_backward()
+        self.resolve()
+        self.wait_written()
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self):
+        try:
+            self.flush()
+        finally:
+            self.wait_written()
+            self._close_writer()
+            self.summarizer.clear()

@@ -1,0 +1,318 @@
+"""Statistics and checksums of tensors computed where they live, read back in one copy per batch.
+
+On an accelerator every read of a result (`.item()`, `.tolist()`, `.cpu()`) waits for the device to
+finish all queued work, and a read per tensor turns a step from max(host, device) into host + device.
+Here a tensor's summary goes into a *slot*: one row of a device buffer, filled by kernels queued on
+the tensor's stream — (max, min, sum, sum of squares) in float64, or the checksum's two 32-bit word
+sums (core/checksum.py). `start_resolve()` queues one non-blocking copy of every slot filled since the
+last resolve; `Readback.finish()` waits for that copy (on a writer thread, for CUDA) and turns rows into
+record fields.
+
+Kernels: one Triton launch per tensor on CUDA when Triton is importable (pytorch/triton_summary.py);
+torch's own reductions elsewhere (a few launches per tensor; also the CPU path the tests force with
+`MSPROBE_DEVICE_SUMMARY=1`). Both give the numbers the host path gives: Mean and Norm of non-float64
+data rounded to float32, NaN in Max/Min when a NaN is in the tensor.
+Guarded by benchmarks/host_cost.py and tests/pytorch/test_device_summary.py.
+"""
+
+import math
+import os
+
+import numpy as np
+import torch
+
+from msprobe.core import checksum
+from msprobe.core.dump.json_append import json_float
+
+# slots per device buffer; a batch that fills one goes on in a second
+SLOTS_PER_BUFFER = 4096
+_TRITON_OFF = os.environ.get("MSPROBE_TRITON", "1") == "0"
+# deferred summaries launched together once this many tensors (or bytes of them) wait
+DEFER_TENSORS = 512
+DEFER_BYTES = 256 << 20
+_DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
+_ROW_BYTES = {0: 32, 1: 16}  # a slot's row: float64 x 4 (statistics), int64 x 2 (checksum)
+
+STATS, CHECKSUM = 0, 1
+
+
+class Slot:
+    """Where one tensor's summary lands: `values` once resolved; the records waiting to be filled."""
+
+    __slots__ = ("kind", "buffer", "index", "n", "dtype", "nbytes", "values", "waiting")
+
+    def __init__(self, kind, buffer, index, n, dtype, nbytes):
+        self.kind, self.buffer, self.index, self.n, self.dtype, self.nbytes = kind, buffer, index, n, dtype, nbytes
+        self.values = None
+        self.waiting = []
+
+
+class _Buffer:
+    """SLOTS_PER_BUFFER rows on one device: float64 x 4 for statistics, int64 x 2 for checksums."""
+
+    __slots__ = ("device", "kind", "rows", "used")
+
+    def __init__(self, device, kind):
+        self.device, self.kind = device, kind
+        width, dtype = (4, torch.float64) if kind == STATS else (2, torch.int64)
+        self.rows = torch.empty((SLOTS_PER_BUFFER, width), dtype=dtype, device=device)
+        self.used = 0
+
+
+def _triton_kernels(device):
+    """pytorch/triton_summary when it can run on `device` (CUDA with Triton installed), else None."""
+    if _TRITON_OFF or device.type != "cuda":
+        return None
+    try:
+        from msprobe.pytorch import triton_summary
+    except ImportError:  # no Triton: torch's reductions
+        return None
+    return triton_summary
+
+
+class DeviceSummaries:
+    """The slots of one session: filled on the device, resolved in batches.
+
+    A summary asked for with `defer` is not launched at once: the tensor waits (a reference and its
+    version counter) until `launch()`, which reduces every waiting tensor of one dtype in one kernel —
+    on CUDA a launch per tensor is what a step's host time is made of. The caller must `launch()` before
+    anything may change a waiting tensor in place (pytorch/session.py: an in-place call, the optimizer);
+    a tensor whose version moved anyway is counted in `changed` (its record shows the changed values).
+    """
+
+    def __init__(self):
+        self._open = {}  # (device, kind) -> the buffer being filled
+        self._batch = []  # slots filled since the last resolve, in order
+        self._buffers = []  # buffers the batch wrote
+        self._kernels = {}  # device -> triton_summary or None
+        self._waiting = []  # deferred: (kind, tensor, n, slot, version)
+        self._waiting_bytes = 0
+        self.changed = 0  # deferred tensors changed in place before they were read
+
+    @property
+    def pending(self):
+        return len(self._batch)
+
+    @property
+    def waiting(self):
+        """Deferred summaries not launched yet."""
+        return len(self._waiting)
+
+    def _defer(self, kind, x, n, slot, nbytes):
+        self._waiting.append((kind, x, n, slot, x._version, None))
+        self._waiting_bytes += nbytes
+        if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
+            self.launch()
+
+    def launch(self):
+        """Launch every deferred summary: one kernel per (device, kind, dtype) with Triton, else torch's
+        reductions tensor by tensor."""
+        waiting, self._waiting, self._waiting_bytes = self._waiting, [], 0
+        groups = {}
+        for kind, x, n, slot, version, rows in waiting:
+            if x._version != version:
+                self.changed += 1
+            kernels = self._kernels_for(x.device)
+            if kernels is None:
+                (self._torch_stats if kind == STATS else self._torch_checksum)(x, slot)
+            else:
+                groups.setdefault((kind, x.device, x.dtype), (kernels, []))[1].append((x, n, slot, rows))
+        for (kind, _, _), (kernels, items) in groups.items():
+            outs = [slot.buffer.rows.data_ptr() + slot.index * _ROW_BYTES[kind] for _, _, slot, _ in items]
+            if kind == STATS:
+                kernels.stats_many([x for x, _, _, _ in items], [n for _, n, _, _ in items], outs,
+                                   [r or (n, n) for _, n, _, r in items])
+            else:
+                kernels.wordsum_many([x for x, _, _, _ in items], outs)
+
+    def _slot(self, kind, device, n, dtype, nbytes):
+        key = (device, kind)
+        buf = self._open.get(key)
+        if buf is None or buf.used == SLOTS_PER_BUFFER:
+            buf = self._open[key] = _Buffer(device, kind)
+            self._buffers.append(buf)
+        slot = Slot(kind, buf, buf.used, n, dtype, nbytes)
+        buf.used += 1
+        self._batch.append(slot)
+        return slot
+
+    def _kernels_for(self, device):
+        k = self._kernels.get(device, False)
+        if k is False:
+            k = self._kernels[device] = _triton_kernels(device)
+        return k
+
+    def stats(self, x, n, dense, defer=False, rows=None):
+        """Slot of Max/Min/Sum/Sum-of-squares of `x` (a detached, real tensor of `n` elements);
+        `dense` is x's memory in element order (x itself, or a permutation that makes it contiguous),
+        or None; `rows`: (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
+        `defer`: launched with others at the next `launch()`."""
+        slot = self._slot(STATS, x.device, n, x.dtype, 0)
+        kernels = self._kernels_for(x.device)
+        fused = kernels is not None and kernels.handles(x.dtype) and (dense is not None or rows is not None)
+        if defer and not _DEFER_OFF and (fused or kernels is None):
+            item = dense if fused and dense is not None else x
+            self._waiting.append((STATS, item, n, slot, x._version, rows if dense is None else None))
+            self._waiting_bytes += n * x.element_size()
+            if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
+                self.launch()
+        elif fused and dense is not None:
+            kernels.stats(dense, n, slot.buffer.rows, slot.index)
+        else:
+            self._torch_stats(x, slot)
+        return slot
+
+    def _torch_stats(self, x, slot):
+        row = slot.buffer.rows[slot.index]
+        with torch.no_grad():
+            if x.dtype == torch.bool:
+                row.copy_(torch.stack((x.any(), x.all(), x.any(), x.any())))
+                return slot
+            if not x.is_floating_point() or x.dtype.itemsize == 1:  # ints, float8: exact in float64
+                x = x.to(torch.float64)
+            flat = x.reshape(-1)
+            mn, mx = torch.aminmax(flat)
+            total = flat.sum(dtype=torch.float64)
+            sq = torch.linalg.vector_norm(flat, dtype=torch.float64)
+            row.copy_(torch.stack((mx.to(torch.float64), mn.to(torch.float64), total, sq * sq)))
+
+    def checksum(self, x, defer=False):
+        """Slot of the wordsum64 checksum of `x`'s bytes in element order (`defer`: as in `stats`)."""
+        nbytes = x.numel() * x.element_size()
+        slot = self._slot(CHECKSUM, x.device, x.numel(), x.dtype, nbytes)
+        raw = x.contiguous().reshape(-1).view(torch.uint8)
+        kernels = self._kernels_for(x.device)
+        words = raw.view(torch.int32) if kernels is not None and nbytes % 4 == 0 else None
+        if defer and not _DEFER_OFF and (words is not None or kernels is None):
+            self._defer(CHECKSUM, words if words is not None else raw, nbytes, slot, nbytes)
+        elif words is not None:
+            kernels.wordsum(words, slot.buffer.rows, slot.index)
+        else:
+            self._torch_checksum(raw, slot)
+        return slot
+
+    @staticmethod
+    def _torch_checksum(raw, slot):
+        slot.buffer.rows[slot.index].copy_(wordsum_torch(raw))
+
+    def start_resolve(self):
+        """Launch what is deferred, queue the copy of every slot of the batch to the host; the batch
+        starts anew."""
+        if self._waiting:
+            self.launch()
+        batch, buffers = self._batch, self._buffers
+        self._batch, self._buffers, self._open = [], [], {}
+        copies = []
+        for buf in buffers:
+            rows = buf.rows[:buf.used]
+            if rows.device.type == "cpu":
+                copies.append((buf, rows, None))
+                continue
+            host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+            host.copy_(rows, non_blocking=True)
+            event = torch.cuda.Event() if rows.device.type == "cuda" else None
+            if event is not None:
+                event.record()
+            copies.append((buf, host, event))
+        return Readback(batch, copies)
+
+
+class Readback:
+    """A batch's slots on their way to the host."""
+
+    __slots__ = ("batch", "copies")
+
+    def __init__(self, batch, copies):
+        self.batch, self.copies = batch, copies
+
+    def finish(self):
+        """Wait for the copies, set each slot's values and fill the records waiting for it."""
+        arrays = {}
+        for buf, host, event in self.copies:
+            if event is not None:
+                event.synchronize()
+            elif host.device.type != "cpu":
+                host = host.cpu()
+            arrays[id(buf)] = host.numpy()
+        stats = [slot for slot in self.batch if slot.kind == STATS]
+        for slot, values in zip(stats, stats_values_many(stats, arrays)):
+            slot.values = values
+        for slot in self.batch:
+            if slot.kind != STATS:
+                row = arrays[id(slot.buffer)][slot.index]
+                slot.values = {"md5": checksum.finish(int(row[0]), int(row[1]), slot.nbytes)}
+            for rec in slot.waiting:
+                rec.update(slot.values)
+            slot.waiting = []
+        self.batch = self.copies = None
+
+
+_FLT_MAX = 3.4028234663852886e38
+
+
+def stats_values_many(slots, arrays):
+    """Record fields of many statistics slots: the arithmetic in numpy, one dict per slot."""
+    if not slots:
+        return []
+    rows = np.stack([arrays[id(s.buffer)][s.index] for s in slots])
+    n = np.array([s.n for s in slots], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        mean = rows[:, 2] / n
+        norm = np.sqrt(rows[:, 3])
+        # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
+        low = np.array([s.dtype.is_floating_point and s.dtype != torch.float64 for s in slots])
+        for col in (mean, norm):
+            fits = low & (np.abs(col) <= _FLT_MAX)
+            col[fits] = col[fits].astype(np.float32)
+        finite = np.isfinite(rows).all(axis=1)
+    out = []
+    for s, (mx, mn, _, _), m, nm, ok in zip(slots, rows.tolist(), mean.tolist(), norm.tolist(), finite.tolist()):
+        dtype = s.dtype
+        if dtype == torch.bool:
+            out.append({"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None})
+        elif ok:
+            if not dtype.is_floating_point:
+                mx, mn = int(mx), int(mn)
+            out.append({"Max": mx, "Min": mn, "Mean": m, "Norm": nm})
+        else:
+            if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
+                mx = mn = float("nan")
+            elif not dtype.is_floating_point and math.isfinite(mx) and math.isfinite(mn):
+                mx, mn = int(mx), int(mn)
+            out.append({"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(m), "Norm": json_float(nm)})
+    return out
+
+
+def stats_values(row, n, dtype):
+    """Record fields from one slot's row (max, min, sum, sum of squares)."""
+    one = Slot(STATS, None, 0, n, dtype, 0)
+    return stats_values_many([one], {id(None): np.asarray(row, dtype=np.float64).reshape(1, 4)})[0]
+
+
+def wordsum_torch(raw):
+    """The checksum's (S1, S2) of a flat uint8 tensor, in torch int64 ops on its device (the kernel
+    where Triton is not at hand). Every product stays below 2^63: 32-bit values times 31-bit keys."""
+    n = raw.numel()
+    pad = (-n) % 4
+    if pad:
+        raw = torch.cat((raw, raw.new_zeros(pad)))
+    words = raw.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    out = torch.zeros(2, dtype=torch.int64, device=raw.device)
+    chunk = 1 << 24  # bounds the int64 temporaries
+    for start in range(0, words.numel(), chunk):
+        w = words[start:start + chunk]
+        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device) & 0xFFFFFFFF
+        a = w ^ ((idx * checksum.K0) & 0xFFFFFFFF)
+        a = _mix_torch(a)
+        b = (a * checksum.K3) & 0xFFFFFFFF
+        b = b ^ (b >> 13)
+        out += torch.stack((a.sum(), b.sum())) & 0xFFFFFFFF
+    return out & 0xFFFFFFFF
+
+
+def _mix_torch(a):
+    a = a ^ (a >> 16)
+    a = (a * checksum.K1) & 0xFFFFFFFF
+    a = a ^ (a >> 15)
+    a = (a * checksum.K2) & 0xFFFFFFFF
+    return a ^ (a >> 16)

@@ -1,0 +1,314 @@
+"""Triton kernels for pytorch/device_summary.py: statistics or checksums of one tensor, or of a batch of
+tensors, in one launch.
+
+Each program reduces its share of a tensor and writes a partial row to scratch memory; the program that
+finishes last (an acquire-release counter per tensor) reduces the partial rows in a fixed order into the
+tensor's slot and resets the counter. One pass over the data, the same numbers every run (no
+floating-point atomics). Integer specialisation is off for the sizes and indices that change from call
+to call (`do_not_specialize`): a new value must not compile a new kernel. Importing this module imports
+Triton: an ImportError tells device_summary to use torch's reductions.
+"""
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from msprobe.core import checksum
+
+BLOCK = 2048
+MAX_PROGRAMS = 1024  # partial rows a slot may use; the last program reduces them in one load
+RING_ROWS = 16 * MAX_PROGRAMS
+_KINDS = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64, torch.bool)
+_scratch = {}  # device -> [float64 ring, int64 ring, counters, next row]
+
+
+def handles(dtype):
+    return dtype in _KINDS
+
+
+def _state(device, slots):
+    st = _scratch.get(device)
+    if st is None or st[2].numel() < slots:
+        st = _scratch[device] = [torch.empty((RING_ROWS, 4), dtype=torch.float64, device=device),
+                                 torch.empty((RING_ROWS, 2), dtype=torch.int64, device=device),
+                                 torch.zeros(max(slots, 4096), dtype=torch.int32, device=device), 0]
+    return st
+
+
+def _programs(n):
+    return max(1, min(triton.cdiv(n, BLOCK), MAX_PROGRAMS))
+
+
+def _ring_rows(st, programs):
+    row = st[3]
+    if row + programs > RING_ROWS:  # the ring is reused in stream order: earlier launches are done with it
+        row = 0
+    st[3] = row + programs
+    return row
+
+
+def stats(x, n, out, index):
+    """Max/Min/Sum/Sum of squares of the `n` elements of contiguous `x` into `out[index]` (float64 x 4)."""
+    st = _state(x.device, out.shape[0])
+    p = _programs(n)
+    row = _ring_rows(st, p)
+    _stats_kernel[(p,)](x, n, st[0], row, st[2], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS, num_warps=8)
+
+
+def wordsum(words, out, index):
+    """The checksum's two 32-bit sums of int32 `words` (the bytes, contiguous) into `out[index]` (int64 x 2)."""
+    n = words.numel()
+    st = _state(words.device, out.shape[0])
+    p = _programs(n)
+    row = _ring_rows(st, p)
+    _wordsum_kernel[(p,)](words, n, st[1], row, st[2], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS,
+                          K0=checksum.K0, K1=checksum.K1, K2=checksum.K2, K3=checksum.K3, num_warps=8)
+
+
+@triton.jit(do_not_specialize=["n", "ring_row", "index"])
+def _stats_kernel(x_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK: tl.constexpr,
+                  MAXP: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    mx = tl.full([BLOCK], float("-inf"), tl.float64)
+    mn = tl.full([BLOCK], float("inf"), tl.float64)
+    s = tl.zeros([BLOCK], tl.float64)
+    q = tl.zeros([BLOCK], tl.float64)
+    nan = tl.zeros([BLOCK], tl.int32)
+    for start in range(pid.to(tl.int64) * BLOCK, n, nprog * BLOCK):
+        offs = start + lanes
+        m = offs < n
+        v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.float64)
+        mx = tl.where(m & (v > mx), v, mx)  # NaN never wins a comparison: it is counted below
+        mn = tl.where(m & (v < mn), v, mn)
+        s += v
+        q += v * v
+        nan |= (v != v).to(tl.int32)
+    part = ring_ptr + (ring_row + pid) * 4
+    tl.store(part + 0, tl.max(mx, 0))
+    tl.store(part + 1, tl.min(mn, 0))
+    tl.store(part + 2, tl.sum(s, 0))
+    tl.store(part + 3, tl.sum(q, 0) + tl.where(tl.max(nan, 0) > 0, float("nan"), 0.0))
+    done = tl.atomic_add(count_ptr + index, 1, sem="acq_rel")
+    if done == nprog - 1:
+        p = tl.arange(0, MAXP)
+        pm = p < nprog
+        rows = ring_ptr + (ring_row + p) * 4
+        qs = tl.load(rows + 3, mask=pm, other=0.0)
+        has_nan = tl.sum((qs != qs).to(tl.int32), 0) > 0
+        gmx = tl.max(tl.load(rows + 0, mask=pm, other=float("-inf")), 0)
+        gmn = tl.min(tl.load(rows + 1, mask=pm, other=float("inf")), 0)
+        o = out_ptr + index * 4
+        tl.store(o + 0, tl.where(has_nan, float("nan"), gmx))
+        tl.store(o + 1, tl.where(has_nan, float("nan"), gmn))
+        tl.store(o + 2, tl.sum(tl.load(rows + 2, mask=pm, other=0.0), 0))
+        tl.store(o + 3, tl.sum(qs, 0))
+        tl.store(count_ptr + index, 0)
+
+
+@triton.jit
+def _mix(a, K1: tl.constexpr, K2: tl.constexpr):
+    a = a ^ (a >> 16)
+    a = a * K1
+    a = a ^ (a >> 15)
+    a = a * K2
+    return a ^ (a >> 16)
+
+
+@triton.jit(do_not_specialize=["n", "ring_row", "index"])
+def _wordsum_kernel(w_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK: tl.constexpr,
+                    MAXP: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+                    K3: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    s1 = tl.zeros([BLOCK], tl.uint32)
+    s2 = tl.zeros([BLOCK], tl.uint32)
+    for start in range(pid.to(tl.int64) * BLOCK, n, nprog * BLOCK):
+        offs = start + lanes
+        m = offs < n
+        w = tl.load(w_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
+        a = _mix(w ^ (offs.to(tl.uint32) * K0), K1, K2)  # uint32 arithmetic wraps mod 2^32
+        b = a * K3
+        b = b ^ (b >> 13)
+        s1 += tl.where(m, a, tl.zeros_like(a))
+        s2 += tl.where(m, b, tl.zeros_like(b))
+    part = ring_ptr + (ring_row + pid) * 2
+    tl.store(part + 0, tl.sum(s1, 0).to(tl.int64))
+    tl.store(part + 1, tl.sum(s2, 0).to(tl.int64))
+    done = tl.atomic_add(count_ptr + index, 1, sem="acq_rel")
+    if done == nprog - 1:
+        p = tl.arange(0, MAXP)
+        pm = p < nprog
+        rows = ring_ptr + (ring_row + p) * 2
+        o = out_ptr + index * 2
+        tl.store(o + 0, tl.sum(tl.load(rows + 0, mask=pm, other=0), 0) & 0xFFFFFFFF)
+        tl.store(o + 1, tl.sum(tl.load(rows + 1, mask=pm, other=0), 0) & 0xFFFFFFFF)
+        tl.store(count_ptr + index, 0)
+
+
+# -- many tensors in one launch -------------------------------------------------------------------------
+# A batch of same-dtype tensors is cut into tiles of TILE elements; the program of a tile writes its partial
+# row, and the last tile of each tensor to finish reduces that tensor's rows into its slot. The host builds
+# one int64 table: per tensor its address, element count, slot address, first tile, tile count, columns and
+# row stride (a row-strided layout; dense: both n), then the tensor of every tile.
+TILE_BLOCKS = 8
+TILE = BLOCK * TILE_BLOCKS
+_TL_TYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+             torch.float64: tl.float64, torch.int8: tl.int8, torch.uint8: tl.uint8, torch.int16: tl.int16,
+             torch.int32: tl.int32, torch.int64: tl.int64, torch.bool: tl.int8}
+_multi = {}  # device -> [float64 partial rows, int64 partial rows, tile counters]
+
+
+def _multi_state(device, tiles, tensors):
+    st = _multi.get(device)
+    if st is None or st[0].shape[0] < tiles or st[2].numel() < tensors:
+        rows = max(tiles, 4096 if st is None else 2 * st[0].shape[0])
+        count = max(tensors, 1024 if st is None else 2 * st[2].numel())
+        st = _multi[device] = [torch.empty((rows, 4), dtype=torch.float64, device=device),
+                               torch.empty((rows, 2), dtype=torch.int64, device=device),
+                               torch.zeros(count, dtype=torch.int32, device=device)]
+    return st
+
+
+def _table(device, addrs, counts, outs, per_tile, rows=None):
+    """The batch's table on the device (one copy from pinned memory) and its tile count. `rows`: per
+    tensor (columns, row stride) of a row-strided layout, or None for dense memory."""
+    k = len(addrs)
+    counts = np.asarray(counts, dtype=np.int64)
+    tiles = np.maximum(1, -(-counts // per_tile))
+    first = np.concatenate(([0], np.cumsum(tiles)[:-1]))
+    cols, strides = (counts, counts) if rows is None else (np.asarray([r[0] for r in rows], dtype=np.int64),
+                                                           np.asarray([r[1] for r in rows], dtype=np.int64))
+    table = np.concatenate((np.asarray(addrs, dtype=np.int64), counts, np.asarray(outs, dtype=np.int64),
+                            first, tiles, cols, strides, np.repeat(np.arange(k, dtype=np.int64), tiles)))
+    host = torch.from_numpy(table)
+    if device.type == "cpu":  # Triton's interpreter (the tests)
+        return host, int(tiles.sum())
+    return host.pin_memory().to(device, non_blocking=True), int(tiles.sum())
+
+
+def stats_many(tensors, counts, outs, rows):
+    """Statistics of many same-dtype tensors in one launch; `outs` are the slot addresses (float64 x 4
+    each), `rows` per tensor (columns, row stride) of its memory (dense: (n, n))."""
+    x0 = tensors[0]
+    table, tiles = _table(x0.device, [t.data_ptr() for t in tensors], counts, outs, TILE, rows)
+    st = _multi_state(x0.device, tiles, len(tensors))
+    _stats_multi_kernel[(tiles,)](table, len(tensors), st[0], st[2], DTYPE=_TL_TYPES[x0.dtype], BLOCK=BLOCK,
+                                  TILE_BLOCKS=TILE_BLOCKS, MAXP=MAX_PROGRAMS, num_warps=8)
+
+
+def wordsum_many(words, outs):
+    """The checksum sums of many int32 word tensors in one launch; `outs`: slot addresses (int64 x 2)."""
+    w0 = words[0]
+    counts = [w.numel() for w in words]
+    table, tiles = _table(w0.device, [w.data_ptr() for w in words], counts, outs, TILE)
+    st = _multi_state(w0.device, tiles, len(words))
+    _wordsum_multi_kernel[(tiles,)](table, len(words), st[1], st[2], BLOCK=BLOCK, TILE_BLOCKS=TILE_BLOCKS,
+                                    MAXP=MAX_PROGRAMS, K0=checksum.K0, K1=checksum.K1, K2=checksum.K2,
+                                    K3=checksum.K3, num_warps=8)
+
+
+@triton.jit(do_not_specialize=["k"])
+def _stats_multi_kernel(table_ptr, k, parts_ptr, count_ptr, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
+                        TILE_BLOCKS: tl.constexpr, MAXP: tl.constexpr):
+    tile = tl.program_id(0)
+    i = tl.load(table_ptr + 7 * k + tile)
+    n = tl.load(table_ptr + k + i)
+    first = tl.load(table_ptr + 3 * k + i)
+    ntiles = tl.load(table_ptr + 4 * k + i)
+    cols = tl.load(table_ptr + 5 * k + i)
+    row_stride = tl.load(table_ptr + 6 * k + i)
+    x_ptr = tl.load(table_ptr + i).to(tl.pointer_type(DTYPE))
+    lanes = tl.arange(0, BLOCK)
+    mx = tl.full([BLOCK], float("-inf"), tl.float64)
+    mn = tl.full([BLOCK], float("inf"), tl.float64)
+    s = tl.zeros([BLOCK], tl.float64)
+    q = tl.zeros([BLOCK], tl.float64)
+    nan = tl.zeros([BLOCK], tl.int32)
+    base = (tile - first) * (BLOCK * TILE_BLOCKS)
+    for b in range(TILE_BLOCKS):
+        offs = base + b * BLOCK + lanes
+        m = offs < n
+        if cols == n:
+            addr = offs
+        else:  # rows of `cols` elements, `row_stride` apart (a chunk of a wider tensor)
+            addr = (offs // cols) * row_stride + offs % cols
+        v = tl.load(x_ptr + addr, mask=m, other=0).to(tl.float64)
+        mx = tl.where(m & (v > mx), v, mx)  # NaN never wins a comparison: it is counted below
+        mn = tl.where(m & (v < mn), v, mn)
+        s += v
+        q += v * v
+        nan |= (v != v).to(tl.int32)
+    part = parts_ptr + tile * 4
+    tl.store(part + 0, tl.max(mx, 0))
+    tl.store(part + 1, tl.min(mn, 0))
+    tl.store(part + 2, tl.sum(s, 0))
+    tl.store(part + 3, tl.sum(q, 0) + tl.where(tl.max(nan, 0) > 0, float("nan"), 0.0))
+    done = tl.atomic_add(count_ptr + i, 1, sem="acq_rel")
+    if done == ntiles - 1:
+        gmx = tl.full([MAXP], float("-inf"), tl.float64)
+        gmn = tl.full([MAXP], float("inf"), tl.float64)
+        gs = tl.zeros([MAXP], tl.float64)
+        gq = tl.zeros([MAXP], tl.float64)
+        p = tl.arange(0, MAXP)
+        for c in range(0, ntiles, MAXP):
+            pm = c + p < ntiles
+            rows = parts_ptr + (first + c + p) * 4
+            gmx = tl.maximum(gmx, tl.load(rows + 0, mask=pm, other=float("-inf")))
+            gmn = tl.minimum(gmn, tl.load(rows + 1, mask=pm, other=float("inf")))
+            gs += tl.load(rows + 2, mask=pm, other=0.0)
+            gq += tl.load(rows + 3, mask=pm, other=0.0)
+        qs = tl.sum(gq, 0)
+        has_nan = qs != qs
+        o = tl.load(table_ptr + 2 * k + i).to(tl.pointer_type(tl.float64))
+        tl.store(o + 0, tl.where(has_nan, float("nan"), tl.max(gmx, 0)))
+        tl.store(o + 1, tl.where(has_nan, float("nan"), tl.min(gmn, 0)))
+        tl.store(o + 2, tl.sum(gs, 0))
+        tl.store(o + 3, qs)
+        tl.store(count_ptr + i, 0)
+
+
+@triton.jit(do_not_specialize=["k"])
+def _wordsum_multi_kernel(table_ptr, k, parts_ptr, count_ptr, BLOCK: tl.constexpr, TILE_BLOCKS: tl.constexpr,
+                          MAXP: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+                          K3: tl.constexpr):
+    tile = tl.program_id(0)
+    i = tl.load(table_ptr + 7 * k + tile)
+    n = tl.load(table_ptr + k + i)
+    first = tl.load(table_ptr + 3 * k + i)
+    ntiles = tl.load(table_ptr + 4 * k + i)
+    w_ptr = tl.load(table_ptr + i).to(tl.pointer_type(tl.int32))
+    lanes = tl.arange(0, BLOCK)
+    s1 = tl.zeros([BLOCK], tl.uint32)
+    s2 = tl.zeros([BLOCK], tl.uint32)
+    base = (tile - first) * (BLOCK * TILE_BLOCKS)
+    for b in range(TILE_BLOCKS):
+        offs = base + b * BLOCK + lanes
+        m = offs < n
+        w = tl.load(w_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
+        a = _mix(w ^ (offs.to(tl.uint32) * K0), K1, K2)
+        bb = a * K3
+        bb = bb ^ (bb >> 13)
+        s1 += tl.where(m, a, tl.zeros_like(a))
+        s2 += tl.where(m, bb, tl.zeros_like(bb))
+    part = parts_ptr + tile * 2
+    tl.store(part + 0, tl.sum(s1, 0).to(tl.int64))
+    tl.store(part + 1, tl.sum(s2, 0).to(tl.int64))
+    done = tl.atomic_add(count_ptr + i, 1, sem="acq_rel")
+    if done == ntiles - 1:
+        g1 = tl.zeros([MAXP], tl.int64)
+        g2 = tl.zeros([MAXP], tl.int64)
+        p = tl.arange(0, MAXP)
+        for c in range(0, ntiles, MAXP):
+            pm = c + p < ntiles
+            rows = parts_ptr + (first + c + p) * 2
+            g1 += tl.load(rows + 0, mask=pm, other=0)
+            g2 += tl.load(rows + 1, mask=pm, other=0)
+        o = tl.load(table_ptr + 2 * k + i).to(tl.pointer_type(tl.int64))
+        tl.store(o + 0, tl.sum(g1, 0) & 0xFFFFFFFF)
+        tl.store(o + 1, tl.sum(g2, 0) & 0xFFFFFFFF)
+        tl.store(count_ptr + i, 0)

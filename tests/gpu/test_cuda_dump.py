@@ -1,0 +1,175 @@
+"""The dump on CUDA: the same records as the CPU dump of the same model, checksums equal across devices,
+the Triton kernels against the host path, and no device->host read per API call.
+
+Skipped without CUDA (CI has none); run on a GPU machine: `python -m pytest tests/gpu` (benchmarks/README.md).
+"""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+from msprobe.pytorch import PrecisionDebugger
+from msprobe.pytorch.statistics import Summarizer
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs a CUDA device: run on a GPU machine (benchmarks/README.md)")
+
+LEVELS = ("L0", "L1", "mix")
+TASKS = (("statistics", None), ("statistics", "md5"), ("tensor", None), ("overflow_check", None))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(32, 64)
+        self.ln = nn.LayerNorm(64)
+        self.l2 = nn.Linear(64, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.ln(self.l1(x)))
+        return torch.softmax(self.l2(h), dim=-1)
+
+
+@pytest.fixture(autouse=True)
+def exact_cuda():
+    """No TF32: CUDA's float32 matmuls then match the CPU's within float32 rounding."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def _dump(path, device, level, task, summary):
+    torch.manual_seed(0)
+    net = Net().to(device)
+    if task == "overflow_check":
+        with torch.no_grad():
+            net.l2.weight[0, 0] = float("inf")
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, foreach=False)  # CUDA's default is foreach: other APIs
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1)).to(device)
+    import json
+    cfg = {"task": task, "level": level, "dump_path": str(path)}
+    if summary:
+        cfg[task] = {"summary_mode": summary}
+    with open(f"{path}.json", "w") as f:
+        json.dump(cfg, f)
+    dbg = PrecisionDebugger(config_path=f"{path}.json")
+    for _ in range(2):
+        dbg.start(net)
+        net(x).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+        dbg.stop()
+        dbg.step()
+    dbg.close()
+    return {r.step: DumpReader(r.path) for r in find_rank_dirs(str(path))}
+
+
+def _close(a, b, path, md5_same):
+    if isinstance(a, dict):
+        assert set(a) == set(b), (path, set(a) ^ set(b))
+        for k in a:
+            if k == "md5":
+                if md5_same:
+                    assert a[k] == b[k], path
+                continue
+            if k == "data_name":
+                continue
+            _close(a[k], b[k], f"{path}.{k}", md5_same)
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]", md5_same)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5), (path, a, b)
+    elif isinstance(a, str) and isinstance(b, str) and a.startswith("cuda"):
+        pass
+    else:
+        assert a == b or {a, b} <= {"cpu", "cuda:0"}, (path, a, b)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("task,summary", TASKS)
+def test_cuda_dump_equals_cpu_dump(tmp_path, level, task, summary):
+    cpu = _dump(tmp_path / "cpu", "cpu", level, task, summary)
+    gpu = _dump(tmp_path / "gpu", "cuda", level, task, summary)
+    assert sorted(cpu) == sorted(gpu) and cpu
+    for step in cpu:
+        assert list(cpu[step].keys()) == list(gpu[step].keys())
+        for key in cpu[step].keys():
+            a, b = cpu[step][key], gpu[step][key]
+            _close(a, b, key, md5_same=False)
+            if step == 0 and isinstance(a, dict) and "parameters" in a:
+                # a module's parameters are the same bytes on both devices before the first update
+                _close(a["parameters"], b["parameters"], key, md5_same=True)
+
+
+def test_checksum_equal_across_devices():
+    gen = torch.Generator().manual_seed(0)
+    for t in (torch.randn(1 << 20, generator=gen), torch.randn(1000, generator=gen).to(torch.bfloat16),
+              torch.randint(0, 100, (4099,), generator=gen), torch.randn(3, generator=gen).to(torch.float16),
+              torch.rand(77, generator=gen) > 0.5):
+        host, _ = Summarizer(md5=True).summarize(t)
+        s = Summarizer(md5=True)
+        dev, _ = s.summarize(t.cuda())
+        s.start_resolve().finish()
+        assert dev["md5"] == host["md5"], t.dtype
+
+
+def test_triton_statistics_match_the_host_path_on_every_dtype_and_size():
+    pytest.importorskip("triton")
+    gen = torch.Generator().manual_seed(0)
+    cases = []
+    for n in (1, 7, 2048, 2049, 100_000, 5_000_000):
+        base = torch.randn(n, generator=gen, dtype=torch.float64)
+        cases += [base.float(), base.to(torch.bfloat16), base.to(torch.float16), base]
+    cases += [torch.randint(-1000, 1000, (30_000,), generator=gen), torch.rand(10_000, generator=gen) > 0.3,
+              torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([1.0, float("inf")]),
+              torch.randn(64, 96, generator=gen).t()]
+    s = Summarizer()
+    got = [s.summarize(t.cuda())[0] for t in cases]
+    s.start_resolve().finish()
+    for t, rec in zip(cases, got):
+        want, _ = Summarizer().summarize(t)
+        for k in ("Max", "Min", "Mean", "Norm"):
+            a, b = rec[k], want[k]
+            if isinstance(b, float) and isinstance(a, float):
+                assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), (t.dtype, t.numel(), k, a, b)
+            else:
+                assert a == b, (t.dtype, t.numel(), k, a, b)
+
+
+def test_no_read_back_per_call_on_cuda(tmp_path, monkeypatch):
+    """Deeper model, as many reads: the copies are per resolve (stop() and step()), not per call."""
+    reads = {}
+    for depth in (2, 6):
+        net = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.GELU()) for _ in range(depth)]).cuda()
+        x = torch.randn(8, 64, device="cuda")
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / str(depth)), level="mix")
+        dbg.start(net)
+        net(x).sum().backward()
+        dbg.stop()
+        dbg.step()  # the first step builds the API table and compiles kernels
+        count = [0]
+        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__"):
+            orig = getattr(torch.Tensor, name)
+
+            def wrapper(*a, _orig=orig, **k):
+                count[0] += 1
+                return _orig(*a, **k)
+            monkeypatch.setattr(torch.Tensor, name, wrapper)
+        syncs = [0]
+        orig_sync = torch.cuda.Event.synchronize
+        monkeypatch.setattr(torch.cuda.Event, "synchronize",
+                            lambda self: (syncs.__setitem__(0, syncs[0] + 1), orig_sync(self))[1])
+        dbg.start(net)
+        net(x).sum().backward()
+        dbg.stop()
+        dbg.step()
+        monkeypatch.undo()
+        dbg.close()
+        reads[depth] = (count[0], syncs[0])
+    assert reads[2] == reads[6] and reads[2][0] <= 2 and reads[2][1] <= 4, reads

@@ -1,0 +1,284 @@
+"""The accelerator path of the PyTorch dump, proved on a CPU: summaries in device slots, read back in
+batches — the same records as the host path, and no device->host read per API call.
+
+`MSPROBE_DEVICE_SUMMARY=1` makes CPU tensors take the path CUDA tensors take (torch's reductions into
+slots; the Triton kernels CUDA uses are checked here in Triton's interpreter when Triton is installed,
+and on a GPU by tests/gpu).
+"""
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from msprobe.core import checksum
+from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+from msprobe.pytorch import PrecisionDebugger
+from msprobe.pytorch.device_summary import wordsum_torch
+from msprobe.pytorch.statistics import Summarizer
+import msprobe_test_models as models  # loaded by conftest.py
+
+TASKS = [("statistics", "statistics"), ("statistics", "md5"), ("tensor", "statistics"), ("overflow_check", None)]
+
+
+def _dump(tmp, monkeypatch, device_path, level, task, summary, name="transformer"):
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
+    block = {"summary_mode": summary} if summary else {}
+    dbg, dump_path = models.make_debugger(tmp, level, task, **block) if block else \
+        models.make_debugger(tmp, level, task)
+    model = models.build(name)
+    if task == "overflow_check":
+        with torch.no_grad():
+            model.head.weight[0, 0] = float("inf")  # an overflow from the first step on
+    try:
+        models.train(model, models.batches(name, 2), dbg)
+    finally:
+        dbg.close()
+    return {r.step: DumpReader(r.path) for r in find_rank_dirs(dump_path)}
+
+
+def _same(a, b, path):
+    if isinstance(a, dict):
+        assert list(a) == list(b), (path, list(a), list(b))
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=2e-6, abs_tol=1e-6), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+@pytest.mark.parametrize("task,summary", TASKS)
+def test_device_path_writes_the_records_of_the_host_path(tmp_path, monkeypatch, level, task, summary):
+    host = _dump(tmp_path / "host", monkeypatch, False, level, task, summary)
+    device = _dump(tmp_path / "device", monkeypatch, True, level, task, summary)
+    assert sorted(host) == sorted(device) and host
+    for step in host:
+        # every deferred summary was launched before anything changed its tensor
+        assert not os.path.exists(os.path.join(device[step].rank_dir, "dump_error_info.log"))
+        assert list(host[step].keys()) == list(device[step].keys())
+        assert len(host[step].keys()) > (0 if task == "overflow_check" else 5)
+        for key in host[step].keys():
+            _same(host[step][key], device[step][key], key)
+
+
+class _ReadCounter:
+    """Counts the device->host reads msprobe's own code makes: Tensor.item/tolist/cpu/numpy, truth and
+    number conversions, `.to("cpu")` and non-blocking copies (what a read back to pinned memory is)."""
+
+    READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        self.where = []
+        for name in self.READS:
+            self._wrap(monkeypatch, name, lambda *a, **k: True)
+        self._wrap(monkeypatch, "to", lambda *a, **k: "cpu" in [str(x) for x in a[1:]] + [str(k.get("device"))])
+        self._wrap(monkeypatch, "copy_", lambda *a, **k: bool(k.get("non_blocking")))
+
+    def _wrap(self, monkeypatch, name, is_read):
+        orig = getattr(torch.Tensor, name)
+
+        def wrapper(*args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if os.sep + "msprobe" + os.sep in caller and is_read(*args, **kwargs):
+                self.count += 1
+                self.where.append(f"{name} from {os.path.basename(caller)}:{sys._getframe(1).f_lineno}")
+            return orig(*args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, wrapper)
+
+
+DIM = models.TransformerBlock.DIM
+
+
+class Deep(nn.Module):
+    """`blocks` residual attention + MLP blocks."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(DIM) for _ in range(blocks))
+        self.attns = nn.ModuleList(models.Attention(DIM, 2) for _ in range(blocks))
+        self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(DIM, 2 * DIM), nn.GELU(), nn.Linear(2 * DIM, DIM))
+                                  for _ in range(blocks))
+
+    def forward(self, x):
+        for norm, attn, mlp in zip(self.norms, self.attns, self.mlps):
+            x = x + attn(norm(x))
+            x = x + mlp(x)
+        return x
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+@pytest.mark.parametrize("summary", ["statistics", "md5"])
+def test_no_read_back_per_api_call(tmp_path, monkeypatch, level, summary):
+    """A model three times as deep makes three times the records and exactly as many reads: at most a
+    fixed handful per step (the batch's copy at stop() and at step()), none per call."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    x = torch.randn(2, 6, DIM)
+    reads, records = {}, {}
+    for blocks in (1, 3):
+        torch.manual_seed(0)
+        model = Deep(blocks)
+        dbg, dump_path = models.make_debugger(tmp_path / str(blocks), level, "md5" if summary == "md5"
+                                              else "statistics")
+        counter = _ReadCounter(monkeypatch)
+        for _ in range(2):
+            dbg.start(model)
+            model(x).square().mean().backward()
+            dbg.stop()
+            dbg.step()
+        reads[blocks] = counter.count
+        # the counter sees a read when there is one: the host path reads a small integer tensor's values
+        Summarizer(device_path=False).summarize(torch.arange(5))
+        assert counter.count > reads[blocks]
+        monkeypatch.undo()
+        monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+        dbg.close()
+        records[blocks] = sum(len(DumpReader(r.path).keys()) for r in find_rank_dirs(dump_path))
+    assert records[3] > 2 * records[1] > 0
+    assert reads[1] == reads[3] <= 4, (reads, counter.where)
+
+
+def test_checksum_is_the_same_in_every_implementation():
+    gen = torch.Generator().manual_seed(0)
+    for nbytes in (1, 3, 4, 7, 64, 4099, 1 << 20):
+        raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
+        ref = checksum.wordsum_numpy(raw.numpy().tobytes())
+        assert tuple(wordsum_torch(raw).tolist()) == ref
+        assert checksum.wordsum(raw.data_ptr(), nbytes) in (None, ref)
+        assert checksum.checksum_hex(raw.numpy()) == checksum.finish(*ref, nbytes)
+    # through the device path and the host path of the Summarizer: one value per tensor
+    for t in (torch.randn(1000), torch.randn(33, dtype=torch.float64).to(torch.bfloat16), torch.arange(7),
+              torch.randn(20, 30).t()):
+        host, _ = Summarizer(md5=True, device_path=False).summarize(t)
+        s = Summarizer(md5=True, device_path=True)
+        dev, _ = s.summarize(t)
+        s.start_resolve().finish()
+        assert dev["md5"] == host["md5"] and len(host["md5"]) == 16
+
+
+def test_device_path_statistics_of_every_dtype():
+    tensors = [torch.randn(3000), torch.randn(50, dtype=torch.float64), torch.randn(70).to(torch.float16),
+               torch.randn(70).to(torch.bfloat16), torch.randint(-9, 9, (40,)), torch.rand(30) > 0.5,
+               torch.randn(8, dtype=torch.complex64), torch.empty(0), torch.tensor(2.5),
+               torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("inf"), -float("inf")]),
+               torch.randn(30, 40)[:, 5:9], torch.randn(6, 7).t()]
+    s = Summarizer(device_path=True)
+    got = [s.summarize(t)[0] for t in tensors]
+    s.start_resolve().finish()
+    for t, rec in zip(tensors, got):
+        want, _ = Summarizer(device_path=False).summarize(t)
+        _same(want, rec, str(t.dtype))
+
+
+TRITON_CHECK = textwrap.dedent('''
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"  # the CUDA kernels, run by Triton's interpreter on CPU tensors
+    import torch
+    from msprobe.core import checksum
+    from msprobe.pytorch import triton_summary as ts
+    from msprobe.pytorch.device_summary import stats_values
+    from msprobe.pytorch.statistics import Summarizer
+    out = torch.zeros((4, 4), dtype=torch.float64)
+    sums = torch.zeros((4, 2), dtype=torch.int64)
+    gen = torch.Generator().manual_seed(0)
+    cases = [torch.randn(5000, generator=gen), torch.randn(3, dtype=torch.float64).to(torch.bfloat16),
+             torch.randn(9000, generator=gen).to(torch.float16), torch.randn(2049, dtype=torch.float64),
+             torch.randint(-50, 50, (100,), dtype=torch.int32), torch.rand(33, generator=gen) > 0.5,
+             torch.tensor([1.0, float("nan"), 2.0])]
+    for t in cases:
+        ts.stats(t, t.numel(), out, 1)
+        got = stats_values(out[1].numpy(), t.numel(), t.dtype)
+        want, _ = Summarizer(device_path=False).summarize(t)
+        for k in ("Max", "Min", "Mean", "Norm"):
+            a, b = got[k], want[k]
+            assert (a == b) if not isinstance(a, float) else abs(a - b) <= 1e-6 * max(1.0, abs(b)), (t.dtype, k, a, b)
+    for nbytes in (4, 400, 4 * 9000):
+        raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
+        ts.wordsum(raw.view(torch.int32), sums, 2)
+        assert tuple(sums[2].tolist()) == checksum.wordsum_numpy(raw.numpy().tobytes())
+    # a batch in one launch: dense tensors, a chunk of a wider tensor (rows), several tiles, a NaN
+    wide = torch.randn(300, 96, generator=gen)
+    batch = [torch.randn(5, generator=gen), wide[:, 32:64], torch.randn(3 * ts.TILE + 7, generator=gen),
+             torch.tensor([1.0, float("nan")])]
+    rows = [(5, 5), (32, 96), (batch[2].numel(), batch[2].numel()), (2, 2)]
+    many = torch.zeros((len(batch), 4), dtype=torch.float64)
+    ts.stats_many(batch, [t.numel() for t in batch], [many.data_ptr() + 32 * i for i in range(len(batch))], rows)
+    for i, t in enumerate(batch):
+        got = stats_values(many[i].numpy(), t.numel(), t.dtype)
+        want, _ = Summarizer(device_path=False).summarize(t.contiguous())
+        for k in ("Max", "Min", "Mean", "Norm"):
+            a, b = got[k], want[k]
+            assert (a == b) if not isinstance(a, float) else abs(a - b) <= 1e-6 * max(1.0, abs(b)), (i, k, a, b)
+    words = [torch.randint(0, 256, (4 * n,), dtype=torch.uint8, generator=gen) for n in (1, ts.TILE + 3)]
+    msums = torch.zeros((2, 2), dtype=torch.int64)
+    ts.wordsum_many([w.view(torch.int32) for w in words], [msums.data_ptr() + 16 * i for i in range(2)])
+    for i, w in enumerate(words):
+        assert tuple(msums[i].tolist()) == checksum.wordsum_numpy(w.numpy().tobytes())
+    print("TRITON OK")
+''')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA, tests/gpu runs the compiled kernels")
+def test_triton_kernels_in_the_interpreter():
+    pytest.importorskip("triton", reason="Triton is not installed (torch's CPU wheel does not bring it); "
+                                         "tests/gpu runs these kernels on CUDA")
+    proc = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "TRITON OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_a_change_no_mode_sees_is_reported(tmp_path, monkeypatch, caplog):
+    """torch.ops calls reach no TorchFunctionMode: an in-place one on a tensor whose statistics wait for
+    a batch launch is caught by its version counter, said once, and logged in dump_error_info.log."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    x = torch.randn(8)
+    dbg.start()
+    torch.relu(x)
+    torch.ops.aten.add_.Tensor(x, 1.0)  # unseen by the API mode
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (rank,) = find_rank_dirs(str(tmp_path))
+    with open(os.path.join(rank.path, "dump_error_info.log"), encoding="utf-8") as f:
+        assert "1 tensor(s) changed in place before their deferred statistics were read" in f.read()
+    assert any("changed in place" in r.getMessage() for r in caplog.records)
+
+
+def test_inplace_calls_launch_the_waiting_summaries_first(tmp_path, monkeypatch):
+    """F.relu(x, inplace=True), x.add_(1) and an optimizer step change recorded tensors: the statistics
+    recorded before them are of the values before them."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    x = torch.randn(64)
+    w = nn.Parameter(torch.randn(64))
+    opt = torch.optim.SGD([w], lr=1.0)
+    before = (x.max().item(), (x + w).max().item())
+    dbg.start()
+    y = torch.add(x, w)  # (saves neither input for backward: x may change)
+    torch.nn.functional.relu(x, inplace=True)
+    x.add_(100.0)
+    y.sum().backward()
+    opt.step()
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (rank,) = find_rank_dirs(str(tmp_path))
+    r = DumpReader(rank.path)
+    assert not os.path.exists(os.path.join(rank.path, "dump_error_info.log"))
+    add = r["Torch.add.0.forward"]
+    assert add["input_args"][0]["Max"] == pytest.approx(before[0])
+    assert add["input_args"][1]["Max"] == pytest.approx(w.detach().max().item() + 1.0)  # before the step
+    assert add["output"][0]["Max"] == pytest.approx(before[1])
+    assert r["Functional.relu.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])
