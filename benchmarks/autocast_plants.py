@@ -1,6 +1,8 @@
-"""A small transformer with one switchable planted bug, trained one step in fp32 (the golden) and under
+"""Small models with one switchable planted bug each, trained one step in fp32 (the golden) and under
 whole-model bf16 (or fp16) autocast (the target): the comparison users make most, where every value
-differs a little and only one place differs more.
+differs a little and only one place differs more. A transformer (PLANTS, below: the suite the
+diagnosis' thresholds were set on), a CNN (CNN_PLANTS) and an MLP-mixer (MIXER_PLANTS), both written
+after the thresholds were set.
 
 Used by `bf16_diagnosis.py` (the hit / false-alarm table) and by tests/compare/test_noise_aware.py.
 
@@ -12,8 +14,8 @@ Used by `bf16_diagnosis.py` (the hit / false-alarm table) and by tests/compare/t
 | `weight_b1_fc2` | one element of block 1's fc2 weight moved by 20% of its range | that `linear` / its weight |
 | `scale_b1` | block 1's attention scores scaled by 1/d instead of 1/sqrt(d) | that `__mul__` |
 | `scale_b0_residual` | block 0's MLP branch added with weight 1.5 instead of 1 | that `__mul__` |
-| `fp8_b0_fc1` | block 0's MLP input rounded through float8_e4m3fn (a precision below autocast's) | that cast or its `linear` |
-| `fp8_b1_o` | block 1's attention output rounded through float8_e4m3fn before its projection | that cast or its `linear` |
+| `fp8_b0_fc1` | block 0's MLP input rounded through float8_e4m3fn (below autocast's precision) | the cast or `linear` |
+| `fp8_b1_o` | block 1's attention output rounded through float8_e4m3fn before its projection | the cast or `linear` |
 | `fp16_exp_b0` | block 0's (max-free) softmax takes `exp` in float16: it overflows | that `exp` |
 
 Negative controls (no bug, so no divergence beyond the autocast dtype's precision): `none` under

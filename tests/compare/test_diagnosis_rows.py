@@ -8,7 +8,7 @@ import os
 import pandas as pd
 import pytest
 
-from msprobe.core.diagnosis import diagnose, format_diagnosis
+from msprobe.core.diagnosis import diagnose
 from msprobe.core.compare.table_reader import number, result_from_table, split_row_name
 from msprobe.core.diagnosis.errors import noise_floor, row_error
 from msprobe.core.diagnosis.report import stack_line

@@ -103,22 +103,7 @@ def test_extra_cast_and_copy_are_structure_notes(tmp_path):
     assert {"Tensor.float.0.forward", "Tensor.contiguous.0.forward"} <= set(harmless["examples"])
 
 
-def _ms_models():
-    return load_private("msprobe_ms_test_models",
-                        os.path.join(os.path.dirname(os.path.dirname(__file__)), "mindspore", "models.py"))
-
-
-class TorchMLP(nn.Module):
-    """tests/mindspore/models.py MintMLP in PyTorch (same call order)."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2, self.head = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
-
-    def forward(self, x):
-        h = F.relu(self.fc1(x))
-        h = torch.tanh(self.fc2(h)) + h
-        return self.head(h)
+mlp_twins = load_private("msprobe_test_mlp_twins", os.path.join(os.path.dirname(__file__), "mlp_twins.py"))
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +115,7 @@ def ms_and_pt_dumps(tmp_path_factory):
     from msprobe.mindspore import PrecisionDebugger as MsDebugger
 
     root = tmp_path_factory.mktemp("ms_pt_ce")
-    models = _ms_models()
-    ms_net = models.build("mlp")
-    pt_net = TorchMLP()
-    with torch.no_grad():
-        for name, p in pt_net.named_parameters():
-            p.copy_(torch.from_numpy(dict(ms_net.parameters_and_names())[name].asnumpy()))
+    ms_net, pt_net, models = mlp_twins.twins()
     x, _ = models.make_data("mlp")
     labels = (abs(x[:, 0] * 10).astype("int64") % 4)
 

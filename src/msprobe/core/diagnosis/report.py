@@ -136,9 +136,9 @@ def _notes(d):
             lines.append(f"Structure ({where}): {other['count']} target call(s) without a golden counterpart, "
                          f"e.g. {', '.join(other['examples'][:3])}")
         if mispaired.get("count"):
-            lines.append(f"Structure ({where}): {mispaired['count']} cast/view call(s) pair by index with a golden call "
-                         f"that works on other values (the two programs lay tensors out differently); treated "
-                         f"as unmatched, e.g. {', '.join(mispaired['examples'][:3])}")
+            lines.append(f"Structure ({where}): {mispaired['count']} cast/view call(s) pair by index with a golden "
+                         f"call that works on other values (the two programs lay tensors out differently); "
+                         f"treated as unmatched, e.g. {', '.join(mispaired['examples'][:3])}")
         if golden_only.get("count"):
             lines.append(f"Structure ({where}): {golden_only['count']} golden call(s) without a target counterpart, "
                          f"e.g. {', '.join(golden_only['examples'][:3])}")
