@@ -92,6 +92,14 @@ def _sample(name):
     return pd.read_csv(os.path.join(SAMPLES, name + ".gz"))
 
 
+def test_any_object_with_a_table_diagnoses_like_a_read_back_table():
+    class Plain:  # what a user may hand over: a CSV read with pandas and where it came from
+        step, rank, mode = 0, 0, "statistics"
+        table = _sample("cmp_statistics_mix_pert.csv")
+    assert diagnose([Plain()])["suspects"] == diagnose([_Result(_sample("cmp_statistics_mix_pert.csv"),
+                                                                "statistics")])["suspects"]
+
+
 def test_msprobe_statistics_csv_perturbed_weight():
     """msProbe's own statistics compare of a run with one perturbed weight (blocks.1.fc1)."""
     d = diagnose([_Result(_sample("cmp_statistics_mix_pert.csv"), "statistics")])

@@ -31,8 +31,9 @@ def diagnose(results, precision=None):
     """Name where error enters, from the results of one compare, and label every row.
 
     Args:
-        results: CompareResults (one per step and rank) from `compare_dumps`, or tables read back with
-            `compare.table_reader.result_from_table`.
+        results: CompareResults (one per step and rank) from `compare_dumps`; any other object with
+            `table` (and optionally `step`, `rank`, `mode`) is read back through
+            `compare.table_reader.result_from_table` (its table's rows without a record name are left out).
         precision: the precision the target may round to everywhere (a float dtype name such as
             "bfloat16", or "tf32" for accelerators whose float32 matmuls round to it). Defaults to the
             coarsest float dtype the target holds where golden holds a finer one, on at least a tenth of
@@ -53,7 +54,7 @@ def diagnose(results, precision=None):
         >>> d["suspects"][0]["api"]                                          # doctest: +SKIP
         'Functional.softmax.1.forward'
     """
-    results = sorted(results, key=lambda r: (r.step or 0, r.rank or 0))
+    results = sorted((_typed(r) for r in results), key=lambda r: (r.step or 0, r.rank or 0))
     working, working_u = _working_precision(results, precision)
     # a row object per compared value, none in a cycle: collections would walk them all again and again
     with CollectorPause():
@@ -85,6 +86,16 @@ def diagnose(results, precision=None):
                        "min_matched_share": MIN_MATCHED_SHARE},
     }
     return _json_safe(d)
+
+
+def _typed(result):
+    """A result with typed rows: one from compare_dumps as it is; anything else with a `table` (a CSV
+    read with pandas, msProbe's or ours) read back through compare's table reader."""
+    if getattr(result, "rows", None) is not None or getattr(result, "mode", None) == "structure":
+        return result
+    from msprobe.core.compare.table_reader import result_from_table
+    return result_from_table(result.table, getattr(result, "mode", None), getattr(result, "step", 0) or 0,
+                             getattr(result, "rank", 0) or 0, bool(getattr(result, "is_proc", False)))
 
 
 def _working_precision(results, precision):
