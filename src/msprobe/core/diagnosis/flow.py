@@ -27,11 +27,10 @@ import math
 from dataclasses import dataclass, field
 
 from msprobe.core import naming
-from msprobe.core.diagnosis.calls import ARGUMENT, CHECKSUM, DTYPE, NONFINITE, SHAPE
-from msprobe.core.diagnosis.errors import row_error
-from msprobe.core.diagnosis.thresholds import (ADDITIVE_APIS, AMPLIFICATION, CAST_APIS, COMMUNICATION_PREFIXES,
-                                               INTRODUCED_RATIO,
-                                               PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS,
+from msprobe.core.diagnosis import op_model
+from msprobe.core.diagnosis.calls import ARGUMENT, NONFINITE
+from msprobe.core.diagnosis.report import describe_row, short_name
+from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
                                                STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
 
 # Suspect kinds, and the tier each is ranked in (lower first).
@@ -48,8 +47,6 @@ STRONG, AMPLIFYING, WEAK, COMM = 0, 1, 2, 3
 # Row labels (the Diagnosis column).
 INTRODUCES, MARGINAL, INHERITS, ROUNDING, AGREES, UNMATCHED, MISPAIRED = (
     "introduces", "marginal", "inherits", "rounding", "agrees", "unmatched", "mispaired")
-# float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
-_FP32_U = 2.0 ** -24
 
 
 @dataclass(frozen=True)
@@ -96,25 +93,8 @@ def _max_error(rows):
     return max(errs) if errs else 0.0
 
 
-def forward_key_of(key):
-    """The forward record of a backward or parameters_grad key (None for other keys)."""
-    base, direction, index = naming.split_key(key)
-    if direction not in (naming.BACKWARD, "parameters_grad"):
-        return None
-    prefix, _, rest = base.partition(".")
-    if naming.is_module_key(key):
-        path, _, cls = rest.rpartition(".")
-        return naming.module_key(prefix, path, cls, naming.FORWARD, index)
-    return naming.api_key(prefix, rest, index, naming.FORWARD)
-
-
 def _is_communication(key):
     return key.startswith(COMMUNICATION_PREFIXES)
-
-
-def _short_api(call):
-    """'linear' of Functional.linear.0.forward, 'softmax' of Functional.nn.softmax...: the last part."""
-    return call.short_api
 
 
 class _Producers:
@@ -209,8 +189,8 @@ class _RankWalk:
                 r.label = MISPAIRED if mispaired else UNMATCHED
             self.producers.add(call, call.outputs)
             return
-        self._mark_cancelled(call)
-        if _short_api(call) in VALUE_PRESERVING_APIS and not any(r.differs for r in call.rows if r.is_tensor):
+        op_model.mark_cancelled(call, self.calls_by_key, self.working_u, self.cancelled_values)
+        if call.short_api in VALUE_PRESERVING_APIS and not any(r.differs for r in call.rows if r.is_tensor):
             for r in call.inputs:  # the same values laid out otherwise: other dims are no argument change
                 r.flags.discard(ARGUMENT)
         div_in = [r for r in call.inputs if r.differs]
@@ -296,7 +276,7 @@ class _RankWalk:
         lacks) yet differs from what golden's call reads. Views and layouts that differ between two
         programs shift call indices, so index pairing lands on another call; its differing dims are no
         argument change either."""
-        if _short_api(call) not in VALUE_PRESERVING_APIS:
+        if call.short_api not in VALUE_PRESERVING_APIS:
             return False
         for r in call.inputs:
             if not (r.matched and r.is_tensor and r.differs):
@@ -327,13 +307,6 @@ class _RankWalk:
         found = self.producers.find(row)
         return found is not None and found[1].differs
 
-    def _parameter_slot(self, call, row):
-        """'weight' argument of Functional.linear.3 at level L1, where weights have no record, or None."""
-        if call.direction != "forward" or call.is_module or not row.is_tensor:
-            return None
-        name = PARAMETER_SLOTS.get(_short_api(call) or "", {}).get(row.slot)
-        return f"the {name} argument of {naming.split_key(call.key)[0]} (a parameter)" if name else None
-
     def _origin_of(self, call, row):
         """Where one differing input row came from: an Origin (`kind` None when earlier work explains
         it)."""
@@ -344,7 +317,7 @@ class _RankWalk:
             src_call, src_row = found
             if not src_call.matched:
                 carried = self.carried.get(src_call.key, 0.0)
-                if (_short_api(src_call) in VALUE_PRESERVING_APIS and not row.flags
+                if (src_call.short_api in VALUE_PRESERVING_APIS and not row.flags
                         and (row.error <= AMPLIFICATION * carried + row.floor or (self.diverged and carried > 0))):
                     return Origin(f"output of {src_call.key} (a cast, view or copy golden lacks), carrying only "
                                   f"the error of its input", producer=src_call.key)
@@ -358,7 +331,7 @@ class _RankWalk:
                               src_call.key)
             if src_row.differs:
                 return Origin(f"output of {src_call.key} (already off)", producer=src_call.key)
-            if (not src_row.matched or _short_api(src_call) in VALUE_PRESERVING_APIS) and not row.flags:
+            if (not src_row.matched or src_call.short_api in VALUE_PRESERVING_APIS) and not row.flags:
                 # an output golden's partner lacks, or a cast or view agreeing with its golden partner while
                 # its consumer reads another value: the partner is another call (a cast golden makes
                 # without autograd shifts backward indices). What reaches the call's inputs is what this
@@ -372,7 +345,7 @@ class _RankWalk:
                           f"value here (another tensor is passed, or calls pair by index with other golden calls: "
                           f"try -fm)", FIRST_INPUT, _strong(row), src_call.key)
         value = row.value_key()
-        param = (self.params.get(value) if value is not None else None) or self._parameter_slot(call, row)
+        param = (self.params.get(value) if value is not None else None) or op_model.parameter_slot(call, row)
         if row.is_parameter or param is not None:
             if value is not None and value in self.reported:
                 return Origin(f"{param or 'a parameter'}, already found differing at {self.reported[value]}")
@@ -386,7 +359,7 @@ class _RankWalk:
             if row.error <= AMPLIFICATION * self.noise:
                 return Origin(f"not produced by a recorded call; earlier values already differ by up to "
                               f"{self.noise:.2g}, which unrecorded work carries")
-            negligible = self._negligible_in_sum(call, row)
+            negligible = op_model.negligible_in_sum(call, row, self.calls_by_key, self.noise)
             if negligible is not None:
                 row.cancelled = True  # its error relative to itself means nothing (not a noise level)
                 return Origin(f"not produced by a recorded call; it is added in, and its difference is "
@@ -398,100 +371,28 @@ class _RankWalk:
         return Origin(f"not produced by any recorded call (model input or untracked computation){after}",
                       FIRST_INPUT, _strong(row))
 
-    def _negligible_in_sum(self, call, row):
-        """For an input added into a sum (an optimizer's `param.add_(grad)` ...): its absolute error over
-        the sum's size, when that is within what rounding and earlier differences explain; else None."""
-        outs = [r for r in call.outputs if r.matched and r.is_tensor]
-        if not outs or not _sum_outputs(call, self.calls_by_key) >= {r.slot for r in outs}:
-            return None
-        scale = max(r.golden_scale for r in outs)
-        if scale <= 0 or not math.isfinite(row.error):
-            return None
-        share = row.error * row.golden_scale / scale
-        return share if share <= AMPLIFICATION * self.noise + max(r.floor for r in outs) else None
-
     def _hidden_input_error(self, call):
         """Backward calls also read tensors saved in forward; parameter gradients are reduced or
         accumulated outside recorded calls. The error those hidden inputs may carry (inf: unknown, but
         earlier differences may reach them), or None when they cannot differ."""
         if call.is_param_grad:
             return math.inf if (self.noise > 0 or self.diverged) else None
-        fwd = forward_key_of(call.key) if call.direction == "backward" else None
+        fwd = op_model.forward_key_of(call.key) if call.direction == "backward" else None
         if fwd not in self.diverged_keys:
             return None
         return max(_max_error(self.calls_by_key[fwd].rows), 0.0) if fwd in self.calls_by_key else math.inf
 
-    def _amplification(self, call):
-        """How much this call may grow the relative error of its inputs."""
-        name = _short_api(call)
-        if name is None and call.direction == "backward":
-            fwd = self.calls_by_key.get(forward_key_of(call.key) or "")
-            name = _short_api(fwd) if fwd is not None else None
-            reads = fwd.inputs if fwd is not None else call.inputs
-        else:
-            reads = call.inputs
-        if name in VALUE_PRESERVING_APIS:
-            return 1.0
-        if name in RANGE_APIS:
-            scale = max((r.golden_scale for r in reads if r.matched and r.is_tensor), default=0.0)
-            return AMPLIFICATION + RANGE_AMPLIFICATION * scale
-        return AMPLIFICATION
-
-    def _cast_rounding(self, call):
-        """(output row, its error against the target's own input) of a cast that rounds beyond the
-        working precision, else None. Measured within the target run, so noise the input already
-        carries does not hide it."""
-        if not self.working_u or _short_api(call) not in CAST_APIS:
-            return None
-        ins = [r for r in call.inputs if r.is_tensor]
-        outs = [r for r in call.outputs if r.is_tensor and r.matched and r.coarser]
-        if len(ins) != 1 or len(outs) != 1 or ins[0].numel != outs[0].numel:
-            return None
-        own, _ = row_error(outs[0].target, ins[0].target)
-        return (outs[0], own) if own > INTRODUCED_RATIO * self.working_u else None
-
-    def _mark_cancelled(self, call):
-        """Sums that cancelled to (numerically) zero, far below the inputs they add up (a bias gradient
-        that is zero in exact arithmetic): the rounding of the inputs is all they hold, so their error
-        relative to themselves means nothing. The same values recorded again later are marked too."""
-        if not self.cancelled_values and not any(r.differs for r in call.outputs):
-            return  # nothing differs, nothing recorded before cancelled: nothing to mark
-        u = max(self.working_u, _FP32_U)
-        scale_in = max((r.golden_scale for r in call.inputs if r.matched and r.is_tensor), default=0.0)
-        sums = _sum_outputs(call, self.calls_by_key)
-        for r in call.inputs:
-            r.cancelled = r.matched and not r.flags and r.value_key() in self.cancelled_values
-        for r in call.outputs:
-            value = r.value_key()
-            r.cancelled = r.matched and r.is_tensor and not r.flags and (
-                (r.slot in sums and r.golden_scale < u * scale_in) or value in self.cancelled_values)
-            if r.cancelled and value is not None:
-                self.cancelled_values.add(value)
-
-    def _summed_error(self, call, judged):
-        """For a sum (an additive op, forward or backward): the error its inputs' absolute errors add up
-        to, relative to the output's size (first-order error propagation; a cancelled input counts with
-        its absolute error, which is small however large its relative one). 0.0 for other calls."""
-        if not judged or not _sum_outputs(call, self.calls_by_key) >= {r.slot for r in judged}:
-            return 0.0
-        absolute = sum(r.error * r.golden_scale for r in call.inputs if r.matched and r.is_tensor
-                       and math.isfinite(r.error))
-        scale = max(r.golden_scale for r in judged)
-        return absolute / scale if scale > 0 else 0.0
-
-    def _judged_outputs(self, call):
-        """Output rows whose error means something (see `_mark_cancelled`)."""
-        return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled]
-
     def _classify(self, call, div_in, div_out):
         """The Suspect this differing call is, or None when its difference only propagates."""
         in_err = _max_error(call.inputs)
-        judged = self._judged_outputs(call)
+        judged = op_model.judged_outputs(call)
         out_err = _max_error(judged)
         out_floor = max((r.floor for r in judged), default=0.0)
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
-        expected = max(self._amplification(call) * carried, self._summed_error(call, judged)) + max(out_floor, 1e-30)
+        grown = max(op_model.amplification(call, self.calls_by_key) * carried,
+                    op_model.summed_error(call, judged, self.calls_by_key))
+        expected = grown + max(out_floor, 1e-30)
         ratio = out_err / expected if math.isfinite(out_err) and math.isfinite(expected) else (
             0.0 if not math.isfinite(expected) else math.inf)
         origins, unexplained = {}, []
@@ -509,11 +410,11 @@ class _RankWalk:
         if new_nonfinite and finite_inputs and hidden is None:
             r = new_nonfinite[0]
             golden = "golden finite" if r.golden_finite else "golden's inf/nan sit elsewhere"
-            return make(OVERFLOW, STRONG, f"inputs are finite but {_short(r.name)} holds inf/nan ({golden})")
+            return make(OVERFLOW, STRONG, f"inputs are finite but {short_name(r.name)} holds inf/nan ({golden})")
         if unexplained:
             r, origin = max(unexplained, key=lambda u: (u[1].strong, bool(u[0].flags), u[0].error))
             return make(origin.kind, STRONG if origin.strong else WEAK,
-                        f"{_short(r.name)} differs ({_describe(r)}) and is {origin.text}")
+                        f"{short_name(r.name)} differs ({describe_row(r)}) and is {origin.text}")
         if hidden is not None and not math.isfinite(hidden):
             return None  # parameter gradients, or a backward whose forward's error is unknown
         flagged = [r for r in div_out if r.flags - {NONFINITE}]
@@ -527,73 +428,27 @@ class _RankWalk:
             return None
         if inputs_agree and flagged:
             r = flagged[0]
-            return make(INTRODUCED, STRONG, f"inputs match but {_short(r.name)} differs ({_describe(r)})")
-        cast = self._cast_rounding(call)
+            return make(INTRODUCED, STRONG, f"inputs match but {short_name(r.name)} differs ({describe_row(r)})")
+        cast = op_model.cast_rounding(call, self.working_u)
         if cast is not None:
             r, own = cast
-            return make(INTRODUCED, STRONG, f"it rounds its input to {r.target_dtype}: {_short(r.name)} moves by "
+            return make(INTRODUCED, STRONG, f"it rounds its input to {r.target_dtype}: {short_name(r.name)} moves by "
                                             f"{own:.2g} of its own input, {own / self.working_u:.0f}x the "
                                             f"working precision's unit roundoff")
         if ratio > INTRODUCED_RATIO:
             r = max(judged, key=lambda x: x.error)
             precision = " (more than rounding explains)" if self.working_u else ""
             if inputs_agree:
-                return make(INTRODUCED, STRONG, f"inputs match but {_short(r.name)} differs ({_describe(r)})"
+                return make(INTRODUCED, STRONG, f"inputs match but {short_name(r.name)} differs ({describe_row(r)})"
                                                 f"{precision}")
-            return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {carried:.2g} but {_short(r.name)} by "
+            return make(AMPLIFIED, AMPLIFYING, f"inputs are off by at most {carried:.2g} but {short_name(r.name)} by "
                                                f"{r.error:.2g}, {ratio:.0f}x what they and rounding explain")
         if ratio > 1 and inputs_agree:
             r = max(judged, key=lambda x: x.error)
-            return make(INTRODUCED, WEAK, f"inputs match but {_short(r.name)} differs ({_describe(r)})")
+            return make(INTRODUCED, WEAK, f"inputs match but {short_name(r.name)} differs ({describe_row(r)})")
         return None
-
-
-def _sum_outputs(call, calls_by_key):
-    """Slots of a call's outputs that are sums of its inputs: all of an additive op's (forward or
-    backward), and a backward's bias gradient (the sum of its output gradients)."""
-    name = _short_api(call)
-    fwd = None
-    if call.direction == "backward":
-        fwd = calls_by_key.get(forward_key_of(call.key) or "")
-        name = name or (_short_api(fwd) if fwd is not None else None)
-    if name in ADDITIVE_APIS:
-        return {r.slot for r in call.outputs}
-    if call.direction == "backward":
-        return {slot for slot, param in PARAMETER_SLOTS.get(name or "", {}).items() if param == "bias"}
-    return set()
 
 
 def _strong(row):
     """An unexplained input counts as strong when a flag says so or it is well past its floor."""
     return bool(row.flags) or row.error >= STRONG_OVER_FLOOR * max(row.floor, 1e-30)
-
-
-def _short(row_name):
-    """'Functional.softmax.1.forward.input.0' -> 'input.0'."""
-    for marker in (".input.", ".output.", ".parameters."):
-        if marker in row_name:
-            return marker[1:] + row_name.split(marker, 1)[1]
-    return row_name.rsplit(".", 1)[-1]
-
-
-def _describe(row):
-    bits = []
-    if DTYPE in row.flags:
-        bits.append(f"{row.target_dtype} vs golden {row.golden_dtype}")
-    elif row.coarser:
-        bits.append(f"{row.target_dtype} vs golden {row.golden_dtype}")
-    if NONFINITE in row.flags:
-        bits.append("inf/nan differ")
-    if SHAPE in row.flags:
-        bits.append("shape differs")
-    if CHECKSUM in row.flags:
-        bits.append("checksum differs")
-    if ARGUMENT in row.flags:
-        bits.append(f"{_fmt(row.target[0])} vs golden {_fmt(row.golden[0])}")
-    if row.is_tensor and math.isfinite(row.error):
-        bits.append(f"relative error {row.error:.2g}")
-    return ", ".join(bits)
-
-
-def _fmt(v):
-    return f"{v:.6g}" if isinstance(v, float) else str(v)

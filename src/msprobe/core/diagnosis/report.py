@@ -4,9 +4,12 @@ Must not import torch or mindspore.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import sysconfig
+
+from msprobe.core.diagnosis.calls import ARGUMENT, CHECKSUM, DTYPE, NONFINITE, SHAPE
 
 _FRAME_RE = re.compile(r"^File (?P<file>.+?), line (?P<line>\d+), in (?P<func>.+?),\s*\n?\s*(?P<code>.*)$", re.S)
 # Frames in installed packages (torch, mindspore, ... on any machine) are not the user's code.
@@ -110,7 +113,7 @@ def _evidence_lines(i, s, divergence):
         flags = f" [{', '.join(r['flags'])}]" if r["flags"] else ""
         origin = f"  <- {r['origin']}" if r.get("origin") else ""
         label = f" {r['diagnosis']}" if r.get("diagnosis") else ""
-        lines.append(f"  {title:6s}  {_tail(r['name'])}:{label} error {_num(r['error'])}, {r['target_dtype']} vs "
+        lines.append(f"  {title:6s}  {short_name(r['name'])}:{label} error {_num(r['error'])}, {r['target_dtype']} vs "
                      f"{r['golden_dtype']}{flags}{origin}")
     if s.get("also_explains"):
         lines.append(f"  also explains: {', '.join(s['also_explains'])}")
@@ -175,11 +178,34 @@ def _floor_of(suspect):
     return max(floors) if floors else 0.0
 
 
-def _tail(name):
-    for marker in (".input.", ".output.", ".parameters."):
-        if marker in name:
-            return marker[1:] + name.split(marker, 1)[1]
-    return name
+def short_name(row_name):
+    """'Functional.softmax.1.forward.input.0' -> 'input.0'; a parameter gradient's 'parameters_grad.0.bias'."""
+    for marker in (".input.", ".output.", ".parameters_grad.", ".parameters."):
+        if marker in row_name:
+            return marker[1:] + row_name.split(marker, 1)[1]
+    return row_name.rsplit(".", 1)[-1]
+
+
+def describe_row(row):
+    """What differs in one row (a `calls.Row`), for a suspect's reason."""
+    bits = []
+    if DTYPE in row.flags or row.coarser:
+        bits.append(f"{row.target_dtype} vs golden {row.golden_dtype}")
+    if NONFINITE in row.flags:
+        bits.append("inf/nan differ")
+    if SHAPE in row.flags:
+        bits.append("shape differs")
+    if CHECKSUM in row.flags:
+        bits.append("checksum differs")
+    if ARGUMENT in row.flags:
+        bits.append(f"{_value(row.target[0])} vs golden {_value(row.golden[0])}")
+    if row.is_tensor and math.isfinite(row.error):
+        bits.append(f"relative error {row.error:.2g}")
+    return ", ".join(bits)
+
+
+def _value(v):
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 def _where(suspect):

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from msprobe.core.diagnosis import flow
+from msprobe.core.diagnosis import flow, op_model
 from msprobe.core.diagnosis.calls import TENSOR_METRICS, calls_from_rows, row_labels, working_precision
 from msprobe.core.diagnosis.report import stack_line
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, EVIDENCE_ROWS, INTRODUCED_RATIO,
@@ -260,7 +260,7 @@ def _suspect_dict(group):
     calls, construct = rank_entry["_calls"], rank_entry["_construct"]
     path = module_path(call.key, construct)
     stack = call.stack
-    fwd = flow.forward_key_of(call.key)
+    fwd = op_model.forward_key_of(call.key)
     if not stack and fwd in calls:
         stack = calls[fwd].stack
     return {
