@@ -6,7 +6,7 @@
 
 Inputs: two dump.json files, two rank dirs, two step dirs (ranks pair by number) or two dump roots
 (one result file per step and rank). The mode follows the dumps' task: tensor (cosine, errors),
-statistics (Max/Min/Mean/Norm differences) or md5 (CRC-32 equality). compare.json holds
+statistics (Max/Min/Mean/Norm differences) or md5 (checksum equality). compare.json holds
 npu_path (target), bench_path (golden), stack_path and is_print_compare_log.
 The diagnosis names where error is introduced beyond what the target's precision explains (printed
 whole, or in one line with --brief) and labels every row in the Diagnosis column.
