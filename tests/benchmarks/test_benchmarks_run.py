@@ -210,3 +210,14 @@ def test_acc_check_throughput_single_round(tmp_path):
     data = json.loads(out.read_text())
     assert data["apis"] == 153  # the 4-block transformer's L1 dump, as the issue names it
     assert data["single"]["apis_per_s"] > 0
+
+
+def test_bf16_diagnosis_suite_quick(tmp_path):
+    """One suite and config of the planted-bug benchmark: it runs, and the JSON holds every run."""
+    pytest.importorskip("torch")
+    out = tmp_path / "bf16.json"
+    done = run("bf16_diagnosis.py", "--models", "mixer", "--configs", "statistics:mix", "--no-results", "--quiet",
+               "--json", str(out))
+    runs = json.loads(out.read_text())["mixer statistics:mix"]
+    assert len(runs) == 5 + 3  # the mixer's plants and the three controls
+    assert "| mixer (held out) | statistics:mix | msprobe diagnosis |" in done.stdout
