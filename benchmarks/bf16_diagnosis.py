@@ -8,8 +8,8 @@ and negative controls that only run under autocast (bf16 with two seeds, fp16); 
 thresholds were set on it. A small CNN with the same kinds of plants is held out: it was written after
 they were set, and its numbers are reported as they came.
 
-    python benchmarks/bf16_diagnosis.py                      # all four configs (a few minutes)
-    python benchmarks/bf16_diagnosis.py --configs statistics:mix --no-results
+    python benchmarks/bf16_diagnosis.py --record             # all four configs (a few minutes), into RESULTS.md
+    python benchmarks/bf16_diagnosis.py --configs statistics:mix
     python benchmarks/bf16_diagnosis.py --json out.json      # also every run's suspect #1
 
 Columns: `hits` = suspect #1 is the planted call; `wrong place named` = #1 is elsewhere; `false alarms`
@@ -34,14 +34,12 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import autocast_plants as plants  # noqa: E402
-import results_md  # noqa: E402
 
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose  # noqa: E402
 
 CONFIGS = ("statistics:L1", "statistics:mix", "tensor:L1", "tensor:mix")
 HELD_OUT = ("cnn", "mixer")  # planted after the diagnosis' thresholds were set on the transformer
-SECTION = "bf16_diagnosis.py"
 
 
 def _call_of(row_name):
@@ -163,7 +161,6 @@ def main():
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma list of task:level")
     parser.add_argument("--models", default=",".join(plants.MODELS), help="comma list of suite models")
     parser.add_argument("--json", help="write every run's outcome here")
-    parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/RESULTS.md")
     parser.add_argument("--quiet", action="store_true", help="no line per run")
     args = parser.parse_args()
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -182,16 +179,15 @@ def main():
             for c in configs:
                 task, level = c.split(":")
                 by_config[(model, c)] = run_config(root, model, task, level, log)
-    text = table_text(by_config)
-    print(text)
+    print(f"Planted bugs in an autocast target against an fp32 golden (autocast_plants.py), torch "
+          f"{torch.__version__}: hits and false alarms, not timings.\n")
+    print(table_text(by_config))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({f"{m} {c}": runs for (m, c), runs in by_config.items()}, f, indent=1)
-    if not args.no_results:
-        results_md.update_section(SECTION, f"Planted bugs in an autocast target against an fp32 golden "
-                                           f"(`autocast_plants.py`), torch {torch.__version__}: hits and false "
-                                           f"alarms, not timings.\n\n{text}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("bf16_diagnosis.py", main))

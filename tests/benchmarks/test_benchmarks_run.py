@@ -216,7 +216,7 @@ def test_bf16_diagnosis_suite_quick(tmp_path):
     """One suite and config of the planted-bug benchmark: it runs, and the JSON holds every run."""
     pytest.importorskip("torch")
     out = tmp_path / "bf16.json"
-    done = run("bf16_diagnosis.py", "--models", "mixer", "--configs", "statistics:mix", "--no-results", "--quiet",
+    done = run("bf16_diagnosis.py", "--models", "mixer", "--configs", "statistics:mix", "--quiet",
                "--json", str(out))
     runs = json.loads(out.read_text())["mixer statistics:mix"]
     assert len(runs) == 5 + 3  # the mixer's plants and the three controls
