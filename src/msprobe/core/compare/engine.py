@@ -5,10 +5,12 @@ Must not import torch or mindspore; pandas is imported inside the functions that
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -35,6 +37,8 @@ class CompareResult:
         target_dir, golden_dir: the two rank directories.
         target_framework, golden_framework: from dump.json.
         is_proc: the rank number is a process id (dumps made without a process group).
+        merged_ranks: the number of rank dirs merged into one side (a sharded run against a
+            single-device run), else None.
         seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
             "metrics" (tensor mode) and "table".
     """
@@ -50,6 +54,7 @@ class CompareResult:
     is_proc: bool = False
     output_path: str | None = field(default=None)
     seconds: dict = field(default_factory=dict)
+    merged_ranks: int | None = None
 
     def __bool__(self):
         """True when no row is an error."""
@@ -58,7 +63,7 @@ class CompareResult:
 
 @dataclass(frozen=True)
 class _Side:
-    path: str        # dump.json / debug.json path or rank dir
+    path: str | tuple  # dump.json / debug.json path or rank dir; a tuple of rank dirs: a sharded run to merge
     step: int | None
     rank: int | None
     is_proc: bool = False
@@ -75,7 +80,9 @@ def pair_inputs(target_path, golden_path):
     """[(target side, golden side)] for two files, two rank dirs, two step dirs or two dump roots.
 
     Ranks pair by number within a step; when both sides hold one step each, those steps pair whatever
-    their numbers; `proc{pid}` directories pair in order (process ids differ between runs).
+    their numbers; `proc{pid}` directories pair in order (process ids differ between runs). N rank
+    dirs against one (a sharded run against a single-device run) pair as one side to merge
+    (core/compare/shards.py).
     """
     for p, what in ((target_path, "target"), (golden_path, "golden")):
         if not os.path.exists(p):
@@ -103,6 +110,12 @@ def pair_inputs(target_path, golden_path):
                             ts, len(tr), len(gr), min(len(tr), len(gr)))
             pairs += [(_dir_side(a), _dir_side(b)) for a, b in zip(tr, gr)]
             continue
+        if len(gr) == 1 and not tr[0].is_proc:
+            pairs.append((_merged_side(tr), _dir_side(gr[0])))
+            continue
+        if len(tr) == 1 and not gr[0].is_proc:
+            pairs.append((_dir_side(tr[0]), _merged_side(gr)))
+            continue
         g_by_rank = {d.rank: d for d in gr}
         for d in tr:
             if d.rank in g_by_rank:
@@ -129,6 +142,11 @@ def _by_step(dirs):
 
 def _dir_side(d):
     return _Side(d.path, d.step, d.rank, d.is_proc)
+
+
+def _merged_side(dirs):
+    dirs = sorted(dirs, key=lambda d: d.rank)
+    return _Side(tuple(d.path for d in dirs), dirs[0].step, dirs[0].rank)
 
 
 def detect_mode(t_reader, g_reader, t_rows, g_rows):
@@ -255,8 +273,11 @@ def _load_mappings(opts):
 
 
 def _dump_size(side):
-    f = side.path if os.path.isfile(side.path) else os.path.join(side.path, "dump.json")
-    return os.path.getsize(f) if os.path.isfile(f) else 0
+    total = 0
+    for p in side.path if isinstance(side.path, tuple) else (side.path,):
+        f = p if os.path.isfile(p) else os.path.join(p, "dump.json")
+        total += os.path.getsize(f) if os.path.isfile(f) else 0
+    return total
 
 
 def compare_pair(target, golden, opts, maps=None):
@@ -278,9 +299,15 @@ def compare_pair(target, golden, opts, maps=None):
         seconds[name] = now - clock[0]
         clock[0] = now
 
-    with phases:
+    sharded = isinstance(target.path, tuple) or isinstance(golden.path, tuple)
+    with phases, (tempfile.TemporaryDirectory(prefix="msprobe_shards_") if sharded else
+                  contextlib.nullcontext()) as scratch:
         phases.set_postfix_str("reading dumps")
-        (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
+        if sharded:
+            from msprobe.core.compare.shards import load_sharded_sides
+            (t_reader, t_rows), (g_reader, g_rows) = load_sharded_sides(target.path, golden.path, scratch)
+        else:
+            (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
         lap("read")
         phases.update()
         mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
@@ -315,7 +342,9 @@ def compare_pair(target, golden, opts, maps=None):
         phases.update()
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
                          target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
-                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds)
+                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds,
+                         merged_ranks=next((len(p) for p in (target.path, golden.path) if isinstance(p, tuple)),
+                                           None))
 
 
 def _stack_of(reader, stack_path):
