@@ -12,6 +12,7 @@ from torch.overrides import TorchFunctionMode
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_table import build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
+from msprobe.pytorch.capture.recompute import recomputing
 
 
 def _inplace_flag_position(func):
@@ -73,7 +74,7 @@ class ApiCapture(TorchFunctionMode):
         info = self._table.get(func)
         session = _state.session
         if (info is None or session is None or _state.busy or _state.depth
-                or (self._distributed and _called_by_distributed())):
+                or (self._distributed and _called_by_distributed()) or recomputing()):
             if session is not None and not _state.busy and session.summarizer.waiting:
                 self._before_unrecorded(session, func, args, kwargs, info)
             return func(*args, **kwargs)

@@ -6,6 +6,7 @@ gradients through post-accumulate-grad hooks. The root module itself is not reco
 import torch
 
 from msprobe.pytorch import _state
+from msprobe.pytorch.capture.recompute import recomputing
 from msprobe.pytorch.tool_work import tool_work
 
 
@@ -75,7 +76,7 @@ class ModuleCapture:
     def _pre(self, base):
         def hook(module, args, kwargs):
             session = _state.session
-            if session is None or not self.forward_active or _state.busy or _state.depth:
+            if session is None or not self.forward_active or _state.busy or _state.depth or recomputing():
                 self._frames.append(None)
                 return None
             index = session.counter.next(base)
