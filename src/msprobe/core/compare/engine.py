@@ -318,7 +318,7 @@ def compare_pair(target, golden, opts, maps=None):
                                f"{t_reader.dump_file} is a PyTorch dump")
         ms_target = (cross and t_fw == "mindspore") or bool(opts.api_mapping)
         match_opts = MatchOptions(
-            fuzzy=opts.fuzzy_match,
+            fuzzy=opts.fuzzy_match or (not maps.data and not ms_target and _counts_differ(t_rows, g_rows)),
             renumber_backward=not t_reader.dump_file.endswith("debug.json"),
             # with -am on MindSpore vs MindSpore-on-torch (mindtorch) names too
             cross_framework=ms_target,
@@ -345,6 +345,16 @@ def compare_pair(target, golden, opts, maps=None):
                          target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds,
                          merged_ranks=next((len(p) for p in (target.path, golden.path) if isinstance(p, tuple)),
                                            None))
+
+
+def _counts_differ(t_rows, g_rows):
+    """The runs call an API a different number of times: its indices do not name the same calls."""
+    from msprobe.core.compare.matching import differing_call_counts
+    differ = differing_call_counts(t_rows["key"].tolist(), g_rows["key"].tolist())
+    if differ:
+        log.info("compare: %s is called %d times in the target and %d times in the golden run; pairing calls "
+                 "by aligning the two call sequences (as -fm does)", *differ)
+    return differ is not None
 
 
 def _stack_of(reader, stack_path):
