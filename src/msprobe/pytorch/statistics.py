@@ -184,8 +184,9 @@ class Summarizer:
         rec["requires_grad"] = t.requires_grad
         if key is not None:
             hit = self._cache.get(key)
-            # alive storage: the memory was not freed and reused by another tensor since
-            if hit is not None and t._version == hit.version and hit.ref() is not None:
+            # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
+            # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
+            if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
                 hit.fill(rec)
                 return rec, hit
         values, slots = {}, []
