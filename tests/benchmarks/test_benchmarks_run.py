@@ -210,3 +210,9 @@ def test_acc_check_throughput_single_round(tmp_path):
     data = json.loads(out.read_text())
     assert data["apis"] == 153  # the 4-block transformer's L1 dump, as the issue names it
     assert data["single"]["apis_per_s"] > 0
+
+
+def test_multirank_compare_names_the_planted_rank():
+    done = run("multirank_compare.py", "--ranks", "4", "--steps", "2", "--calls", "60")
+    assert "4 ranks x 2 steps x 60 calls: 8 rank pairs" in done.stdout
+    assert "on rank(s) [3]" in done.stdout and "compare rank pair" not in done.stdout  # the bar is on stderr

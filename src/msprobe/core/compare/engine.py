@@ -413,7 +413,9 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
         raise MsprobeError("compare: -dm/--data_mapping works on a single rank; give two dump.json files or "
                            "two rank directories")
     _warn_other_hash.cache_clear()  # said once per compare
-    return [compare_pair(t, g, opts, maps) for t, g in pairs]
+    from tqdm import tqdm
+    bar = tqdm(pairs, desc="compare", unit="rank pair", disable=not progress or len(pairs) < 2, leave=False)
+    return [compare_pair(t, g, opts, maps) for t, g in bar]
 
 
 def compare(target_path, golden_path, **kwargs):
