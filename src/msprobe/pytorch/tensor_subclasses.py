@@ -11,13 +11,17 @@ Nothing here gathers or starts a collective.
 """
 
 import functools
+import sys
 
-try:
+
+def _distributed_types():
+    """(DTensor, AsyncCollectiveTensor), or None while the program has not imported DTensor (then none
+    exists; importing it here would pull sympy into every dump)."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return None
     from torch.distributed._functional_collectives import AsyncCollectiveTensor
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-except ImportError:  # torch built without distributed
-    AsyncCollectiveTensor = DTensor = None
+    return DTensor, AsyncCollectiveTensor
 
 
 def placement_name(p):
@@ -33,6 +37,7 @@ def placement_name(p):
 
 @functools.lru_cache(maxsize=1024)  # a handful of (shape, mesh, placements) per model
 def _layout(shape, mesh, placements):
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
     local_shape, offset = compute_local_shape_and_global_offset(shape, mesh, placements)
     return {"placements": [placement_name(p) for p in placements],
             "mesh": mesh.mesh.flatten().tolist(),
@@ -42,8 +47,10 @@ def _layout(shape, mesh, placements):
 
 def plain_tensor(t):
     """(a plain tensor holding `t`'s local values, the `shard` field of a DTensor or None)."""
-    if DTensor is None:
+    types = _distributed_types()
+    if types is None:
         return t, None
+    DTensor, AsyncCollectiveTensor = types
     if isinstance(t, DTensor):
         spec = t._spec
         local, shard = t._local_tensor, dict(_layout(tuple(t.shape), spec.mesh, tuple(spec.placements)))

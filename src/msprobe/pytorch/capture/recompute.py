@@ -9,13 +9,14 @@ have forward records and no backward records.
 Checked only while autograd's engine runs (one C call otherwise).
 """
 
+import os
 import sys
 
 import torch
-import torch.utils.checkpoint
 
 _graph_task_id = torch._C._current_graph_task_id
-_CHECKPOINT_FILE = torch.utils.checkpoint.__file__
+# the file's path, not the module: importing torch.utils.checkpoint pulls sympy into every dump
+_CHECKPOINT_FILE = os.path.join(os.path.dirname(torch.utils.__file__), "checkpoint.py")
 # the functions of torch/utils/checkpoint.py that run a region's forward again
 _RECOMPUTERS = frozenset({"backward", "unpack_hook", "unpack_hook_with_error_cb", "recompute_fn"})
 
