@@ -221,3 +221,9 @@ def test_bf16_diagnosis_suite_quick(tmp_path):
     runs = json.loads(out.read_text())["mixer statistics:mix"]
     assert len(runs) == 5 + 3  # the mixer's plants and the three controls
     assert "| mixer (held out) | statistics:mix | msprobe diagnosis |" in done.stdout
+
+
+def test_multirank_compare_names_the_planted_rank():
+    done = run("multirank_compare.py", "--ranks", "4", "--steps", "2", "--calls", "60")
+    assert "4 ranks x 2 steps x 60 calls: 8 rank pairs" in done.stdout
+    assert "on rank(s) [3]" in done.stdout and "compare rank pair" not in done.stdout  # the bar is on stderr

@@ -5,9 +5,11 @@ Must not import torch or mindspore; pandas is imported inside the functions that
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +36,8 @@ class CompareResult:
         target_dir, golden_dir: the two rank directories.
         target_framework, golden_framework: from dump.json.
         is_proc: the rank number is a process id (dumps made without a process group).
+        merged_ranks: the number of rank dirs merged into one side (a sharded run against a
+            single-device run), else None.
         seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
             "metrics" (tensor mode) and "table".
         pairing: how this pair's runs were chosen among several proc{pid} runs of its step (one line),
@@ -58,6 +62,7 @@ class CompareResult:
     rows: object = None
     stacks: dict = field(default_factory=dict)
     construct: dict = field(default_factory=dict)
+    merged_ranks: int | None = None
 
     def __bool__(self):
         """True when no row is an error."""
@@ -188,8 +193,11 @@ def _load_mappings(opts):
 
 
 def _dump_size(side):
-    f = side.path if os.path.isfile(side.path) else os.path.join(side.path, "dump.json")
-    return os.path.getsize(f) if os.path.isfile(f) else 0
+    total = 0
+    for p in side.path if isinstance(side.path, tuple) else (side.path,):
+        f = p if os.path.isfile(p) else os.path.join(p, "dump.json")
+        total += os.path.getsize(f) if os.path.isfile(f) else 0
+    return total
 
 
 def compare_pair(target, golden, opts, maps=None):
@@ -212,9 +220,15 @@ def compare_pair(target, golden, opts, maps=None):
         seconds[name] = now - clock[0]
         clock[0] = now
 
-    with phases:
+    sharded = isinstance(target.path, tuple) or isinstance(golden.path, tuple)
+    with phases, (tempfile.TemporaryDirectory(prefix="msprobe_shards_") if sharded else
+                  contextlib.nullcontext()) as scratch:
         phases.set_postfix_str("reading dumps")
-        (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
+        if sharded:
+            from msprobe.core.compare.shards import load_sharded_sides
+            (t_reader, t_rows), (g_reader, g_rows) = load_sharded_sides(target.path, golden.path, scratch)
+        else:
+            (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
         lap("read")
         phases.update()
         mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
@@ -225,7 +239,7 @@ def compare_pair(target, golden, opts, maps=None):
                                f"{t_reader.dump_file} is a PyTorch dump")
         ms_target = (cross and t_fw == "mindspore") or bool(opts.api_mapping)
         match_opts = MatchOptions(
-            fuzzy=opts.fuzzy_match,
+            fuzzy=opts.fuzzy_match or (not maps.data and not ms_target and _counts_differ(t_rows, g_rows)),
             renumber_backward=not t_reader.dump_file.endswith("debug.json"),
             # with -am on MindSpore vs MindSpore-on-torch (mindtorch) names too
             cross_framework=ms_target,
@@ -252,7 +266,19 @@ def compare_pair(target, golden, opts, maps=None):
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
                          target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
                          target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds,
-                         rows=rows, stacks=stacks or {}, construct=t_reader.construct)
+                         rows=rows, stacks=stacks or {}, construct=t_reader.construct,
+                         merged_ranks=next((len(p) for p in (target.path, golden.path)
+                                            if isinstance(p, tuple)), None))
+
+
+def _counts_differ(t_rows, g_rows):
+    """The runs call an API a different number of times: its indices do not name the same calls."""
+    from msprobe.core.compare.matching import differing_call_counts
+    differ = differing_call_counts(t_rows["key"].tolist(), g_rows["key"].tolist())
+    if differ:
+        log.info("compare: %s is called %d times in the target and %d times in the golden run; pairing calls "
+                 "by aligning the two call sequences (as -fm does)", *differ)
+    return differ is not None
 
 
 def _stack_of(reader, stack_path):
@@ -316,8 +342,10 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
         raise MsprobeError("-dm/--data_mapping works on a single rank; give two dump.json files or "
                            "two rank directories")
     _warn_other_hash.cache_clear()  # said once per compare
+    from tqdm import tqdm
     results = []
-    for p in pairs:
+    for p in tqdm(pairs, desc="compare", unit="rank pair", disable=not progress or len(pairs) < 2,
+                  leave=False):
         if p.note:
             log.info("%s", p.note)
         result = compare_pair(p.target, p.golden, opts, maps)

@@ -1,6 +1,8 @@
 """Which target directory is compared with which golden one: files, rank dirs, step dirs, dump roots.
 
-Ranks pair by number within a step; two sides of one step each pair whatever their step numbers.
+Ranks pair by number within a step; N rank dirs against one (a sharded run against a single-device
+run) pair as one side to merge (core/compare/shards.py); two sides of one step each pair whatever their
+step numbers.
 Dumps made without a process group are named `proc{pid}`, and every run into the same dump_path adds
 one: a step holding several is several runs (or processes) whose ids say nothing across sides. They
 pair by time, the newest with the newest, and the choice is said in one line; `--target-run` and
@@ -24,9 +26,10 @@ ALL_RUNS = "all"
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a pair: a dump.json/debug.json path or a rank dir, and where it sits."""
+    """One side of a pair: a dump.json/debug.json path, a rank dir, or a tuple of rank dirs (a sharded run
+    to merge into one side, core/compare/shards.py), and where it sits."""
 
-    path: str
+    path: str | tuple
     step: int | None
     rank: int | None
     is_proc: bool = False
@@ -77,6 +80,12 @@ def pair_inputs(target_path, golden_path, target_run=None, golden_run=None):
         tr, gr = _ranks_first(t_steps[ts]), _ranks_first(g_steps[gs])
         if all(d.is_proc for d in tr + gr) or (len(tr) == 1 and len(gr) == 1):
             pairs += _pair_runs(ts, tr, gr, target_run, golden_run)
+            continue
+        if len(gr) == 1 and not tr[0].is_proc:  # N ranks against one process: merged into one side
+            pairs.append(Pair(_merged_side(tr), _dir_side(gr[0])))
+            continue
+        if len(tr) == 1 and not gr[0].is_proc:
+            pairs.append(Pair(_dir_side(tr[0]), _merged_side(gr)))
             continue
         g_by_rank = {d.rank: d for d in gr}
         for d in tr:
@@ -155,3 +164,8 @@ def _by_step(dirs):
 
 def _dir_side(d):
     return Side(d.path, d.step, d.rank, d.is_proc)
+
+
+def _merged_side(dirs):
+    dirs = sorted(dirs, key=lambda d: d.rank)
+    return Side(tuple(d.path for d in dirs), dirs[0].step, dirs[0].rank)

@@ -92,7 +92,7 @@ def _run_tasks(tasks, workers, progress):
         bar.close()
 
 
-def _tensor_dir(reader):
+def tensor_dir(reader):
     """The folder of a dump's tensor files: the one next to dump.json first (a copied or moved dump
     still names its old place in dump_data_dir), else dump_data_dir."""
     local = os.path.join(reader.rank_dir, "dump_tensor_data")
@@ -129,7 +129,7 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
     not_tensor = matched & ((t_kind != "tensor") | (g_kind != "tensor"))
     for c in TENSOR_METRICS:
         display[c][not_tensor] = UNSUPPORTED
-    t_dir, g_dir = _tensor_dir(t_reader), _tensor_dir(g_reader)
+    t_dir, g_dir = tensor_dir(t_reader), tensor_dir(g_reader)
     tasks = []
     for i in np.flatnonzero(matched & ~not_tensor):
         if not t_files[i] or not g_files[i]:
