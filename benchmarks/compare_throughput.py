@@ -5,7 +5,8 @@
    2 worker processes, interleaved, medians. Throughput = bytes of both sides / wall time. Baseline:
    reading the same bytes (np.load mmap + sum). Peak memory = max RSS of the compare process and of
    its largest worker. Also the CPU throughput of one worker (metrics only, one core).
-2. Statistics compare of two dump.json files with N tensor records. Baseline: json.load of both.
+2. Statistics compare of two dump.json files with N tensor records, and the diagnosis that follows it.
+   Baseline: json.load of both.
 3. `msprobe compare -h` start-up against `python -c pass`.
 
     python benchmarks/compare_throughput.py                  # quick (CI-safe): 0.2 GB, 100k records
@@ -90,14 +91,22 @@ _CHILD = r"""
 import json, resource, sys, time
 from msprobe.core.compare.engine import compare_dumps
 from msprobe.core.compare.writer import write_result
+try:
+    from msprobe.core.diagnosis import diagnose
+except ImportError:  # --baseline-src of a checkout from before core/diagnosis/
+    from msprobe.core.diagnosis import diagnose
 t, g, workers, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 w, c = time.perf_counter(), time.process_time()
 (r,) = compare_dumps(t, g, workers=workers, progress=False, stack=False)
 compare_wall, compare_cpu = time.perf_counter() - w, time.process_time() - c
 w = time.perf_counter()
 if out != "-":
-    write_result(r.table, out, "bench.csv")
-print(json.dumps({"wall": compare_wall, "cpu": compare_cpu, "write": time.perf_counter() - w,
+    write_result(r.table, out, "bench.csv")  # before the diagnosis adds its column: msProbe's columns only
+write_wall = time.perf_counter() - w
+w = time.perf_counter()
+diagnose([r])
+print(json.dumps({"wall": compare_wall, "cpu": compare_cpu, "write": write_wall,
+                  "diagnose": time.perf_counter() - w,
                   "phases": getattr(r, "seconds", {}),
                   "rows": len(r.table), "children_cpu": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
                   + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime,
@@ -218,6 +227,7 @@ def stats_bench(root, n, rounds):
         else:
             print(f"{label + 'compare_dumps':28s} {c:7.2f} s")
         print(f"{label + 'csv of %d rows' % n:28s} {wr:7.2f} s")
+        print(f"{label + 'diagnose':28s} {med(r['diagnose'] for r in rs):7.2f} s  (msprobe compare runs it too)")
         print(f"{label + 'total':28s} {c + wr:7.2f} s  ({(c + wr) / p:.2f}x the baseline; CPU of compare "
               f"{med(r['cpu'] + r['children_cpu'] for r in rs):.2f} s in all processes; peak RSS "
               f"{max(r['rss_mb'] for r in rs):.0f} MB main, {max(r['child_rss_mb'] for r in rs):.0f} MB largest child)")

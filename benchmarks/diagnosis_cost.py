@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from msprobe.core.compare.diagnosis import diagnose
+from msprobe.core.diagnosis import diagnose
 from msprobe.core.compare.engine import compare_dumps
 from msprobe.pytorch import PrecisionDebugger, seed_all
 

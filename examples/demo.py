@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # pytorch_models
 from pytorch_models import Transformer  # noqa: E402
 
 from msprobe.core.compare import compare_dumps  # noqa: E402
-from msprobe.core.compare.diagnosis import diagnose, format_diagnosis  # noqa: E402
+from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 from msprobe.core.dump.summary import format_summary, summarize_dump  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger, seed_all  # noqa: E402
 

@@ -19,39 +19,20 @@ def cli_reference():
     from msprobe.cli.main import COMMANDS, build_parser
     parser = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    modules = {}
-    for name, module in COMMANDS:
-        modules.setdefault(module, []).append(name)
+    commands = [[name, *aliases] for name, _, aliases in COMMANDS]  # a command and its aliases
     lines = ["# Command line reference", "",
              "Generated from the parser by `python scripts/cli_reference.py`; the same text as `msprobe COMMAND -h`.",
              "Every command takes `-f/--framework` before it for msProbe compatibility (the framework is read",
              "from the dump).", ""]
-    lines += [f"- [`{names[0]}`](#{names[0]})" + (f" (also {', '.join(f'`{n}`' for n in names[1:])})"
+    lines += [f"- [`{names[0]}`](#{names[0]})" + (f" (alias {', '.join(f'`{n}`' for n in names[1:])})"
                                                   if len(names) > 1 else "")
-              for names in _same_options(modules, subparsers)]
-    for names in _same_options(modules, subparsers):
+              for names in commands]
+    for names in commands:
         lines += ["", f"## {names[0]}", ""]
         if len(names) > 1:
-            lines += [f"Also {', '.join(f'`msprobe {n}`' for n in names[1:])}.", ""]
+            lines += [f"Alias: {', '.join(f'`msprobe {n}`' for n in names[1:])}.", ""]
         lines += ["```", subparsers.choices[names[0]].format_help().rstrip(), "```"]
     return "\n".join(lines) + "\n"
-
-
-def _same_options(modules, subparsers):
-    """Commands grouped where their description and options are the same (aliases such as run_ut), in the
-    table's order."""
-    groups = []
-    for names in modules.values():
-        for name in names:
-            sub = subparsers.choices[name]
-            text = (sub.description, [(a.option_strings, a.help) for a in sub._actions])
-            for group in groups:
-                if group[1] == text:
-                    group[0].append(name)
-                    break
-            else:
-                groups.append(([name], text))
-    return [g[0] for g in groups]
 
 
 def main(argv=None):

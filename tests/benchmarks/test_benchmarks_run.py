@@ -212,6 +212,23 @@ def test_acc_check_throughput_single_round(tmp_path):
     assert data["single"]["apis_per_s"] > 0
 
 
+def test_bf16_diagnosis_suite_quick(tmp_path):
+    """One suite and config of the planted-bug benchmark: it runs, and the JSON holds every run."""
+    pytest.importorskip("torch")
+    out = tmp_path / "bf16.json"
+    done = run("bf16_diagnosis.py", "--models", "mixer", "--configs", "statistics:mix", "--quiet",
+               "--json", str(out))
+    runs = json.loads(out.read_text())["mixer statistics:mix"]
+    assert len(runs) == 5 + 3  # the mixer's plants and the three controls
+    assert "| mixer (held out) | statistics:mix | msprobe diagnosis |" in done.stdout
+
+
+def test_multirank_compare_names_the_planted_rank():
+    done = run("multirank_compare.py", "--ranks", "4", "--steps", "2", "--calls", "60")
+    assert "4 ranks x 2 steps x 60 calls: 8 rank pairs" in done.stdout
+    assert "on rank(s) [3]" in done.stdout and "compare rank pair" not in done.stdout  # the bar is on stderr
+
+
 def test_compile_overhead_quick(tmp_path):
     """The compiled-model benchmark runs (a small model on aot_eager: Inductor's compile is the slow part):
     dumped and plain steps swap compiled entries without a compile while timed, and break no graph."""

@@ -95,7 +95,8 @@ def test_xlsx_highlights_error_and_warning_cells(dumps, tmp_path):
     ws = load_workbook(path).active
     header = [c.value for c in ws[1]]
     col = {name: i for i, name in enumerate(header)}
-    seen = set()
+    assert header.index("Diagnosis") == header.index("Err_message") + 1
+    seen, labels = set(), set()
     for row in ws.iter_rows(min_row=2):
         result = row[col["Result"]].value
         fill = row[col["Result"]].fill.fgColor.rgb
@@ -109,7 +110,15 @@ def test_xlsx_highlights_error_and_warning_cells(dumps, tmp_path):
         else:
             assert fill in (None, "00000000")
         seen.add(result)
+        label = row[col["Diagnosis"]]
+        expected = {"introduces": "FFC7CE", "marginal": "FFEB9C", "inherits": "FCE4D6"}.get(label.value)
+        if expected:
+            assert label.fill.fgColor.rgb.endswith(expected), label.value
+        else:
+            assert label.fill.fgColor.rgb in (None, "00000000")
+        labels.add(label.value)
     assert {"pass", "error"} <= seen
+    assert {"introduces", "inherits", "agrees"} <= labels  # one story: where error enters is marked
 
 
 def test_csv_writes_infinity_with_a_leading_space_and_none(tmp_path):

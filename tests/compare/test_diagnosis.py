@@ -16,7 +16,7 @@ from private_modules import load_private
 
 pytest.importorskip("torch")
 
-from msprobe.core.compare.diagnosis import diagnose, format_diagnosis  # noqa: E402
+from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -178,11 +178,13 @@ def test_module_level_dump_names_the_module(tmp_path):
 
 
 def test_api_level_dump_names_the_linear_reading_the_weight(tmp_path):
-    """At L1 there are no parameter records: the linear whose weight input differs first is named."""
+    """At L1 there are no parameter records: the linear whose weight argument differs first is named, and
+    the argument's slot says it holds a parameter."""
     golden = planted.dump_run(tmp_path / "g", None, level="L1")
     target = planted.dump_run(tmp_path / "t", "weight", level="L1")
     top = _diagnose(target, golden)["suspects"][0]
-    assert (top["api"], top["kind"]) == ("Functional.linear.1.forward", "input")
+    assert (top["api"], top["kind"]) == ("Functional.linear.1.forward", "parameter")
+    assert _row(top["inputs"], ".input.1")["origin"] == "the weight argument of Functional.linear (a parameter)"
     assert top["module_path"] == []
 
 

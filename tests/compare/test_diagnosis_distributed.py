@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from msprobe.core.compare.diagnosis import diagnose, format_diagnosis  # noqa: E402
+from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 
 if not dist.is_available():

@@ -10,7 +10,7 @@ from private_modules import load_private
 
 ms = pytest.importorskip("mindspore")
 
-from msprobe.core.compare.diagnosis import diagnose  # noqa: E402
+from msprobe.core.diagnosis import diagnose  # noqa: E402
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mindspore", "models.py")

@@ -8,10 +8,10 @@ import os
 import pandas as pd
 import pytest
 
-from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
-from msprobe.core.compare.diagnosis_report import stack_line
-from msprobe.core.compare.diagnosis_errors import noise_floor, number, row_error
-from msprobe.core.compare.diagnosis_rows import split_row_name
+from msprobe.core.diagnosis import diagnose
+from msprobe.core.compare.table_reader import number, result_from_table, split_row_name
+from msprobe.core.diagnosis.errors import noise_floor, row_error
+from msprobe.core.diagnosis.report import stack_line
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diagnosis_samples")
 
@@ -19,23 +19,22 @@ INF, NAN = math.inf, math.nan
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("Functional.linear.3.forward.input.1", ("Functional.linear.3.forward", "input", "1", False)),
+    ("Functional.linear.3.forward.input.1", ("Functional.linear.3.forward", ".input.1", "input")),
     ("Functional.max_pool2d.0.forward.input.ceil_mode",
-     ("Functional.max_pool2d.0.forward", "input", "ceil_mode", False)),
+     ("Functional.max_pool2d.0.forward", ".input.ceil_mode", "input")),
     # backward: input = gradients of the forward outputs, output = gradients of the forward inputs
-    ("Tensor.__add__.4.backward.output.1", ("Tensor.__add__.4.backward", "output", "1", False)),
-    ("VF.lstm.0.forward.output.1.0", ("VF.lstm.0.forward", "output", "1.0", False)),
+    ("Tensor.__add__.4.backward.output.1", ("Tensor.__add__.4.backward", ".output.1", "output")),
+    ("VF.lstm.0.forward.output.1.0", ("VF.lstm.0.forward", ".output.1.0", "output")),
     # module paths hold digits and dots; parameters are inputs of the module call
     ("Module.blocks.0.attn.Attention.forward.0.input.0",
-     ("Module.blocks.0.attn.Attention.forward.0", "input", "0", False)),
+     ("Module.blocks.0.attn.Attention.forward.0", ".input.0", "input")),
     ("Module.blocks.1.ln1.LayerNorm.forward.0.parameters.weight",
-     ("Module.blocks.1.ln1.LayerNorm.forward.0", "input", "weight", True)),
-    ("Module.head.Linear.backward.0.output.0", ("Module.head.Linear.backward.0", "output", "0", False)),
+     ("Module.blocks.1.ln1.LayerNorm.forward.0", ".parameters.weight", "input")),
+    ("Module.head.Linear.backward.0.output.0", ("Module.head.Linear.backward.0", ".output.0", "output")),
     # parameter gradients: msProbe writes `.weight`, our dumps `.weight.0` (a list per parameter)
-    ("Module.head.Linear.parameters_grad.0.weight", ("Module.head.Linear.parameters_grad.0", "output", "weight",
-                                                     False)),
-    ("Cell.dense.Dense.parameters_grad.0.bias.0", ("Cell.dense.Dense.parameters_grad.0", "output", "bias.0", False)),
-    ("x2.0.debug", ("x2.0.debug", "output", "", False)),
+    ("Module.head.Linear.parameters_grad.0.weight", ("Module.head.Linear.parameters_grad.0", ".weight", "grad")),
+    ("Cell.dense.Dense.parameters_grad.0.bias.0", ("Cell.dense.Dense.parameters_grad.0", ".bias.0", "grad")),
+    ("x2.0.debug", ("x2.0.debug", "", "debug")),
     ("N/A", None),
 ])
 def test_split_row_name(name, expected):
@@ -84,16 +83,21 @@ def test_noise_floor_is_the_coarser_dtype():
     assert noise_floor("torch.int64", "torch.int64") == 0.0
 
 
-class _Result:
-    """The part of CompareResult the diagnosis reads, for tables that come from msProbe's CSV files."""
-
-    def __init__(self, table, mode):
-        self.step, self.rank, self.mode, self.table = 0, 0, mode, table
-        self.target_dir = self.golden_dir = None
+def _Result(table, mode):
+    """A user's msProbe CSV, read back as a compare result."""
+    return result_from_table(table, mode)
 
 
 def _sample(name):
     return pd.read_csv(os.path.join(SAMPLES, name + ".gz"))
+
+
+def test_any_object_with_a_table_diagnoses_like_a_read_back_table():
+    class Plain:  # what a user may hand over: a CSV read with pandas and where it came from
+        step, rank, mode = 0, 0, "statistics"
+        table = _sample("cmp_statistics_mix_pert.csv")
+    assert diagnose([Plain()])["suspects"] == diagnose([_Result(_sample("cmp_statistics_mix_pert.csv"),
+                                                                "statistics")])["suspects"]
 
 
 def test_msprobe_statistics_csv_perturbed_weight():
@@ -108,16 +112,19 @@ def test_msprobe_statistics_csv_perturbed_weight():
 
 
 def test_msprobe_tensor_csv_bf16_autocast():
-    """msProbe's tensor compare of a bf16-autocast run against fp32: the first op that autocast runs
-    in bf16 introduces the error; every later one only carries it."""
-    d = diagnose([_Result(_sample("cmp_tensor_mix_bf16.csv"), "tensor")])
-    top = d["suspects"][0]
-    assert (top["api"], top["kind"]) == ("Functional.linear.0.forward", "introduced")
-    out = top["outputs"][0]
-    assert out["flags"] == ["dtype"] and out["target_dtype"] == "torch.bfloat16"
-    assert all(r["diverges"] is False for r in top["inputs"])
-    assert d["ranks"][0]["propagating_calls"] > 100
-    assert "Functional.linear.0.forward" in format_diagnosis(d).splitlines()[0]
+    """msProbe's tensor compare of a bf16-autocast run against fp32 (no bug planted): every value differs
+    a little, and all of it is bf16 rounding and what the ops make of it."""
+    result = _Result(_sample("cmp_tensor_mix_bf16.csv"), "tensor")
+    d = diagnose([result])
+    assert d["divergence"] is False and d["suspects"] == []
+    assert d["precision"] == {"working": "bfloat16", "unit_roundoff": 2 ** -8, "inferred": True}
+    assert d["verdict"].startswith("no divergence beyond bfloat16 precision")
+    labels = result.table["Diagnosis"]
+    assert set(labels) == {"agrees", "rounding", "inherits"}
+    assert d["ranks"][0]["labels"] == labels.value_counts().to_dict()
+    # the first op autocast runs in bf16: its output is rounded, nothing more
+    row = result.table[result.table["NPU Name"] == "Functional.linear.0.forward.output.0"].iloc[0]
+    assert (row["NPU Dtype"], row["Diagnosis"]) == ("torch.bfloat16", "rounding")
 
 
 def test_stack_line_skips_installed_packages_and_msprobe_not_user_dirs_named_like_them():

@@ -58,15 +58,14 @@ def test_fuzzy_match_aligns_calls_around_an_extra_one(make_pair):
               "Functional.linear.1.forward": _fwd(tensor(2.0)), "Functional.linear.2.forward": _fwd(tensor(7.0)),
               "Functional.relu.0.forward": _fwd(tensor(3.0)), "Functional.linear.3.forward": _fwd(tensor(4.0))}
     t, g = make_pair(target, golden)
-    exact = _pairs(compare_dumps(t, g, progress=False)[0])
-    assert exact["Functional.linear.2.forward.output.0"] == "Functional.linear.2.forward.output.0"
-    assert exact["Functional.linear.3.forward.output.0"] == "N/A"
-    (res,) = compare_dumps(t, g, fuzzy_match=True, progress=False)
-    fuzzy = _pairs(res)
-    assert fuzzy["Functional.linear.3.forward.output.0"] == "Functional.linear.2.forward.output.0"
-    assert fuzzy["Functional.linear.2.forward.output.0"] == "N/A"
-    assert fuzzy["Functional.linear.1.forward.output.0"] == "Functional.linear.1.forward.output.0"
-    assert set(res.table[res.table["Bench Name"] != "N/A"]["Result"]) == {"pass"}
+    # linear is called 4 times against 3: its indices do not name the same calls, so compare aligns the
+    # call sequences by itself, as -fm does
+    for res in (compare_dumps(t, g, progress=False)[0], compare_dumps(t, g, fuzzy_match=True, progress=False)[0]):
+        fuzzy = _pairs(res)
+        assert fuzzy["Functional.linear.3.forward.output.0"] == "Functional.linear.2.forward.output.0"
+        assert fuzzy["Functional.linear.2.forward.output.0"] == "N/A"
+        assert fuzzy["Functional.linear.1.forward.output.0"] == "Functional.linear.1.forward.output.0"
+        assert set(res.table[res.table["Bench Name"] != "N/A"]["Result"]) == {"pass"}
 
 
 def test_data_mapping_pairs_named_tensors_and_skips_the_dtype_gate(make_pair, tmp_path):

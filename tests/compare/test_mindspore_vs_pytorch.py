@@ -14,36 +14,14 @@ torch = pytest.importorskip("torch")
 from msprobe.core.compare import compare_dumps  # noqa: E402
 
 
-def _ms_models():
-    return load_private("msprobe_ms_test_models",
-                        os.path.join(os.path.dirname(os.path.dirname(__file__)), "mindspore", "models.py"))
-
-
-class TorchMLP(torch.nn.Module):
-    """tests/mindspore/models.py MintMLP in PyTorch (same call order)."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(16, 32)
-        self.fc2 = torch.nn.Linear(32, 32)
-        self.head = torch.nn.Linear(32, 4)
-
-    def forward(self, x):
-        h = torch.nn.functional.relu(self.fc1(x))
-        h = torch.tanh(self.fc2(h)) + h
-        return self.head(h)
+mlp_twins = load_private("msprobe_test_mlp_twins", os.path.join(os.path.dirname(__file__), "mlp_twins.py"))
 
 
 def test_mindspore_dump_against_pytorch_dump_of_the_same_network(tmp_path):
     from msprobe.mindspore import PrecisionDebugger as MsDebugger
     from msprobe.pytorch import PrecisionDebugger as PtDebugger
 
-    models = _ms_models()
-    ms_net = models.build("mlp")
-    pt_net = TorchMLP()
-    with torch.no_grad():
-        for name, p in pt_net.named_parameters():
-            p.copy_(torch.from_numpy(dict(ms_net.parameters_and_names())[name].asnumpy()))
+    ms_net, pt_net, models = mlp_twins.twins()
     x, y = models.make_data("mlp")
 
     ms_dbg = MsDebugger(dump_path=str(tmp_path / "ms"), level="mix")

@@ -166,6 +166,25 @@ def test_start_here_is_the_diagnosis_first_suspect(compared, open_page, tmp_path
     keep_shot(page, tmp_path, "start_here.png")
 
 
+def test_diagnosis_labels_agree_in_page_csv_and_json(compared, open_page):
+    """One story everywhere: the suspect's rows are `introduces` in the CSV's Diagnosis column, in its
+    tensor cards and its tree badge, and in the evidence of diagnosis.json."""
+    html, table, doc = compared
+    top = doc["diagnosis"]["suspects"][0]
+    csv_rows = table[table["NPU Name"].map(node_of) == top["api"]].set_index("NPU Name")["Diagnosis"]
+    assert "introduces" in set(csv_rows)
+    for evidence in top["inputs"] + top["outputs"]:
+        assert csv_rows[evidence["name"]] == evidence["diagnosis"]
+    page = open_page(html)
+    page.click("#go-start")
+    assert row(page, top["api"]).locator(".badge.diag").inner_text() == "introduces"
+    assert page.inner_text("#detail-diagnosis") == "introduces"
+    cards = page.locator("#detail .tensor")
+    for i in range(cards.count()):
+        card = cards.nth(i)
+        assert card.locator(".diag").inner_text() == csv_rows[card.get_attribute("data-name")]
+
+
 def test_unmatched_filter_and_keyboard(compared, open_page):
     html, table, _ = compared
     page = open_page(html)

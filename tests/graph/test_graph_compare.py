@@ -148,5 +148,6 @@ def test_fuzzy_match_realigns_shifted_call_indexes(tmp_path):
     assert match["Tensor.__add__.0.forward"] is None and verdict["Tensor.__add__.0.forward"] == UNMATCHED
     for k in range(1, len(adds)):  # each later add pairs with the golden call one index lower
         assert match[f"Tensor.__add__.{k}.forward"] == f"Tensor.__add__.{k - 1}.forward"
+    # without -fm too: the runs call __add__ a different number of times, so compare aligns by itself
     exact_match = dict(zip(exact["names"], exact["match"]))
-    assert exact_match["Tensor.__add__.1.forward"] == "Tensor.__add__.1.forward"  # by name only
+    assert exact_match["Tensor.__add__.1.forward"] == "Tensor.__add__.0.forward"

@@ -13,6 +13,8 @@ import logging
 import os
 import sys
 
+from msprobe.cli import options
+
 MULTI_COMMANDS = ("multi_acc_check", "multi_run_ut")
 
 logger = logging.getLogger(__name__)
@@ -36,7 +38,7 @@ def add_arguments(parser):
                         help="where APIs recorded as PREFIX.name (register_custom_api) are defined, "
                              "e.g. MyOps=mypkg.ops; repeatable")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the random inputs (default 1234)")
-    parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+    options.add_progress(parser)
 
 
 def run(args):

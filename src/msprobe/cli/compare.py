@@ -8,14 +8,16 @@ Inputs: two dump.json files, two rank dirs, two step dirs (ranks pair by number)
 (one result file per step and rank). The mode follows the dumps' task: tensor (cosine, errors),
 statistics (Max/Min/Mean/Norm differences) or md5 (checksum equality). compare.json holds
 npu_path (target), bench_path (golden), stack_path and is_print_compare_log.
-Exit code: 0, 1 on bad input, 2 with --fail-on-divergence when the diagnosis finds a divergence.
+The diagnosis names where error is introduced beyond what the target's precision explains (printed
+whole, or in one line with --brief) and labels every row in the Diagnosis column.
+Exit code: 0, 1 on bad input, 2 with --fail-on-divergence when the diagnosis finds a divergence or the
+two dumps mostly do not match.
 """
 
 import argparse
 import json
-import os
-import time
 
+from msprobe.cli import options
 from msprobe.core.errors import ConfigError, MsprobeError
 
 _COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log"}
@@ -27,14 +29,15 @@ def add_arguments(parser):
                                                 "is_print_compare_log")
     src.add_argument("-tp", "--target_path", help="target dump: dump.json, rank dir, step dir or dump root")
     src.add_argument("-gp", "--golden_path", help="golden (benchmark) dump, same kind as -tp")
+    options.add_runs(parser)
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output_path", default="./output", help="result folder (default ./output)")
-    out.add_argument("--xlsx", action="store_true", help="write xlsx with error/warning cells highlighted "
-                                                         "instead of csv")
+    out.add_argument("--xlsx", action="store_true", help="write xlsx with error/warning and diagnosis cells "
+                                                         "highlighted instead of csv")
     out.add_argument("-s", "--stack_mode", action="store_true", help=argparse.SUPPRESS)  # stacks are automatic
     out.add_argument("-tensor_log", "--is_print_compare_log", action="store_true",
                      help="print one line per call that is not a pass")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_progress(out)
     match = parser.add_argument_group("matching")
     match.add_argument("-fm", "--fuzzy_match", action="store_true", help="pair calls ignoring call indices")
     match.add_argument("-dm", "--data_mapping", metavar="YAML", help="tensor names target: golden (one rank)")
@@ -44,12 +47,9 @@ def add_arguments(parser):
                        help="MindSpore -> PyTorch API mapping: built-in table, plus this file's entries")
     match.add_argument("-lm", "--layer_mapping", nargs="?", const=True, metavar="YAML",
                        help="layer child names {LayerClass: {target: golden}} for cross-framework L0/mix")
-    ana = parser.add_argument_group("analysis")
-    ana.add_argument("-da", "--diff_analyze", action="store_true",
-                     help="print the full diagnosis (first divergence, suspects) after the compare")
-    ana.add_argument("--fail-on-divergence", action="store_true", help="exit 2 when a divergence is found")
-    ana.add_argument("-m", "--mode", default="auto", choices=("auto",), help="only auto (the default)")
-    ana.add_argument("--workers", type=int, default=None, help="processes for tensor mode (default: CPUs)")
+    match.add_argument("-m", "--mode", default="auto", choices=("auto",), help="only auto (the default)")
+    match.add_argument("--workers", type=int, default=None, help="processes for tensor mode (default: CPUs)")
+    options.add_diagnosis(parser)
 
 
 def _read_compare_json(path):
@@ -75,21 +75,19 @@ def _inputs(args):
     stack_path, print_log = None, args.is_print_compare_log
     if args.input_path:
         if args.target_path or args.golden_path:
-            raise MsprobeError("compare: give either -i compare.json or -tp/-gp, not both")
+            raise MsprobeError("give either -i compare.json or -tp/-gp, not both")
         doc = _read_compare_json(args.input_path)
         stack_path = doc.get("stack_path") or None
         print_log = print_log or bool(doc.get("is_print_compare_log"))
         return doc["npu_path"], doc["bench_path"], stack_path, print_log
     if not (args.target_path and args.golden_path):
-        raise MsprobeError("compare: give -tp TARGET and -gp GOLDEN (or -i compare.json)")
+        raise MsprobeError("give -tp TARGET and -gp GOLDEN (or -i compare.json)")
     return args.target_path, args.golden_path, stack_path, print_log
 
 
 def _optional_yaml(value):
     """-cm/-lm without a file mean 'same names' (nothing to map); -am without a file is the table."""
     return None if value is True else value
-
-
 
 
 def _print_log(result):
@@ -99,41 +97,36 @@ def _print_log(result):
         print(f"  [{level}] {name}: {', '.join(json.loads(msg))}")
 
 
+def _where(result):
+    if result.step is None:
+        return ""
+    return f"step {result.step} {'process' if result.is_proc else 'rank'} {result.rank}: "
+
+
 def run(args):
-    from msprobe.core.compare.engine import compare_dumps
-    from msprobe.core.compare.writer import result_file_name, write_result
+    from msprobe.core.compare.outputs import result_counts, write_compare
+    from msprobe.core.diagnosis import format_diagnosis
 
     target, golden, stack_path, print_log = _inputs(args)
-    results = compare_dumps(
-        target, golden, fuzzy_match=args.fuzzy_match, data_mapping=args.data_mapping,
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("--workers", args.workers, "an integer >= 1")
+    out = write_compare(
+        target, golden, args.output_path, xlsx=args.xlsx, precision=args.precision,
+        fuzzy_match=args.fuzzy_match, data_mapping=args.data_mapping,
         cell_mapping=_optional_yaml(args.cell_mapping), api_mapping=args.api_mapping,
         layer_mapping=_optional_yaml(args.layer_mapping), stack=True, stack_path=stack_path,
-        progress=not args.no_progress, workers=args.workers)
-    ts = time.strftime("%Y%m%d%H%M%S")
-    single_file = os.path.isfile(target)
-    several_steps = len({r.step for r in results}) > 1
-    os.makedirs(args.output_path, exist_ok=True)
-    for r in results:
-        debug = not os.path.isfile(os.path.join(r.target_dir, "dump.json"))  # a debug.json dump
-        name = result_file_name(r.step, r.rank, r.is_proc, several_steps, single_file, args.xlsx, ts, debug)
-        r.output_path = write_result(r.table, args.output_path, name)
-        counts = r.table["Result"].value_counts().to_dict()
-        summary = ", ".join(f"{counts[k]} {k}" for k in ("error", "warning", "pass", "N/A") if k in counts)
-        where = f"step {r.step} rank {r.rank}: " if r.step is not None else ""
-        print(f"{where}{r.mode} compare, {len(r.table)} rows ({summary}) -> {r.output_path}")
+        progress=not args.no_progress, workers=args.workers, target_run=args.target_run,
+        golden_run=args.golden_run)
+    for note in out.pairing:
+        print(note)
+    if out.mostly_unmatched:  # before anything else: nothing below means much then
+        print(f"warning: {out.diagnosis['verdict'].split('; ', 1)[0]}")
+    for r in out.results:
+        counts = result_counts(r)
+        summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+        print(f"{_where(r)}{r.mode} compare, {len(r.table)} rows ({summary}) -> {r.output_path}")
         if print_log:
             _print_log(r)
-
-    from msprobe.core.compare.diagnosis import diagnose, format_diagnosis
-    diagnosis = diagnose(results)
-    path = os.path.join(args.output_path, "diagnosis.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(diagnosis, f, indent=1)
-    text = format_diagnosis(diagnosis)
-    if not args.diff_analyze:
-        text = "\n".join(text.splitlines()[:8])
-    print(text)
-    print(f"diagnosis -> {path}")
-    if args.fail_on_divergence and diagnosis.get("divergence"):
-        return 2
-    return 0
+    print(format_diagnosis(out.diagnosis, brief=args.brief))
+    print(f"diagnosis -> {out.diagnosis_path}")
+    return 2 if args.fail_on_divergence and out.failed else 0

@@ -10,6 +10,7 @@ rank{R}/similarities.csv, PNG plots per parameter and overall, and grad_compare.
 
 import os
 
+from msprobe.cli import options
 from msprobe.core.errors import MsprobeError
 
 
@@ -22,7 +23,7 @@ def add_arguments(parser):
     parser.add_argument("--drop", type=float, default=None,
                         help="a fall larger than this between steps diverges (0.03)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_progress(parser)
 
 
 def run(args):

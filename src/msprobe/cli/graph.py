@@ -13,6 +13,7 @@ same graph as SQLite, {name}.vis.db (tables graphs, nodes, tensors, stacks).
 import logging
 import os
 
+from msprobe.cli import options
 from msprobe.core.errors import ConfigError, MsprobeError
 
 _COMPARE_JSON_FIELDS = ("npu_path", "bench_path", "stack_path", "is_print_compare_log")
@@ -32,7 +33,8 @@ def add_arguments(parser):
         parser.add_argument("-fm", "--fuzzy_match", action="store_true", help="match APIs ignoring call indexes")
         parser.add_argument("-oc", "--overflow_check", action="store_true", help="mark nodes with inf/nan")
     parser.add_argument("-o", "--output_path", required=True, help="output folder")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_runs(parser)
+    options.add_progress(parser)
 
 
 def run(args):
@@ -43,14 +45,18 @@ def run(args):
         if cfg.get("is_print_compare_log"):
             logging.getLogger("msprobe").setLevel(logging.INFO)
         out = visualize(cfg["npu_path"], args.output_path, golden_path=cfg.get("bench_path"),
-                        stack_path=cfg.get("stack_path"), progress=not args.no_progress)
+                        stack_path=cfg.get("stack_path"), progress=not args.no_progress,
+                        target_run=args.target_run, golden_run=args.golden_run)
     else:
         for flag, value in (("-tp", args.target_path), ("-gp", args.golden_path), ("-lm", args.layer_mapping)):
             if value is not None and not os.path.exists(value):
                 raise MsprobeError(f"{flag} '{value}': no such file or directory")
         out = visualize(args.target_path, args.output_path, golden_path=args.golden_path,
                         layer_mapping=args.layer_mapping, fuzzy_match=args.fuzzy_match,
-                        overflow_check=args.overflow_check, progress=not args.no_progress)
+                        overflow_check=args.overflow_check, progress=not args.no_progress,
+                        target_run=args.target_run, golden_run=args.golden_run)
+    for note in out.pairing:
+        print(note)
     nodes = sum(len(g["names"]) for g in out.document["graphs"])
     print(f"{len(out.document['graphs'])} graph(s), {nodes} nodes")
     print(f"page: {os.path.abspath(out.html_path)}")

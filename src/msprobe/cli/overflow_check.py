@@ -9,13 +9,15 @@ culprit with its call stack and writes anomaly_analyze_{timestamp}.json into the
 
 import os
 
+from msprobe.cli import options
+
 
 def add_arguments(parser):
     parser.add_argument("-i", "--input_path", "--input", dest="input", required=True,
                         help="dump root, step dir, rank dir or dump.json")
     parser.add_argument("-o", "--output_path", "--output", dest="output", default="./output",
                         help="directory for anomaly_analyze_{timestamp}.json (default ./output)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_progress(parser)
 
 
 def run(args):

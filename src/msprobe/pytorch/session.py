@@ -19,10 +19,12 @@ from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
+from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of
 
 _SCALARS = (int, float, bool, str)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 logger = logging.getLogger(__name__)
 
 
@@ -69,7 +71,16 @@ class DumpSession(CaptureSession):
     # -- values -> records -------------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits, defer=None):
         """`defer`: the summary may wait for the next batch launch (default: forward records at L1/mix)."""
-        rec, entry = self.summarizer.summarize(t, self.defer_forward if defer is None else defer)
+        defer = self.defer_forward if defer is None else defer
+        if type(t) in _PLAIN:
+            rec, entry = self.summarizer.summarize(t, defer)
+        else:  # a DTensor's local shard (and which shard it is), a collective's result
+            whole, (t, shard) = t, plain_tensor(t)
+            rec, entry = self.summarizer.summarize(t, defer)
+            rec["requires_grad"] = whole.requires_grad
+            if shard is not None:
+                rec["shape"] = list(whole.shape)
+                rec["shard"] = shard
         if not save:
             return rec
         if self.gate is not None:  # overflow_check: a file only if the record is kept
@@ -124,6 +135,17 @@ class DumpSession(CaptureSession):
                 write_npy(path, numpy_of(copy))
         return w.submit(write, copy.numel() * copy.element_size())
 
+    def buffer_record(self, v):
+        """Record of an output buffer before the call writes it: what it is, without statistics."""
+        if isinstance(v, torch.Tensor):
+            rec = {"type": "torch.Tensor", "dtype": str(v.dtype), "shape": list(v.shape)}
+            rec.update(self.summarizer.blank_fields)
+            rec["requires_grad"] = v.requires_grad
+            return rec
+        if isinstance(v, (list, tuple)):
+            return [self.buffer_record(x) for x in v]
+        return self.value_record(v, "", False, [])
+
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
         if isinstance(v, torch.Tensor):
@@ -146,10 +168,10 @@ class DumpSession(CaptureSession):
             return self.module_stack[-1]
         return "optimizer" if self.in_optimizer else None
 
-    def record_call(self, prefix, name, func, args, kwargs, inplace=False, mutates=False):
+    def record_call(self, prefix, name, func, args, kwargs, inplace=False, mutates=False, buffers=()):
         """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result.
         `mutates`: the call changes an argument in place (also `F.relu(x, inplace=True)`, which is not
-        recorded as an in-place call)."""
+        recorded as an in-place call). `buffers`: positions and names of the arguments it only writes."""
         index = self.counter.next(f"{prefix}.{name}")
         key = naming.api_key(prefix, name, index, naming.FORWARD)
         if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
@@ -172,7 +194,8 @@ class DumpSession(CaptureSession):
             stack = capture_stack() if self.with_stack else None
             if forward and flt.input:
                 in_args, in_kwargs = self.args_records(key, args, kwargs, "input",
-                                                       save and not (inplace and gate is not None), waits)
+                                                       save and not (inplace and gate is not None), waits,
+                                                       buffers)
             else:
                 in_args, in_kwargs = [], {}
             # graph edges of the inputs before the call: an in-place call moves them

@@ -26,6 +26,7 @@ from msprobe.core.checksum import checksum_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 from msprobe.pytorch.device_summary import DeviceSummaries
+from msprobe.pytorch.tensor_subclasses import plain_tensor
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 _CACHE_LIMIT = 4096
@@ -117,6 +118,7 @@ class Summarizer:
         self._cache = {}
         self._native_kinds = _NATIVE_KINDS if native.ENABLED and not device_path else {}
         self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
+        self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
 
     @property
     def pending(self):
@@ -144,7 +146,9 @@ class Summarizer:
         without bumping the version counter)."""
         for t in tensors:
             if type(t) not in _PLAIN:
-                continue
+                t = plain_tensor(t)[0]  # a DTensor changed in place: its local shard changed
+                if type(t) not in _PLAIN:
+                    continue
             try:
                 self._cache.pop(self._memory_key(t, t.numel())[0], None)
             except (RuntimeError, NotImplementedError):
@@ -180,8 +184,9 @@ class Summarizer:
         rec["requires_grad"] = t.requires_grad
         if key is not None:
             hit = self._cache.get(key)
-            # alive storage: the memory was not freed and reused by another tensor since
-            if hit is not None and t._version == hit.version and hit.ref() is not None:
+            # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
+            # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
+            if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
                 hit.fill(rec)
                 return rec, hit
         values, slots = {}, []

@@ -11,8 +11,10 @@ _CANONICAL = {
     "complex64": "complex64", "complex128": "complex128",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
 }
-# Floating types one training run may legitimately use in place of another (mixed precision).
-_FLOAT_FAMILY = frozenset({"float16", "bfloat16", "float32"})
+# Floating types one training run may legitimately use in place of another (mixed precision). msProbe
+# pairs fp16/bf16/fp32 only; a value cast to fp8 or kept in fp64 still is the same value, so we pair those
+# too (its Result still says the dtypes differ).
+_FLOAT_FAMILY = frozenset({"float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32", "float64"})
 _INT_FAMILY = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 
 
@@ -30,8 +32,8 @@ def canonical_dtype(name):
 
 
 def dtypes_compatible(a, b):
-    """Whether rows of these dtypes may be paired at all: equal, both 16/32-bit floats, or both ints
-    (MindSpore and PyTorch disagree on default integer widths)."""
+    """Whether rows of these dtypes may be paired at all: equal, both floats, or both ints (MindSpore and
+    PyTorch disagree on default integer widths)."""
     a, b = canonical_dtype(a), canonical_dtype(b)
     return a == b or (a in _FLOAT_FAMILY and b in _FLOAT_FAMILY) or (a in _INT_FAMILY and b in _INT_FAMILY)
 

@@ -5,23 +5,24 @@ Must not import torch or mindspore; pandas is imported inside the functions that
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
-import re
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 from msprobe.core.compare import mappings
 from msprobe.core.checksum import checksum_kind
 from msprobe.core.compare.matching import MatchOptions, match_rows
-from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+from msprobe.core.compare.pairing import pair_inputs
+from msprobe.core.dump.reader import DumpReader
 from msprobe.core.errors import MsprobeError
 from msprobe.core.gc_pause import CollectorPause
 
 log = logging.getLogger(__name__)
 MODES = ("tensor", "statistics", "md5", "structure")
-_STEP_RANK = re.compile(r"step(\d+)[/\\](rank|proc)(\d+)$")
 
 
 @dataclass
@@ -35,8 +36,15 @@ class CompareResult:
         target_dir, golden_dir: the two rank directories.
         target_framework, golden_framework: from dump.json.
         is_proc: the rank number is a process id (dumps made without a process group).
+        merged_ranks: the number of rank dirs merged into one side (a sharded run against a
+            single-device run), else None.
         seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
             "metrics" (tensor mode) and "table".
+        pairing: how this pair's runs were chosen among several proc{pid} runs of its step (one line),
+            or None.
+        rows: the typed rows the table shows (`frame.PairedRows`): what the diagnosis reads.
+        stacks: target call key -> stack lines ({} without stack.json).
+        construct: the target's construct.json (node -> parent module; {} at L1).
     """
 
     step: int | None
@@ -50,92 +58,22 @@ class CompareResult:
     is_proc: bool = False
     output_path: str | None = field(default=None)
     seconds: dict = field(default_factory=dict)
+    pairing: str | None = None
+    rows: object = None
+    stacks: dict = field(default_factory=dict)
+    construct: dict = field(default_factory=dict)
+    merged_ranks: int | None = None
 
     def __bool__(self):
         """True when no row is an error."""
         return not (self.table["Result"] == "error").any()
 
 
-@dataclass(frozen=True)
-class _Side:
-    path: str        # dump.json / debug.json path or rank dir
-    step: int | None
-    rank: int | None
-    is_proc: bool = False
-
-
-def _file_side(path):
-    m = _STEP_RANK.search(os.path.dirname(os.path.abspath(path)))
-    if m:
-        return _Side(path, int(m.group(1)), int(m.group(3)), m.group(2) == "proc")
-    return _Side(path, 0, 0)  # a file outside step{N}/rank{R}: one step, one rank
-
-
-def pair_inputs(target_path, golden_path):
-    """[(target side, golden side)] for two files, two rank dirs, two step dirs or two dump roots.
-
-    Ranks pair by number within a step; when both sides hold one step each, those steps pair whatever
-    their numbers; `proc{pid}` directories pair in order (process ids differ between runs).
-    """
-    for p, what in ((target_path, "target"), (golden_path, "golden")):
-        if not os.path.exists(p):
-            raise MsprobeError(f"compare: {what} path '{p}' does not exist")
-    if os.path.isfile(target_path) != os.path.isfile(golden_path):
-        raise MsprobeError(f"compare: give two dump.json files or two directories; got '{target_path}' and "
-                           f"'{golden_path}'")
-    if os.path.isfile(target_path):
-        return [(_file_side(target_path), _file_side(golden_path))]
-    t_dirs, g_dirs = find_rank_dirs(target_path), find_rank_dirs(golden_path)
-    t_steps, g_steps = _by_step(t_dirs), _by_step(g_dirs)
-    if len(t_steps) == 1 and len(g_steps) == 1:
-        step_pairs = [(next(iter(t_steps)), next(iter(g_steps)))]
-    else:
-        step_pairs = [(s, s) for s in sorted(t_steps) if s in g_steps]
-        missing = sorted(set(t_steps) ^ set(g_steps))
-        if missing:
-            log.warning("steps present on one side only are skipped: %s", missing)
-    pairs = []
-    for ts, gs in step_pairs:
-        tr, gr = _ranks_first(t_steps[ts]), _ranks_first(g_steps[gs])
-        if all(d.is_proc for d in tr + gr) or (len(tr) == 1 and len(gr) == 1):
-            if len(tr) != len(gr):
-                log.warning("step %s: %d target and %d golden process dirs; pairing the first %d in order",
-                            ts, len(tr), len(gr), min(len(tr), len(gr)))
-            pairs += [(_dir_side(a), _dir_side(b)) for a, b in zip(tr, gr)]
-            continue
-        g_by_rank = {d.rank: d for d in gr}
-        for d in tr:
-            if d.rank in g_by_rank:
-                pairs.append((_dir_side(d), _dir_side(g_by_rank[d.rank])))
-            else:
-                log.warning("step %s rank %s: no golden rank directory; skipped", ts, d.rank)
-    if not pairs:
-        raise MsprobeError(f"compare: no step/rank directories pair up between '{target_path}' and '{golden_path}'")
-    return pairs
-
-
-def _ranks_first(dirs):
-    """rank{R} dirs when a step has any: proc{pid} dirs next to them are helper processes."""
-    ranks = [d for d in dirs if not d.is_proc]
-    return ranks or dirs
-
-
-def _by_step(dirs):
-    steps = {}
-    for d in dirs:
-        steps.setdefault(d.step, []).append(d)
-    return steps
-
-
-def _dir_side(d):
-    return _Side(d.path, d.step, d.rank, d.is_proc)
-
-
 def detect_mode(t_reader, g_reader, t_rows, g_rows):
     """The compare mode from both dumps' task (and md5 fields); different tasks are an error."""
     tasks = (t_reader.task or "statistics", g_reader.task or "statistics")
     if tasks[0] != tasks[1]:
-        raise MsprobeError(f"compare: the dumps were made with different tasks: target '{tasks[0]}' "
+        raise MsprobeError(f"the dumps were made with different tasks: target '{tasks[0]}' "
                            f"({t_reader.dump_file}), golden '{tasks[1]}' ({g_reader.dump_file}); "
                            "dump both with the same task")
     task = tasks[0]
@@ -150,7 +88,7 @@ def detect_mode(t_reader, g_reader, t_rows, g_rows):
         # a msProbe dump's CRC-32 against our wordsum64: not one row could match
         _warn_other_hash("/".join(sorted(kinds[0])), "/".join(sorted(kinds[1])))
     if task not in MODES:
-        raise MsprobeError(f"compare: {t_reader.dump_file}: task '{task}' cannot be compared; "
+        raise MsprobeError(f"{t_reader.dump_file}: task '{task}' cannot be compared; "
                            f"allowed: {', '.join(MODES)}")
     return "statistics"
 
@@ -255,18 +193,22 @@ def _load_mappings(opts):
 
 
 def _dump_size(side):
-    f = side.path if os.path.isfile(side.path) else os.path.join(side.path, "dump.json")
-    return os.path.getsize(f) if os.path.isfile(f) else 0
+    total = 0
+    for p in side.path if isinstance(side.path, tuple) else (side.path,):
+        f = p if os.path.isfile(p) else os.path.join(p, "dump.json")
+        total += os.path.getsize(f) if os.path.isfile(f) else 0
+    return total
 
 
 def compare_pair(target, golden, opts, maps=None):
     """CompareResult of one target rank dir/file against one golden rank dir/file."""
     from tqdm import tqdm
 
+    from msprobe.core.compare.frame import PairedRows
     from msprobe.core.compare.table import build_table
     maps = maps or _load_mappings(opts)
     if maps.data and opts.fuzzy_match:
-        raise MsprobeError("compare: -dm/--data_mapping and -fm/--fuzzy_match cannot be combined")
+        raise MsprobeError("-dm/--data_mapping and -fm/--fuzzy_match cannot be combined")
     # phases of a big statistics compare take a while too: show them (tensor mode has its own bar)
     phases = tqdm(total=3, desc=f"compare step {target.step} rank {target.rank}", unit="phase", leave=False,
                   disable=not opts.progress or _dump_size(target) + _dump_size(golden) < PARALLEL_LOAD_BYTES)
@@ -278,20 +220,26 @@ def compare_pair(target, golden, opts, maps=None):
         seconds[name] = now - clock[0]
         clock[0] = now
 
-    with phases:
+    sharded = isinstance(target.path, tuple) or isinstance(golden.path, tuple)
+    with phases, (tempfile.TemporaryDirectory(prefix="msprobe_shards_") if sharded else
+                  contextlib.nullcontext()) as scratch:
         phases.set_postfix_str("reading dumps")
-        (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
+        if sharded:
+            from msprobe.core.compare.shards import load_sharded_sides
+            (t_reader, t_rows), (g_reader, g_rows) = load_sharded_sides(target.path, golden.path, scratch)
+        else:
+            (t_reader, t_rows), (g_reader, g_rows) = _load_sides(target.path, golden.path)
         lap("read")
         phases.update()
         mode = detect_mode(t_reader, g_reader, t_rows, g_rows)
         t_fw, g_fw = t_reader.framework, g_reader.framework
         cross = bool(t_fw and g_fw and t_fw != g_fw)
         if opts.api_mapping and t_fw == "pytorch":
-            raise MsprobeError("compare: -am/--api_mapping maps MindSpore APIs to PyTorch ones; the target dump "
+            raise MsprobeError("-am/--api_mapping maps MindSpore APIs to PyTorch ones; the target dump "
                                f"{t_reader.dump_file} is a PyTorch dump")
         ms_target = (cross and t_fw == "mindspore") or bool(opts.api_mapping)
         match_opts = MatchOptions(
-            fuzzy=opts.fuzzy_match,
+            fuzzy=opts.fuzzy_match or (not maps.data and not ms_target and _counts_differ(t_rows, g_rows)),
             renumber_backward=not t_reader.dump_file.endswith("debug.json"),
             # with -am on MindSpore vs MindSpore-on-torch (mindtorch) names too
             cross_framework=ms_target,
@@ -301,7 +249,7 @@ def compare_pair(target, golden, opts, maps=None):
         gidx = match_rows(t_rows, g_rows, match_opts)
         lap("match")
         phases.update()
-        stack = _stack_of(t_reader, opts.stack_path) if opts.stack else None
+        stacks = _stack_of(t_reader, opts.stack_path)
         metrics = None
         if mode == "tensor":
             from msprobe.core.compare.tensor_mode import compute_tensor_metrics
@@ -309,16 +257,32 @@ def compare_pair(target, golden, opts, maps=None):
                                              workers=opts.workers, progress=opts.progress)
             lap("metrics")
         phases.set_postfix_str("result table")
-        table = build_table(t_rows, g_rows, gidx, mode, cross_framework=cross, stack=stack,
+        rows = PairedRows(t_rows, g_rows, gidx, metrics)
+        table = build_table(rows, mode, cross_framework=cross, stack=stacks if opts.stack else None,
                             tensor_metrics=metrics)
+        rows.drop_display_columns()
         lap("table")
         phases.update()
     return CompareResult(step=target.step, rank=target.rank, mode=mode, table=table,
                          target_dir=t_reader.rank_dir, golden_dir=g_reader.rank_dir,
-                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds)
+                         target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds,
+                         rows=rows, stacks=stacks or {}, construct=t_reader.construct,
+                         merged_ranks=next((len(p) for p in (target.path, golden.path)
+                                            if isinstance(p, tuple)), None))
+
+
+def _counts_differ(t_rows, g_rows):
+    """The runs call an API a different number of times: its indices do not name the same calls."""
+    from msprobe.core.compare.matching import differing_call_counts
+    differ = differing_call_counts(t_rows["key"].tolist(), g_rows["key"].tolist())
+    if differ:
+        log.info("compare: %s is called %d times in the target and %d times in the golden run; pairing calls "
+                 "by aligning the two call sequences (as -fm does)", *differ)
+    return differ is not None
 
 
 def _stack_of(reader, stack_path):
+    """key -> stack lines of the target (from `stack_path` when given), None without stack.json."""
     if stack_path:
         from msprobe.core.dump.reader import load_json
         doc = load_json(stack_path)
@@ -337,7 +301,7 @@ def _stack_of(reader, stack_path):
 
 def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=None, cell_mapping=None,
                   api_mapping=None, layer_mapping=None, stack=True, progress=True, stack_path=None,
-                  workers=None):
+                  workers=None, target_run=None, golden_run=None):
     """Compare a target dump with a golden (benchmark) dump.
 
     Args:
@@ -353,12 +317,16 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
         progress: show a tqdm bar while tensors are compared.
         stack_path: a stack.json to use instead of the one next to the target dump.
         workers: worker processes for tensor mode; defaults to the CPU count (at most 8).
+        target_run, golden_run: where a step holds several `proc{pid}` runs (dumps made without a process
+            group, one per run into the same dump_path): the run to compare ("proc4242"), or "all" to pair
+            them all in time order. Defaults to the newest of each side; `CompareResult.pairing` says so.
 
     Returns:
         list[CompareResult], one per (step, rank) pair, ordered by step then rank.
 
     Raises:
-        MsprobeError: paths that do not pair up, unreadable dumps or mapping files, different tasks.
+        MsprobeError: paths that do not pair up, unreadable dumps or mapping files, different tasks, a
+            named run that is not there.
 
     Example:
         >>> from msprobe.core.compare.engine import compare_dumps
@@ -369,12 +337,21 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
                           api_mapping=api_mapping, layer_mapping=layer_mapping, stack=stack,
                           stack_path=stack_path, progress=progress, workers=workers)
     maps = _load_mappings(opts)
-    pairs = pair_inputs(target_path, golden_path)
+    pairs = pair_inputs(target_path, golden_path, target_run, golden_run)
     if maps.data and len(pairs) > 1:
-        raise MsprobeError("compare: -dm/--data_mapping works on a single rank; give two dump.json files or "
+        raise MsprobeError("-dm/--data_mapping works on a single rank; give two dump.json files or "
                            "two rank directories")
     _warn_other_hash.cache_clear()  # said once per compare
-    return [compare_pair(t, g, opts, maps) for t, g in pairs]
+    from tqdm import tqdm
+    results = []
+    for p in tqdm(pairs, desc="compare", unit="rank pair", disable=not progress or len(pairs) < 2,
+                  leave=False):
+        if p.note:
+            log.info("%s", p.note)
+        result = compare_pair(p.target, p.golden, opts, maps)
+        result.pairing = p.note
+        results.append(result)
+    return results
 
 
 def compare(target_path, golden_path, **kwargs):

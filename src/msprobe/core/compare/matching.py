@@ -211,6 +211,19 @@ def _fuzzy_pairs(target_keys, golden_keys):
     return pairs
 
 
+def differing_call_counts(target_keys, golden_keys):
+    """(name, target count, golden count) of the first API or module called a different number of times
+    by the two runs (among those both call), or None. Then index i of a name is not the same call on
+    both sides (another attention implementation builds its mask with more slicing): pair by alignment."""
+    from collections import Counter
+    t = Counter(_strip_index(k) for k in dict.fromkeys(target_keys))
+    g = Counter(_strip_index(k) for k in dict.fromkeys(golden_keys))
+    for name, n in t.items():
+        if name in g and g[name] != n:
+            return name, n, g[name]
+    return None
+
+
 def _map_suffix(suffix, rule):
     m = _INDEXED_ROLE.match(suffix)
     if not m:

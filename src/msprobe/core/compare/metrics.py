@@ -26,6 +26,7 @@ class TensorMetrics:
     one_thousandth: float  # fraction of elements with relative error < 0.001
     five_thousandths: float  # fraction with relative error < 0.005
     message: str = ""
+    nonfinite_moved: bool = False  # both hold inf/nan, not at the same elements
 
     def as_dict(self) -> dict:
         return {
@@ -115,7 +116,7 @@ class MetricAccumulator:
             return TensorMetrics(**NAN_METRICS, message="empty tensor")
         messages = []
         if self.nonfinite_mismatch:
-            return TensorMetrics(**NAN_METRICS, message=(
+            return TensorMetrics(**NAN_METRICS, nonfinite_moved=True, message=(
                 f"inf/nan at different positions in {self.nonfinite_mismatch} of {self.n} elements"))
         cosine = _cosine(self.dot, self.tt, self.gg, messages)
         if self.n == 1:

@@ -10,24 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from msprobe.core.compare.columns import STAT_DIFFS, STAT_REL_ERRS
+from msprobe.core.compare.frame import STAT_FIELDS
 from msprobe.core.compare.float_text import float_reprs
-
-STAT_FIELDS = ("max", "min", "mean", "norm")
-
-
-def numeric(frame, field):
-    """(float64 array, mask of entries that are numbers) of statistic `field` of a row table.
-
-    The float column holds NaN both for absent values and for NaN statistics; only those rows are
-    looked at again to tell the two apart.
-    """
-    f = frame["f" + field].to_numpy(dtype=np.float64)
-    ok = ~np.isnan(f)
-    nan_rows = np.flatnonzero(~ok)
-    if len(nan_rows):
-        raw = frame[field].to_numpy(dtype=object)[nan_rows]
-        ok[nan_rows] = [isinstance(v, float) for v in raw]  # a NaN statistic, not a missing one
-    return f, ok
 
 
 def _percent_strings(rel):

@@ -1,6 +1,7 @@
 """Assemble the result table of one (target, golden) rank pair in msProbe's column layout
-(msprobe-facts §8.5) from the two row tables and the pairing. Values stay Python/numpy values
-(None, floats, "x%" strings); `writer.py` renders them to csv/xlsx.
+(msprobe-facts §8.5) from the pair's typed rows (`frame.PairedRows`). Values stay Python/numpy values
+(None, floats, "x%" strings); `writer.py` renders them to csv/xlsx. The table is for display: nothing
+reads its cells back but `table_reader.py`, for tables msProbe wrote.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 
 from msprobe.core.compare import columns as C
 from msprobe.core.compare import verdict as V
-from msprobe.core.compare.stats_diff import STAT_FIELDS, numeric, stat_diff_columns
+from msprobe.core.compare.frame import STAT_FIELDS
+from msprobe.core.compare.stats_diff import stat_diff_columns
 
 
 def _take(values, gidx, fill="N/A"):
@@ -36,46 +38,11 @@ def _requires_grad_display(values):
     return out
 
 
-class _AlignedGolden:
-    """Golden columns aligned to target rows (NaN/None where unpaired), each taken when first asked for:
-    aligning the whole golden table cost seconds on a million rows, and only a few columns are read."""
-
-    def __init__(self, golden, gidx, matched):
-        self._golden, self._gidx, self._matched, self._cols = golden, gidx, matched, {}
-
-    def __getitem__(self, name):
-        import pandas as pd
-        if name not in self._cols:
-            col = self._golden[name].to_numpy()
-            if col.dtype.kind != "f":
-                col = col.astype(object, copy=False)
-            pad = np.nan if col.dtype.kind == "f" else None
-            if len(col):
-                out = col[np.where(self._matched, self._gidx, 0)]
-                out[~self._matched] = pad
-            else:
-                out = np.full(len(self._gidx), pad, dtype=col.dtype)
-            self._cols[name] = pd.Series(out, dtype=out.dtype, copy=False)
-        return self._cols[name]
-
-
-class PairedRows:
-    """Target rows and their golden partners side by side (golden values NaN/None where unpaired)."""
-
-    def __init__(self, target, golden, gidx):
-        self.target, self.gidx = target, gidx
-        self.matched = gidx >= 0
-        self.golden = _AlignedGolden(golden, gidx, self.matched)
-        self.t_num = {f: numeric(target, f) for f in STAT_FIELDS}
-        self.g_num = {f: numeric(self.golden, f) for f in STAT_FIELDS}
-
-
-def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None, tensor_metrics=None):
+def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=None):
     """The result DataFrame.
 
     Args:
-        target, golden: row tables (`rows.COLUMNS`).
-        gidx: golden row index per target row, -1 unpaired (from `matching.match_rows`).
+        p: the pair's `frame.PairedRows`.
         mode: "tensor", "statistics", "md5" or "structure".
         cross_framework: dumps of different frameworks (integer widths are not compared).
         stack: key -> list of stack lines; adds NPU_Stack_Info on the first row of each call.
@@ -84,7 +51,7 @@ def build_table(target, golden, gidx, mode, *, cross_framework=False, stack=None
     """
     import pandas as pd
 
-    p = PairedRows(target, golden, gidx)
+    target, golden, gidx = p.target, p.golden_rows, p.gidx
     matched, g = p.matched, p.golden
     cols = {
         C.NPU_NAME: target["name"].to_numpy(dtype=object),

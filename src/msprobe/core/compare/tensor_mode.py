@@ -39,7 +39,7 @@ def _one_pair(task):
         t, g = np.abs(t), np.abs(g)
     m = tensor_metrics(t, g)
     return row, (m.cosine, m.euc_dist, m.max_abs_err, m.max_rel_err, m.one_thousandth, m.five_thousandths,
-                 t.size), m.message
+                 t.size, m.nonfinite_moved), m.message
 
 
 def _file_size(path):
@@ -92,7 +92,7 @@ def _run_tasks(tasks, workers, progress):
         bar.close()
 
 
-def _tensor_dir(reader):
+def tensor_dir(reader):
     """The folder of a dump's tensor files: the one next to dump.json first (a copied or moved dump
     still names its old place in dump_data_dir), else dump_data_dir."""
     local = os.path.join(reader.rank_dir, "dump_tensor_data")
@@ -110,12 +110,14 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
 
     Returns:
         dict: float arrays cosine, euc, max_abs, max_rel, one_k, five_k; "display" (column -> object
-        array for the table); "messages" (object array of per-row notes).
+        array for the table); "messages" (object array of per-row notes); "nonfinite_moved" (bool
+        array: both tensors hold inf/nan, at different elements).
     """
     n = len(target)
     arrays = {k: np.full(n, np.nan) for k in ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")}
     display = {c: np.full(n, "N/A", dtype=object) for c in TENSOR_METRICS}
     messages = np.full(n, "", dtype=object)
+    nonfinite_moved = np.zeros(n, dtype=bool)
     t_kind = target["kind"].to_numpy(dtype=object)
     g_kind = np.full(n, None, dtype=object)
     matched = gidx >= 0
@@ -127,7 +129,7 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
     not_tensor = matched & ((t_kind != "tensor") | (g_kind != "tensor"))
     for c in TENSOR_METRICS:
         display[c][not_tensor] = UNSUPPORTED
-    t_dir, g_dir = _tensor_dir(t_reader), _tensor_dir(g_reader)
+    t_dir, g_dir = tensor_dir(t_reader), tensor_dir(g_reader)
     tasks = []
     for i in np.flatnonzero(matched & ~not_tensor):
         if not t_files[i] or not g_files[i]:
@@ -140,7 +142,8 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
             messages[row] = message
         if values is None:
             continue
-        cos, euc, mx_abs, mx_rel, one_k, five_k, size = values
+        cos, euc, mx_abs, mx_rel, one_k, five_k, size, moved = values
+        nonfinite_moved[row] = moved
         for k, v in zip(("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k"), values[:6]):
             arrays[k][row] = v
         cells = [cos, euc, mx_abs, mx_rel, one_k, five_k]
@@ -150,4 +153,4 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
             messages[row] = ""
         for c, v in zip(TENSOR_METRICS, cells):
             display[c][row] = v if not (isinstance(v, float) and math.isnan(v)) else "N/A"
-    return {**arrays, "display": display, "messages": messages}
+    return {**arrays, "display": display, "messages": messages, "nonfinite_moved": nonfinite_moved}

@@ -2,7 +2,8 @@
 
 csv: None is written as `None`, infinities as ` inf`/` -inf` (a leading space keeps spreadsheet
 programs from reading them as formulas). xlsx: openpyxl in write-only mode; the Result cell and the
-cells behind each message are filled red (error) or yellow (warning).
+cells behind each message are filled red (error) or yellow (warning), and the Diagnosis cell red
+(introduces), yellow (marginal) or orange (inherits).
 
 The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
 joined row by row: csv.writer's per-cell work took most of a million-row write. Guarded by
@@ -22,7 +23,10 @@ from msprobe.core.compare.float_text import float_reprs
 
 log = logging.getLogger(__name__)
 EXCEL_MAX_ROWS = 1_048_575  # one row of the sheet is the header
-RED, YELLOW = "FFC7CE", "FFEB9C"
+RED, YELLOW, ORANGE = "FFC7CE", "FFEB9C", "FCE4D6"
+# the diagnosis' own column: where error enters (red), just past what is explained (yellow), carried in
+DIAGNOSIS_COLUMN = "Diagnosis"
+DIAGNOSIS_FILLS = {"introduces": RED, "marginal": YELLOW, "inherits": ORANGE}
 
 # message -> the columns that show why (highlighted with the Result cell)
 _MESSAGE_COLUMNS = {
@@ -65,7 +69,7 @@ def _cell_text(v):
 
 
 _INF_VALUES = [math.inf, -math.inf, "inf", "-inf"]
-_TEXT_COLUMNS = frozenset(C.COMMON + (C.RESULT, C.ERR_MESSAGE, C.STACK, C.DATA_NAME) + C.MD5)
+_TEXT_COLUMNS = frozenset(C.COMMON + (C.RESULT, C.ERR_MESSAGE, C.STACK, C.DATA_NAME, DIAGNOSIS_COLUMN) + C.MD5)
 
 
 def _float_cells(out, idx, values, text):
@@ -222,25 +226,31 @@ def write_xlsx(table, path):
                     len(table), EXCEL_MAX_ROWS)
         table = table.iloc[:EXCEL_MAX_ROWS]
     fills = {"error": PatternFill("solid", fgColor=RED), "warning": PatternFill("solid", fgColor=YELLOW)}
+    label_fills = {k: PatternFill("solid", fgColor=v) for k, v in DIAGNOSIS_FILLS.items()}
     wb = Workbook(write_only=True)
     ws = wb.create_sheet("compare_result")
     columns = list(table.columns)
     ws.append(columns)
     pos = {c: i for i, c in enumerate(columns)}
     result_i, msg_i = pos[C.RESULT], pos[C.ERR_MESSAGE]
+    label_i = pos.get(DIAGNOSIS_COLUMN)
     for values in _renderable(table).itertuples(index=False, name=None):
         level = values[result_i]
-        if level not in fills:
+        marked = {}
+        if level in fills:
+            marked[result_i] = fills[level]
+            for msg in json.loads(values[msg_i] or "[]"):
+                marked.update((pos[c], fills[level]) for c in _MESSAGE_COLUMNS.get(msg, ()) if c in pos)
+        if label_i is not None and values[label_i] in label_fills:
+            marked[label_i] = label_fills[values[label_i]]
+        if not marked:
             ws.append(list(values))
             continue
-        marked = {result_i}
-        for msg in json.loads(values[msg_i] or "[]"):
-            marked.update(pos[c] for c in _MESSAGE_COLUMNS.get(msg, ()) if c in pos)
         row = []
         for i, v in enumerate(values):
             if i in marked:
                 cell = WriteOnlyCell(ws, value=v)
-                cell.fill = fills[level]
+                cell.fill = marked[i]
                 row.append(cell)
             else:
                 row.append(v)

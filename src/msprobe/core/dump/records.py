@@ -14,8 +14,16 @@ class CallRecords:
     # tuple subclasses recorded as one value (torch.Size), not element by element
     atomic_sequences = ()
 
-    def args_records(self, key, args, kwargs, role, save, waits):
+    def args_records(self, key, args, kwargs, role, save, waits, buffers=()):
+        """`buffers`: positions and names of arguments the call only writes into (a collective's output
+        tensors): their memory before the call is not data, so their records are `buffer_record`s."""
         stem = f"{key}.{role}"
+        if buffers:
+            a = [self.buffer_record(x) if i in buffers else self.value_record(x, f"{stem}.{i}", save, waits)
+                 for i, x in enumerate(args)]
+            k = {n: self.buffer_record(x) if n in buffers else self.value_record(x, f"{stem}.{n}", save, waits)
+                 for n, x in kwargs.items()}
+            return a, k
         a = [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(args)]
         k = {n: self.value_record(x, f"{stem}.{n}", save, waits) for n, x in kwargs.items()}
         return a, k

@@ -31,6 +31,7 @@ class GraphOutputs:
     html_path: str
     db_path: str
     document: dict
+    pairing: tuple = ()   # how runs were chosen among several proc{pid} runs, one line per step
 
 
 def rank_dirs_for_graph(path):
@@ -41,7 +42,7 @@ def rank_dirs_for_graph(path):
 
 
 def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fuzzy_match=False,
-              overflow_check=False, stack_path=None, progress=True):
+              overflow_check=False, stack_path=None, progress=True, target_run=None, golden_run=None):
     """Build the graph page and document for a target dump, compared with a golden dump when given.
 
     Args:
@@ -53,6 +54,7 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         overflow_check: mark nodes whose statistics hold inf/nan.
         stack_path: a stack.json to use instead of the one next to dump.json (single rank).
         progress: show a progress bar.
+        target_run, golden_run: which of several proc{pid} runs of a step to compare (compare's).
 
     Returns:
         GraphOutputs.
@@ -81,7 +83,7 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
 
     from msprobe.core.compare.engine import compare_dumps
     results = compare_dumps(target_path, golden_path, fuzzy_match=fuzzy_match, layer_mapping=layer_mapping,
-                            stack_path=stack_path, progress=progress)
+                            stack_path=stack_path, progress=progress, target_run=target_run, golden_run=golden_run)
     if not results:
         raise MsprobeError(f"compare '{target_path}' with '{golden_path}': no step/rank pair to compare")
     diagnosis = _diagnose(results)
@@ -94,7 +96,9 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         entries.append(compare_graph_json(merged, res.step, res.rank, res.mode, overflow_check,
                                           _suspects_for(diagnosis, res.step, res.rank)))
     doc = graph_document(entries, "compare", diagnosis=_json_safe(diagnosis))
-    return _write(doc, output_path, "compare")
+    out = _write(doc, output_path, "compare")
+    out.pairing = tuple(dict.fromkeys(r.pairing for r in results if r.pairing))
+    return out
 
 
 def _norm(path):
@@ -117,7 +121,7 @@ def _stacks_from_file(path):
 def _diagnose(results):
     """The compare diagnosis, or None when it cannot run (the graph is still useful without it)."""
     try:
-        from msprobe.core.compare.diagnosis import diagnose
+        from msprobe.core.diagnosis import diagnose
     except ImportError:
         log.warning("diagnosis unavailable: no 'start here' node")
         return None

@@ -4,7 +4,8 @@ Tables:
     graphs(graph_id, step, rank, mode, compare_mode, framework, task, level, target_dir, golden_dir,
            start_here)
     nodes(graph_id, node_id, node_order, name, parent_id, kind, verdict, overflow, side, matched_node,
-          stack_id)            -- side: "target" or "golden" (a golden node with no target partner)
+          stack_id, diagnosis) -- side: "target" or "golden" (a golden node with no target partner);
+                                  diagnosis: its rows' most telling Diagnosis label
     tensors(graph_id, node_id, row_order, column..., one column per compare-table column)
     stacks(graph_id, stack_id, stack_info)
     meta(key, value)           -- format, version, diagnosis (JSON)
@@ -35,7 +36,7 @@ def write_database(doc, path):
                     "start_here INTEGER)")
         con.execute("CREATE TABLE nodes (graph_id INTEGER, node_id INTEGER, node_order INTEGER, name TEXT, "
                     "parent_id INTEGER, kind TEXT, verdict TEXT, overflow TEXT, side TEXT, matched_node TEXT, "
-                    "stack_id INTEGER, PRIMARY KEY (graph_id, node_id))")
+                    "stack_id INTEGER, diagnosis TEXT, PRIMARY KEY (graph_id, node_id))")
         quoted = ", ".join(f'"{c}"' for c in columns)
         con.execute(f"CREATE TABLE tensors (graph_id INTEGER, node_id INTEGER, row_order INTEGER"
                     f"{', ' + quoted if columns else ''})")
@@ -46,10 +47,11 @@ def write_database(doc, path):
         for gid, g in enumerate(doc["graphs"]):
             con.execute("INSERT INTO graphs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (gid, g["step"], g["rank"], doc["mode"], *[g.get(k) for k in _GRAPH_META[2:]]))
-            con.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            labels = g.get("diagnosis") or [""] * len(g["names"])
+            con.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 (gid, i, i, name, g["parent"][i], doc["kinds"][g["kind"][i]], doc["verdicts"][g["verdict"][i]],
                  doc["overflow_levels"][g["overflow"][i]] or None, "golden" if g["side"][i] else "target",
-                 g["match"][i], g["stack"][i] if g["stack"][i] >= 0 else None)
+                 g["match"][i], g["stack"][i] if g["stack"][i] >= 0 else None, labels[i] or None)
                 for i, name in enumerate(g["names"])])
             where = [columns.index(c) for c in g["columns"]]
             rows = []

@@ -2,8 +2,8 @@
 
 The viewer page embeds it packed (`packing.py`); `database.py` writes it as SQLite for other tools.
 Nodes are listed in pre-order (a parent before its children, siblings in execution order), so a
-node's parent always has a smaller index. Per node: name, parent index, kind, verdict, overflow
-level, golden match, stack index and tensor rows. Must not import torch or mindspore.
+node's parent always has a smaller index. Per node: name, parent index, kind, verdict, the diagnosis'
+label (its rows' most telling Diagnosis), overflow level, golden match, stack index and tensor rows. Must not import torch or mindspore.
 """
 
 import math
@@ -30,11 +30,13 @@ class _Builder:
         self.col = {c: i for i, c in enumerate(columns)}
         self.names, self.parent, self.kind, self.verdict, self.overflow = [], [], [], [], []
         self.match, self.side, self.stack, self.rows = [], [], [], []
+        self.diagnosis = []
         self.stacks, self._stack_ids = [], {}
         self.index = {}
 
-    def add(self, name, parent_index, kind, verdict, overflow, match, side, stack_lines, rows):
+    def add(self, name, parent_index, kind, verdict, overflow, match, side, stack_lines, rows, diagnosis=""):
         self.index[(side, name)] = len(self.names)
+        self.diagnosis.append(diagnosis)
         self.names.append(name)
         self.parent.append(parent_index)
         self.kind.append(KINDS.index(kind))
@@ -75,6 +77,7 @@ class _Builder:
     def to_json(self, **meta):
         return dict(meta, columns=self.columns, names=self.names, parent=self.parent, kind=self.kind,
                     verdict=self.verdict, overflow=self.overflow, match=self.match, side=self.side,
+                    diagnosis=self.diagnosis,
                     stack=self.stack, stacks=self.stacks, rows=self.rows)
 
 
@@ -127,7 +130,7 @@ def compare_graph_json(merged, step, rank, compare_mode, overflow_check=False, s
             for r in rows:
                 if "Result" in b.col:
                     r[b.col["Result"]] = "unmatched"
-            b.add(name, pidx, node.kind, UNMATCHED, None, name, 1, golden.stacks.get(name), rows)
+            b.add(name, pidx, node.kind, UNMATCHED, None, name, 1, golden.stacks.get(name), rows, "unmatched")
             me = len(b.names) - 1
             # children matched by a target node are shown there, not twice
             stack.extend((c, me) for c in reversed(node.children) if c not in matched)
@@ -137,7 +140,7 @@ def compare_graph_json(merged, step, rank, compare_mode, overflow_check=False, s
     for name, node in target.nodes.items():
         b.add(name, b.index[(0, node.parent)] if node.parent else -1, node.kind, merged.verdict[name],
               record_overflow(node.record) if overflow_check else None, merged.match[name], 0,
-              target.stacks.get(name), merged.rows.get(name))
+              target.stacks.get(name), merged.rows.get(name), merged.diagnosis.get(name, ""))
         for gname in golden_children.get(name, ()):
             add_golden_subtree(gname, b.index[(0, name)])
     ranked = []

@@ -16,6 +16,8 @@ _SEVERITY = {NONE: 0, PASS: 1, UNMATCHED: 2, WARNING: 3, ERROR: 4}  # for the wo
 _MISSING = ("", "N/A", "NaN", "nan", "None", None)
 # Columns that the graph keeps elsewhere (stacks) or that only locate files.
 _DROPPED_COLUMNS = ("NPU_Stack_Info", "Dirty Valid Len")
+# The diagnosis' labels of a node's rows, most telling first: a node shows the first its rows have.
+DIAGNOSIS_ORDER = ("introduces", "marginal", "inherits", "mispaired", "rounding", "unmatched", "agrees")
 
 
 def worst(codes):
@@ -54,6 +56,7 @@ class MergedGraph:
         columns: compare table columns kept for the viewer.
         rows: node name -> list of row value lists (in `columns` order).
         verdict: node name -> verdict code of its own rows.
+        diagnosis: node name -> the most telling Diagnosis label of its rows ("" without one).
         match: node name -> golden node name (None when unmatched).
         golden_only: golden node names with no target counterpart, each with its target parent.
     """
@@ -63,6 +66,7 @@ class MergedGraph:
     columns: list
     rows: dict = field(default_factory=dict)
     verdict: dict = field(default_factory=dict)
+    diagnosis: dict = field(default_factory=dict)
     match: dict = field(default_factory=dict)
     golden_only: list = field(default_factory=list)
 
@@ -83,6 +87,8 @@ def merge_compare(target, golden, table):
     name_col = columns.index("NPU Name")
     bench_col = columns.index("Bench Name") if "Bench Name" in columns else None
     result_col = columns.index("Result") if "Result" in columns else None
+    label_col = columns.index("Diagnosis") if "Diagnosis" in columns else None
+    labels = {}
     codes = {}
     golden_votes = {}
     for values in _table_rows(table, columns):
@@ -95,11 +101,14 @@ def merge_compare(target, golden, table):
         merged.rows.setdefault(node, []).append(values)
         codes.setdefault(node, []).append(verdict_of_row(values[result_col] if result_col is not None else "",
                                                          bench))
+        if label_col is not None and values[label_col] in DIAGNOSIS_ORDER:
+            labels.setdefault(node, set()).add(values[label_col])
         gnode = golden.find_node(bench)
         if gnode is not None:
             golden_votes.setdefault(node, gnode)
     for name in target.nodes:
         merged.verdict[name] = worst(codes.get(name, ()))
+        merged.diagnosis[name] = next((k for k in DIAGNOSIS_ORDER if k in labels.get(name, ())), "")
         merged.match[name] = golden_votes.get(name)
     _match_structure(target, golden, merged)
     _collect_golden_only(target, golden, merged)

@@ -2,7 +2,7 @@
 
 Each graph becomes two blobs, so the page draws the tree before it decodes the tensor details:
 
-- tree:   names, parent, kind, verdict, overflow, side, match ("" = same name as the node)
+- tree:   names, parent, kind, verdict, overflow, side, match ("" = same name as the node), diagnosis
 - detail: the tensor table column by column (names relative to their node), row offsets, stacks
 
 A column is {"d": [distinct values], "c": [code per row]} when values repeat, else {"v": [values]}.
@@ -64,9 +64,10 @@ def pack_graph(entry):
     match = [("" if m == n else m) for n, m in zip(names, entry["match"])]
     tree = {k: entry[k] for k in TREE_FIELDS}
     tree["match"] = _column(match)
+    tree["diagnosis"] = _column(entry.get("diagnosis") or [""] * len(names))
     detail = {"columns": columns, "offsets": offsets, "cells": [_column(c) for c in cells],
               "stack": entry["stack"], "stacks": entry["stacks"]}
-    skip = set(TREE_FIELDS) | {"match", "columns", "rows", "stack", "stacks"}
+    skip = set(TREE_FIELDS) | {"match", "diagnosis", "columns", "rows", "stack", "stacks"}
     meta = {k: v for k, v in entry.items() if k not in skip}
     meta["n"] = len(names)
     return meta, tree, detail

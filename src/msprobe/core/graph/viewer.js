@@ -6,6 +6,7 @@
   const ROW = 22, OVERSCAN = 10;
   const doc = JSON.parse(document.getElementById("graph-index").textContent);
   const VERDICTS = doc.verdicts;                 // ["none","pass","warning","error","unmatched"]
+  const DIAG_BADGES = new Set(["introduces", "marginal"]);  // diagnosis labels worth a badge in the tree
   const V = {}; VERDICTS.forEach((v, i) => { V[v] = i; });
   const KIND_ICON = { module: "\u25A3", api: "\u0192", params_grad: "\u2207", scope: "\u25CB" };
   const $ = (id) => document.getElementById(id);
@@ -38,6 +39,7 @@
     const t = await unpack("g" + g.index + "-tree");
     Object.assign(g, t);
     g.match = column(t.match).map((m, i) => (m === "" ? g.names[i] : m));
+    g.diagnosis = t.diagnosis ? column(t.diagnosis) : g.names.map(() => "");
     return prepare(g);
   }
 
@@ -158,6 +160,7 @@
     if (i === G.start_here) b += '<span class="badge start">start here</span>';
     if (G.overflow[i]) b += '<span class="badge ovf">overflow ' + doc.overflow_levels[G.overflow[i]] + "</span>";
     if (G.side[i] === 1) b += '<span class="badge gold">golden only</span>';
+    if (DIAG_BADGES.has(G.diagnosis[i])) b += '<span class="badge diag d-' + G.diagnosis[i] + '">' + G.diagnosis[i] + "</span>";
     if (!G.expanded[i] && G.children[i].length) {
       const e = G.inner[i * 3], w = G.inner[i * 3 + 1];
       if (e) b += '<span class="badge inner">' + e + " error" + (e > 1 ? "s" : "") + " inside</span>";
@@ -348,6 +351,7 @@
     let h = "<h2>" + esc(G.names[i]) + "</h2><div class=\"meta\">";
     h += "<b>kind</b> " + doc.kinds[G.kind[i]];
     if (compared) h += " &nbsp; <b>verdict</b> <span id=\"detail-verdict\">" + VERDICTS[G.verdict[i]] + "</span>";
+    if (compared && G.diagnosis[i]) h += ' &nbsp; <b>diagnosis</b> <span id="detail-diagnosis">' + esc(G.diagnosis[i]) + "</span>";
     if (compared) h += " &nbsp; <b>golden</b> " + (G.match[i] ? esc(G.match[i]) : "<i>no match</i>");
     if (G.overflow[i]) h += " &nbsp; <b>overflow</b> " + doc.overflow_levels[G.overflow[i]];
     if (G.parent[i] >= 0) h += "<br><b>in</b> " + esc(G.names[G.parent[i]]);
@@ -373,7 +377,8 @@
     ["max", "NPU max", "Bench max"], ["min", "NPU min", "Bench min"], ["mean", "NPU mean", "Bench mean"],
     ["l2norm", "NPU l2norm", "Bench l2norm"], ["md5", "NPU MD5", "BENCH MD5"],
     ["requires_grad", "NPU Requires_grad", "Bench Requires_grad"]];
-  const NOT_METRIC = new Set(["NPU Name", "Bench Name", "Result", "Err_message", "Value", "Data_name"]);
+  const NOT_METRIC = new Set(["NPU Name", "Bench Name", "Result", "Err_message", "Value", "Data_name", "Diagnosis"]);
+
   PAIRS.forEach((p) => { NOT_METRIC.add(p[1]); NOT_METRIC.add(p[2]); });
 
   // "inputs" / "outputs" / "parameters" / "parameter gradients", from the part of the name after the node's.
@@ -406,6 +411,8 @@
     }
     let h = '<div class="tensor v-' + v + '" data-name="' + esc(shown) + '"><div class="th"><span>' + esc(shown) + "</span>";
     if (compared && result !== undefined) h += '<span class="result" data-col="Result">' + esc(fmt(result)) + "</span>";
+    const label = cell(r, col, "Diagnosis");
+    if (compared && label) h += '<span class="diag d-' + esc(label) + '" data-col="Diagnosis">' + esc(label) + "</span>";
     h += "</div>";
     const value = cell(r, col, "Value");
     if (value) h += '<div class="err">' + esc(value) + "</div>";

@@ -5,12 +5,14 @@ fold for free). No attribute of torch is patched. Guarded by benchmarks/dump_ove
 """
 
 import inspect
+import sys
 
 from torch.overrides import TorchFunctionMode
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_table import build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
+from msprobe.pytorch.capture.recompute import recomputing
 
 
 def inplace_flag_position(func):
@@ -20,6 +22,23 @@ def inplace_flag_position(func):
     except (TypeError, ValueError):  # builtins without a signature
         return None
     return params.index("inplace") if "inplace" in params else None
+
+
+# modules that pass a call on for their caller (handle_torch_function; autograd.Function.apply views
+# the inputs a Function returns)
+_PASS_THROUGH = frozenset({"torch.overrides", "torch.nn.functional", "torch.functional", "torch._tensor",
+                           "torch.autograd.function"})
+
+
+def _called_by_distributed():
+    """The call comes from torch.distributed's own code (FSDP2's parameter copies, DTensor's to_local and
+    redistribution): the framework's plumbing, which a single-device run of the model does not have."""
+    frame = sys._getframe(2)  # 0: here, 1: __torch_function__
+    name = frame.f_globals.get("__name__", "")
+    while name in _PASS_THROUGH and frame.f_back is not None:
+        frame = frame.f_back
+        name = frame.f_globals.get("__name__", "")
+    return name.startswith("torch.distributed.")
 
 
 def _mutates(func, args, kwargs, flag):
@@ -42,10 +61,16 @@ class ApiCapture(TorchFunctionMode):
                            inplace_flag_position(f) if p == "Functional" else None)
                        for f, (p, n) in table.items()}
         self._unrecorded = {}  # func -> changes an argument in place by its name
+        self._distributed = False  # a process group is up: calls from torch.distributed's code are not recorded
         # capture/compiled.py while a compiled model may run (set by the debugger): Dynamo traces this
         # handler, and the code it compiles calls torch APIs of its own through it
         self.compiled = None
         self.aten = False  # level L2: records in compiled graphs hold the aten ops each API dispatches
+
+    def __enter__(self):
+        import torch.distributed as dist
+        self._distributed = dist.is_available() and dist.is_initialized()
+        return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -58,7 +83,8 @@ class ApiCapture(TorchFunctionMode):
                 return func(*args, **kwargs)
         info = self._table.get(func)
         session = _state.session
-        if info is None or session is None or _state.busy or _state.depth:
+        if (info is None or session is None or _state.busy or _state.depth
+                or (self._distributed and _called_by_distributed()) or recomputing()):
             if session is not None and not _state.busy and session.summarizer.waiting:
                 self._before_unrecorded(session, func, args, kwargs, info)
             return func(*args, **kwargs)

@@ -10,6 +10,7 @@ msprobe's own statistics are not captured.
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.pytorch import _state
+from msprobe.pytorch.capture.recompute import recomputing
 
 
 def _is_inplace(func):
@@ -27,7 +28,7 @@ class AtenCapture(TorchDispatchMode):
         if kwargs is None:
             kwargs = {}
         session = _state.session
-        if session is None or _state.busy:
+        if session is None or _state.busy or recomputing():
             return func(*args, **kwargs)
         inplace = self._inplace.get(func)
         if inplace is None:

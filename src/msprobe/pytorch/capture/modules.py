@@ -6,7 +6,18 @@ gradients through post-accumulate-grad hooks. The root module itself is not reco
 import torch
 
 from msprobe.pytorch import _state
+from msprobe.pytorch.capture.recompute import recomputing
 from msprobe.pytorch.tool_work import tool_work
+
+
+def class_name(module):
+    """The module's class name; fully_shard's FSDP{Class} subclass is named by the model's own class (the
+    same keys as the unsharded model's)."""
+    cls = type(module)
+    bases = cls.__bases__
+    if len(bases) == 2 and bases[0].__name__ == "FSDPModule":
+        return bases[1].__name__
+    return cls.__name__
 
 
 def named_submodules(models):
@@ -64,7 +75,7 @@ class ModuleCapture:
         if self._fwd_handles:
             return
         for path, mod in self.modules:
-            base = f"Module.{path}.{type(mod).__name__}"
+            base = f"Module.{path}.{class_name(mod)}"
             self._fwd_handles.append(mod.register_forward_pre_hook(self._pre(base), with_kwargs=True))
             self._fwd_handles.append(mod.register_forward_hook(self._post(mod, base), with_kwargs=True,
                                                                always_call=True))
@@ -91,7 +102,7 @@ class ModuleCapture:
             if compiled is not None and compiled.is_compiling():
                 return compiled.traced_module_begin(base, module, args, kwargs) if self.forward_active else None
             session = _state.session
-            if session is None or not self.forward_active or _state.busy or _state.depth:
+            if session is None or not self.forward_active or _state.busy or _state.depth or recomputing():
                 self._frames.append(None)
                 return None
             index = session.counter.next(base)
@@ -140,7 +151,7 @@ class ModuleCapture:
             if not params:
                 continue
             seen.update(id(p) for _, p in params)
-            state = _ParamGradState(self, f"Module.{path}.{type(mod).__name__}", [n for n, _ in params])
+            state = _ParamGradState(self, f"Module.{path}.{class_name(mod)}", [n for n, _ in params])
             for name, p in params:
                 self._grad_handles.append(p.register_post_accumulate_grad_hook(state.hook(name)))
 

@@ -43,13 +43,29 @@ def _collectives_of(c10d, dist):
     return sorted(names)
 
 
-def _wrap(orig, prefix, name, inplace):
+# parameters a collective only writes into, and collectives that only write into their first one
+_OUTPUT_PARAMS = frozenset({"output", "output_tensor", "output_tensor_list", "output_tensor_lists", "tensor_list",
+                            "gather_list", "object_gather_list"})
+_WRITES_FIRST = frozenset({"scatter", "recv", "irecv", "recv_object_list", "all_gather_object"})
+
+
+def output_buffers(func, name):
+    """Positions and names of the arguments collective `name` only writes into."""
+    try:
+        params = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+    outs = params[:1] if name in _WRITES_FIRST else [p for p in params if p in _OUTPUT_PARAMS]
+    return frozenset(outs + [params.index(p) for p in outs])
+
+
+def _wrap(orig, prefix, name, inplace, buffers=frozenset()):
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         session = _state.session
         if session is None or _state.busy or _state.depth:
             return orig(*args, **kwargs)
-        return session.record_call(prefix, name, orig, args, kwargs, inplace=inplace)
+        return session.record_call(prefix, name, orig, args, kwargs, inplace=inplace, buffers=buffers)
     wrapper.__msprobe_original__ = orig
     return wrapper
 
@@ -63,7 +79,7 @@ class PatchedApis:
         self._wrappers = {}
         self._collective_wrappers = []  # (module, attr, original, wrapper) as the last start() set them
 
-    def patch(self, module, attr, prefix, name=None, inplace=False):
+    def patch(self, module, attr, prefix, name=None, inplace=False, buffers=frozenset()):
         if (module, attr) in self._originals:
             return
         orig = getattr(module, attr, None)
@@ -74,7 +90,7 @@ class PatchedApis:
         spec = (module, attr, orig, prefix, name or attr, inplace)
         wrapper = self._wrappers.get(spec)
         if wrapper is None:
-            wrapper = self._wrappers[spec] = _wrap(orig, prefix, name or attr, inplace)
+            wrapper = self._wrappers[spec] = _wrap(orig, prefix, name or attr, inplace, buffers)
         setattr(module, attr, wrapper)
 
     def restore(self, module=None, attr=None):
@@ -98,8 +114,9 @@ class PatchedApis:
             return
         for name in collective_names():
             # in place: all_reduce & co. return None or a Work; their result is the mutated tensor
-            self.patch(dist, name, "Distributed", name, inplace=True)
-            self.patch(c10d, name, "Distributed", name, inplace=True)
+            buffers = output_buffers(getattr(c10d, name), name)
+            self.patch(dist, name, "Distributed", name, inplace=True, buffers=buffers)
+            self.patch(c10d, name, "Distributed", name, inplace=True, buffers=buffers)
         self._collective_wrappers = [
             (m, a, self._originals[(m, a)], getattr(m, a))
             for name in collective_names() for m, a in ((dist, name), (c10d, name)) if (m, a) in self._originals]

@@ -1,7 +1,6 @@
-"""The scale-free error of compared tensors, computed from a compare table's statistics and metrics,
-and the noise floor of each dtype. Numbers only: no row names, no calls (see diagnosis_rows).
+"""The scale-free error of compared tensors, and what each dtype's precision explains of it.
 
-Must not import torch or mindspore.
+Numbers only: no row names, no calls (see `calls.py`). Must not import torch or mindspore.
 """
 from __future__ import annotations
 
@@ -10,46 +9,11 @@ import math
 
 import numpy as np
 
-from msprobe.core.compare.diagnosis_thresholds import (DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR,
-                                                      UNKNOWN_DTYPE_NOISE_FLOOR)
 from msprobe.core.compare.dtypes import canonical_dtype
+from msprobe.core.diagnosis.thresholds import (DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR, ROUNDING_UNITS,
+                                               UNIT_ROUNDOFF, UNKNOWN_DTYPE_NOISE_FLOOR)
 
-MISSING = {"", "N/A", "None", "none", "unsupported", "null"}
-_NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan,
-                   "infinity": math.inf, "-infinity": -math.inf}
-_INTEGER_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
-
-
-def number(value):
-    """A table cell as float, None when missing, or the original string for non-numeric values."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:  # numpy scalars
-        return float(value)
-    except (TypeError, ValueError):
-        pass
-    text = str(value).strip()
-    if text in MISSING:
-        return None
-    low = text.lower()
-    if low in _NONFINITE_TEXT:
-        return _NONFINITE_TEXT[low]
-    if text.endswith("%"):
-        try:
-            return float(text[:-1]) / 100.0
-        except ValueError:
-            return text
-    return text
-
-
-@functools.lru_cache(maxsize=256)
-def dtype_pair(t_dtype, g_dtype):
-    """(noise floor, dtypes differ) of a row's two dtype strings; a table has only a handful."""
-    return noise_floor(t_dtype, g_dtype), canonical_dtype(t_dtype) != canonical_dtype(g_dtype)
+INTEGER_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
 def noise_floor(*dtypes):
@@ -59,11 +23,46 @@ def noise_floor(*dtypes):
         c = canonical_dtype(d)
         if c in DTYPE_NOISE_FLOOR:
             floors.append(DTYPE_NOISE_FLOOR[c])
-        elif c in _INTEGER_DTYPES:
+        elif c in INTEGER_DTYPES:
             floors.append(INTEGER_NOISE_FLOOR)
         else:
             floors.append(UNKNOWN_DTYPE_NOISE_FLOOR)
     return max(floors) if floors else UNKNOWN_DTYPE_NOISE_FLOOR
+
+
+def unit_roundoff(dtype):
+    """Unit roundoff of a float dtype name (any framework's spelling), 0.0 for others."""
+    return UNIT_ROUNDOFF.get(canonical_dtype(dtype), 0.0)
+
+
+@functools.lru_cache(maxsize=512)
+def dtype_relation(t_dtype, g_dtype):
+    """How a row's two dtypes relate: (kind, coarser target dtype or None).
+
+    kind is "same", "integer" (both integer or bool, any widths: compared by value), "coarser" (the
+    target float has less precision than golden's: the target rounds where golden does not), "finer"
+    (the reverse) or "other" (float against integer, unknown names: a real dtype difference).
+    """
+    t, g = canonical_dtype(t_dtype), canonical_dtype(g_dtype)
+    if t == g:
+        return "same", None
+    if t in INTEGER_DTYPES and g in INTEGER_DTYPES:
+        return "integer", None
+    ut, ug = UNIT_ROUNDOFF.get(t), UNIT_ROUNDOFF.get(g)
+    if ut is None or ug is None:
+        return "other", None
+    return ("coarser", t) if ut > ug else ("finer", None)
+
+
+def row_floor(t_dtype, g_dtype, working_u):
+    """Relative error below which a row's two values count as the same: the golden dtype's noise floor,
+    raised to the rounding the run's working precision (unit roundoff `working_u`, 0 without one)
+    allows when the target holds the value in a coarser float."""
+    kind, coarser = dtype_relation(str(t_dtype), str(g_dtype))
+    floor = noise_floor(g_dtype) if kind != "integer" else INTEGER_NOISE_FLOOR
+    if kind == "coarser" and working_u:
+        floor = max(floor, ROUNDING_UNITS * min(unit_roundoff(coarser), working_u))
+    return floor
 
 
 def row_error(target, golden, euc_dist=None, max_abs_err=None):
@@ -76,11 +75,15 @@ def row_error(target, golden, euc_dist=None, max_abs_err=None):
     Returns:
         (error, nonfinite_differs)
     """
-    t, tp = _floats_2d([target])
-    g, gp = _floats_2d([golden])
-    euc, _ = floats([euc_dist])
-    mae, _ = floats([max_abs_err])
-    err, nonfinite = row_errors(t, tp, g, gp, euc, mae)
+    def arr(values):
+        present = np.array([[v is not None for v in values]])
+        return np.array([[math.nan if v is None else float(v) for v in values]]), present
+
+    t, tp = arr(target)
+    g, gp = arr(golden)
+    nan = math.nan
+    err, nonfinite = row_errors(t, tp, g, gp, np.array([nan if euc_dist is None else euc_dist]),
+                                np.array([nan if max_abs_err is None else max_abs_err]))
     return float(err[0]), bool(nonfinite[0])
 
 
@@ -124,25 +127,3 @@ def row_errors(t, t_present, g, g_present, euc_dist, max_abs_err):
 def _rel(diff, scale):
     """diff / scale, with a zero scale giving 0 for no difference and 1 (a full error) otherwise."""
     return np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), np.where(diff == 0, 0.0, 1.0))
-
-
-def floats(values):
-    """Float array and presence mask of table cells (None/'N/A' absent; 'inf', ' inf', 'nan' parsed)."""
-    out = np.empty(len(values), dtype=np.float64)
-    present = np.ones(len(values), dtype=bool)
-    for i, v in enumerate(values):
-        if type(v) is float:  # the common case first
-            out[i] = v
-            continue
-        x = number(v)
-        if isinstance(x, float):
-            out[i] = x
-        else:
-            out[i] = np.nan
-            present[i] = False
-    return out, present
-
-
-def _floats_2d(rows):
-    cols = [floats([r[k] for r in rows]) for k in range(4)]
-    return np.stack([c[0] for c in cols], axis=1), np.stack([c[1] for c in cols], axis=1)

@@ -1,0 +1,142 @@
+"""What one call may do to the error it is given, by the kind of op it is: how much it may grow its
+inputs' relative error, which of its outputs are sums of its inputs (and so may cancel), whether a cast
+rounds below the working precision, which arguments hold parameters. Per call, from its rows; the walk
+through a rank's calls is `flow.py`. Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import math
+
+from msprobe.core import naming
+from msprobe.core.diagnosis.errors import row_error
+from msprobe.core.diagnosis.thresholds import (ADDITIVE_APIS, AMPLIFICATION, CAST_APIS, INTRODUCED_RATIO,
+                                               PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS,
+                                               VALUE_PRESERVING_APIS)
+
+# float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
+_FP32_U = 2.0 ** -24
+
+
+def short_api(call):
+    """'linear' of Functional.linear.0.forward, 'softmax' of Functional.nn.softmax...: the last part."""
+    return call.short_api
+
+
+def forward_key_of(key):
+    """The forward record of a backward or parameters_grad key (None for other keys)."""
+    base, direction, index = naming.split_key(key)
+    if direction not in (naming.BACKWARD, "parameters_grad"):
+        return None
+    prefix, _, rest = base.partition(".")
+    if naming.is_module_key(key):
+        path, _, cls = rest.rpartition(".")
+        return naming.module_key(prefix, path, cls, naming.FORWARD, index)
+    return naming.api_key(prefix, rest, index, naming.FORWARD)
+
+
+def _op(call, calls_by_key):
+    """(API name, the rows it reads) of a call; a backward reads what its forward read (and a module's
+    backward, which has no API name, takes its forward's)."""
+    name = short_api(call)
+    if call.direction == "backward":
+        fwd = calls_by_key.get(forward_key_of(call.key) or "")
+        if fwd is not None:
+            return name or short_api(fwd), fwd.inputs
+    return name, call.inputs
+
+
+def amplification(call, calls_by_key):
+    """How much this call may grow the relative error of its inputs: casts, views and copies not at
+    all; exp-like ops with their input's range (d exp(x) / exp(x) = dx); others up to AMPLIFICATION."""
+    name, reads = _op(call, calls_by_key)
+    if name in VALUE_PRESERVING_APIS:
+        return 1.0
+    if name in RANGE_APIS:
+        scale = max((r.golden_scale for r in reads if r.matched and r.is_tensor), default=0.0)
+        return AMPLIFICATION + RANGE_AMPLIFICATION * scale
+    return AMPLIFICATION
+
+
+def sum_slots(call, calls_by_key):
+    """Slots of a call's outputs that are sums of its inputs: all of an additive op's (forward or
+    backward), and a backward's bias gradient (the sum of its output gradients)."""
+    name, _ = _op(call, calls_by_key)
+    if name in ADDITIVE_APIS:
+        return {r.slot for r in call.outputs}
+    if call.direction == "backward":
+        return {slot for slot, param in PARAMETER_SLOTS.get(name or "", {}).items() if param == "bias"}
+    return set()
+
+
+def summed_error(call, judged, calls_by_key):
+    """For a sum (an additive op, forward or backward): the error its inputs' absolute errors add up
+    to, relative to the output's size (first-order error propagation; a cancelled input counts with its
+    absolute error, which is small however large its relative one). 0.0 for other calls."""
+    if not judged or not sum_slots(call, calls_by_key) >= {r.slot for r in judged}:
+        return 0.0
+    absolute = sum(r.error * r.golden_scale for r in call.inputs if r.matched and r.is_tensor
+                   and math.isfinite(r.error))
+    scale = max(r.golden_scale for r in judged)
+    return absolute / scale if scale > 0 else 0.0
+
+
+def mark_cancelled(call, calls_by_key, working_u, cancelled_values):
+    """Mark sums that cancelled to (numerically) zero, far below the inputs they add up (a bias gradient
+    that is zero in exact arithmetic): the rounding of the inputs is all they hold, so their error
+    relative to themselves means nothing. The same values recorded again later (`cancelled_values`,
+    value keys, updated here) are marked too."""
+    if not cancelled_values and not any(r.differs for r in call.outputs):
+        return  # nothing differs, nothing recorded before cancelled: nothing to mark
+    u = max(working_u, _FP32_U)
+    scale_in = max((r.golden_scale for r in call.inputs if r.matched and r.is_tensor), default=0.0)
+    sums = sum_slots(call, calls_by_key)
+    for r in call.inputs:
+        r.cancelled = r.matched and not r.flags and r.value_key() in cancelled_values
+    for r in call.outputs:
+        value = r.value_key()
+        r.cancelled = r.matched and r.is_tensor and not r.flags and (
+            (r.slot in sums and r.golden_scale < u * scale_in) or value in cancelled_values)
+        if r.cancelled and value is not None:
+            cancelled_values.add(value)
+
+
+def judged_outputs(call):
+    """Output rows whose error means something (see `mark_cancelled`)."""
+    return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled]
+
+
+def negligible_in_sum(call, row, calls_by_key, noise):
+    """For an input added into a sum (an optimizer's `param.add_(grad)` ...): its absolute error over
+    the sum's size, when that is within what rounding and earlier differences (`noise`) explain; else
+    None."""
+    outs = [r for r in call.outputs if r.matched and r.is_tensor]
+    if not outs or not sum_slots(call, calls_by_key) >= {r.slot for r in outs}:
+        return None
+    scale = max(r.golden_scale for r in outs)
+    if scale <= 0 or not math.isfinite(row.error):
+        return None
+    share = row.error * row.golden_scale / scale
+    return share if share <= AMPLIFICATION * noise + max(r.floor for r in outs) else None
+
+
+def cast_rounding(call, working_u):
+    """(output row, its error against the target's own input) of a cast that rounds beyond the working
+    precision, else None. Measured within the target run, so noise the input already carries does not
+    hide it."""
+    if not working_u or short_api(call) not in CAST_APIS:
+        return None
+    ins = [r for r in call.inputs if r.is_tensor]
+    outs = [r for r in call.outputs if r.is_tensor and r.matched and r.coarser]
+    if len(ins) != 1 or len(outs) != 1 or ins[0].numel != outs[0].numel:
+        return None
+    own, _ = row_error(outs[0].target, ins[0].target)
+    return (outs[0], own) if own > INTRODUCED_RATIO * working_u else None
+
+
+def parameter_slot(call, row):
+    """'the weight argument of Functional.linear (a parameter)' at level L1, where weights have no
+    record of their own; None for other rows."""
+    if call.direction != "forward" or call.is_module or not row.is_tensor:
+        return None
+    name = PARAMETER_SLOTS.get(short_api(call) or "", {}).get(row.slot)
+    return f"the {name} argument of {naming.split_key(call.key)[0]} (a parameter)" if name else None

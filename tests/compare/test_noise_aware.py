@@ -1,0 +1,85 @@
+"""Noise-aware verdicts for the comparison people make most: a whole-model bf16 (or fp16) autocast target
+against an fp32 golden differs everywhere, yet only a planted bug is a divergence. A subset of the suite
+in benchmarks/autocast_plants.py (benchmarks/bf16_diagnosis.py runs all of it and the baselines)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from private_modules import load_private
+
+torch = pytest.importorskip("torch")
+
+from msprobe.core.compare import compare_dumps  # noqa: E402
+from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+plants = load_private("msprobe_bench_autocast_plants", os.path.join(ROOT, "benchmarks", "autocast_plants.py"))
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """dump(name, task, level) -> dump path of a plant or control (cached), and the fp32 goldens."""
+    root = tmp_path_factory.mktemp("autocast")
+    cache = {}
+
+    def dump(name, task="statistics", level="mix"):
+        if (name, task, level) not in cache:
+            seed, dtype = plants.CONTROLS.get(name, (0, torch.bfloat16))
+            plant = None if name in plants.CONTROLS or name == "golden" else name
+            cache[(name, task, level)] = plants.dump_run(root / f"{name}_{task}_{level}", plant, task=task,
+                                                         level=level, seed=seed,
+                                                         autocast=None if name == "golden" else dtype)
+        return cache[(name, task, level)]
+    return dump
+
+
+def _diagnose(suite, name, task="statistics", level="mix", **kw):
+    results = compare_dumps(suite(name, task, level), suite("golden", task, level), progress=False)
+    return diagnose(results, **kw), results
+
+
+@pytest.mark.parametrize("name", ["none", "none_fp16"])
+def test_autocast_alone_is_no_divergence_beyond_its_precision(suite, name):
+    d, results = _diagnose(suite, name)
+    dtype = "bfloat16" if name == "none" else "float16"
+    assert d["divergence"] is False and d["suspects"] == [], format_diagnosis(d)
+    assert d["precision"]["working"] == dtype and d["precision"]["inferred"] is True
+    assert d["verdict"].startswith(f"no divergence beyond {dtype} precision")
+    table = results[0].table.set_index("NPU Name")
+    # msProbe's Result calls every autocast row an error (dtypes differ); the Diagnosis column does not
+    assert (table["Result"] == "error").sum() > 50
+    assert not table["Diagnosis"].isin(["introduces", "marginal"]).any()
+    first = table.loc["Functional.linear.0.forward.output.0"]  # the first op autocast runs in low precision
+    assert (first["NPU Dtype"], first["Bench Dtype"], first["Diagnosis"]) == (f"torch.{dtype}", "torch.float32",
+                                                                              "rounding")
+    assert table.loc["Functional.layer_norm.1.forward.output.0", "Diagnosis"] == "inherits"
+
+
+@pytest.mark.parametrize("name, task, level, kind", [
+    ("fp8_b0_fc1", "statistics", "mix", "introduced"),    # a cast below autocast's precision: error beyond bf16
+    ("weight_b1_fc2", "statistics", "L1", "parameter"),   # an L1 weight argument differing by 0.1% of its norm
+    ("fp16_exp_b0", "statistics", "mix", "overflow"),
+    ("scale_b1", "tensor", "L1", "argument"),
+])
+def test_a_planted_bug_is_found_inside_autocast_noise(suite, name, task, level, kind):
+    d, results = _diagnose(suite, name, task, level)
+    top = d["suspects"][0]
+    assert d["divergence"] is True and plants.hit(name, top), format_diagnosis(d)
+    assert top["kind"] == kind
+    assert all(s["tier"] != "strong" for s in d["suspects"][1:]) or len(d["suspects"]) == 1, format_diagnosis(d)
+    labels = results[0].table.set_index("NPU Name")["Diagnosis"]
+    assert "introduces" in {labels[r["name"]] for r in top["inputs"] + top["outputs"]}
+
+
+def test_a_given_precision_replaces_the_inferred_one(suite, tmp_path):
+    """Told the target may only round like fp32, autocast's first bf16 op is where error enters."""
+    d, _ = _diagnose(suite, "none", precision="float32")
+    assert d["precision"] == {"working": "float32", "unit_roundoff": 2 ** -24, "inferred": False}
+    assert d["divergence"] is True and d["suspects"][0]["api"] == "Functional.linear.0.forward"
+    proc = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "compare", "-tp", suite("none"), "-gp",
+                           suite("golden"), "-o", str(tmp_path), "--precision", "fp64"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--precision: invalid choice: 'fp64'" in proc.stderr

@@ -1,0 +1,132 @@
+"""Real multi-process training under tensor parallelism, FSDP2 and DDP (gloo, 2 and 4 processes; the
+ranks are tests/pytorch/sharded_worker.py): DTensor values are summarised from their local shard with
+the placement in the record, the run's numbers are unchanged by the dump, a sharded run compared with
+the single-process run merges its shards and agrees, a planted bug in one shard or one rank is named.
+"""
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from gloo_ranks import run_ranks  # noqa: E402
+from msprobe.core.diagnosis import diagnose  # noqa: E402
+from msprobe.core.compare.engine import compare_dumps  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharded_worker.py")
+
+
+def _run(root, world, setups):
+    outs = run_ranks(WORKER, world, [root, ",".join(setups)])
+    return [json.loads(next(line[7:] for line in o.splitlines() if line.startswith("RESULT "))) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sharded2")
+    return root, _run(root, 2, ["tp", "tp_planted", "fsdp", "ddp"])
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sharded4")
+    return root, _run(root, 4, ["fsdp", "ddp"])
+
+
+def _records(root, setup, rank, step=0):
+    with open(root / setup / f"step{step}" / f"rank{rank}" / "dump.json") as f:
+        return json.load(f)["data"]
+
+
+def _diagnosis(target, golden):
+    results = compare_dumps(str(target), str(golden), progress=False)
+    return results, diagnose(results)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_dump_leaves_every_setup_numbers_unchanged(world, two, four):
+    _, results = two if world == 2 else four
+    for rank_result in results:
+        for setup, losses in rank_result.items():
+            assert losses["dumped"] == losses["plain"], setup
+
+
+def test_tensor_parallel_records_say_which_shard(two):
+    root, _ = two
+    for rank in (0, 1):
+        linear = _records(root, "tp", rank)["Functional.linear.0.forward"]
+        x, weight, bias = linear["input_args"]
+        assert x["shard"]["placements"] == ["Replicate"]
+        # ColwiseParallel: up.weight [32, 16] split by rows, each rank's statistics of its own 16 rows
+        assert weight["shape"] == [32, 16] and weight["requires_grad"] is True
+        assert weight["shard"] == {"placements": ["Shard(0)"], "mesh": [0, 1], "coordinate": [rank],
+                                   "local_shape": [16, 16], "offset": [16 * rank, 0]}
+        assert bias["shard"]["offset"] == [16 * rank]
+        out = linear["output"][0]
+        assert out["shape"] == [4, 32] and out["shard"]["placements"] == ["Shard(1)"]
+        # RowwiseParallel's output is a Partial sum until it is reduced: no statistics of the whole
+        assert _records(root, "tp", rank)["Functional.linear.1.forward"]["output"][0]["shard"]["placements"] \
+            == ["Partial(sum)"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_fsdp2_parameters_are_shards_and_nothing_extra_is_recorded(world, two, four):
+    root, _ = two if world == 2 else four
+    data = _records(root, "fsdp", world - 1)
+    # the optimizer updates the sharded parameters: each rank's rows of up.weight [32, 16]
+    update = data["Tensor.add_.0.forward"]["input_args"][0]
+    rows = 32 // world
+    assert update["shard"]["placements"] == ["Shard(0)"]
+    assert update["shard"]["local_shape"] == [rows, 16] and update["shard"]["offset"] == [rows * (world - 1), 0]
+    # FSDP2's own copies in and out of its buffers are not the model's calls; its collectives are recorded,
+    # their output buffers without statistics of uninitialised memory
+    assert not any(k.startswith(("Tensor.view", "Tensor.view_as", "Torch.split")) for k in data), list(data)
+    gathers = [v for k, v in data.items() if k.startswith("Distributed.all_gather")]
+    assert gathers and all(g["input_args"][0]["Max"] is None for g in gathers)
+    # module keys are the model's own class names, not fully_shard's FSDPLinear
+    assert "Module.up.Linear.forward.0" in data
+
+
+@pytest.mark.parametrize("setup", ["tp", "fsdp"])
+def test_sharded_run_against_single_process_has_no_divergence(setup, two):
+    root, _ = two
+    results, d = _diagnosis(root / setup, root / "single")
+    assert [r.merged_ranks for r in results] == [2, 2]  # two steps, each rank pair merged into one side
+    assert d["divergence"] is False, d["verdict"]
+    table = results[0].table
+    row = table[table["NPU Name"] == "Functional.linear.0.forward.input.1"].iloc[0]
+    assert row["NPU Tensor Shape"] == row["Bench Tensor Shape"] == "[32, 16]" and row["Result"] == "pass"
+
+
+def test_four_way_fsdp2_against_single_process_has_no_divergence(four):
+    root, _ = four
+    _, d = _diagnosis(root / "fsdp", root / "single")
+    assert d["divergence"] is False, d["verdict"]
+
+
+def test_planted_bug_in_one_tensor_parallel_shard_is_named(two):
+    root, _ = two
+    _, d = _diagnosis(root / "tp_planted", root / "single")
+    top = d["suspects"][0]
+    assert d["divergence"] is True
+    assert top["api"] == "Functional.linear.0.forward" and top["kind"] == "parameter"
+    assert "Module.up.Linear" in d["verdict"] or "Module.up.Linear" in json.dumps(top)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ddp_rank_local_bug_names_its_rank_and_who_receives_it(world, two, four):
+    root, _ = two if world == 2 else four
+    results, d = _diagnosis(root / "ddp_target", root / "ddp")
+    assert sorted({r.rank for r in results}) == list(range(world))  # rank by rank, no merge
+    top = d["suspects"][0]
+    assert (top["api"], top["ranks"]) == ("Tensor.__mul__.0.forward", [world - 1])
+    received = [s for s in d["suspects"] if s["ranks"] != [world - 1]]
+    assert received and all(s["kind"] == "communication" and s["api"].startswith("Distributed.all_reduce")
+                            for s in received)
+    assert sorted(r for s in received for r in s["ranks"]) == list(range(world - 1))
