@@ -18,7 +18,7 @@ from torch import nn
 
 import torch._dynamo  # noqa: F401  (the counters below; torch.compile loads it anyway)
 import torch.fx
-from msprobe.core.compare.diagnosis import diagnose
+from msprobe.core.diagnosis import diagnose
 from msprobe.core.compare.engine import compare_dumps
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
