@@ -96,12 +96,13 @@ def assert_same_records(eager, compiled, rel=1e-4, exact_interleave=True):
 
 @pytest.fixture(scope="module")
 def inductor_mix(tmp_path_factory):
-    """The transformer at mix: eager, then compiled by Inductor (fullgraph=False)."""
+    """The transformer at mix: eager, then compiled by Inductor with fullgraph=True (a graph break would
+    fail the compile; fullgraph=False runs in the tests of the model's own breaks and the planted change)."""
     eager, eager_path = dump_run(tmp_path_factory.mktemp("eager"), "transformer", "mix")
     torch._dynamo.reset()
     breaks, graphs = graph_breaks(), compiled_graphs()
     compiled, compiled_path = dump_run(tmp_path_factory.mktemp("compiled"), "transformer", "mix",
-                                       compile_kwargs={})
+                                       compile_kwargs={"fullgraph": True})
     return {"eager": eager, "compiled": compiled, "eager_path": eager_path, "compiled_path": compiled_path,
             "breaks": graph_breaks() - breaks, "graphs": compiled_graphs() - graphs}
 
