@@ -227,3 +227,16 @@ def test_multirank_compare_names_the_planted_rank():
     done = run("multirank_compare.py", "--ranks", "4", "--steps", "2", "--calls", "60")
     assert "4 ranks x 2 steps x 60 calls: 8 rank pairs" in done.stdout
     assert "on rank(s) [3]" in done.stdout and "compare rank pair" not in done.stdout  # the bar is on stderr
+
+
+def test_compile_overhead_quick(tmp_path):
+    """The compiled-model benchmark runs (a small model on aot_eager: Inductor's compile is the slow part):
+    dumped and plain steps swap compiled entries without a compile while timed, and break no graph."""
+    pytest.importorskip("torch")
+    out = tmp_path / "out.json"
+    done = run("compile_overhead.py", "--quick", "--quiet", "--configs", "none,stat_L1,after_stop",
+               "--backend", "aot_eager", "--blocks", "1", "--dim", "32", "--seq", "16", "--json", str(out))
+    got = json.loads(out.read_text())
+    assert got["recompiles_while_timed"] == 0 and got["graph_breaks"] == 0
+    assert got["configs"]["stat_L1"]["ratio"] > 0 and len(got["configs"]["stat_L1"]["round_ratios"]) == 2
+    assert "stat_L1" in done.stdout and "after_stop" in done.stdout

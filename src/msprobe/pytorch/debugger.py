@@ -4,6 +4,9 @@
                 submodules; L2 adds the aten mode under the API mode.
 """
 
+import logging
+import sys
+
 import torch
 
 from msprobe.core.dump.api_sources import StepApiSources
@@ -13,9 +16,11 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_mode import ApiCapture
 from msprobe.pytorch.capture.aten_mode import AtenCapture
 from msprobe.pytorch.capture.debug_save import save_variable
-from msprobe.pytorch.capture.modules import ModuleCapture
+from msprobe.pytorch.capture.modules import ModuleCapture, has_compiled_modules
 from msprobe.pytorch.capture.patched_api import PatchedApis
 from msprobe.pytorch.session import DumpSession, current_rank
+
+logger = logging.getLogger(__name__)
 
 
 class PrecisionDebugger(StepApiSources, DumpLifecycle):
@@ -50,6 +55,9 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._modules = None
         self._patched = PatchedApis()
         self._optim_handles = []
+        self._compile_marker = None  # capture/compiled.py's marker of the level while a compiled model is dumped
+        self._record_order = None  # capture/compiled.py's RecordOrder, held from a dumped step's start() to its end
+        self._compile_noted = set()  # the notes about a compiled model start() has given
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, model=None, token_range=None, rank_id=None):
@@ -99,35 +107,62 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             self._modules = None
 
     def _end_step(self, next_dumped):
+        if self._record_order is not None:
+            self._record_order.release()
         if self._modules is None:
             return
-        if next_dumped:
-            self._modules.end_step()  # the hooks stay, idle, until the next step's start()
+        if next_dumped or self._modules.compiled is not None and has_compiled_modules(self._model):
+            # the hooks stay, idle, until the next step's start(); on a compiled model always: Dynamo guards
+            # on their ids, so new hooks would recompile it, while its steps without msprobe's mode on the
+            # stack run code compiled without them
+            self._modules.end_step()
         else:
             # the next step is not dumped: no idle hooks on the model meanwhile (a later dumped step's
             # start() installs them again)
             self._modules.release()
 
     def _release_capture(self):
+        if self._record_order is not None:
+            self._record_order.release()
         if self._modules is not None:
             self._modules.release()
 
     def _capture_on(self):
         level = self.config.level
+        compiled = _compiled_capture()
+        compiled_model = compiled is not None and self._model is not None and has_compiled_modules(self._model)
+        if compiled is not None:
+            if self._record_order is None:
+                self._record_order = compiled.RecordOrder()
+            self._record_order.hold()  # until the step ends: its backward may compile after stop()
+        if compiled_model:
+            for note in compiled.compile_notes(self._model, level):
+                if note not in self._compile_noted:
+                    self._compile_noted.add(note)
+                    logger.warning(note)
         if level in ("L0", "mix"):
             if self._modules is None:
                 self._modules = ModuleCapture(self._model)
+            self._modules.compiled = compiled
             self._modules.attach()
+        if compiled_model and level != "L1" and self._compile_marker is None:  # below the L1 mode: entered first
+            self._compile_marker = compiled.marker(level)
+            self._compile_marker.__enter__()
         if level in ("L1", "mix", "L2"):
             if self._api_capture is None:
                 self._api_capture = ApiCapture()
+            self._api_capture.compiled = compiled
+            # L2 on a compiled model: an aten-level mode would stop Dynamo compiling; the compiled graphs
+            # record the aten ops instead (capture/compiled_aten.py)
+            self._api_capture.aten = level == "L2" and compiled_model
             if self._capturing:
                 return
             self._api_capture.__enter__()
-            if level == "L2":  # entered after ApiCapture: the API handler runs first, then aten below it
-                if self._aten_capture is None:
-                    self._aten_capture = AtenCapture()
-                self._aten_capture.__enter__()
+            if level == "L2":
+                if not compiled_model:  # entered after ApiCapture: the API handler runs first, then aten below it
+                    if self._aten_capture is None:
+                        self._aten_capture = AtenCapture()
+                    self._aten_capture.__enter__()
             else:
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
@@ -156,15 +191,27 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._capturing = False
         if self._api_capture is not None and self.config.level in ("L1", "mix", "L2"):
             try:
-                if self.config.level == "L2":
+                if self.config.level == "L2" and not self._api_capture.aten:
                     self._aten_capture.__exit__(None, None, None)
                 self._api_capture.__exit__(None, None, None)
             except Exception as e:  # another mode was pushed after ours and not popped
                 raise MsprobeError(f"stop(): could not leave msprobe's capture mode ({e}); "
                                    "exit modes entered after start() before calling stop()") from None
             self._patched.restore()
+        if self._compile_marker is not None:
+            self._compile_marker.__exit__(None, None, None)
+            self._compile_marker = None
         if self._modules is not None:
             self._modules.detach()
         for h in self._optim_handles:
             h.remove()
         self._optim_handles = []
+
+
+def _compiled_capture():
+    """capture/compiled.py once torch.compile is in use (Dynamo is loaded), else None: the capture layers
+    then record inside compiled graphs too."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from msprobe.pytorch.capture import compiled
+    return compiled

@@ -60,8 +60,10 @@ class DumpSession(CaptureSession):
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
         self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
         # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
-        # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen
-        self._defer_forward = cfg.level in ("L1", "mix")
+        # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
+        # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
+        self.defer_forward = cfg.level in ("L1", "mix")
+        self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -69,7 +71,7 @@ class DumpSession(CaptureSession):
     # -- values -> records -------------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits, defer=None):
         """`defer`: the summary may wait for the next batch launch (default: forward records at L1/mix)."""
-        defer = self._defer_forward if defer is None else defer
+        defer = self.defer_forward if defer is None else defer
         if type(t) in _PLAIN:
             rec, entry = self.summarizer.summarize(t, defer)
         else:  # a DTensor's local shard (and which shard it is), a collective's result
@@ -248,39 +250,50 @@ class DumpSession(CaptureSession):
 
     def begin_module(self, key, args, kwargs):
         """Module pre-hook: statistics of the inputs now, before an in-place forward changes them."""
+        inputs = self.module_inputs(key, args, kwargs, capture_stack() if self.with_stack else None)
+        # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
+        edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
+                 if self.filter.backward and torch.is_grad_enabled() else None)
+        # autograd nodes made from here on belong to this module, also those of the calls inside it
+        return inputs + (edges, _state.seq_watermark)
+
+    def module_inputs(self, key, args, kwargs, stack):
+        """The first half of a module's record: (save, waits, stack, input_args, input_kwargs)."""
         flt = self.filter
         save = flt.saves_tensor(key) or self.gate is not None
         waits = []
-        stack = capture_stack() if self.with_stack else None
         forward = (flt.forward and flt.wants_forward(key, self.module_stack)
                    and not (self.gate is not None and self.gate.exhausted))
         in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
                               if forward and flt.input else ([], {}))
-        # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
-        edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
-                 if flt.backward and torch.is_grad_enabled() else None)
-        # autograd nodes made from here on belong to this module, also those of the calls inside it
-        return save, waits, stack, in_args, in_kwargs, edges, _state.seq_watermark
+        return save, waits, stack, in_args, in_kwargs
 
     def end_module(self, key, parent, module, frame, args, kwargs, output):
-        save, waits, stack, in_args, in_kwargs, edges, floor = frame
+        save, edges, floor = frame[0], frame[5], frame[6]
+        self.emit_module(key, parent, frame[:5], own_parameters(module), output)
+        if edges is not None and torch.is_grad_enabled() and output is not None:
+            self.track_backward(naming.backward_of(key), edges, output, save and self.gate is None,
+                                parent=naming.backward_of(parent) if parent else None, floor=floor)
+
+    def emit_module(self, key, parent, inputs, params, output):
+        """A module's record from `module_inputs`' half, its own (name, parameter) pairs and its output;
+        returns the output records (None when not recorded)."""
+        save, waits, stack, in_args, in_kwargs = inputs
         flt = self.filter
-        base = key.rsplit(".", 2)[0]
-        self.recorded_modules.add(base)
+        self.recorded_modules.add(key.rsplit(".", 2)[0])
         gate = self.gate
         if (flt.forward and flt.wants_forward(key, self.module_stack)  # (its own key is popped already)
                 and not (gate is not None and gate.exhausted)):
             # parameters change in place only in the optimizer, which launches what waits (debugger)
-            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits, defer=True)
-                      for n, p in own_parameters(module)}
+            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits, defer=True) for n, p in params}
             outs = self.outputs_record(key, output, save, waits) if flt.output or gate is not None else []
             record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else [],
                       "parameters": params}
             self.emit(key, record, waits, check=outs)
+        else:
+            outs = None
         self.note_structure(key, parent, stack)
-        if edges is not None and torch.is_grad_enabled() and output is not None:
-            self.track_backward(naming.backward_of(key), edges, output, save and gate is None,
-                                parent=naming.backward_of(parent) if parent else None, floor=floor)
+        return outs
 
     def emit_params_grad(self, base, grads):
         if not self.filter.backward or self.gate is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 STAT_FIELDS = ("max", "min", "mean", "norm")
-_DISPLAY_ONLY = ("name", "requires_grad", "data_name")  # row columns nothing reads after the table
+_DISPLAY_ONLY = ("name", "requires_grad", "data_name", "fused")  # row columns nothing reads after the table
 # tensor-mode metric arrays (float, NaN where not computed), one entry per target row
 METRIC_FIELDS = ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")
 

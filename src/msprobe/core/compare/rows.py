@@ -13,10 +13,12 @@ from __future__ import annotations
 from msprobe.core.dump.reader import stat_value
 
 COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "max", "min", "mean", "norm",
-           "requires_grad", "md5", "data_name")
+           "requires_grad", "md5", "data_name", "fused")
 # float copies of the statistics (NaN where absent or not a number), for vectorised arithmetic
 FLOAT_COLUMNS = ("fmax", "fmin", "fmean", "fnorm")
 TENSOR, SCALAR, NONE = "tensor", "scalar", "none"
+# a tensor record's field when the compiled run never held the tensor (pytorch/capture/compiled_aten.py)
+FUSED_AWAY = "fused_away"
 _NAN = float("nan")
 _NUMBER_TYPES = (int, float)
 
@@ -39,8 +41,8 @@ def rows_from_records(data):
     """
     cols = {c: [] for c in COLUMNS + FLOAT_COLUMNS}
     a_name, a_key, a_suffix, a_role, a_kind = (cols[c].append for c in ("name", "key", "suffix", "role", "kind"))
-    a_dtype, a_shape, a_rg, a_md5, a_file = (cols[c].append for c in
-                                             ("dtype", "shape", "requires_grad", "md5", "data_name"))
+    a_dtype, a_shape, a_rg, a_md5, a_file, a_fused = (cols[c].append for c in
+                                                      ("dtype", "shape", "requires_grad", "md5", "data_name", "fused"))
     a_max, a_min, a_mean, a_norm = (cols[c].append for c in ("max", "min", "mean", "norm"))
     f_max, f_min, f_mean, f_norm = (cols[c].append for c in FLOAT_COLUMNS)
 
@@ -53,7 +55,7 @@ def rows_from_records(data):
             a_kind(NONE)
             a_dtype("None")
             a_shape("None")
-            for append in (a_max, a_min, a_mean, a_norm, a_rg, a_md5, a_file):
+            for append in (a_max, a_min, a_mean, a_norm, a_rg, a_md5, a_file, a_fused):
                 append(None)
             for append in (f_max, f_min, f_mean, f_norm):
                 append(_NAN)
@@ -87,6 +89,7 @@ def rows_from_records(data):
         f_norm(_num(no))
         a_md5(get("md5"))
         a_file(get("data_name"))
+        a_fused(get(FUSED_AWAY))
 
     def walk(value, key, suffix, role):
         if type(value) is dict:
@@ -130,6 +133,7 @@ def rows_from_records(data):
                 f_norm(no if type(no) is float else _num(no))
                 a_md5(get("md5"))
                 a_file(get("data_name"))
+                a_fused(get(FUSED_AWAY))
             elif type(v) is dict and "dtype" in v:
                 emit(key, f"{prefix}{i}", role, v)
             else:

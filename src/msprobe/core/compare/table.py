@@ -96,6 +96,8 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         same_rg = _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
     cols[C.REQUIRES_GRAD_CONSISTENT] = same_rg.astype(object)
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
+    V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=object),
+                 g["fused"].to_numpy(dtype=object), matched)
 
     ordered = list(C.MODE_COLUMNS[mode])
     if stack is not None:

@@ -105,7 +105,7 @@ def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
             "requires_grad": np.full(n, None, dtype=object),
             "md5": (table[md5_col].to_numpy(dtype=object) if md5_col in table.columns
                     else np.full(n, None, dtype=object)),
-            "data_name": np.full(n, None, dtype=object)}
+            "data_name": np.full(n, None, dtype=object), "fused": np.full(n, None, dtype=object)}
     for f, c in zip(("max", "min", "mean", "norm"), stat_cols):
         raw = table[c].to_numpy(dtype=object) if c in table.columns else np.full(n, None, dtype=object)
         vals = np.array([_stat_cell(v) for v in raw], dtype=object)

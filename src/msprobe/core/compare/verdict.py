@@ -3,7 +3,8 @@
 Row checks (dtype, shape, requires_grad, non-tensor values, inf/nan against finite, checksum) flag the
 row itself. Input-vs-output checks look at all input (and parameter) rows of one API/module call
 against its output rows and flag the call's first output row, where the error shows.
-Worst level wins: error > warning > pass. Rows without a golden partner get "N/A".
+Worst level wins: error > warning > pass. Rows without a golden partner get "N/A"; rows whose tensor one
+run never held (a compiled run's `fused_away` record) get "fused away".
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ MSG_STATS_WARNING = "warning: an output's norm relative error is over 10 times t
 MSG_TENSOR_ERROR = ("error: inputs agree (one-thousandth ratio above 0.9) but an output's "
                     "one-thousandth ratio is below 0.1")
 MSG_TENSOR_WARNING = "warning: the output's cosine is more than 0.1 below the inputs'"
+RESULT_FUSED = "fused away"
+MSG_FUSED = "fused away: a compiled run computes this tensor inside a fused kernel and never holds it"
 
 _INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 
@@ -241,3 +244,13 @@ def result_columns(flags, matched, mode, all_exempt, extra_messages=None):
     for i in np.flatnonzero(has_extra):
         err[i] = json.dumps(messages(i) + [extra_messages[i]])
     return result, err
+
+
+def mark_fused(result, err, t_fused, g_fused, matched):
+    """Rows whose tensor one run never held (`fused_away` in its record): "fused away", not a verdict on
+    values that do not exist."""
+    fused = np.array([v is True for v in t_fused], dtype=bool) | (
+        matched & np.array([v is True for v in g_fused], dtype=bool))
+    if fused.any():
+        result[fused] = RESULT_FUSED
+        err[fused] = json.dumps([MSG_FUSED])

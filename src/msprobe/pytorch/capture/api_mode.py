@@ -15,7 +15,7 @@ from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_na
 from msprobe.pytorch.capture.recompute import recomputing
 
 
-def _inplace_flag_position(func):
+def inplace_flag_position(func):
     """Position of an `inplace` parameter (F.relu(x, inplace=True) changes x), or None."""
     try:
         params = list(inspect.signature(func).parameters)
@@ -58,10 +58,14 @@ class ApiCapture(TorchFunctionMode):
         # func -> (prefix, name, inplace, operator?, position of an `inplace` flag), resolved once so the
         # hot path is one dict lookup
         self._table = {f: (p, n, is_inplace(n), p == "Tensor" and n in OPERATOR_METHODS,
-                           _inplace_flag_position(f) if p == "Functional" else None)
+                           inplace_flag_position(f) if p == "Functional" else None)
                        for f, (p, n) in table.items()}
         self._unrecorded = {}  # func -> changes an argument in place by its name
         self._distributed = False  # a process group is up: calls from torch.distributed's code are not recorded
+        # capture/compiled.py while a compiled model may run (set by the debugger): Dynamo traces this
+        # handler, and the code it compiles calls torch APIs of its own through it
+        self.compiled = None
+        self.aten = False  # level L2: records in compiled graphs hold the aten ops each API dispatches
 
     def __enter__(self):
         import torch.distributed as dist
@@ -71,6 +75,12 @@ class ApiCapture(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        compiled = self.compiled
+        if compiled is not None:
+            if compiled.is_compiling():
+                return compiled.traced_api_call(func, args, kwargs, self.aten)
+            if compiled.called_by_compiler():
+                return func(*args, **kwargs)
         info = self._table.get(func)
         session = _state.session
         if (info is None or session is None or _state.busy or _state.depth

@@ -21,15 +21,36 @@ def class_name(module):
 
 
 def named_submodules(models):
-    """(path, module) for every submodule; a list/tuple of models prefixes paths with the index."""
+    """(path, module) for every submodule; a list/tuple of models prefixes paths with the index. A module
+    torch.compile wrapped is named and hooked as the module inside (the wrapper's hooks would run outside
+    the compiled code, and eager names it without `_orig_mod`)."""
     if isinstance(models, torch.nn.Module):
         roots = [(None, models)]
     else:
         roots = list(enumerate(models))
     for index, root in roots:
-        for name, mod in root.named_modules():
+        for name, mod in unwrapped(root).named_modules():
+            if is_compiled_wrapper(mod):
+                continue
+            name = ".".join(p for p in name.split(".") if p != "_orig_mod")
             if name:
                 yield (f"{index}.{name}" if index is not None else name), mod
+
+
+def is_compiled_wrapper(module):
+    """An `OptimizedModule`: what torch.compile(module) returns (checked by name: no Dynamo import)."""
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
+def unwrapped(module):
+    return module._orig_mod if is_compiled_wrapper(module) else module
+
+
+def has_compiled_modules(models):
+    """Whether torch.compile wraps any of the models or their submodules (or `module.compile()` did)."""
+    roots = [models] if isinstance(models, torch.nn.Module) else list(models or ())
+    return any(is_compiled_wrapper(m) or getattr(m, "_compiled_call_impl", None) is not None
+               for root in roots for m in root.modules())
 
 
 class ModuleCapture:
@@ -40,8 +61,9 @@ class ModuleCapture:
     Forward hooks record between attach() and detach() (start/stop); parameter-gradient hooks until
     end_step(), since backward may follow stop()."""
 
-    def __init__(self, models):
+    def __init__(self, models, compiled=None):
         self.modules = list(named_submodules(models))
+        self.compiled = compiled  # capture/compiled.py while a compiled model may run: Dynamo traces the hooks
         self._fwd_handles = []
         self._grad_handles = []
         self._frames = []
@@ -55,7 +77,7 @@ class ModuleCapture:
         for path, mod in self.modules:
             base = f"Module.{path}.{class_name(mod)}"
             self._fwd_handles.append(mod.register_forward_pre_hook(self._pre(base), with_kwargs=True))
-            self._fwd_handles.append(mod.register_forward_hook(self._post(mod), with_kwargs=True,
+            self._fwd_handles.append(mod.register_forward_hook(self._post(mod, base), with_kwargs=True,
                                                                always_call=True))
         if not self._grad_handles:
             self._attach_grad_hooks()
@@ -74,7 +96,11 @@ class ModuleCapture:
 
     # -- forward -------------------------------------------------------------------------------
     def _pre(self, base):
+        compiled = self.compiled
+
         def hook(module, args, kwargs):
+            if compiled is not None and compiled.is_compiling():
+                return compiled.traced_module_begin(base, module, args, kwargs) if self.forward_active else None
             session = _state.session
             if session is None or not self.forward_active or _state.busy or _state.depth or recomputing():
                 self._frames.append(None)
@@ -94,8 +120,14 @@ class ModuleCapture:
             return None
         return hook
 
-    def _post(self, module):
+    def _post(self, module, base):
+        compiled = self.compiled
+
         def hook(mod, args, kwargs, output):
+            if compiled is not None and compiled.is_compiling():
+                if self.forward_active:
+                    compiled.traced_module_end(base, module, output)
+                return None
             entry = self._frames.pop() if self._frames else None
             session = _state.session
             if entry is None or session is None:
@@ -141,6 +173,7 @@ class _ParamGradState:
             with tool_work():
                 self.got[name] = param.grad
                 if len(self.got) == len(self.names):
-                    got, self.got = self.got, {}
+                    # in the order the module holds them: autograd's order differs with compiled backward
+                    got, self.got = {n: self.got[n] for n in self.names}, {}
                     session.emit_params_grad(self.base, got)
         return on_grad

@@ -1,7 +1,8 @@
 """Name `x + y` as `Tensor.__add__` (msProbe's name) although torch hands the mode `Tensor.add`.
 
 The function mode cannot tell `x + y` from `x.add(y)`; the caller's current bytecode instruction can
-(BINARY_OP vs CALL). Looked at only for the handful of methods an operator maps to.
+(BINARY_OP vs CALL). Looked at only for the handful of methods an operator maps to. Under
+torch.compile the instruction is the one Dynamo is tracing (capture/compiled_sites.py).
 """
 
 import dis
@@ -52,10 +53,14 @@ def operator_name(depth=2):
     i = frame.f_lasti
     if i < 0 or i + 1 >= len(code):
         return None
-    op = code[i]
-    if op == _BINARY_OP:
-        return _TABLE.get(code[i + 1])
-    if op == _COMPARE_OP:
-        arg = code[i + 1] >> 4 if sys.version_info >= (3, 12) else code[i + 1]
-        return f"__{_CMP[arg]}__" if arg < len(_CMP) else None
-    return _UNARY.get(op) or _OLD.get(op)
+    return instruction_operator(code[i], code[i + 1])
+
+
+def instruction_operator(opcode, arg):
+    """The dunder an instruction (opcode, its argument byte) executes, or None when it is no operator."""
+    if opcode == _BINARY_OP:
+        return _TABLE.get(arg)
+    if opcode == _COMPARE_OP:
+        arg = arg >> 4 if sys.version_info >= (3, 12) else arg
+        return f"__{_CMP[arg]}__" if arg is not None and 0 <= arg < len(_CMP) else None
+    return _UNARY.get(opcode) or _OLD.get(opcode)
