@@ -474,6 +474,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads(N) (default: leave torch's default); 1 is steadier on a busy machine")
     args = p.parse_args(argv)
+    os.environ.setdefault("MSPROBE_QUIET", "1")  # one "dumping to" line per timed debugger would bury the table
     if args.quick:
         args.rounds, args.steps, args.retries = 2, 1, 0
     if args.rounds < 1 or args.steps < 1:
