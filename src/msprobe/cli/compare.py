@@ -48,7 +48,7 @@ def add_arguments(parser):
     match.add_argument("-lm", "--layer_mapping", nargs="?", const=True, metavar="YAML",
                        help="layer child names {LayerClass: {target: golden}} for cross-framework L0/mix")
     match.add_argument("-m", "--mode", default="auto", choices=("auto",), help="only auto (the default)")
-    match.add_argument("--workers", type=int, default=None, help="processes for tensor mode (default: CPUs)")
+    match.add_argument("--workers", type=int, default=None, help="worker processes: for the rank pairs of a big compare, for the tensors in tensor mode (default: CPUs)")
     options.add_diagnosis(parser)
 
 
@@ -104,7 +104,8 @@ def _where(result):
 
 
 def run(args):
-    from msprobe.core.compare.outputs import result_counts, write_compare
+    from msprobe.core.compare.outputs import write_compare
+    from msprobe.core.compare.rank_pairs import result_counts
     from msprobe.core.diagnosis import format_diagnosis
 
     target, golden, stack_path, print_log = _inputs(args)
@@ -116,7 +117,7 @@ def run(args):
         cell_mapping=_optional_yaml(args.cell_mapping), api_mapping=args.api_mapping,
         layer_mapping=_optional_yaml(args.layer_mapping), stack=True, stack_path=stack_path,
         progress=not args.no_progress, workers=args.workers, target_run=args.target_run,
-        golden_run=args.golden_run)
+        golden_run=args.golden_run, keep_tables=print_log)
     for note in out.pairing:
         print(note)
     if out.mostly_unmatched:  # before anything else: nothing below means much then
@@ -124,7 +125,7 @@ def run(args):
     for r in out.results:
         counts = result_counts(r)
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())
-        print(f"{_where(r)}{r.mode} compare, {len(r.table)} rows ({summary}) -> {r.output_path}")
+        print(f"{_where(r)}{r.mode} compare, {r.row_count} rows ({summary}) -> {r.output_path}")
         if print_log:
             _print_log(r)
     print(format_diagnosis(out.diagnosis, brief=args.brief))

@@ -45,6 +45,8 @@ class CompareResult:
         rows: the typed rows the table shows (`frame.PairedRows`): what the diagnosis reads.
         stacks: target call key -> stack lines ({} without stack.json).
         construct: the target's construct.json (node -> parent module; {} at L1).
+        counts, row_count: rows per Result value and rows in all, once written by `write_compare`
+            (which may drop the table, rows, stacks and construct of a many-rank compare).
     """
 
     step: int | None
@@ -63,9 +65,13 @@ class CompareResult:
     stacks: dict = field(default_factory=dict)
     construct: dict = field(default_factory=dict)
     merged_ranks: int | None = None
+    counts: dict | None = None
+    row_count: int | None = None
 
     def __bool__(self):
         """True when no row is an error."""
+        if self.table is None:
+            return not (self.counts or {}).get("error")
         return not (self.table["Result"] == "error").any()
 
 
@@ -333,25 +339,42 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
         >>> results = compare_dumps("run_bf16/dump", "run_fp32/dump")          # doctest: +SKIP
         >>> results[0].table[results[0].table["Result"] != "pass"].head()      # doctest: +SKIP
     """
-    opts = CompareOptions(fuzzy_match=fuzzy_match, data_mapping=data_mapping, cell_mapping=cell_mapping,
-                          api_mapping=api_mapping, layer_mapping=layer_mapping, stack=stack,
-                          stack_path=stack_path, progress=progress, workers=workers)
+    plan = compare_plan(target_path, golden_path, fuzzy_match=fuzzy_match, data_mapping=data_mapping,
+                        cell_mapping=cell_mapping, api_mapping=api_mapping, layer_mapping=layer_mapping,
+                        stack=stack, stack_path=stack_path, progress=progress, workers=workers,
+                        target_run=target_run, golden_run=golden_run)
+    from tqdm import tqdm
+    return [plan.compare(p) for p in tqdm(plan.pairs, desc="compare", unit="rank pair", leave=False,
+                                          disable=not progress or len(plan.pairs) < 2)]
+
+
+@dataclass
+class ComparePlan:
+    """The pairs of a compare and what each needs (`compare_plan`); `compare(pair)` runs one."""
+
+    pairs: list
+    opts: CompareOptions
+    maps: object
+
+    def compare(self, pair, opts=None):
+        if pair.note:
+            log.info("%s", pair.note)
+        result = compare_pair(pair.target, pair.golden, opts or self.opts, self.maps)
+        result.pairing = pair.note
+        return result
+
+
+def compare_plan(target_path, golden_path, *, target_run=None, golden_run=None, **options):
+    """Pair the two dumps and load the mappings, comparing nothing yet: a ComparePlan. Takes the
+    arguments of `compare_dumps`; raises what it raises for bad paths, runs and mappings."""
+    opts = CompareOptions(**options)
     maps = _load_mappings(opts)
     pairs = pair_inputs(target_path, golden_path, target_run, golden_run)
     if maps.data and len(pairs) > 1:
         raise MsprobeError("-dm/--data_mapping works on a single rank; give two dump.json files or "
                            "two rank directories")
     _warn_other_hash.cache_clear()  # said once per compare
-    from tqdm import tqdm
-    results = []
-    for p in tqdm(pairs, desc="compare", unit="rank pair", disable=not progress or len(pairs) < 2,
-                  leave=False):
-        if p.note:
-            log.info("%s", p.note)
-        result = compare_pair(p.target, p.golden, opts, maps)
-        result.pairing = p.note
-        results.append(result)
-    return results
+    return ComparePlan(pairs, opts, maps)
 
 
 def compare(target_path, golden_path, **kwargs):

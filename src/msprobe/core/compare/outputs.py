@@ -18,8 +18,8 @@ class CompareOutputs:
     """What `write_compare` wrote and found.
 
     Attributes:
-        results: CompareResult per step and rank, each with `output_path` (its csv/xlsx) and a table
-            holding the Diagnosis column.
+        results: CompareResult per step and rank, each with `output_path` (its csv/xlsx), `counts`
+            (rows per Result), `row_count`, and (with keep_tables) a table holding the Diagnosis column.
         diagnosis: diagnosis.json's content (see `msprobe.core.diagnosis.diagnose`).
         diagnosis_path: where diagnosis.json was written.
         pairing: one line per step where a run was chosen among several `proc{pid}` runs.
@@ -51,14 +51,8 @@ class CompareOutputs:
         return not self.failed
 
 
-def result_counts(result):
-    """{"error": n, "warning": n, "pass": n, "N/A": n} of a result's Result column, in that order."""
-    counts = result.table["Result"].value_counts().to_dict() if len(result.table) else {}
-    return {k: int(counts[k]) for k in ("error", "warning", "pass", "N/A") if k in counts}
-
-
 def write_compare(target_path, golden_path, output_path="./output", *, xlsx=False, precision=None,
-                  timestamp=None, **compare_kwargs):
+                  timestamp=None, keep_tables=True, **compare_kwargs):
     """Compare two dumps, diagnose, and write what `msprobe compare` writes.
 
     Args:
@@ -67,6 +61,9 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
         xlsx: write xlsx (Result and Diagnosis cells highlighted) instead of csv.
         precision: the target's working precision for the diagnosis; defaults to inferred.
         timestamp: the `{ts}` of the file names; defaults to now.
+        keep_tables: keep every pair's table in the returned results; without it each pair's table is
+            dropped once written (a many-rank compare then holds one pair at a time) and the results
+            keep their row counts (`counts`, `row_count`).
         **compare_kwargs: `compare_dumps` options (mappings, fuzzy_match, stack_path, target_run ...).
 
     Returns:
@@ -79,20 +76,16 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
         >>> out = write_compare("run_bf16/dump", "run_fp32/dump", "out")      # doctest: +SKIP
         >>> out.files, out.diagnosis["verdict"]                               # doctest: +SKIP
     """
-    from msprobe.core.compare.engine import compare_dumps
-    from msprobe.core.compare.writer import result_file_name, write_result
-    from msprobe.core.diagnosis import diagnose
+    from msprobe.core.compare.engine import compare_plan
+    from msprobe.core.compare.rank_pairs import compare_and_label
+    from msprobe.core.diagnosis.suspects import combine
 
-    results = compare_dumps(target_path, golden_path, **compare_kwargs)
-    diagnosis = diagnose(results, precision=precision)
-    ts = timestamp or time.strftime("%Y%m%d%H%M%S")
-    single_file = os.path.isfile(target_path)
-    several_steps = len({r.step for r in results}) > 1
+    plan = compare_plan(target_path, golden_path, **compare_kwargs)
     os.makedirs(output_path, exist_ok=True)
-    for r in results:
-        debug = not os.path.isfile(os.path.join(r.target_dir, "dump.json"))  # a debug.json dump
-        name = result_file_name(r.step, r.rank, r.is_proc, several_steps, single_file, xlsx, ts, debug)
-        r.output_path = write_result(r.table, output_path, name)
+    results, entries, (working, working_u), reload = compare_and_label(
+        plan, output_path, xlsx=xlsx, precision=precision, timestamp=timestamp or time.strftime("%Y%m%d%H%M%S"),
+        keep_tables=keep_tables, progress=plan.opts.progress, single_file=os.path.isfile(target_path))
+    diagnosis = combine(entries, working, working_u, inferred=precision is None, reload=reload)
     path = os.path.join(output_path, DIAGNOSIS_FILE)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(diagnosis, f, indent=1)

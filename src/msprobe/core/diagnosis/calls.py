@@ -272,29 +272,33 @@ def _same_argument(a, b, a_type, b_type):
     return a == b and a_type == b_type
 
 
-def working_precision(results, share):
-    """(dtype, unit roundoff) of the run's working precision, or (None, 0.0).
-
-    The coarsest float dtype that the target holds, where golden holds a finer one, in at least `share`
-    of the matched float tensor rows of all `results` (or a coarser dtype does).
-    """
+def dtype_census(result):
+    """({coarser target dtype: rows}, float rows) over a pair's matched float tensor rows: the rows
+    where the target holds a coarser float than golden, by that dtype, and how many rows were looked at."""
     counts, total = {}, 0
-    for res in results:
-        p = getattr(res, "rows", None)
-        if p is None or not len(p):
-            continue
-        sel = p.matched & (p.target["kind"].to_numpy(dtype=object) == "tensor")
-        if not sel.any():
-            continue
-        pairs = {}
-        for t, g in zip(p.target["dtype"].to_numpy(dtype=object)[sel], p.golden["dtype"].to_numpy(dtype=object)[sel]):
-            pairs[(t, g)] = pairs.get((t, g), 0) + 1
-        for (t, g), k in pairs.items():
-            if unit_roundoff(t) and unit_roundoff(g):
-                total += k
-                relation, coarser = dtype_relation(str(t), str(g))
-                if relation == "coarser":
-                    counts[coarser] = counts.get(coarser, 0) + k
+    p = getattr(result, "rows", None)
+    if p is None or not len(p):
+        return counts, total
+    sel = p.matched & (p.target["kind"].to_numpy(dtype=object) == "tensor")
+    if not sel.any():
+        return counts, total
+    pairs = {}
+    for t, g in zip(p.target["dtype"].to_numpy(dtype=object)[sel], p.golden["dtype"].to_numpy(dtype=object)[sel]):
+        pairs[(t, g)] = pairs.get((t, g), 0) + 1
+    for (t, g), k in pairs.items():
+        if unit_roundoff(t) and unit_roundoff(g):
+            total += k
+            relation, coarser = dtype_relation(str(t), str(g))
+            if relation == "coarser":
+                counts[coarser] = counts.get(coarser, 0) + k
+    return counts, total
+
+
+def working_precision(counts, total, share):
+    """(dtype, unit roundoff) of the run's working precision, or (None, 0.0), from `dtype_census`
+    counts summed over all pairs: the coarsest float dtype that the target holds where golden holds a
+    finer one, in at least `share` of the `total` matched float tensor rows (or a coarser dtype does).
+    """
     if not total or not counts:
         return None, 0.0
     best = None

@@ -70,6 +70,7 @@ class Suspect:
     reason: str
     origins: dict = field(default_factory=dict)   # input row name -> Origin
     folded_modules: list = field(default_factory=list)
+    trimmed: bool = False        # its call's rows were let go (suspects.trim_evidence)
 
 
 @dataclass

@@ -12,7 +12,8 @@ import math
 import numpy as np
 
 from msprobe.core.diagnosis import flow, op_model
-from msprobe.core.diagnosis.calls import TENSOR_METRICS, calls_from_rows, row_labels, working_precision
+from msprobe.core.diagnosis.calls import (TENSOR_METRICS, calls_from_rows, dtype_census, row_labels,
+                                         working_precision)
 from msprobe.core.diagnosis.report import stack_line
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, EVIDENCE_ROWS, INTRODUCED_RATIO,
                                                MAX_SUSPECTS, MIN_MATCHED_SHARE, ROUNDING_UNITS, UNIT_ROUNDOFF,
@@ -55,11 +56,56 @@ def diagnose(results, precision=None):
         'Functional.softmax.1.forward'
     """
     results = sorted((_typed(r) for r in results), key=lambda r: (r.step or 0, r.rank or 0))
-    working, working_u = _working_precision(results, precision)
+    census = PrecisionCensus()
+    for res in results:
+        census.add(res)
+    working, working_u = census.decide(precision)
     # a row object per compared value, none in a cycle: collections would walk them all again and again
     with CollectorPause():
-        per_rank = [_diagnose_rank(res, working_u) for res in results]
+        per_rank = [diagnose_pair(res, working_u) for res in results]
+    return combine(per_rank, working, working_u, inferred=precision is None)
+
+
+class PrecisionCensus:
+    """The dtype pairs of the matched float tensors seen so far: what decides the working precision,
+    gathered one compare pair at a time (a many-rank compare keeps one pair's rows at once)."""
+
+    def __init__(self):
+        self.counts, self.total = {}, 0
+
+    def add(self, result):
+        counts, total = dtype_census(result)
+        for dtype, k in counts.items():
+            self.counts[dtype] = self.counts.get(dtype, 0) + k
+        self.total += total
+
+    def merge(self, other):
+        for dtype, k in other.counts.items():
+            self.counts[dtype] = self.counts.get(dtype, 0) + k
+        self.total += other.total
+
+    def decide(self, precision=None):
+        """(dtype, unit roundoff): `precision` when given (checked), else the census' working precision."""
+        if precision is None:
+            return working_precision(self.counts, self.total, WORKING_PRECISION_SHARE)
+        from msprobe.core.compare.dtypes import canonical_dtype
+        from msprobe.core.errors import ConfigError
+        name = canonical_dtype(precision)
+        if name not in UNIT_ROUNDOFF:
+            raise ConfigError("precision", precision, ", ".join(UNIT_ROUNDOFF))
+        return name, UNIT_ROUNDOFF[name]
+
+
+def combine(per_rank, working, working_u, inferred=True, reload=None):
+    """diagnosis.json's content from the `diagnose_pair` entries of every step and rank.
+
+    `reload(entry)` gives an entry again with every suspect's evidence: needed only when a suspect
+    whose evidence `trim_evidence` let go is among the ones listed."""
+    per_rank = sorted(per_rank, key=lambda p: (p["step"], p["rank"]))
     groups = _rank_suspects(per_rank)
+    for g in groups[:MAX_SUSPECTS]:
+        if g["suspect"].trimmed:
+            _restore_evidence(g, reload)
     suspects = [_suspect_dict(g) for g in groups[:MAX_SUSPECTS]]
     modes = sorted({p["mode"] for p in per_rank})
     # Marginal suspects (weak) are listed but are not a divergence: two correct runs on different
@@ -74,8 +120,7 @@ def diagnose(results, precision=None):
         "mostly_unmatched": mostly_unmatched,
         "verdict": _verdict(divergence, suspects, len(groups), receiving, per_rank, working, (matched, compared)),
         "mode": modes[0] if len(modes) == 1 else modes,
-        "precision": {"working": working, "unit_roundoff": working_u,
-                      "inferred": precision is None},
+        "precision": {"working": working, "unit_roundoff": working_u, "inferred": inferred},
         "suspects": suspects,
         "suspect_count": len(groups),
         "receiving_ranks": receiving,
@@ -98,18 +143,10 @@ def _typed(result):
                              getattr(result, "rank", 0) or 0, bool(getattr(result, "is_proc", False)))
 
 
-def _working_precision(results, precision):
-    from msprobe.core.compare.dtypes import canonical_dtype
-    from msprobe.core.errors import ConfigError
-    if precision is None:
-        return working_precision(results, WORKING_PRECISION_SHARE)
-    name = canonical_dtype(precision)
-    if name not in UNIT_ROUNDOFF:
-        raise ConfigError("precision", precision, ", ".join(UNIT_ROUNDOFF))
-    return name, UNIT_ROUNDOFF[name]
-
-
-def _diagnose_rank(res, working_u):
+def diagnose_pair(res, working_u):
+    """One step and rank: its Diagnosis column (set on `res.table`) and its entry in diagnosis.json's
+    `ranks`, with the suspects (keys starting with "_") that `combine` ranks over all pairs. The entry
+    keeps no reference to the pair's rows beyond its suspects' calls."""
     mode = getattr(res, "mode", "statistics")
     rows = getattr(res, "rows", None)
     n = len(res.table)
@@ -122,7 +159,7 @@ def _diagnose_rank(res, working_u):
             labels = ["matched" if m else flow.UNMATCHED for m in rows.matched]
         entry.update(compared_rows=0, diverging_rows=0, diverging_calls=0, propagating_calls=0, suspects=0,
                      first_divergence=None, unmatched_calls=0, labels={},
-                     note="structure dump: no values to compare", _suspects=[], _calls={}, _construct={})
+                     note="structure dump: no values to compare", _suspects=[], _context={})
         _set_column(res, labels)
         return entry
     calls = calls_from_rows(rows, getattr(res, "stacks", None), working_u)
@@ -141,7 +178,7 @@ def _diagnose_rank(res, working_u):
                  unmatched_calls=len(rd.unmatched_calls), labels={k: v for k, v in counts.items() if v},
                  max_error=rd.max_error, cancelled_rows=rd.cancelled_rows,
                  structure=_structure_notes(calls, rows, rd),
-                 _suspects=suspects, _calls={c.key: c for c in calls}, _construct=construct)
+                 _suspects=suspects, _context=_suspect_context(suspects, calls, construct))
     if rd.unmatched_calls:
         entry["unmatched_examples"] = rd.unmatched_calls[:NOTE_EXAMPLES]
     return entry
@@ -207,6 +244,45 @@ def _fold_modules(suspects, construct):
     return [s for s in suspects if s.call.key not in folded]
 
 
+def trim_evidence(entry, keep=MAX_SUSPECTS):
+    """Let go of the rows of an entry's suspects past its first `keep` (strongest, then earliest): a pair
+    can hold thousands, and only MAX_SUSPECTS are listed over all pairs. What ranks them stays."""
+    from msprobe.core.diagnosis.calls import Call
+    ranked = sorted(entry["_suspects"], key=lambda s: (s.tier, s.call.order))
+    for s in ranked[keep:]:
+        c = s.call
+        s.call = Call(key=c.key, order=c.order, direction=c.direction, is_module=c.is_module)
+        s.origins, s.trimmed = {}, True
+        entry["_context"].pop(c.key, None)
+    return entry
+
+
+def _restore_evidence(group, reload):
+    """A listed suspect whose rows `trim_evidence` let go: its call, origins and context again."""
+    s, entry = group["suspect"], group["rank_entry"]
+    fresh = reload(entry) if reload is not None else None
+    again = next((x for x in (fresh or {}).get("_suspects", []) if x.call.key == s.call.key), None)
+    if again is None:
+        raise RuntimeError(f"the evidence of {s.call.key} (step {entry['step']}, rank {entry['rank']}) was "
+                           f"let go and cannot be read again")
+    s.call, s.origins, s.trimmed = again.call, again.origins, False
+    entry["_context"][s.call.key] = fresh["_context"][s.call.key]
+
+
+def _suspect_context(suspects, calls, construct):
+    """Per suspect key, (enclosing modules, stack lines: a backward call's from its forward call), so
+    that an entry keeps its suspects and not the pair's calls or construct.json."""
+    by_key = {c.key: c for c in calls}
+    context = {}
+    for s in suspects:
+        stack = s.call.stack
+        fwd = by_key.get(op_model.forward_key_of(s.call.key))
+        if not stack and fwd is not None:
+            stack = fwd.stack
+        context[s.call.key] = (module_path(s.call.key, construct), stack)
+    return context
+
+
 def _rank_suspects(per_rank):
     """One list over all steps and ranks: the same call suspected (for the same reason) on several
     ranks or steps is one entry ({"suspect", "rank_entry", "ranks", "steps"}), its evidence from the
@@ -260,12 +336,7 @@ def _suspect_dict(group):
     s, rank_entry = group["suspect"], group["rank_entry"]
     ranks, steps = sorted(group["ranks"]), sorted(group["steps"])
     call = s.call
-    calls, construct = rank_entry["_calls"], rank_entry["_construct"]
-    path = module_path(call.key, construct)
-    stack = call.stack
-    fwd = op_model.forward_key_of(call.key)
-    if not stack and fwd in calls:
-        stack = calls[fwd].stack
+    path, stack = rank_entry["_context"][call.key]
     return {
         "api": call.key,
         "kind": s.kind,

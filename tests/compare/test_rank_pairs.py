@@ -1,0 +1,144 @@
+"""`msprobe compare` of many rank pairs, one pair at a time in worker processes: the same files and
+diagnosis as comparing everything in memory, the working precision decided over all pairs, a
+suspect's evidence read again when it was let go, and each worker's log lines said once."""
+
+import functools
+import glob
+import json
+import logging
+import os
+
+import orjson
+import pandas as pd
+import pytest
+
+from msprobe.core.compare import compare_dumps, write_compare
+from msprobe.core.compare import rank_pairs
+from msprobe.core.diagnosis import diagnose
+from msprobe.core.diagnosis.suspects import trim_evidence
+
+RANKS, STEPS, CALLS = 4, 2, 60
+PLANT_RANK, PLANT_STEP, PLANT_CALL = 1, 1, 30
+
+
+def _tensor(value, dtype):
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": [64], "Max": value, "Min": -value,
+            "Mean": value / 10, "Norm": value * 3, "requires_grad": True}
+
+
+def write_dumps(root, planted, target_dtypes=None, extra_call=False, rounded=None):
+    """RANKS ranks x STEPS steps of CALLS calls; the planted side's PLANT_RANK drifts from PLANT_CALL of
+    PLANT_STEP on. `target_dtypes`: rank -> dtype of that rank's tensors (float32 otherwise);
+    `rounded`: (rank, calls) whose outputs are bfloat16 and 0.1 % off, as rounding to it makes them."""
+    for step in range(STEPS):
+        for rank in range(RANKS):
+            dtype = (target_dtypes or {}).get(rank, "torch.float32")
+            data, counts, drift = {}, {}, 1.0
+            for i in range(CALLS + (1 if extra_call else 0)):
+                if planted and (step, rank, i) == (PLANT_STEP, PLANT_RANK, PLANT_CALL):
+                    drift = 1.05
+                out_dtype, off = dtype, 1.0
+                if rounded and rank == rounded[0] and i in rounded[1]:
+                    out_dtype, off = "torch.bfloat16", 1.001
+                name = ("Functional.linear", "Functional.relu", "Tensor.__add__")[i % 3]
+                index = counts.get(name, 0)
+                counts[name] = index + 1
+                x = 1.0 + (i % 7) / 7 + step
+                data[f"{name}.{index}.forward"] = {
+                    "input_args": [_tensor(x, dtype), _tensor(x / 2, dtype)], "input_kwargs": {},
+                    "output": [_tensor((x + 0.5) * drift * off, out_dtype)]}
+            d = os.path.join(root, f"step{step}", f"rank{rank}")
+            os.makedirs(d)
+            doc = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None, "data": data}
+            with open(os.path.join(d, "dump.json"), "wb") as f:
+                f.write(orjson.dumps(doc))
+    return str(root)
+
+
+@pytest.fixture
+def in_workers(monkeypatch):
+    """Worker processes whatever the size of the dumps."""
+    monkeypatch.setattr(rank_pairs, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(rank_pairs, "PARALLEL_MIN_PAIRS", 2)
+
+
+def _files(folder):
+    return {os.path.basename(p).rsplit("_", 1)[0]: pd.read_csv(p) for p in glob.glob(os.path.join(folder, "*.csv"))}
+
+
+def _in_memory(target, golden, out):
+    """What compare writes when every pair stays in memory (the tables kept)."""
+    return write_compare(target, golden, str(out), progress=False, timestamp="20260101000000")
+
+
+def _one_at_a_time(target, golden, out, **kwargs):
+    return write_compare(target, golden, str(out), progress=False, keep_tables=False,
+                         timestamp="20260101000000", **kwargs)
+
+
+def assert_same_outputs(a, b):
+    with open(a.diagnosis_path) as fa, open(b.diagnosis_path) as fb:
+        assert json.load(fa) == json.load(fb)
+    fa, fb = _files(os.path.dirname(a.diagnosis_path)), _files(os.path.dirname(b.diagnosis_path))
+    assert sorted(fa) == sorted(fb) and len(fa) == RANKS * STEPS
+    for name in fa:
+        pd.testing.assert_frame_equal(fa[name], fb[name])
+
+
+def test_workers_write_what_one_process_writes(tmp_path, in_workers):
+    target = write_dumps(tmp_path / "t", True)
+    golden = write_dumps(tmp_path / "g", False)
+    kept = _in_memory(target, golden, tmp_path / "kept")
+    streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
+    assert_same_outputs(kept, streamed)
+    top = streamed.diagnosis["suspects"][0]
+    assert top["ranks"] == [PLANT_RANK] and top["step"] == PLANT_STEP
+    assert all(r.table is None and r.row_count == CALLS * 3 for r in streamed.results)
+    assert sum(r.counts.get("pass", 0) + r.counts.get("error", 0) + r.counts.get("warning", 0)
+               for r in streamed.results) == RANKS * STEPS * CALLS * 3
+    assert diagnose(compare_dumps(target, golden, progress=False)) == streamed.diagnosis
+
+
+def test_trimmed_evidence_is_read_again_when_listed(tmp_path, in_workers, monkeypatch):
+    """Every suspect's rows let go in the workers: the listed ones come back with the same evidence."""
+    monkeypatch.setattr(rank_pairs, "trim_evidence", functools.partial(trim_evidence, keep=0))
+    target = write_dumps(tmp_path / "t", True)
+    golden = write_dumps(tmp_path / "g", False)
+    streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
+    assert streamed.diagnosis["suspects"][0]["inputs"]  # evidence, not an empty shell
+    assert_same_outputs(_in_memory(target, golden, tmp_path / "kept"), streamed)
+
+
+def test_working_precision_is_decided_over_all_pairs(tmp_path, in_workers):
+    """Ranks 0-2 ran in bfloat16; rank 3 in float32 but for four bfloat16 outputs 0.1 % off. Alone, rank 3
+    has too few bfloat16 values to be a bfloat16 run, so those four diverge; over all pairs the run's
+    precision is bfloat16, whose rounding explains them, and rank 3 is labelled with it, as in memory."""
+    target = write_dumps(tmp_path / "t", False, target_dtypes={0: "torch.bfloat16", 1: "torch.bfloat16",
+                                                                2: "torch.bfloat16"}, rounded=(3, range(30, 34)))
+    golden = write_dumps(tmp_path / "g", False)
+    streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
+    assert streamed.diagnosis["precision"]["working"] == "bfloat16"
+    assert not streamed.diagnosis["divergence"], streamed.diagnosis["verdict"]
+    alone = _one_at_a_time(os.path.join(target, "step1", "rank3"), os.path.join(golden, "step1", "rank3"),
+                           tmp_path / "alone")
+    assert alone.diagnosis["divergence"]
+    assert_same_outputs(_in_memory(target, golden, tmp_path / "kept"), streamed)
+
+
+def test_a_workers_log_line_is_said_once(tmp_path, in_workers, caplog):
+    """Every rank's target calls an API once more than golden: each worker logs the alignment; the
+    user reads it once."""
+    target = write_dumps(tmp_path / "t", False, extra_call=True)
+    golden = write_dumps(tmp_path / "g", False)
+    with caplog.at_level(logging.INFO, logger="msprobe"):
+        _one_at_a_time(target, golden, tmp_path / "streamed")
+    said = [r.getMessage() for r in caplog.records if "aligning the two call sequences" in r.getMessage()]
+    assert len(said) == 1, said
+
+
+def test_bad_precision_fails_before_any_pair_is_compared(tmp_path, in_workers):
+    from msprobe.core.errors import ConfigError
+    target = write_dumps(tmp_path / "t", False)
+    with pytest.raises(ConfigError, match="precision"):
+        _one_at_a_time(target, target, tmp_path / "out", precision="float7")
+    assert not glob.glob(str(tmp_path / "out" / "*.csv"))
