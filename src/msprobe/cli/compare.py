@@ -48,7 +48,9 @@ def add_arguments(parser):
     match.add_argument("-lm", "--layer_mapping", nargs="?", const=True, metavar="YAML",
                        help="layer child names {LayerClass: {target: golden}} for cross-framework L0/mix")
     match.add_argument("-m", "--mode", default="auto", choices=("auto",), help="only auto (the default)")
-    match.add_argument("--workers", type=int, default=None, help="worker processes: for the rank pairs of a big compare, for the tensors in tensor mode (default: CPUs)")
+    match.add_argument("--workers", type=int, default=None,
+                       help="worker processes for the rank pairs of a big compare and for the tensors in "
+                            "tensor mode (default: CPUs)")
     options.add_diagnosis(parser)
 
 
