@@ -133,6 +133,8 @@ def reference_checksum(x):
 def test_checksum_of_tensors_in_place_and_of_views():
     x = torch.randn(600_000)
     assert checksum_of_tensor(x) == checksum_of(x) == reference_checksum(x)
+    tail = x[5:]  # contiguous, at an offset into its storage: its own bytes only
+    assert checksum_of_tensor(tail) == reference_checksum(tail) != checksum_of_tensor(x)
     xt = torch.randn(700, 500).t()  # not contiguous: the bytes in index order
     assert checksum_of_tensor(xt) == checksum_of(xt.contiguous()) == reference_checksum(xt)
     s = Summarizer(md5=True)
