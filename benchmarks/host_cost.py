@@ -145,6 +145,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
     args = p.parse_args(argv)
+    os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
