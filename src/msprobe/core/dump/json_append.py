@@ -86,33 +86,19 @@ class JsonAppendFile:
         """Append one `"key": value` member. `value` is any JSON-serialisable object; non-finite
         floats in it are written as "inf"/"-inf"/"nan" strings so the file stays strict JSON
         (unless the file was opened `finite`: then the caller has made them strings already)."""
+        self.append_many(((key, value),))
+
+    def _value_json(self, value):
         if self.finite:  # the hot path (every dump record): orjson straight, no null check
             try:
-                value_json = orjson.dumps(value)
+                return orjson.dumps(value)
             except (TypeError, orjson.JSONEncodeError):
-                value_json = encode(value, True)
-        else:
-            value_json = encode(value)
-        key_json = orjson.dumps(key)
-        with self._lock:
-            chunk = b"".join((self._sep_first if self._empty else self._sep, key_json, b": ", value_json))
-            os.pwrite(self._fd, chunk + self._trailer, self._end)
-            self._end += len(chunk)
-            self._empty = False
+                return encode(value, True)
+        return encode(value)
 
     def append_many(self, items):
         """Append `(key, value)` members in one write (all or, if the process dies, none of them)."""
-        finite = self.finite
-        parts = []
-        for key, value in items:
-            if finite:
-                try:
-                    value_json = orjson.dumps(value)
-                except (TypeError, orjson.JSONEncodeError):
-                    value_json = encode(value, True)
-            else:
-                value_json = encode(value)
-            parts.append(orjson.dumps(key) + b": " + value_json)
+        parts = [orjson.dumps(key) + b": " + self._value_json(value) for key, value in items]
         if not parts:
             return
         with self._lock:
