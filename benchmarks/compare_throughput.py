@@ -94,7 +94,7 @@ from msprobe.core.compare.writer import write_result
 try:
     from msprobe.core.diagnosis import diagnose
 except ImportError:  # --baseline-src of a checkout from before core/diagnosis/
-    from msprobe.core.diagnosis import diagnose
+    from msprobe.core.compare.diagnosis import diagnose
 t, g, workers, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 w, c = time.perf_counter(), time.process_time()
 (r,) = compare_dumps(t, g, workers=workers, progress=False, stack=False)
