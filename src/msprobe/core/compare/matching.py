@@ -216,8 +216,11 @@ def differing_call_counts(target_keys, golden_keys):
     by the two runs (among those both call), or None. Then index i of a name is not the same call on
     both sides (another attention implementation builds its mask with more slicing): pair by alignment."""
     from collections import Counter
-    t = Counter(_strip_index(k) for k in dict.fromkeys(target_keys))
-    g = Counter(_strip_index(k) for k in dict.fromkeys(golden_keys))
+    t_keys, g_keys = dict.fromkeys(target_keys), dict.fromkeys(golden_keys)
+    if t_keys.keys() == g_keys.keys():  # the same calls (the usual case): every count agrees
+        return None
+    t = Counter(_strip_index(k) for k in t_keys)
+    g = Counter(_strip_index(k) for k in g_keys)
     for name, n in t.items():
         if name in g and g[name] != n:
             return name, n, g[name]
