@@ -8,7 +8,8 @@ sums (core/checksum.py). `start_resolve()` queues one non-blocking copy of every
 last resolve; `Readback.finish()` waits for that copy (on a writer thread, for CUDA) and turns rows into
 record fields.
 
-Kernels: one Triton launch per tensor on CUDA when Triton is importable (pytorch/triton_summary.py);
+Kernels: on CUDA with Triton importable (pytorch/triton_summary.py), one launch per batch of deferred
+summaries of one dtype, or per tensor when it cannot wait;
 torch's own reductions elsewhere (a few launches per tensor; also the CPU path the tests force with
 `MSPROBE_DEVICE_SUMMARY=1`). Both give the numbers the host path gives: Mean and Norm of non-float64
 data rounded to float32, NaN in Max/Min when a NaN is in the tensor.

@@ -67,6 +67,23 @@ def wordsum(words, out, index):
                           K0=checksum.K0, K1=checksum.K1, K2=checksum.K2, K3=checksum.K3, num_warps=8)
 
 
+@triton.jit
+def _fold_stats(v, m, mx, mn, s, q, nan):
+    """One block of float64 values `v` (lanes where `m`) into the running max, min, sums and NaN flag."""
+    mx = tl.where(m & (v > mx), v, mx)  # NaN never wins a comparison: it is counted below
+    mn = tl.where(m & (v < mn), v, mn)
+    return mx, mn, s + v, q + v * v, nan | (v != v).to(tl.int32)
+
+
+@triton.jit
+def _store_stats_part(part, mx, mn, s, q, nan):
+    """A program's partial row: max, min, sum, sum of squares (NaN when any value was NaN)."""
+    tl.store(part + 0, tl.max(mx, 0))
+    tl.store(part + 1, tl.min(mn, 0))
+    tl.store(part + 2, tl.sum(s, 0))
+    tl.store(part + 3, tl.sum(q, 0) + tl.where(tl.max(nan, 0) > 0, float("nan"), 0.0))
+
+
 @triton.jit(do_not_specialize=["n", "ring_row", "index"])
 def _stats_kernel(x_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK: tl.constexpr,
                   MAXP: tl.constexpr):
@@ -82,16 +99,8 @@ def _stats_kernel(x_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK
         offs = start + lanes
         m = offs < n
         v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.float64)
-        mx = tl.where(m & (v > mx), v, mx)  # NaN never wins a comparison: it is counted below
-        mn = tl.where(m & (v < mn), v, mn)
-        s += v
-        q += v * v
-        nan |= (v != v).to(tl.int32)
-    part = ring_ptr + (ring_row + pid) * 4
-    tl.store(part + 0, tl.max(mx, 0))
-    tl.store(part + 1, tl.min(mn, 0))
-    tl.store(part + 2, tl.sum(s, 0))
-    tl.store(part + 3, tl.sum(q, 0) + tl.where(tl.max(nan, 0) > 0, float("nan"), 0.0))
+        mx, mn, s, q, nan = _fold_stats(v, m, mx, mn, s, q, nan)
+    _store_stats_part(ring_ptr + (ring_row + pid) * 4, mx, mn, s, q, nan)
     done = tl.atomic_add(count_ptr + index, 1, sem="acq_rel")
     if done == nprog - 1:
         p = tl.arange(0, MAXP)
@@ -118,6 +127,21 @@ def _mix(a, K1: tl.constexpr, K2: tl.constexpr):
     return a ^ (a >> 16)
 
 
+@triton.jit
+def _fold_words(w, offs, m, s1, s2, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, K3: tl.constexpr):
+    """One block of uint32 words at indices `offs` (lanes where `m`) into the two checksum sums."""
+    a = _mix(w ^ (offs.to(tl.uint32) * K0), K1, K2)  # uint32 arithmetic wraps mod 2^32
+    b = a * K3
+    b = b ^ (b >> 13)
+    return s1 + tl.where(m, a, tl.zeros_like(a)), s2 + tl.where(m, b, tl.zeros_like(b))
+
+
+@triton.jit
+def _store_words_part(part, s1, s2):
+    tl.store(part + 0, tl.sum(s1, 0).to(tl.int64))
+    tl.store(part + 1, tl.sum(s2, 0).to(tl.int64))
+
+
 @triton.jit(do_not_specialize=["n", "ring_row", "index"])
 def _wordsum_kernel(w_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK: tl.constexpr,
                     MAXP: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
@@ -131,14 +155,8 @@ def _wordsum_kernel(w_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLO
         offs = start + lanes
         m = offs < n
         w = tl.load(w_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
-        a = _mix(w ^ (offs.to(tl.uint32) * K0), K1, K2)  # uint32 arithmetic wraps mod 2^32
-        b = a * K3
-        b = b ^ (b >> 13)
-        s1 += tl.where(m, a, tl.zeros_like(a))
-        s2 += tl.where(m, b, tl.zeros_like(b))
-    part = ring_ptr + (ring_row + pid) * 2
-    tl.store(part + 0, tl.sum(s1, 0).to(tl.int64))
-    tl.store(part + 1, tl.sum(s2, 0).to(tl.int64))
+        s1, s2 = _fold_words(w, offs, m, s1, s2, K0, K1, K2, K3)
+    _store_words_part(ring_ptr + (ring_row + pid) * 2, s1, s2)
     done = tl.atomic_add(count_ptr + index, 1, sem="acq_rel")
     if done == nprog - 1:
         p = tl.arange(0, MAXP)
@@ -238,16 +256,8 @@ def _stats_multi_kernel(table_ptr, k, parts_ptr, count_ptr, DTYPE: tl.constexpr,
         else:  # rows of `cols` elements, `row_stride` apart (a chunk of a wider tensor)
             addr = (offs // cols) * row_stride + offs % cols
         v = tl.load(x_ptr + addr, mask=m, other=0).to(tl.float64)
-        mx = tl.where(m & (v > mx), v, mx)  # NaN never wins a comparison: it is counted below
-        mn = tl.where(m & (v < mn), v, mn)
-        s += v
-        q += v * v
-        nan |= (v != v).to(tl.int32)
-    part = parts_ptr + tile * 4
-    tl.store(part + 0, tl.max(mx, 0))
-    tl.store(part + 1, tl.min(mn, 0))
-    tl.store(part + 2, tl.sum(s, 0))
-    tl.store(part + 3, tl.sum(q, 0) + tl.where(tl.max(nan, 0) > 0, float("nan"), 0.0))
+        mx, mn, s, q, nan = _fold_stats(v, m, mx, mn, s, q, nan)
+    _store_stats_part(parts_ptr + tile * 4, mx, mn, s, q, nan)
     done = tl.atomic_add(count_ptr + i, 1, sem="acq_rel")
     if done == ntiles - 1:
         gmx = tl.full([MAXP], float("-inf"), tl.float64)
@@ -290,14 +300,8 @@ def _wordsum_multi_kernel(table_ptr, k, parts_ptr, count_ptr, BLOCK: tl.constexp
         offs = base + b * BLOCK + lanes
         m = offs < n
         w = tl.load(w_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
-        a = _mix(w ^ (offs.to(tl.uint32) * K0), K1, K2)
-        bb = a * K3
-        bb = bb ^ (bb >> 13)
-        s1 += tl.where(m, a, tl.zeros_like(a))
-        s2 += tl.where(m, bb, tl.zeros_like(bb))
-    part = parts_ptr + tile * 2
-    tl.store(part + 0, tl.sum(s1, 0).to(tl.int64))
-    tl.store(part + 1, tl.sum(s2, 0).to(tl.int64))
+        s1, s2 = _fold_words(w, offs, m, s1, s2, K0, K1, K2, K3)
+    _store_words_part(parts_ptr + tile * 2, s1, s2)
     done = tl.atomic_add(count_ptr + i, 1, sem="acq_rel")
     if done == ntiles - 1:
         g1 = tl.zeros([MAXP], tl.int64)
