@@ -11,23 +11,12 @@ ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make
 torch = pytest.importorskip("torch")
 
 from msprobe.core.dump.reader import DumpReader  # noqa: E402
+from private_modules import load_private  # noqa: E402
+
+mlp_twins = load_private("msprobe_test_mlp_twins", os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "compare", "mlp_twins.py"))
 
 PID = os.getpid()
-
-
-class TorchMLP(torch.nn.Module):
-    """tests/mindspore/models.py MintMLP in PyTorch."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(16, 32)
-        self.fc2 = torch.nn.Linear(32, 32)
-        self.head = torch.nn.Linear(32, 4)
-
-    def forward(self, x):
-        h = torch.relu(self.fc1(x))
-        h = torch.tanh(self.fc2(h)) + h
-        return self.head(h)
 
 
 def stats_of(record):
@@ -47,15 +36,11 @@ def stats_of(record):
     return out
 
 
-def test_mindspore_and_pytorch_statistics_agree(models, tmp_path):
+def test_mindspore_and_pytorch_statistics_agree(tmp_path):
     from msprobe.mindspore import PrecisionDebugger as MsDebugger
     from msprobe.pytorch import PrecisionDebugger as PtDebugger
 
-    ms_net = models.build("mlp")
-    pt_net = TorchMLP()
-    with torch.no_grad():
-        for name, p in pt_net.named_parameters():
-            p.copy_(torch.from_numpy(dict(ms_net.parameters_and_names())[name].asnumpy()))
+    ms_net, pt_net, models = mlp_twins.twins()
     x, y = models.make_data("mlp")
 
     ms_dbg = MsDebugger(dump_path=str(tmp_path / "ms"), level="L0")

@@ -31,8 +31,9 @@ import pytest
 
 from msprobe.core.naming import split_key
 
-SCRIPT = textwrap.dedent('''
-    import os, signal, sys
+# both scripts: a small model, its optimizer and a mix debugger; argv: dump_path, "crash" or "clean"
+PREAMBLE = textwrap.dedent('''
+    import os, signal, sys, time
     import torch
     from torch import nn
     from msprobe.pytorch import PrecisionDebugger
@@ -43,7 +44,9 @@ SCRIPT = textwrap.dedent('''
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     debugger = PrecisionDebugger(dump_path=dump_path, level="mix")
     x, y = torch.randn(5, 8), torch.randn(5, 4)
+''')
 
+SCRIPT = PREAMBLE + textwrap.dedent('''
     for step in range(2):
         debugger.start(model)
         h = model[1](model[0](x))
@@ -181,19 +184,8 @@ def test_killed_step_stack_json_if_present_parses(runs):
 
 
 # -- the accelerator path: records wait for a batch resolve -----------------------------------------------
-BATCHED = textwrap.dedent('''
-    import os, signal, sys, time
-    import torch
-    from torch import nn
+BATCHED = PREAMBLE + textwrap.dedent('''
     from msprobe.core.dump.capture import FLUSH_SECONDS
-    from msprobe.pytorch import PrecisionDebugger
-
-    dump_path, mode = sys.argv[1], sys.argv[2]
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    debugger = PrecisionDebugger(dump_path=dump_path, level="mix")
-    x, y = torch.randn(5, 8), torch.randn(5, 4)
     for step in range(2):
         debugger.start(model)
         h = model[1](model[0](x))

@@ -74,15 +74,15 @@ class PrecisionCensus:
         self.counts, self.total = {}, 0
 
     def add(self, result):
-        counts, total = dtype_census(result)
+        self._count(*dtype_census(result))
+
+    def merge(self, other):
+        self._count(other.counts, other.total)
+
+    def _count(self, counts, total):
         for dtype, k in counts.items():
             self.counts[dtype] = self.counts.get(dtype, 0) + k
         self.total += total
-
-    def merge(self, other):
-        for dtype, k in other.counts.items():
-            self.counts[dtype] = self.counts.get(dtype, 0) + k
-        self.total += other.total
 
     def decide(self, precision=None):
         """(dtype, unit roundoff): `precision` when given (checked), else the census' working precision."""
