@@ -142,10 +142,7 @@ def _read_and_flatten(path):
 
 def _load_sides(target_path, golden_path):
     """Both sides' (reader, rows); the golden side in a worker process when the files are large."""
-    def size(p):
-        f = p if os.path.isfile(p) else os.path.join(p, "dump.json")
-        return os.path.getsize(f) if os.path.isfile(f) else 0
-    if size(target_path) + size(golden_path) < PARALLEL_LOAD_BYTES or (os.cpu_count() or 1) < 2:
+    if _json_size(target_path) + _json_size(golden_path) < PARALLEL_LOAD_BYTES or (os.cpu_count() or 1) < 2:
         return _load_side(target_path), _load_side(golden_path)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -198,12 +195,15 @@ def _load_mappings(opts):
                            api_file=api_file)
 
 
-def _dump_size(side):
-    total = 0
-    for p in side.path if isinstance(side.path, tuple) else (side.path,):
-        f = p if os.path.isfile(p) else os.path.join(p, "dump.json")
-        total += os.path.getsize(f) if os.path.isfile(f) else 0
-    return total
+def dump_size(side):
+    """Bytes of dump.json of a pair's side (all its rank dirs when merged)."""
+    return sum(map(_json_size, side.path if isinstance(side.path, tuple) else (side.path,)))
+
+
+def _json_size(path):
+    """Bytes of a dump.json/debug.json file, or of a rank dir's dump.json (0 when there is none)."""
+    f = path if os.path.isfile(path) else os.path.join(path, "dump.json")
+    return os.path.getsize(f) if os.path.isfile(f) else 0
 
 
 def compare_pair(target, golden, opts, maps=None):
@@ -217,7 +217,7 @@ def compare_pair(target, golden, opts, maps=None):
         raise MsprobeError("-dm/--data_mapping and -fm/--fuzzy_match cannot be combined")
     # phases of a big statistics compare take a while too: show them (tensor mode has its own bar)
     phases = tqdm(total=3, desc=f"compare step {target.step} rank {target.rank}", unit="phase", leave=False,
-                  disable=not opts.progress or _dump_size(target) + _dump_size(golden) < PARALLEL_LOAD_BYTES)
+                  disable=not opts.progress or dump_size(target) + dump_size(golden) < PARALLEL_LOAD_BYTES)
     seconds = {}
     clock = [time.perf_counter()]
 

@@ -108,13 +108,8 @@ def _run_in_worker(task):
 def _worker_count(plan):
     if len(plan.pairs) < PARALLEL_MIN_PAIRS or not hasattr(os, "fork"):
         return 1
-    size = 0
-    for p in plan.pairs:
-        for side in (p.target, p.golden):
-            for path in side.path if isinstance(side.path, tuple) else (side.path,):
-                f = path if os.path.isfile(path) else os.path.join(path, "dump.json")
-                size += os.path.getsize(f) if os.path.isfile(f) else 0
-    if size < PARALLEL_MIN_BYTES:
+    from msprobe.core.compare.engine import dump_size
+    if sum(dump_size(p.target) + dump_size(p.golden) for p in plan.pairs) < PARALLEL_MIN_BYTES:
         return 1
     from msprobe.core.compare.tensor_mode import default_workers
     return min(plan.opts.workers or default_workers(), len(plan.pairs))
