@@ -10,7 +10,6 @@ the diagnosis named; a progress bar runs over the rank pairs.
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
