@@ -265,10 +265,18 @@ _COMPILER_RUNTIME = tuple(os.path.join(_TORCH_DIR, d) for d in ("_dynamo", "_fun
 _from_compiler = {}  # id(code) -> whether its calls are the compiler's own
 
 
+_graphs_seen = False  # Dynamo has compiled a graph in this process (it stays so)
+
+
 def called_by_compiler(depth=2):
     """True when the torch API reaching the mode was called by compiled code or the compiler itself
     (an Inductor kernel wrapper's `mm`, AOTAutograd's `detach`, Dynamo's own tensor reads), not by the
     user's code running between graphs. Asked only while a compiled model may run."""
+    global _graphs_seen
+    if not _graphs_seen:  # nothing compiled yet (torch imports Dynamo for far more than torch.compile)
+        _graphs_seen = torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0
+        if not _graphs_seen:
+            return False
     frame = sys._getframe(depth)
     while frame is not None and frame.f_code.co_filename.startswith(_PASS_THROUGH):
         frame = frame.f_back
