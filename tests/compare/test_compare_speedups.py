@@ -94,3 +94,24 @@ def test_golden_rows_read_in_a_worker_give_the_same_table(tmp_path, monkeypatch)
     assert list(parallel.dtypes) == list(serial.dtypes)
     for column in serial.columns:
         assert [repr(v) for v in parallel[column]] == [repr(v) for v in serial[column]], column
+
+
+def test_row_table_float_copies_and_fused_flags_follow_each_value():
+    # the float copies of the statistics are made column-wise: numbers (bool and int included) as
+    # floats, absent values and text (a str scalar, even one that reads as a number) as NaN
+    from compare_fixtures import tensor
+
+    from msprobe.core.compare.rows import frame_from_records
+    data = {"Functional.f.0.forward": {
+        "input_args": [tensor(True, 3, None, 2.5), {"type": "str", "value": "1.5"},
+                       tensor(None, fused_away=True), tensor(1.0, fused_away=False)],
+        "input_kwargs": {}, "output": [tensor("inf", "-inf", "nan", 1)]}}
+    frame = frame_from_records(data)
+    got = frame[["fmax", "fmin", "fmean", "fnorm"]].to_numpy()
+    expected = np.array([[1.0, 3.0, np.nan, 2.5], [np.nan] * 4, [np.nan] * 4, [1.0] * 4,
+                         [np.inf, -np.inf, np.nan, 1.0]])
+    np.testing.assert_array_equal(got, expected)
+    assert frame["max"].tolist()[:2] == [True, "1.5"] and frame["mean"][4] != frame["mean"][4]  # NaN kept
+    assert frame["fused"].dtype == bool and frame["fused"].tolist() == [False, False, True, False, False]
+    # shapes, dtypes and suffixes are shared strings, built once per distinct value
+    assert frame["shape"][0] is frame["shape"][3] and frame["suffix"][0] == ".input.0"

@@ -9,18 +9,24 @@ million tensors flattens in seconds. Must not import torch or mindspore.
 """
 from __future__ import annotations
 
+import numpy as np
 
+from msprobe.core.compare.frame import columns_frame
 from msprobe.core.dump.reader import stat_value
 
 COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "max", "min", "mean", "norm",
            "requires_grad", "md5", "data_name", "fused")
+# columns of Python objects; "fused" is bool (True where a record says `fused_away`, rare)
+OBJECT_COLUMNS = COLUMNS[:-1]
 # float copies of the statistics (NaN where absent or not a number), for vectorised arithmetic
-FLOAT_COLUMNS = ("fmax", "fmin", "fmean", "fnorm")
+STAT_COLUMNS = ("max", "min", "mean", "norm")
+FLOAT_COLUMNS = tuple("f" + c for c in STAT_COLUMNS)
 TENSOR, SCALAR, NONE = "tensor", "scalar", "none"
 # a tensor record's field when the compiled run never held the tensor (pytorch/capture/compiled_aten.py)
 FUSED_AWAY = "fused_away"
 _NAN = float("nan")
-_NUMBER_TYPES = (int, float)
+_NUMERIC_OR_NONE = frozenset({float, int, bool, type(None)})
+_SHARED_SUFFIXES = 32  # `.input.0` ... `.input.31` made once
 
 
 def _num(v):
@@ -37,16 +43,40 @@ def rows_from_records(data):
         data: the `data` mapping of a dump.json/debug.json: key -> record.
 
     Returns:
-        dict of equally long lists, keys as in `COLUMNS` and `FLOAT_COLUMNS`.
+        (dict of equally long lists, keys as in `OBJECT_COLUMNS`; list of the indices of rows whose
+        record says `fused_away`)
     """
-    cols = {c: [] for c in COLUMNS + FLOAT_COLUMNS}
+    cols = {c: [] for c in OBJECT_COLUMNS}
+    names = cols["name"]
     a_name, a_key, a_suffix, a_role, a_kind = (cols[c].append for c in ("name", "key", "suffix", "role", "kind"))
-    a_dtype, a_shape, a_rg, a_md5, a_file, a_fused = (cols[c].append for c in
-                                                      ("dtype", "shape", "requires_grad", "md5", "data_name", "fused"))
+    a_dtype, a_shape, a_rg, a_md5, a_file = (cols[c].append for c in
+                                             ("dtype", "shape", "requires_grad", "md5", "data_name"))
     a_max, a_min, a_mean, a_norm = (cols[c].append for c in ("max", "min", "mean", "norm"))
-    f_max, f_min, f_mean, f_norm = (cols[c].append for c in FLOAT_COLUMNS)
+    fused = []
+    # one shared str per distinct shape, dtype and suffix: fewer objects, and each pickles once on the
+    # way from a worker; str() of a shape list alone took a third of the time per row
+    shape_texts, dtype_texts, suffix_tables = {}, {}, {}
+
+    def dtype_text(dtype):
+        try:
+            return dtype_texts.setdefault(dtype, str(dtype))
+        except TypeError:  # not hashable
+            return str(dtype)
+
+    def shape_text(shape):
+        if type(shape) is not list:
+            return str(list(shape)) if isinstance(shape, tuple) else str(shape)
+        try:
+            return shape_texts[tuple(shape)]
+        except KeyError:
+            text = shape_texts[tuple(shape)] = str(shape)
+            return text
+        except TypeError:  # a nested list: not hashable
+            return str(shape)
 
     def emit(key, suffix, role, v):
+        if type(v) is dict and v.get(FUSED_AWAY) is True:
+            fused.append(len(names))
         a_name(key + suffix)
         a_key(key)
         a_suffix(suffix)
@@ -55,17 +85,14 @@ def rows_from_records(data):
             a_kind(NONE)
             a_dtype("None")
             a_shape("None")
-            for append in (a_max, a_min, a_mean, a_norm, a_rg, a_md5, a_file, a_fused):
+            for append in (a_max, a_min, a_mean, a_norm, a_rg, a_md5, a_file):
                 append(None)
-            for append in (f_max, f_min, f_mean, f_norm):
-                append(_NAN)
             return
         get = v.get
         if "dtype" in v and "shape" in v:
-            shape = v["shape"]
             a_kind(TENSOR)
-            a_dtype(str(v["dtype"]))
-            a_shape(str(shape) if type(shape) is list else str(list(shape)) if isinstance(shape, tuple) else str(shape))
+            a_dtype(dtype_text(v["dtype"]))
+            a_shape(shape_text(v["shape"]))
             mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
             if type(mx) is str or type(mn) is str or type(me) is str or type(no) is str:
                 mx, mn, me, no = stat_value(mx), stat_value(mn), stat_value(me), stat_value(no)
@@ -83,13 +110,8 @@ def rows_from_records(data):
         a_min(mn)
         a_mean(me)
         a_norm(no)
-        f_max(_num(mx))
-        f_min(_num(mn))
-        f_mean(_num(me))
-        f_norm(_num(no))
         a_md5(get("md5"))
         a_file(get("data_name"))
-        a_fused(get(FUSED_AWAY))
 
     def walk(value, key, suffix, role):
         if type(value) is dict:
@@ -105,20 +127,30 @@ def rows_from_records(data):
             emit(key, suffix, role, value)
 
     def args(values, key, prefix, role):
+        suffixes = suffix_tables.get(prefix)
+        if suffixes is None:
+            suffixes = suffix_tables[prefix] = [prefix + str(i) for i in range(_SHARED_SUFFIXES)]
         for i, v in enumerate(values):
             if type(v) is dict and "dtype" in v and "shape" in v:
                 # the common case, a plain tensor: `emit` inlined (this loop runs once per row)
-                suffix = prefix + str(i)
+                suffix = suffixes[i] if i < _SHARED_SUFFIXES else prefix + str(i)
+                get = v.get
+                if get(FUSED_AWAY) is True:
+                    fused.append(len(names))
                 a_name(key + suffix)
                 a_key(key)
                 a_suffix(suffix)
                 a_role(role)
                 a_kind(TENSOR)
-                a_dtype(str(v["dtype"]))
+                try:
+                    a_dtype(dtype_texts[v["dtype"]])
+                except (KeyError, TypeError):
+                    a_dtype(dtype_text(v["dtype"]))
                 shape = v["shape"]
-                a_shape(str(shape) if type(shape) is list else
-                        str(list(shape)) if isinstance(shape, tuple) else str(shape))
-                get = v.get
+                try:
+                    a_shape(shape_texts[tuple(shape)] if type(shape) is list else shape_text(shape))
+                except (KeyError, TypeError):
+                    a_shape(shape_text(shape))
                 mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
                 if type(mx) is str or type(mn) is str or type(me) is str or type(no) is str:
                     mx, mn, me, no = stat_value(mx), stat_value(mn), stat_value(me), stat_value(no)
@@ -127,13 +159,8 @@ def rows_from_records(data):
                 a_min(mn)
                 a_mean(me)
                 a_norm(no)
-                f_max(mx if type(mx) is float else _num(mx))
-                f_min(mn if type(mn) is float else _num(mn))
-                f_mean(me if type(me) is float else _num(me))
-                f_norm(no if type(no) is float else _num(no))
                 a_md5(get("md5"))
                 a_file(get("data_name"))
-                a_fused(get(FUSED_AWAY))
             elif type(v) is dict and "dtype" in v:
                 emit(key, f"{prefix}{i}", role, v)
             else:
@@ -163,93 +190,72 @@ def rows_from_records(data):
     # `walk` calls itself through its closure cell: a reference cycle that kept every column list (and
     # so gigabytes) alive until the cyclic GC ran, which then took most of a second to traverse them
     del walk
-    return cols
+    return cols, fused
 
 
 def frame_from_records(data):
     """The rows of `rows_from_records` as a pandas DataFrame; value columns stay Python objects so
     None (absent) is not confused with NaN (a statistic that is NaN)."""
-    import pandas as pd
-    import numpy as np
-    cols = rows_from_records(data)
-    # explicit object Series: pandas would otherwise turn string columns into its own string dtype
-    frame = {c: pd.Series(np.array(cols[c], dtype=object), dtype=object, copy=False) for c in COLUMNS}
-    frame.update({c: pd.Series(np.array(cols[c], dtype=np.float64), copy=False) for c in FLOAT_COLUMNS})
-    return pd.DataFrame(frame, copy=False)
+    cols, fused_rows = rows_from_records(data)
+    n = len(cols["name"])
+    arrays = {c: np.fromiter(cols.pop(c), dtype=object, count=n) for c in OBJECT_COLUMNS}
+    arrays["fused"] = np.zeros(n, dtype=bool)
+    arrays["fused"][fused_rows] = True
+    for c in STAT_COLUMNS:
+        arrays["f" + c] = _floats(arrays[c])
+    return columns_frame(arrays)
 
 
-# columns rows_from_records/frame_from_construct fill with str only
-_STRING_COLUMNS = frozenset({"name", "key", "suffix", "role", "kind", "dtype", "shape"})
-_SEP = "\x00"  # joins a column of strings for the trip between processes (a cell holding it is sent as is)
+def _floats(values):
+    """float64 copy of an object column of statistics: NaN where a value is absent or not a number."""
+    if set(map(type, values)) <= _NUMERIC_OR_NONE:  # numpy reads None as NaN
+        return np.array(values, dtype=np.float64)
+    return np.fromiter(map(_num, values), dtype=np.float64, count=len(values))
 
 
 def packed_frame(frame):
     """A row table in a form that pickles fast, for the trip from the process that read the golden
-    dump: a string column as one joined string, a statistic column that holds only floats as nothing
-    (its float copy has the same values). Pickling a million rows' objects one by one took seconds."""
+    dump: a statistic column that holds only floats as nothing (its float copy has the same values),
+    the row names as nothing when they are key + suffix. Pickling a million rows' distinct objects one
+    by one took seconds; the other columns hold a few shared strings, which pickle once each."""
     packed = {}
     for c in frame.columns:
         values = frame[c].to_numpy()
-        if values.dtype != object:
-            packed[c] = values
-            continue
-        types = {str} if c in _STRING_COLUMNS else set(map(type, values))
-        if types == {float} and "f" + c in frame.columns:
+        if values.dtype == object and "f" + c in frame.columns and set(map(type, values)) == {float}:
             packed[c] = ("floats of", "f" + c)
-            continue
-        if types == {str}:
-            try:
-                text = _SEP.join(values.tolist())
-            except TypeError:  # not all str after all: sent as is
-                text = None
-            if text is not None and text.count(_SEP) == len(values) - 1:
-                packed[c] = ("joined", text, len(values))
-                continue
-        packed[c] = values
+        elif c == "name" and np.array_equal(values, np.add(frame["key"].to_numpy(), frame["suffix"].to_numpy())):
+            packed[c] = ("key + suffix",)
+        else:
+            packed[c] = values
     return packed
 
 
 def unpacked_frame(packed):
     """The row table of `packed_frame`."""
-    import numpy as np
-    import pandas as pd
-    cols = {}
+    cols = {c: v for c, v in packed.items() if not isinstance(v, tuple)}
     for c, v in packed.items():
-        if isinstance(v, tuple) and v[0] == "joined":
-            text, n = v[1], v[2]
-            cols[c] = np.fromiter(text.split(_SEP) if n else (), dtype=object, count=n)
-        elif not isinstance(v, tuple):
-            cols[c] = v
-    for c, v in packed.items():
-        if isinstance(v, tuple) and v[0] == "floats of":
+        if v[0] == "floats of":
             cols[c] = cols[v[1]].astype(object)
-    return pd.DataFrame({c: pd.Series(cols[c], dtype=cols[c].dtype, copy=False) for c in packed}, copy=False)
+        elif v[0] == "key + suffix":
+            cols[c] = np.add(cols["key"], cols["suffix"])
+    return columns_frame({c: cols[c] for c in packed})
 
 
 def frame_from_construct(construct):
     """Structure dumps have no records: one row per node of construct.json (its parent in `shape`'s
     place would mislead, so only names are compared)."""
-    import numpy as np
-    import pandas as pd
     data = list(construct)
     n = len(data)
-    cols = {c: [None] * n for c in COLUMNS}
+    cols = {c: [None] * n for c in OBJECT_COLUMNS}
     cols.update(name=data, key=data, suffix=[""] * n, role=["node"] * n, kind=[NONE] * n,
                 dtype=["None"] * n, shape=["None"] * n)
-    out = {c: pd.Series(np.array(cols[c], dtype=object), dtype=object, copy=False) for c in COLUMNS}
-    out.update({c: pd.Series(np.full(n, np.nan), copy=False) for c in FLOAT_COLUMNS})
-    return pd.DataFrame(out, copy=False)
+    arrays = {c: np.array(cols[c], dtype=object) for c in OBJECT_COLUMNS}
+    arrays["fused"] = np.zeros(n, dtype=bool)
+    arrays.update({c: np.full(n, np.nan) for c in FLOAT_COLUMNS})
+    return columns_frame(arrays)
 
 
 def _as_list(v):
     if v is None:
         return ()
     return v if isinstance(v, (list, tuple)) else (v,)
-
-
-def _walk_params(record, key, walk):
-    """parameters_grad `{pname: [tensor]}`: a one-element list adds no index."""
-    for pname, v in record.items():
-        if isinstance(v, list) and len(v) == 1:
-            v = v[0]
-        walk(v, f"{key}.{pname}", key, f".{pname}", "grad")

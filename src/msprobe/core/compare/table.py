@@ -12,7 +12,7 @@ import numpy as np
 
 from msprobe.core.compare import columns as C
 from msprobe.core.compare import verdict as V
-from msprobe.core.compare.frame import STAT_FIELDS
+from msprobe.core.compare.frame import STAT_FIELDS, columns_frame
 from msprobe.core.compare.stats_diff import stat_diff_columns
 
 
@@ -49,7 +49,6 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         tensor_metrics: tensor mode: dict with float arrays "cosine", "euc", "max_abs", "max_rel",
             "one_k", "five_k", object array "display" (metric cell values) and "messages".
     """
-    import pandas as pd
 
     target, golden, gidx = p.target, p.golden_rows, p.gidx
     matched, g = p.matched, p.golden
@@ -96,8 +95,8 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         same_rg = _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
     cols[C.REQUIRES_GRAD_CONSISTENT] = same_rg.astype(object)
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
-    V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=object),
-                 g["fused"].to_numpy(dtype=object), matched)
+    V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=bool),
+                 g["fused"].to_numpy(dtype=bool), matched)
 
     ordered = list(C.MODE_COLUMNS[mode])
     if stack is not None:
@@ -108,7 +107,7 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         g_files = _take(golden["data_name"], gidx, fill=None)
         cols[C.DATA_NAME] = np.array([str([a or "-1", b or "-1"]) for a, b in zip(t_files, g_files)], dtype=object)
         ordered.append(C.DATA_NAME)
-    return pd.DataFrame({c: cols[c] for c in ordered})
+    return columns_frame({c: np.asarray(cols[c]) for c in ordered})
 
 
 def _stack_column(keys, stack):

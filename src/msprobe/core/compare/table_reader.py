@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from msprobe.core.compare import columns as C
+from msprobe.core.compare.frame import columns_frame
 
 # Flattened row names (msprobe-facts §3.3): key + .input/.output/.parameters + slot, or a
 # parameters_grad key + parameter name, or a debug key + nested index.
@@ -90,7 +91,6 @@ def _stat_cell(v):
 
 def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
     """One side's row table (rows.COLUMNS + FLOAT_COLUMNS) from its columns of a compare table."""
-    import pandas as pd
     n = len(table)
     parts = [split_row_name(str(x)) for x in names]
     dtypes = table[dtype_col].to_numpy(dtype=object) if dtype_col in table.columns else np.full(n, None)
@@ -105,13 +105,13 @@ def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
             "requires_grad": np.full(n, None, dtype=object),
             "md5": (table[md5_col].to_numpy(dtype=object) if md5_col in table.columns
                     else np.full(n, None, dtype=object)),
-            "data_name": np.full(n, None, dtype=object), "fused": np.full(n, None, dtype=object)}
+            "data_name": np.full(n, None, dtype=object), "fused": np.zeros(n, dtype=bool)}
     for f, c in zip(("max", "min", "mean", "norm"), stat_cols):
         raw = table[c].to_numpy(dtype=object) if c in table.columns else np.full(n, None, dtype=object)
         vals = np.array([_stat_cell(v) for v in raw], dtype=object)
         cols[f] = vals
         cols["f" + f] = np.array([v if isinstance(v, float) else math.nan for v in vals], dtype=np.float64)
-    return pd.DataFrame({k: pd.Series(v, dtype=v.dtype, copy=False) for k, v in cols.items()})
+    return columns_frame(cols)
 
 
 def result_from_table(table, mode=None, step=0, rank=0, is_proc=False):

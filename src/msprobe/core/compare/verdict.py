@@ -247,10 +247,9 @@ def result_columns(flags, matched, mode, all_exempt, extra_messages=None):
 
 
 def mark_fused(result, err, t_fused, g_fused, matched):
-    """Rows whose tensor one run never held (`fused_away` in its record): "fused away", not a verdict on
-    values that do not exist."""
-    fused = np.array([v is True for v in t_fused], dtype=bool) | (
-        matched & np.array([v is True for v in g_fused], dtype=bool))
+    """Rows whose tensor one run never held (`fused_away` in its record; bool arrays, the golden one
+    aligned to target rows): "fused away", not a verdict on values that do not exist."""
+    fused = t_fused | (matched & g_fused)
     if fused.any():
         result[fused] = RESULT_FUSED
         err[fused] = json.dumps([MSG_FUSED])
