@@ -223,11 +223,18 @@ def packed_frame(frame):
         values = frame[c].to_numpy()
         if values.dtype == object and "f" + c in frame.columns and set(map(type, values)) == {float}:
             packed[c] = ("floats of", "f" + c)
-        elif c == "name" and np.array_equal(values, np.add(frame["key"].to_numpy(), frame["suffix"].to_numpy())):
+        elif c == "name" and _is_key_plus_suffix(values, frame["key"].to_numpy(), frame["suffix"].to_numpy()):
             packed[c] = ("key + suffix",)
         else:
             packed[c] = values
     return packed
+
+
+def _is_key_plus_suffix(names, keys, suffixes):
+    try:
+        return np.array_equal(names, np.add(keys, suffixes))
+    except TypeError:  # a key or suffix that is not a str
+        return False
 
 
 def unpacked_frame(packed):

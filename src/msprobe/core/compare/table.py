@@ -49,7 +49,6 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         tensor_metrics: tensor mode: dict with float arrays "cosine", "euc", "max_abs", "max_rel",
             "one_k", "five_k", object array "display" (metric cell values) and "messages".
     """
-
     target, golden, gidx = p.target, p.golden_rows, p.gidx
     matched, g = p.matched, p.golden
     cols = {
@@ -107,7 +106,8 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         g_files = _take(golden["data_name"], gidx, fill=None)
         cols[C.DATA_NAME] = np.array([str([a or "-1", b or "-1"]) for a, b in zip(t_files, g_files)], dtype=object)
         ordered.append(C.DATA_NAME)
-    return columns_frame({c: np.asarray(cols[c]) for c in ordered})
+    return columns_frame({c: cols[c] if isinstance(cols[c], np.ndarray) else np.asarray(cols[c], dtype=object)
+                          for c in ordered})
 
 
 def _stack_column(keys, stack):
