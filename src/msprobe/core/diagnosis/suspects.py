@@ -101,6 +101,13 @@ def combine(per_rank, working, working_u, inferred=True, reload=None):
 
     `reload(entry)` gives an entry again with every suspect's evidence: needed only when a suspect
     whose evidence `trim_evidence` let go is among the ones listed."""
+    # grouping and ranking make an object or three per suspect while the suspects' rows are alive (a
+    # million on a big pair): collections meanwhile walked them all, again and again
+    with CollectorPause():
+        return _combine(per_rank, working, working_u, inferred, reload)
+
+
+def _combine(per_rank, working, working_u, inferred, reload):
     per_rank = sorted(per_rank, key=lambda p: (p["step"], p["rank"]))
     groups = _rank_suspects(per_rank)
     for g in groups[:MAX_SUSPECTS]:
