@@ -115,3 +115,24 @@ def test_row_table_float_copies_and_fused_flags_follow_each_value():
     assert frame["fused"].dtype == bool and frame["fused"].tolist() == [False, False, True, False, False]
     # shapes, dtypes and suffixes are shared strings, built once per distinct value
     assert frame["shape"][0] is frame["shape"][3] and frame["suffix"][0] == ".input.0"
+
+
+def test_diagnosis_builds_and_ranks_its_rows_with_the_collector_paused(tmp_path, monkeypatch):
+    # a big pair's diagnosis holds a Row per compared value: every collection while they are alive
+    # walked them all; both the per-pair work and the ranking over pairs run paused, and it comes back
+    import gc
+
+    from compare_fixtures import tensor, write_dump
+
+    from msprobe.core.compare.engine import compare_dumps
+    from msprobe.core.diagnosis import suspects
+    data = {f"Functional.linear.{i}.forward": {"input_args": [tensor(1.0 + i)], "input_kwargs": {},
+                                                "output": [tensor(2.0 + i)]} for i in range(3)}
+    golden = {k: {**v, "output": [tensor(3.0)]} for k, v in data.items()}
+    results = compare_dumps(write_dump(tmp_path / "t", data), write_dump(tmp_path / "g", golden), progress=False)
+    seen = []
+    for name in ("diagnose_pair", "_rank_suspects"):
+        original = getattr(suspects, name)
+        monkeypatch.setattr(suspects, name, lambda *a, _f=original, **k: (seen.append(gc.isenabled()), _f(*a, **k))[1])
+    d = suspects.diagnose(results)
+    assert d["divergence"] and seen == [False, False] and gc.isenabled()
