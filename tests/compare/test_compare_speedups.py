@@ -1,4 +1,5 @@
 """The fast paths of a big compare give exactly what the plain Python ones gave."""
+import gc
 import json
 import math
 
@@ -120,8 +121,6 @@ def test_row_table_float_copies_and_fused_flags_follow_each_value():
 def test_diagnosis_builds_and_ranks_its_rows_with_the_collector_paused(tmp_path, monkeypatch):
     # a big pair's diagnosis holds a Row per compared value: every collection while they are alive
     # walked them all; both the per-pair work and the ranking over pairs run paused, and it comes back
-    import gc
-
     from compare_fixtures import tensor, write_dump
 
     from msprobe.core.compare.engine import compare_dumps
