@@ -130,7 +130,7 @@ def test_diagnosis_builds_and_ranks_its_rows_with_the_collector_paused(tmp_path,
     golden = {k: {**v, "output": [tensor(3.0)]} for k, v in data.items()}
     results = compare_dumps(write_dump(tmp_path / "t", data), write_dump(tmp_path / "g", golden), progress=False)
     seen = []
-    for name in ("diagnose_pair", "_rank_suspects"):
+    for name in ("calls_from_rows", "_rank_suspects"):
         original = getattr(suspects, name)
         monkeypatch.setattr(suspects, name, lambda *a, _f=original, **k: (seen.append(gc.isenabled()), _f(*a, **k))[1])
     d = suspects.diagnose(results)

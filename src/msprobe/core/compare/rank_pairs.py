@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 
 from msprobe.core.compare.writer import result_file_name, write_result
 from msprobe.core.diagnosis.suspects import PrecisionCensus, diagnose_pair, trim_evidence
-from msprobe.core.gc_pause import CollectorPause
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
 PARALLEL_MIN_BYTES = 32 << 20
@@ -61,8 +60,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     census = PrecisionCensus()
     census.add(result)
     used = job.working or census.decide()
-    with CollectorPause():
-        entry = diagnose_pair(result, used[1])
+    entry = diagnose_pair(result, used[1])
     entry["_pair"] = job.index
     if not job.keep_table:
         trim_evidence(entry)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from msprobe.core.compare.frame import columns_frame
+from msprobe.core.compare.frame import STAT_FIELDS, columns_frame
 from msprobe.core.dump.reader import stat_value
 
 COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "max", "min", "mean", "norm",
@@ -19,8 +19,7 @@ COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "max", "mi
 # columns of Python objects; "fused" is bool (True where a record says `fused_away`, rare)
 OBJECT_COLUMNS = COLUMNS[:-1]
 # float copies of the statistics (NaN where absent or not a number), for vectorised arithmetic
-STAT_COLUMNS = ("max", "min", "mean", "norm")
-FLOAT_COLUMNS = tuple("f" + c for c in STAT_COLUMNS)
+FLOAT_COLUMNS = tuple("f" + c for c in STAT_FIELDS)
 TENSOR, SCALAR, NONE = "tensor", "scalar", "none"
 # a tensor record's field when the compiled run never held the tensor (pytorch/capture/compiled_aten.py)
 FUSED_AWAY = "fused_away"
@@ -201,7 +200,7 @@ def frame_from_records(data):
     arrays = {c: np.fromiter(cols.pop(c), dtype=object, count=n) for c in OBJECT_COLUMNS}
     arrays["fused"] = np.zeros(n, dtype=bool)
     arrays["fused"][fused_rows] = True
-    for c in STAT_COLUMNS:
+    for c in STAT_FIELDS:
         arrays["f" + c] = _floats(arrays[c])
     return columns_frame(arrays)
 

@@ -60,9 +60,7 @@ def diagnose(results, precision=None):
     for res in results:
         census.add(res)
     working, working_u = census.decide(precision)
-    # a row object per compared value, none in a cycle: collections would walk them all again and again
-    with CollectorPause():
-        per_rank = [diagnose_pair(res, working_u) for res in results]
+    per_rank = [diagnose_pair(res, working_u) for res in results]
     return combine(per_rank, working, working_u, inferred=precision is None)
 
 
@@ -154,6 +152,12 @@ def diagnose_pair(res, working_u):
     """One step and rank: its Diagnosis column (set on `res.table`) and its entry in diagnosis.json's
     `ranks`, with the suspects (keys starting with "_") that `combine` ranks over all pairs. The entry
     keeps no reference to the pair's rows beyond its suspects' calls."""
+    # a row object per compared value, none in a cycle: collections would walk them all again and again
+    with CollectorPause():
+        return _diagnose_pair(res, working_u)
+
+
+def _diagnose_pair(res, working_u):
     mode = getattr(res, "mode", "statistics")
     rows = getattr(res, "rows", None)
     n = len(res.table)
