@@ -81,6 +81,32 @@ def test_reuse_is_keyed_by_memory_and_version():
     assert entry6 is not entry5
 
 
+def test_same_tensor_object_reuses_its_record_until_it_changes():
+    s = Summarizer()
+    x = torch.randn(6, 4)
+    rec1, entry1 = s.summarize(x)
+    rec2, entry2 = s.summarize(x)  # the same object again: its own record, equal, not the same dict
+    assert entry2 is entry1 and rec2 == rec1 and rec2 is not rec1 and rec2["shape"] == [6, 4]
+    rec2["data_name"] = "x.npy"  # what a caller adds stays in its own record
+    assert "data_name" not in s.summarize(x)[0]
+    x.requires_grad_()
+    assert s.summarize(x)[0]["requires_grad"] is True
+    with torch.no_grad():
+        x.add_(1)  # version bump
+    rec3, entry3 = s.summarize(x)
+    assert entry3 is not entry1 and rec3["Min"] == pytest.approx(rec1["Min"] + 1, rel=1e-6)
+    y = torch.randn(2, 3)
+    ry, _ = s.summarize(y)
+    y.data = torch.full((2, 3), 5.0)  # new memory behind the same object, version kept
+    ry2, _ = s.summarize(y)
+    assert ry2["Max"] == ry2["Min"] == 5.0 and ry["Max"] != 5.0
+    y.data = y.data.view(3, 2)  # the same memory in another shape
+    assert s.summarize(y)[0]["shape"] == [3, 2]
+    s.forget([y])  # written behind autograd's back (a collective): read again
+    y.data.copy_(torch.full((3, 2), 7.0))
+    assert s.summarize(y)[0]["Max"] == 7.0
+
+
 def test_views_over_the_same_memory_share_statistics_with_their_own_shape():
     s = Summarizer()
     x = torch.randn(2, 3, 4)

@@ -31,10 +31,7 @@ class DumpFilter:
         self._scope_done = False
         self._end_seen = False
         self.hit = False  # some call passed (the debugger says when `scope`/`list` matched nothing)
-
-    @property
-    def passes_everything(self):
-        return not self.list and not self.scope
+        self.passes_everything = not self.list and not self.scope
 
     def reset(self):
         self._scope_open = False
@@ -46,6 +43,9 @@ class DumpFilter:
 
         Listed module names (mix) select every call inside that module's span.
         """
+        if self.passes_everything:
+            self.hit = True
+            return True
         if self.scope and not self._in_scope(key, enclosing):
             return False
         if self.list and not (self.wants_forward(key, enclosing) or self._backward_listed(key, enclosing)):

@@ -62,12 +62,6 @@ class CacheEntry:
         self.ref, self.version, self.values, self.slots = ref, version, values, slots
         self.file = self.layout = None
 
-    def fill(self, rec):
-        """Put the known values into `rec`; the slots still pending fill it when they are resolved."""
-        rec.update(self.values)
-        for slot in self.slots:
-            fill_from_slot(rec, slot)
-
     def file_for(self, t):
         """The saved file when it holds exactly `t` (same shape and strides), else None."""
         if self.file is not None and self.layout == (t.shape, t.stride()):
@@ -116,6 +110,9 @@ class Summarizer:
         self.device_path = device_path
         self.slots = DeviceSummaries()
         self._cache = {}
+        # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
+        # before (an API's input is usually the previous API's output object) skips the memory key
+        self._objects = {}
         self._native_kinds = _NATIVE_KINDS if native.ENABLED and not device_path else {}
         self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
         self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
@@ -140,6 +137,7 @@ class Summarizer:
 
     def clear(self):
         self._cache.clear()
+        self._objects.clear()
 
     def forget(self, tensors):
         """Drop cached results of tensors changed behind autograd's back (collectives write in place
@@ -149,6 +147,7 @@ class Summarizer:
                 t = plain_tensor(t)[0]  # a DTensor changed in place: its local shard changed
                 if type(t) not in _PLAIN:
                     continue
+            self._objects.pop(id(t), None)
             try:
                 self._cache.pop(self._memory_key(t, t.numel())[0], None)
             except (RuntimeError, NotImplementedError):
@@ -162,6 +161,15 @@ class Summarizer:
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it. (The hot path of every dump: attributes are read once, in one place.)
         """
+        seen = self._objects.get(id(t))
+        if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
+                and seen[3] == t.shape):
+            rec = seen[4].copy()
+            rec["requires_grad"] = t.requires_grad
+            entry = seen[5]
+            for slot in entry.slots:
+                fill_from_slot(rec, slot)
+            return rec, entry
         dtype = t.dtype
         name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
@@ -179,40 +187,57 @@ class Summarizer:
                     key, span = self._memory_key(t, n)
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
-        rec.update(self._fields)  # in msProbe's field order; values now or at resolve
-        rec["requires_grad"] = t.requires_grad
+        shape = t.shape
         if key is not None:
             hit = self._cache.get(key)
             # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
             # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
             if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
-                hit.fill(rec)
+                rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
+                rec.update(self._with_fields(hit.values))
+                self._remember(t, key, shape, rec, hit)
+                rec["requires_grad"] = t.requires_grad
+                for slot in hit.slots:
+                    fill_from_slot(rec, slot)
                 return rec, hit
         values, slots = {}, []
         on_host = t.is_cpu and not self.device_path
         if self.stats:
             if on_host or n == 0:
-                values.update(self._stats(t, n, span))
+                values = self._stats(t, n, span)
             else:
                 slots.append(self._stats_slot(t, n, span, defer))
         if self.md5:
             if on_host or n == 0:
-                values["md5"] = checksum_of_tensor(t)
+                values = dict(values, md5=checksum_of_tensor(t))
             else:
                 slots.append(self.slots.checksum(t.detach(), defer))
-        rec.update(values)
-        for slot in slots:
-            fill_from_slot(rec, slot)
+        # fields in msProbe's order; those still on the device are null until resolved
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
+        rec.update(self._with_fields(values))
         entry = None
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
             try:
                 entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values, slots)
+                self._remember(t, key, shape, rec, entry)
             except (RuntimeError, TypeError):
                 entry = None
+        rec["requires_grad"] = t.requires_grad
+        for slot in slots:
+            fill_from_slot(rec, slot)
         return rec, entry
+
+    def _with_fields(self, values):
+        """`values` with every value field, in msProbe's order (those still on the device: null)."""
+        return values if len(values) == len(self._fields) else dict(self._fields, **values)
+
+    def _remember(self, t, key, shape, rec, entry):
+        """The tensor object's record (without requires_grad) for its next summary at this version."""
+        if len(self._objects) > _CACHE_LIMIT:
+            self._objects.clear()
+        self._objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
 
     def _stats_slot(self, t, n, span, defer):
         """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)

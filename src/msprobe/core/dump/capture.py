@@ -113,12 +113,14 @@ class CaptureSession(CallRecords, SessionWriter):
             self._put([key, _NO_RECORD, None, (), notes])
 
     def _put(self, entry):
-        if self._queue and (len(self._queue) >= FLUSH_RECORDS or self.summarizer.pending >= FLUSH_SUMMARIES
-                            or time.monotonic() - self._resolved_at >= FLUSH_SECONDS):
+        queue = self._queue
+        if queue and (len(queue) >= FLUSH_RECORDS or time.monotonic() - self._resolved_at >= FLUSH_SECONDS
+                      or self.summarizer.pending >= FLUSH_SUMMARIES):
             self.resolve()
-        if self.gate is None:
+            queue = self._queue
+        if self.writer is None and self.gate is None:
             self._writer()  # opened on this thread: a lane only writes through it
-        self._queue.append(entry)
+        queue.append(entry)
         self._last[entry[0]] = entry
 
     # -- resolve and write ---------------------------------------------------------------------------
