@@ -12,7 +12,9 @@ that memory is alive (a weak reference to its storage) — reuse their statistic
 usually the previous API's output, an optimizer's gradient is the one backward produced. A tensor
 is keyed by the elements it covers, not its shape: `view`, `reshape`, `transpose`, `flatten`
 outputs (and their gradients) hold the same elements as their input, so the same statistics; the
-CRC of a permuted view reads other bytes first, so with md5 a non-contiguous view is keyed exactly.
+checksum of a permuted view reads other bytes first, so with md5 a non-contiguous view is keyed exactly.
+The same tensor object seen again (same version, memory and shape) takes its record from a per-object
+table before any key is built: the common case, an output passed straight to the next API.
 Guarded by benchmarks/dump_overhead.py.
 """
 
