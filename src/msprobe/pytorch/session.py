@@ -9,7 +9,6 @@ import functools
 import logging
 
 import torch
-from torch._C import DisableTorchFunction
 
 from msprobe.core import naming
 from msprobe.core.dump.capture import CaptureSession
@@ -197,43 +196,32 @@ class DumpSession(CaptureSession):
         # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
         # their memory is overwritten)
         save = flt.saves_tensor(key) or gate is not None
-        # False: only its backward key is listed
-        listed_forward = flt.passes_everything or flt.wants_forward(key, self.module_stack)
+        listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
         forward = flt.forward and listed_forward
         waits = []
-        # msprobe's own work: busy, and no torch-function handling (tool_work, inlined on this path)
-        busy, _state.busy = _state.busy, True
-        try:
-            with DisableTorchFunction():
-                stack = capture_stack() if self.with_stack else None
-                if forward and flt.input:
-                    in_args, in_kwargs = self.args_records(key, args, kwargs, "input",
-                                                           save and not (inplace and gate is not None), waits,
-                                                           buffers)
-                else:
-                    in_args, in_kwargs = [], {}
-                # graph edges of the inputs before the call: an in-place call moves them
-                edges = _edges_before(flt, args, kwargs, inplace)
-                if inplace or mutates:
-                    self.summarizer.launch()
-        finally:
-            _state.busy = busy
+        with tool_work():
+            stack = capture_stack() if self.with_stack else None
+            if forward and flt.input:
+                in_args, in_kwargs = self.args_records(key, args, kwargs, "input",
+                                                       save and not (inplace and gate is not None), waits,
+                                                       buffers)
+            else:
+                in_args, in_kwargs = [], {}
+            # graph edges of the inputs before the call: an in-place call moves them
+            edges = _edges_before(flt, args, kwargs, inplace)
+            if inplace or mutates:
+                self.summarizer.launch()
         out = _run_nested(func, args, kwargs)
-        _state.busy = True
-        try:
-            with DisableTorchFunction():
-                result = self._result_of(out, args, inplace)
-                if forward:
-                    outs = self.outputs_record(key, result, save, waits) if flt.output or gate is not None else []
-                    record = {"input_args": in_args, "input_kwargs": in_kwargs,
-                              "output": outs if flt.output else []}
-                    self.emit(key, record, waits, check=outs)
-                if listed_forward:
-                    self.note_structure(key, self.parent_key(), stack)
-                if edges is not None and torch.is_grad_enabled() and _needs_backward(edges, out):
-                    self._track_api_backward(prefix, name, index, edges, out, save and gate is None)
-        finally:
-            _state.busy = busy
+        with tool_work():
+            result = self._result_of(out, args, inplace)
+            if forward:
+                outs = self.outputs_record(key, result, save, waits) if flt.output or gate is not None else []
+                record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
+                self.emit(key, record, waits, check=outs)
+            if listed_forward:
+                self.note_structure(key, self.parent_key(), stack)
+            if edges is not None and torch.is_grad_enabled() and _needs_backward(edges, out):
+                self._track_api_backward(prefix, name, index, edges, out, save and gate is None)
         return out
 
     def _result_of(self, out, args, inplace):
