@@ -8,6 +8,11 @@ The per-summary line times `Summarizer.summarize` alone on fresh (uncached) smal
 
     python benchmarks/host_cost.py                # 7 rounds (--record: into RESULTS.md)
     python benchmarks/host_cost.py --quick        # CI smoke
+    python benchmarks/host_cost.py --baseline-src OLD/src --configs L1,mix   # A/B against another checkout
+
+With --baseline-src the measurement runs in child processes, this checkout's and the other's msprobe in
+turn (`--alternations` pairs), and the table gives the median of each side and their ratio: a shared
+machine's load drifts by more than a change to the hot path is worth, so both sides must see the same drift.
 """
 
 import argparse
@@ -16,6 +21,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +29,7 @@ import time
 import torch
 from torch import nn
 
+import msprobe
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.statistics import Summarizer
@@ -137,6 +144,51 @@ def render(results, per_summary):
     return "\n".join(lines)
 
 
+def _child_run(src, configs, rounds, steps, threads):
+    """One measurement in a fresh process whose msprobe comes from `src` (None: this checkout's)."""
+    fd, out = tempfile.mkstemp(suffix=".json", prefix="msprobe_host_cost_")
+    os.close(fd)
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, os.path.abspath(__file__), "--configs", ",".join(configs), "--rounds", str(rounds),
+           "--steps", str(steps), "--threads", str(threads), "--json", out, "--no-summary-cost"]
+    try:
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)
+
+
+def compare_with(src, configs, rounds, steps, threads, alternations, log):
+    """(ours, baseline, the baseline's msprobe folder as its run imported it): per config the µs per record
+    of each alternation, this checkout's run first."""
+    ours, base = {c: [] for c in configs}, {c: [] for c in configs}
+    imported = None
+    for i in range(alternations):
+        for side, path in ((ours, None), (base, src)):
+            got = _child_run(path, configs, rounds, steps, threads)
+            for c in configs:
+                side[c].append(got["results"][c]["us_per_record"])
+            if path is not None:
+                imported = got["msprobe"]
+        log(f"alternation {i + 1}/{alternations}: " + ", ".join(
+            f"{c} {ours[c][-1]:.1f} vs {base[c][-1]:.1f}" for c in configs))
+    return ours, base, imported
+
+
+def render_comparison(ours, base, imported):
+    lines = [f"us per record, median of {len(next(iter(ours.values())))} alternations "
+             f"(baseline: {imported})",
+             f"{'config':<12}{'this':>9}{'baseline':>10}{'ratio':>8}   runs (this | baseline)", "-" * 74]
+    for c in ours:
+        a, b = statistics.median(ours[c]), statistics.median(base[c])
+        lines.append(f"{c:<12}{a:>9.1f}{b:>10.1f}{a / b:>7.2f}x   "
+                     + " ".join(f"{v:.0f}" for v in ours[c]) + " | " + " ".join(f"{v:.0f}" for v in base[c]))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
@@ -144,6 +196,11 @@ def main(argv=None):
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--baseline-src", metavar="DIR",
+                   help="the src/ folder of another checkout: measure it and this one in turn, in child processes")
+    p.add_argument("--alternations", type=int, default=3, help="with --baseline-src: pairs of runs (default 3)")
+    p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -152,8 +209,23 @@ def main(argv=None):
         p.error(f"unknown config {bad}; choose from {', '.join(CONFIGS)}")
     if args.quick:
         args.rounds, args.steps = 1, 2
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.baseline_src:
+        src = os.path.abspath(args.baseline_src)
+        if not os.path.isdir(os.path.join(src, "msprobe")):
+            p.error(f"--baseline-src {args.baseline_src}: no msprobe package in it (give a checkout's src/ folder)")
+        ours, base, imported = compare_with(src, configs, args.rounds, args.steps, args.threads, args.alternations,
+                                            log)
+        print(f"torch {torch.__version__}, {args.threads} torch thread(s)")
+        print(render_comparison(ours, base, imported))
+        return 0
     torch.set_num_threads(args.threads)
-    results = measure(configs, args.rounds, args.steps, lambda m: print(m, file=sys.stderr, flush=True))
+    results = measure(configs, args.rounds, args.steps, log)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"msprobe": os.path.dirname(msprobe.__file__), "results": results}, f)
+    if args.no_summary_cost:
+        return 0
     print(f"torch {torch.__version__}, {args.threads} torch thread(s)")
     print(render(results, summary_cost(300 if args.quick else 3000)))
     return 0

@@ -4,12 +4,14 @@ timings are noise on a shared machine). Each runs in a fresh interpreter, as a u
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks")
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)
+BENCH = os.path.join(ROOT, "benchmarks")
 
 
 def run(script, *args, timeout=600):
@@ -49,6 +51,21 @@ def test_host_cost_and_profile_step_run():
     assert "us/record" in done.stdout and "device path" in done.stdout
     done = run("profile_step.py", "--steps", "1", "--top", "5", "--model", "mlp")
     assert "function calls" in done.stdout
+
+
+def test_host_cost_measures_a_baseline_checkout_in_turn(tmp_path):
+    """--baseline-src: the other side's runs import msprobe from the folder given, not this checkout."""
+    pytest.importorskip("torch")
+    old = tmp_path / "old_src"
+    shutil.copytree(os.path.join(ROOT, "src", "msprobe"), old / "msprobe",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    done = run("host_cost.py", "--quick", "--configs", "L0", "--alternations", "1", "--baseline-src", str(old))
+    row = next(ln.split() for ln in done.stdout.splitlines() if ln.startswith("L0 "))
+    assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("x")
+    assert f"(baseline: {old / 'msprobe'})" in done.stdout
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "host_cost.py"), "--baseline-src", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no msprobe package in it" in bad.stderr
 
 
 def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
