@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks in one run (a machine with CUDA, no network): the CUDA tests, then the dump overhead of
-# the gpt workload (Triton kernels, and torch's reductions for comparison), then tensor_L1's write rate.
+# the gpt workload (Triton kernels, and torch's reductions for comparison), the host cost per record of
+# the device path (host_cost.py --device cuda), then tensor_L1's write rate.
 # Usage: bash benchmarks/gpu_check.sh OUT_DIR   (wheels msprobe needs beyond torch in .whl/, if any)
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
@@ -19,6 +20,8 @@ BENCH="python3 benchmarks/dump_overhead.py --device cuda --quiet --tmpdir $PWD/.
 mkdir -p .bench_tmp
 timeout 300 $BENCH --record --rounds 5 --steps 5 --configs none,stat_L0,stat_L1,stat_mix,md5_L1,stat_L1_async \
     2>&1 | tee "$OUT/bench_triton.log"
+timeout 150 python3 benchmarks/host_cost.py --device cuda --rounds 3 --steps 3 --configs L1,mix,md5_L1 \
+    2>/dev/null | tee "$OUT/host_cost_cuda.log"
 cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
 timeout 120 python3 benchmarks/profile_step.py --device cuda --config stat_L1 --steps 3 --top 40 \
     --out "$OUT/profile_L1.txt" > /dev/null 2>&1

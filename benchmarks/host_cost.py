@@ -5,6 +5,8 @@ For each config, timed steps with the debugger alternate with steps without it (
 µs per record = (median dumped step - median plain step) / records written per step. `*_device` configs
 take the accelerator path (MSPROBE_DEVICE_SUMMARY=1: summaries into device slots, read back in batches).
 The per-summary line times `Summarizer.summarize` alone on fresh (uncached) small tensors.
+`--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
+the accelerator path: the host cost of a dump on the device it is made for (each step ends in a sync).
 
     python benchmarks/host_cost.py                # 7 rounds (--record: into RESULTS.md)
     python benchmarks/host_cost.py --quick        # CI smoke
@@ -46,12 +48,17 @@ CONFIGS = {
 }
 
 
-def build(depth=48, width=32):
+def build(depth=48, width=32, device="cpu"):
     torch.manual_seed(0)
     layers = []
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.Tanh()]
-    return nn.Sequential(*layers), torch.randn(4, width)
+    return nn.Sequential(*layers).to(device), torch.randn(4, width, device=device)
+
+
+def _sync(x):
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
 
 
 def _debugger(root, name):
@@ -75,6 +82,7 @@ def _step(model, x, opt, dbg=None):
     if dbg is not None:
         dbg.stop()
         dbg.step()
+    _sync(x)
     return time.perf_counter() - t0
 
 
@@ -86,8 +94,8 @@ def _records(dump_path):
     return len(data), sum(1 for v in data.values() for _ in iter_tensor_records(v))
 
 
-def measure(configs, rounds, steps, log):
-    model, x = build()
+def measure(configs, rounds, steps, log, device="cpu"):
+    model, x = build(device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
     out = {}
@@ -116,12 +124,14 @@ def measure(configs, rounds, steps, log):
     return out
 
 
-def summary_cost(n=3000):
-    """µs per Summarizer.summarize of a fresh 32x32 float32 tensor: host path, device path (+ resolve)."""
+def summary_cost(n=3000, device="cpu"):
+    """µs per Summarizer.summarize of a fresh 32x32 float32 tensor: host path, device path (+ resolve);
+    on CUDA the device path alone (the one a CUDA tensor takes)."""
     got = {}
-    for label, device_path in (("host", False), ("device", True)):
+    paths = (("cuda", True),) if device == "cuda" else (("host", False), ("device", True))
+    for label, device_path in paths:
         s = Summarizer(device_path=device_path)
-        tensors = [torch.randn(32, 32) for _ in range(n)]
+        tensors = [torch.randn(32, 32, device=device) for _ in range(n)]
         t0 = time.perf_counter()
         for t in tensors:
             s.summarize(t, defer=True)
@@ -144,7 +154,7 @@ def render(results, per_summary):
     return "\n".join(lines)
 
 
-def _child_run(src, configs, rounds, steps, threads):
+def _child_run(src, configs, rounds, steps, threads, device):
     """One measurement in a fresh process whose msprobe comes from `src` (None: this checkout's)."""
     fd, out = tempfile.mkstemp(suffix=".json", prefix="msprobe_host_cost_")
     os.close(fd)
@@ -152,7 +162,7 @@ def _child_run(src, configs, rounds, steps, threads):
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, os.path.abspath(__file__), "--configs", ",".join(configs), "--rounds", str(rounds),
-           "--steps", str(steps), "--threads", str(threads), "--json", out, "--no-summary-cost"]
+           "--steps", str(steps), "--threads", str(threads), "--device", device, "--json", out, "--no-summary-cost"]
     try:
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         with open(out, encoding="utf-8") as f:
@@ -161,14 +171,14 @@ def _child_run(src, configs, rounds, steps, threads):
         os.unlink(out)
 
 
-def compare_with(src, configs, rounds, steps, threads, alternations, log):
+def compare_with(src, configs, rounds, steps, threads, alternations, log, device="cpu"):
     """(ours, baseline, the baseline's msprobe folder as its run imported it): per config the µs per record
     of each alternation, this checkout's run first."""
     ours, base = {c: [] for c in configs}, {c: [] for c in configs}
     imported = None
     for i in range(alternations):
         for side, path in ((ours, None), (base, src)):
-            got = _child_run(path, configs, rounds, steps, threads)
+            got = _child_run(path, configs, rounds, steps, threads, device)
             for c in configs:
                 side[c].append(got["results"][c]["us_per_record"])
             if path is not None:
@@ -189,11 +199,18 @@ def render_comparison(ours, base, imported):
     return "\n".join(lines)
 
 
+def _header(args):
+    where = f", {torch.cuda.get_device_name()}" if args.device == "cuda" else ""
+    return f"torch {torch.__version__}, {args.threads} torch thread(s), device {args.device}{where}"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--configs", help=f"comma list of {', '.join(CONFIGS)} (default: all; on cuda those "
+                   "without _device)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -203,10 +220,14 @@ def main(argv=None):
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    bad = [c for c in configs if c not in CONFIGS]
+    on_cuda = args.device == "cuda"
+    allowed = [c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])]  # on cuda every config is the device path
+    configs = [c.strip() for c in (args.configs or ",".join(allowed)).split(",") if c.strip()]
+    bad = [c for c in configs if c not in allowed]
     if bad:
-        p.error(f"unknown config {bad}; choose from {', '.join(CONFIGS)}")
+        p.error(f"--configs: unknown config {bad} for --device {args.device}; choose from {', '.join(allowed)}")
+    if on_cuda and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device here")
     if args.quick:
         args.rounds, args.steps = 1, 2
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -215,22 +236,23 @@ def main(argv=None):
         if not os.path.isdir(os.path.join(src, "msprobe")):
             p.error(f"--baseline-src {args.baseline_src}: no msprobe package in it (give a checkout's src/ folder)")
         ours, base, imported = compare_with(src, configs, args.rounds, args.steps, args.threads, args.alternations,
-                                            log)
-        print(f"torch {torch.__version__}, {args.threads} torch thread(s)")
+                                            log, args.device)
+        print(_header(args))
         print(render_comparison(ours, base, imported))
         return 0
     torch.set_num_threads(args.threads)
-    results = measure(configs, args.rounds, args.steps, log)
+    results = measure(configs, args.rounds, args.steps, log, args.device)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"msprobe": os.path.dirname(msprobe.__file__), "results": results}, f)
     if args.no_summary_cost:
         return 0
-    print(f"torch {torch.__version__}, {args.threads} torch thread(s)")
-    print(render(results, summary_cost(300 if args.quick else 3000)))
+    print(_header(args))
+    print(render(results, summary_cost(300 if args.quick else 3000, args.device)))
     return 0
 
 
 if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
-    sys.exit(run_recorded("host_cost.py", main))
+    # a GPU run keeps its own section
+    sys.exit(run_recorded("host_cost.py", main, "host_cost.py --device cuda" if "cuda" in sys.argv[1:] else None))

@@ -66,6 +66,9 @@ def test_host_cost_measures_a_baseline_checkout_in_turn(tmp_path):
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "host_cost.py"), "--baseline-src", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no msprobe package in it" in bad.stderr
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "host_cost.py"), "--device", "cuda", "--configs",
+                          "L1_device"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown config ['L1_device'] for --device cuda" in bad.stderr
 
 
 def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
