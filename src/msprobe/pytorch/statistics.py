@@ -211,7 +211,7 @@ class Summarizer:
                 slots.append(self._stats_slot(t, n, span, defer))
         if self.md5:
             if on_host or n == 0:
-                values = dict(values, md5=checksum_of_tensor(t))
+                values["md5"] = checksum_of_tensor(t)  # (a dict of this call's own)
             else:
                 slots.append(self.slots.checksum(t.detach(), defer))
         # fields in msProbe's order; those still on the device are null until resolved
