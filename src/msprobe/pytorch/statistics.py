@@ -195,13 +195,7 @@ class Summarizer:
             # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
             # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
             if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
-                rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-                rec.update(self._with_fields(hit.values))
-                self._remember(t, key, shape, rec, hit)
-                rec["requires_grad"] = t.requires_grad
-                for slot in hit.slots:
-                    fill_from_slot(rec, slot)
-                return rec, hit
+                return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
         values, slots = {}, []
         on_host = t.is_cpu and not self.device_path
         if self.stats:
@@ -211,29 +205,30 @@ class Summarizer:
                 slots.append(self._stats_slot(t, n, span, defer))
         if self.md5:
             if on_host or n == 0:
-                values["md5"] = checksum_of_tensor(t)  # (a dict of this call's own)
+                values["md5"] = checksum_of_tensor(t)  # `values` is this call's own dict
             else:
                 slots.append(self.slots.checksum(t.detach(), defer))
-        # fields in msProbe's order; those still on the device are null until resolved
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-        rec.update(self._with_fields(values))
         entry = None
         if key is not None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
             try:
                 entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values, slots)
-                self._remember(t, key, shape, rec, entry)
             except (RuntimeError, TypeError):
                 entry = None
+        return self._record(t, name, shape, key, entry, values, slots), entry
+
+    def _record(self, t, name, shape, key, entry, values, slots):
+        """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
+        are resolved); remembered for the tensor object when it has a cache entry."""
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
+        rec.update(values if len(values) == len(self._fields) else dict(self._fields, **values))
+        if entry is not None:
+            self._remember(t, key, shape, rec, entry)
         rec["requires_grad"] = t.requires_grad
         for slot in slots:
             fill_from_slot(rec, slot)
-        return rec, entry
-
-    def _with_fields(self, values):
-        """`values` with every value field, in msProbe's order (those still on the device: null)."""
-        return values if len(values) == len(self._fields) else dict(self._fields, **values)
+        return rec
 
     def _remember(self, t, key, shape, rec, entry):
         """The tensor object's record (without requires_grad) for its next summary at this version."""
