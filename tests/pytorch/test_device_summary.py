@@ -181,6 +181,50 @@ def test_device_path_statistics_of_every_dtype():
         _same(want, rec, str(t.dtype))
 
 
+
+def _every_dtype_batch(gen):
+    """Small tensors of every kind the grouped reductions meet, and one too large to group on CPU."""
+    wide = torch.randn(30, 40, generator=gen)
+    return [torch.randn(300, generator=gen), torch.randn(50, dtype=torch.float64, generator=gen),
+            torch.randn(70, generator=gen).to(torch.float16), torch.randn(70, generator=gen).to(torch.bfloat16),
+            torch.randint(-9, 9, (40,), generator=gen), torch.rand(30, generator=gen) > 0.5,
+            torch.randint(0, 200, (13,), dtype=torch.uint8, generator=gen),
+            torch.randn(8, dtype=torch.complex64, generator=gen), torch.tensor(2.5),
+            torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("inf"), -float("inf")]),
+            torch.tensor([3.0, float("inf")]), wide[:, 5:9], wide.t(), torch.randn(5000, generator=gen),
+            torch.randn(64, generator=gen).to(torch.float8_e4m3fn)]
+
+
+@pytest.mark.parametrize("md5", [False, True])
+def test_deferred_batch_in_grouped_reductions_matches_the_host_path(md5):
+    # deferred summaries of one launch: small tensors of one dtype reduced together (concatenated, segment
+    # reductions), the large and odd-sized ones one by one; every record as the host path writes it
+    gen = torch.Generator().manual_seed(3)
+    tensors = _every_dtype_batch(gen)
+    tensors += [t.clone() for t in tensors]  # two of each dtype in the batch
+    s = Summarizer(md5=md5, stats=not md5, device_path=True)
+    got = [s.summarize(t, defer=True)[0] for t in tensors]
+    assert s.waiting == sum(t.numel() > 0 for t in tensors)
+    s.start_resolve().finish()
+    for i, (t, rec) in enumerate(zip(tensors, got)):
+        want, _ = Summarizer(md5=md5, stats=not md5, device_path=False).summarize(t)
+        _same(want, rec, f"{i}:{t.dtype}")
+
+
+def test_grouped_reductions_span_chunks_and_buffers(monkeypatch):
+    # a batch larger than one grouped reduction and one slot buffer: each value lands in its own slot
+    from msprobe.pytorch import device_summary
+    monkeypatch.setattr(device_summary, "GROUP_TOTAL", 1000)
+    monkeypatch.setattr(device_summary, "SLOTS_PER_BUFFER", 7)
+    gen = torch.Generator().manual_seed(4)
+    tensors = [torch.randn(int(n), generator=gen) * (i + 1) for i, n in enumerate(torch.randint(1, 300, (40,), generator=gen))]
+    s = Summarizer(device_path=True)
+    got = [s.summarize(t, defer=True)[0] for t in tensors]
+    s.start_resolve().finish()
+    for i, (t, rec) in enumerate(zip(tensors, got)):
+        _same(Summarizer(device_path=False).summarize(t)[0], rec, str(i))
+
+
 TRITON_CHECK = textwrap.dedent('''
     import os
     os.environ["TRITON_INTERPRET"] = "1"  # the CUDA kernels, run by Triton's interpreter on CPU tensors
@@ -281,3 +325,33 @@ def test_inplace_calls_launch_the_waiting_summaries_first(tmp_path, monkeypatch)
     assert add["input_args"][1]["Max"] == pytest.approx(w.detach().max().item() + 1.0)  # before the step
     assert add["output"][0]["Max"] == pytest.approx(before[1])
     assert r["Functional.relu.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])
+
+
+def test_an_inplace_call_launches_only_for_its_own_memory(tmp_path, monkeypatch):
+    """The summaries waiting for a batch launch go first when an in-place call may change their memory
+    (the tensor, a view of it, an `out=` into it), and keep waiting when it changes other tensors."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    x, y, z, other = torch.randn(64), torch.randn(64), torch.randn(64), torch.zeros(8)
+    before = (x.max().item(), y.min().item(), z.max().item())
+    dbg.start()
+    summarizer = dbg._session.summarizer
+    torch.exp(x)
+    torch.exp(y)
+    torch.exp(z)
+    waiting = summarizer.waiting
+    other.add_(1.0)  # other memory: nothing launched
+    assert summarizer.waiting > waiting
+    x[2:5].mul_(100.0)  # a view of x
+    torch.neg(torch.ones(64), out=y)
+    z.copy_(torch.full((64,), 7.0))
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (rank,) = find_rank_dirs(str(tmp_path))
+    r = DumpReader(rank.path)
+    assert not os.path.exists(os.path.join(rank.path, "dump_error_info.log"))
+    assert r["Torch.exp.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])
+    assert r["Torch.exp.1.forward"]["input_args"][0]["Min"] == pytest.approx(before[1])
+    assert r["Torch.exp.2.forward"]["input_args"][0]["Max"] == pytest.approx(before[2])
+    assert r["Tensor.add_.0.forward"]["output"][0]["Max"] == 1.0

@@ -9,9 +9,10 @@ last resolve; `Readback.finish()` waits for that copy (on a writer thread, for C
 record fields.
 
 Kernels: on CUDA with Triton importable (pytorch/triton_summary.py), one launch per batch of deferred
-summaries of one dtype, or per tensor when it cannot wait;
-torch's own reductions elsewhere (a few launches per tensor; also the CPU path the tests force with
-`MSPROBE_DEVICE_SUMMARY=1`). Both give the numbers the host path gives: Mean and Norm of non-float64
+summaries of one dtype, or per tensor when it cannot wait; torch's own reductions elsewhere (NPU, CUDA
+without Triton, and the CPU path the tests force with `MSPROBE_DEVICE_SUMMARY=1`): a few launches per
+tensor, and for a batch of small deferred tensors a few launches in all (one concatenation, segment
+reductions). Both give the numbers the host path gives: Mean and Norm of non-float64
 data rounded to float32, NaN in Max/Min when a NaN is in the tensor.
 Guarded by benchmarks/host_cost.py and tests/pytorch/test_device_summary.py.
 """
@@ -31,7 +32,16 @@ _TRITON_OFF = os.environ.get("MSPROBE_TRITON", "1") == "0"
 # deferred summaries launched together once this many tensors (or bytes of them) wait
 DEFER_TENSORS = 512
 DEFER_BYTES = 256 << 20
+# an in-place call sorts the waiting tensors by whether it changes their memory while this few wait
+# (above, all are launched: the batch is large enough)
+SHARE_CHECK_MAX = 32
 _DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
+# deferred tensors of at most this many elements (by device type) are reduced together with torch's
+# reductions: one concatenation and segment reductions instead of ~6 launches a tensor; on CPU the
+# concatenation costs more than the launches it saves above a few thousand elements
+GROUP_ELEMENTS = {"cpu": 2048}
+GROUP_ELEMENTS_ELSEWHERE = 1 << 16
+GROUP_TOTAL = 1 << 22  # elements per grouped reduction: float64 temporaries of 32 MB
 _ROW_BYTES = {0: 32, 1: 16}  # a slot's row: float64 x 4 (statistics), int64 x 2 (checksum)
 
 STATS, CHECKSUM = 0, 1
@@ -105,20 +115,28 @@ class DeviceSummaries:
         if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
             self.launch()
 
-    def launch(self):
-        """Launch every deferred summary: one kernel per (device, kind, dtype) with Triton, else torch's
-        reductions tensor by tensor."""
-        waiting, self._waiting, self._waiting_bytes = self._waiting, [], 0
+    def launch(self, touching=None):
+        """Launch the deferred summaries: one kernel per (device, kind, dtype) with Triton, else torch's
+        reductions (grouped where small). `touching`: the tensors about to change in place, when known
+        (None or empty: unknown); then only the summaries of tensors sharing memory with them go, and
+        the others keep waiting for a larger batch (an in-place call launches its own input's alone)."""
+        waiting, kept = self._waiting, []
+        if touching and len(waiting) <= SHARE_CHECK_MAX:
+            waiting, kept = _split_by_memory(waiting, touching)
+            if not waiting:
+                return
+        self._waiting = kept
+        self._waiting_bytes = sum(w[1].numel() * w[1].element_size() for w in kept)
         groups = {}
         for kind, x, n, slot, version, rows in waiting:
             if x._version != version:
                 self.changed += 1
-            kernels = self._kernels_for(x.device)
-            if kernels is None:
-                (self._torch_stats if kind == STATS else self._torch_checksum)(x, slot)
-            else:
-                groups.setdefault((kind, x.device, x.dtype), (kernels, []))[1].append((x, n, slot, rows))
+            groups.setdefault((kind, x.device, x.dtype), (self._kernels_for(x.device), []))[1].append(
+                (x, n, slot, rows))
         for (kind, _, _), (kernels, items) in groups.items():
+            if kernels is None:
+                (_torch_stats_many if kind == STATS else _torch_checksum_many)(items)
+                continue
             outs = [slot.buffer.rows.data_ptr() + slot.index * _ROW_BYTES[kind] for _, _, slot, _ in items]
             if kind == STATS:
                 kernels.stats_many([x for x, _, _, _ in items], [n for _, n, _, _ in items], outs,
@@ -163,7 +181,8 @@ class DeviceSummaries:
             self._torch_stats(x, slot)
         return slot
 
-    def _torch_stats(self, x, slot):
+    @staticmethod
+    def _torch_stats(x, slot):
         row = slot.buffer.rows[slot.index]
         with torch.no_grad():
             if x.dtype == torch.bool:
@@ -248,6 +267,98 @@ class Readback:
         self.batch = self.copies = None
 
 
+def _split_by_memory(waiting, tensors):
+    """(the waiting items whose tensor shares a storage with one of `tensors`, the others); all of them
+    when a tensor has no storage to compare."""
+    try:
+        changing = {t.untyped_storage().data_ptr() for t in tensors}
+        shared = [w[1].untyped_storage().data_ptr() in changing for w in waiting]
+    except (RuntimeError, NotImplementedError, TypeError):
+        return waiting, []
+    return [w for w, s in zip(waiting, shared) if s], [w for w, s in zip(waiting, shared) if not s]
+
+
+def _grouped(items, fits):
+    """`items` (x, n, slot, rows) split into chunks to reduce together (small ones, at most GROUP_TOTAL
+    elements a chunk) and the rest, one by one."""
+    x0 = items[0][0]
+    limit = GROUP_ELEMENTS.get(x0.device.type, GROUP_ELEMENTS_ELSEWHERE)
+    chunks, alone, chunk, total = [], [], [], 0
+    for item in items:
+        n = item[1]
+        if n > limit or len(items) == 1 or not fits(item):
+            alone.append(item)
+            continue
+        if total + n > GROUP_TOTAL:
+            chunks.append(chunk)
+            chunk, total = [], 0
+        chunk.append(item)
+        total += n
+    if len(chunk) > 1:
+        chunks.append(chunk)
+    else:
+        alone.extend(chunk)
+    return chunks, alone
+
+
+def _store_rows(slots, values):
+    """Row i of `values` into slot i's row of its buffer: one indexed copy per buffer."""
+    by_buffer = {}
+    for i, slot in enumerate(slots):
+        by_buffer.setdefault(id(slot.buffer), (slot.buffer, [], []))
+        _, rows, picks = by_buffer[id(slot.buffer)]
+        rows.append(slot.index)
+        picks.append(i)
+    device = values.device
+    for buf, rows, picks in by_buffer.values():
+        part = values if len(picks) == len(slots) else values[torch.tensor(picks, device=device)]
+        buf.rows.index_copy_(0, torch.tensor(rows, device=device), part)
+
+
+def _torch_stats_many(items):
+    """Statistics of deferred tensors of one device and dtype with torch's reductions: the small ones
+    concatenated (as float64, exact for every real dtype) and reduced by segment; segment_reduce where a
+    device lacks it falls back to a tensor at a time."""
+    chunks, alone = _grouped(items, lambda item: True)
+    for chunk in chunks:
+        try:
+            with torch.no_grad():
+                lengths = torch.tensor([n for _, n, _, _ in chunk], device=chunk[0][0].device)
+                flat = torch.cat([x.reshape(-1) for x, _, _, _ in chunk]).to(torch.float64)
+                values = torch.stack([torch.segment_reduce(flat, "max", lengths=lengths),
+                                      torch.segment_reduce(flat, "min", lengths=lengths),
+                                      torch.segment_reduce(flat, "sum", lengths=lengths),
+                                      torch.segment_reduce(flat * flat, "sum", lengths=lengths)], dim=1)
+        except (RuntimeError, NotImplementedError):
+            alone.extend(chunk)
+            continue
+        _store_rows([slot for _, _, slot, _ in chunk], values)
+    for x, _, slot, _ in alone:
+        DeviceSummaries._torch_stats(x, slot)
+
+
+def _torch_checksum_many(items):
+    """Checksums of deferred flat uint8 tensors of one device: those of whole 32-bit words concatenated,
+    each word keyed by its index in its own tensor, summed by segment (index_add_)."""
+    chunks, alone = _grouped([(raw, raw.numel() // 4, slot, None) for raw, _, slot, _ in items],
+                             lambda item: item[0].numel() % 4 == 0 and item[0].storage_offset() % 4 == 0)
+    for chunk in chunks:
+        device = chunk[0][0].device
+        with torch.no_grad():
+            lengths = torch.tensor([n for _, n, _, _ in chunk], device=device)
+            starts = torch.cumsum(lengths, 0) - lengths
+            words = torch.cat([raw.view(torch.int32) for raw, _, _, _ in chunk]).to(torch.int64) & 0xFFFFFFFF
+            idx = torch.arange(words.numel(), dtype=torch.int64, device=device) - torch.repeat_interleave(
+                starts, lengths)
+            a, b = _wordsum_terms(words, idx)
+            segment = torch.repeat_interleave(torch.arange(len(chunk), device=device), lengths)
+            sums = torch.zeros((len(chunk), 2), dtype=torch.int64, device=device)
+            sums.index_add_(0, segment, torch.stack((a, b), dim=1))
+        _store_rows([slot for _, _, slot, _ in chunk], sums & 0xFFFFFFFF)
+    for raw, _, slot, _ in alone:
+        DeviceSummaries._torch_checksum(raw, slot)
+
+
 _FLT_MAX = 3.4028234663852886e38
 
 
@@ -302,13 +413,18 @@ def wordsum_torch(raw):
     chunk = 1 << 24  # bounds the int64 temporaries
     for start in range(0, words.numel(), chunk):
         w = words[start:start + chunk]
-        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device) & 0xFFFFFFFF
-        a = w ^ ((idx * checksum.K0) & 0xFFFFFFFF)
-        a = _mix_torch(a)
-        b = (a * checksum.K3) & 0xFFFFFFFF
-        b = b ^ (b >> 13)
+        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device)
+        a, b = _wordsum_terms(w, idx)
         out += torch.stack((a.sum(), b.sum())) & 0xFFFFFFFF
     return out & 0xFFFFFFFF
+
+
+def _wordsum_terms(words, idx):
+    """The checksum's per-word terms (a, b) of 32-bit `words` (int64) at word indexes `idx`."""
+    a = words ^ (((idx & 0xFFFFFFFF) * checksum.K0) & 0xFFFFFFFF)
+    a = _mix_torch(a)
+    b = (a * checksum.K3) & 0xFFFFFFFF
+    return a, b ^ (b >> 13)
 
 
 def _mix_torch(a):

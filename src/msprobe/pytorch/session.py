@@ -113,11 +113,12 @@ class DumpSession(CaptureSession):
         accumulate in place into a gradient someone else holds)."""
         return self.tensor_record(g, file_stem, save, waits, defer=True)
 
-    def before_mutation(self):
-        """Something is about to change tensors in place: launch the summaries waiting for them."""
+    def before_mutation(self, args=None, kwargs=None):
+        """Something is about to change tensors in place (a call with `args`, `kwargs`, when known):
+        launch the summaries waiting for them."""
         if self.summarizer.waiting:
             with tool_work():
-                self.summarizer.launch()
+                self.summarizer.launch(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
 
     def save_tensor_file(self, t, path):
         """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place
@@ -210,7 +211,7 @@ class DumpSession(CaptureSession):
             # graph edges of the inputs before the call: an in-place call moves them
             edges = _edges_before(flt, args, kwargs, inplace)
             if inplace or mutates:
-                self.summarizer.launch()
+                self.before_mutation(args, kwargs)
         out = _run_nested(func, args, kwargs)
         with tool_work():
             result = self._result_of(out, args, inplace)

@@ -129,10 +129,11 @@ class Summarizer:
         """Deferred summaries not launched yet (see DeviceSummaries)."""
         return self.slots.waiting
 
-    def launch(self):
-        """Launch the deferred summaries now: something may change their tensors in place."""
+    def launch(self, touching=None):
+        """Launch the deferred summaries now: something may change their tensors in place (`touching`:
+        which tensors, when known; see DeviceSummaries.launch)."""
         if self.slots.waiting:
-            self.slots.launch()
+            self.slots.launch(touching)
 
     def start_resolve(self):
         return self.slots.start_resolve()

@@ -106,4 +106,4 @@ class ApiCapture(TorchFunctionMode):
                 by_name = self._unrecorded[func] = is_inplace(getattr(func, "__name__", "") or "")
             mutates = by_name or "out" in kwargs or kwargs.get("inplace") is True
         if mutates:
-            session.before_mutation()
+            session.before_mutation(args, kwargs)
