@@ -301,6 +301,15 @@ def _grouped(items, fits):
     return chunks, alone
 
 
+def _index_tensor(values, device):
+    """int64 `values` on `device`, copied from pinned memory without waiting for the device's queue
+    (`torch.tensor(values, device=...)` waits for it, as a read-back does)."""
+    t = torch.tensor(values, dtype=torch.int64)
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def _store_rows(slots, values):
     """Row i of `values` into slot i's row of its buffer: one indexed copy per buffer."""
     by_buffer = {}
@@ -311,8 +320,8 @@ def _store_rows(slots, values):
         picks.append(i)
     device = values.device
     for buf, rows, picks in by_buffer.values():
-        part = values if len(picks) == len(slots) else values[torch.tensor(picks, device=device)]
-        buf.rows.index_copy_(0, torch.tensor(rows, device=device), part)
+        part = values if len(picks) == len(slots) else values[_index_tensor(picks, device)]
+        buf.rows.index_copy_(0, _index_tensor(rows, device), part)
 
 
 def _torch_stats_many(items):
@@ -323,7 +332,7 @@ def _torch_stats_many(items):
     for chunk in chunks:
         try:
             with torch.no_grad():
-                lengths = torch.tensor([n for _, n, _, _ in chunk], device=chunk[0][0].device)
+                lengths = _index_tensor([n for _, n, _, _ in chunk], chunk[0][0].device)
                 flat = torch.cat([x.reshape(-1) for x, _, _, _ in chunk]).to(torch.float64)
                 values = torch.stack([torch.segment_reduce(flat, "max", lengths=lengths),
                                       torch.segment_reduce(flat, "min", lengths=lengths),
@@ -345,7 +354,7 @@ def _torch_checksum_many(items):
     for chunk in chunks:
         device = chunk[0][0].device
         with torch.no_grad():
-            lengths = torch.tensor([n for _, n, _, _ in chunk], device=device)
+            lengths = _index_tensor([n for _, n, _, _ in chunk], device)
             starts = torch.cumsum(lengths, 0) - lengths
             words = torch.cat([raw.view(torch.int32) for raw, _, _, _ in chunk]).to(torch.int64) & 0xFFFFFFFF
             idx = torch.arange(words.numel(), dtype=torch.int64, device=device) - torch.repeat_interleave(
