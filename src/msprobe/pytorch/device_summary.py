@@ -202,7 +202,9 @@ class DeviceSummaries:
         slot = self._slot(CHECKSUM, x.device, x.numel(), x.dtype, nbytes)
         raw = x.contiguous().reshape(-1).view(torch.uint8)
         kernels = self._kernels_for(x.device)
-        words = raw.view(torch.int32) if kernels is not None and nbytes % 4 == 0 else None
+        # whole 32-bit words at a 4-byte boundary (a 16-bit slice may start between two)
+        words = (raw.view(torch.int32) if kernels is not None and nbytes % 4 == 0 and raw.storage_offset() % 4 == 0
+                 else None)
         if defer and not _DEFER_OFF and (words is not None or kernels is None):
             self._defer(CHECKSUM, words if words is not None else raw, nbytes, slot, nbytes)
         elif words is not None:
@@ -415,7 +417,7 @@ def wordsum_torch(raw):
     where Triton is not at hand). Every product stays below 2^63: 32-bit values times 31-bit keys."""
     n = raw.numel()
     pad = (-n) % 4
-    if pad:
+    if pad or raw.storage_offset() % 4:  # whole words from a 4-byte boundary: a fresh copy
         raw = torch.cat((raw, raw.new_zeros(pad)))
     words = raw.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     out = torch.zeros(2, dtype=torch.int64, device=raw.device)
