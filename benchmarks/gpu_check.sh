@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one run (a machine with CUDA, no network): the CUDA tests, then the dump overhead of
 # the gpt workload (Triton kernels, and torch's reductions for comparison), the host cost per record of
-# the device path (host_cost.py --device cuda), then tensor_L1's write rate.
+# the device path (host_cost.py --device cuda), profiles of a dumped step (cProfile; py-spy of every
+# thread when its wheel is in .whl/), then tensor_L1's write rate.
 # Usage: bash benchmarks/gpu_check.sh OUT_DIR   (wheels msprobe needs beyond torch in .whl/, if any)
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
@@ -25,6 +26,12 @@ timeout 150 python3 benchmarks/host_cost.py --device cuda --rounds 3 --steps 3 -
 cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
 timeout 120 python3 benchmarks/profile_step.py --device cuda --config stat_L1 --steps 3 --top 40 \
     --out "$OUT/profile_L1.txt" > /dev/null 2>&1
+if [ -x /tmp/site/bin/py-spy ]; then  # every thread, autograd's device thread too (py-spy's wheel in .whl/)
+    for cfg in stat_L0 stat_L1; do
+        timeout 90 /tmp/site/bin/py-spy record --threads --format raw -r 250 -o "$OUT/pyspy_$cfg.txt" -- \
+            python3 benchmarks/profile_step.py --device cuda --config $cfg --steps 30 --plain > /dev/null 2>&1
+    done
+fi
 if [ "${GPU_CHECK_ALL:-0}" = 1 ]; then  # torch's reductions instead of Triton; tensor_L1's write rate
     MSPROBE_TRITON=0 timeout 150 $BENCH --rounds 3 --steps 5 --configs none,stat_L1,md5_L1 \
         2>&1 | tee "$OUT/bench_torch_ops.log"

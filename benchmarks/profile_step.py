@@ -23,6 +23,10 @@ def main(argv=None):
     p.add_argument("--gpt-blocks", type=int, default=8)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--out", help="also write the table here")
+    p.add_argument("--plain", action="store_true",
+                   help="run the steps without cProfile, for a sampling profiler outside that sees every thread "
+                        "(py-spy record --threads -- python benchmarks/profile_step.py --plain ...): on CUDA the "
+                        "backward hooks run on autograd's device thread, which cProfile does not see")
     args = p.parse_args(argv)
     model = args.model or ("gpt" if args.device == "cuda" else "transformer")
     work = Workload(model, args.device, args.gpt_blocks)
@@ -31,14 +35,18 @@ def main(argv=None):
         runner = Runner(args.config, work, root)
         for _ in range(2):  # warm-up: API table, kernels compiled
             runner.step()
-        prof = cProfile.Profile()
-        prof.enable()
+        prof = None if args.plain else cProfile.Profile()
+        if prof is not None:
+            prof.enable()
         for _ in range(args.steps):
             runner.step()
-        prof.disable()
+        if prof is not None:
+            prof.disable()
         runner.rest()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if prof is None:
+        return 0
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(args.top)
     print(text.getvalue())

@@ -51,6 +51,8 @@ def test_host_cost_and_profile_step_run():
     assert "us/record" in done.stdout and "device path" in done.stdout
     done = run("profile_step.py", "--steps", "1", "--top", "5", "--model", "mlp")
     assert "function calls" in done.stdout
+    done = run("profile_step.py", "--steps", "1", "--model", "mlp", "--plain")  # for a sampler outside
+    assert "function calls" not in done.stdout
 
 
 def test_host_cost_measures_a_baseline_checkout_in_turn(tmp_path):
