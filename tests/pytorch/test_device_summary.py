@@ -19,7 +19,7 @@ from torch import nn
 from msprobe.core import checksum
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.device_summary import wordsum_torch
+from msprobe.pytorch.device_summary import _word_index, wordsum_torch
 from msprobe.pytorch.statistics import Summarizer
 import msprobe_test_models as models  # loaded by conftest.py
 
@@ -157,6 +157,9 @@ def test_checksum_is_the_same_in_every_implementation():
         assert tuple(wordsum_torch(raw).tolist()) == ref
         assert checksum.wordsum(raw.data_ptr(), nbytes) in (None, ref)
         assert checksum.checksum_hex(raw.numpy()) == checksum.finish(*ref, nbytes)
+    # word indexes past 2^31 (a tensor of more than 8 GiB) wrap as uint32 does, in int32
+    assert _word_index(5, (1 << 32) - 2, "cpu").tolist() == [-2, -1, 0, 1, 2]
+    assert _word_index(2, (1 << 31) + 1, "cpu").tolist() == [1 - (1 << 31), 2 - (1 << 31)]
     # through the device path and the host path of the Summarizer: one value per tensor
     halves = torch.randn(11).to(torch.bfloat16)
     for t in (torch.randn(1000), torch.randn(33, dtype=torch.float64).to(torch.bfloat16), torch.arange(7),

@@ -357,14 +357,13 @@ def _torch_checksum_many(items):
         device = chunk[0][0].device
         with torch.no_grad():
             lengths = _index_tensor([n for _, n, _, _ in chunk], device)
-            starts = torch.cumsum(lengths, 0) - lengths
-            words = torch.cat([raw.view(torch.int32) for raw, _, _, _ in chunk]).to(torch.int64) & 0xFFFFFFFF
-            idx = torch.arange(words.numel(), dtype=torch.int64, device=device) - torch.repeat_interleave(
-                starts, lengths)
+            starts = (torch.cumsum(lengths, 0) - lengths).to(torch.int32)
+            words = torch.cat([raw.view(torch.int32) for raw, _, _, _ in chunk])
+            idx = _word_index(words.numel(), 0, device).sub_(torch.repeat_interleave(starts, lengths))
             a, b = _wordsum_terms(words, idx)
             segment = torch.repeat_interleave(torch.arange(len(chunk), device=device), lengths)
             sums = torch.zeros((len(chunk), 2), dtype=torch.int64, device=device)
-            sums.index_add_(0, segment, torch.stack((a, b), dim=1))
+            sums.index_add_(0, segment, torch.stack((a, b), dim=1).to(torch.int64))
         _store_rows([slot for _, _, slot, _ in chunk], sums & 0xFFFFFFFF)
     for raw, _, slot, _ in alone:
         DeviceSummaries._torch_checksum(raw, slot)
@@ -413,34 +412,38 @@ def stats_values(row, n, dtype):
 
 
 def wordsum_torch(raw):
-    """The checksum's (S1, S2) of a flat uint8 tensor, in torch int64 ops on its device (the kernel
-    where Triton is not at hand). Every product stays below 2^63: 32-bit values times 31-bit keys."""
+    """The checksum's (S1, S2) of a flat uint8 tensor, in torch ops on its device (the kernel where
+    Triton is not at hand)."""
     n = raw.numel()
     pad = (-n) % 4
     if pad or raw.storage_offset() % 4:  # whole words from a 4-byte boundary: a fresh copy
         raw = torch.cat((raw, raw.new_zeros(pad)))
-    words = raw.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    words = raw.view(torch.int32)
     out = torch.zeros(2, dtype=torch.int64, device=raw.device)
-    chunk = 1 << 24  # bounds the int64 temporaries
+    chunk = 1 << 24  # bounds the temporaries
     for start in range(0, words.numel(), chunk):
         w = words[start:start + chunk]
-        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device)
-        a, b = _wordsum_terms(w, idx)
-        out += torch.stack((a.sum(), b.sum())) & 0xFFFFFFFF
+        a, b = _wordsum_terms(w, _word_index(w.numel(), start, raw.device))
+        out += torch.stack((a.sum(dtype=torch.int64), b.sum(dtype=torch.int64)))
     return out & 0xFFFFFFFF
 
 
+def _word_index(n, start, device):
+    """Word indexes start .. start + n - 1 mod 2^32, as int32."""
+    first = start & 0xFFFFFFFF
+    return torch.arange(n, dtype=torch.int32, device=device).add_(first - (1 << 32) if first >> 31 else first)
+
+
 def _wordsum_terms(words, idx):
-    """The checksum's per-word terms (a, b) of 32-bit `words` (int64) at word indexes `idx`."""
-    a = words ^ (((idx & 0xFFFFFFFF) * checksum.K0) & 0xFFFFFFFF)
-    a = _mix_torch(a)
-    b = (a * checksum.K3) & 0xFFFFFFFF
-    return a, b ^ (b >> 13)
-
-
-def _mix_torch(a):
-    a = a ^ (a >> 16)
-    a = (a * checksum.K1) & 0xFFFFFFFF
-    a = a ^ (a >> 15)
-    a = (a * checksum.K2) & 0xFFFFFFFF
-    return a ^ (a >> 16)
+    """The checksum's per-word terms (a, b) of int32 `words` at int32 word indexes `idx` (overwritten).
+    32-bit arithmetic in int32: products wrap as uint32's do (the keys are below 2^31), right shifts are
+    made logical by a mask, and a sum of the signed terms is the unsigned one mod 2^32."""
+    a = idx.mul_(checksum.K0).bitwise_xor_(words)
+    a ^= (a >> 16) & 0xFFFF
+    a.mul_(checksum.K1)
+    a ^= (a >> 15) & 0x1FFFF
+    a.mul_(checksum.K2)
+    a ^= (a >> 16) & 0xFFFF
+    b = a * checksum.K3
+    b ^= (b >> 13) & 0x7FFFF
+    return a, b
