@@ -45,6 +45,7 @@ CONFIGS = {
     "md5_L1": ("L1", "md5", False),
     "L1_device": ("L1", "statistics", True),
     "mix_device": ("mix", "statistics", True),
+    "md5_device": ("L1", "md5", True),
 }
 
 
