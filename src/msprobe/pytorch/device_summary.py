@@ -166,8 +166,9 @@ class DeviceSummaries:
         `dense` is x's memory in element order (x itself, or a permutation that makes it contiguous),
         or None; `rows`: (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
         `defer`: launched with others at the next `launch()`."""
-        slot = self._slot(STATS, x.device, n, x.dtype, 0)
-        kernels = self._kernels_for(x.device)
+        device = x.device
+        slot = self._slot(STATS, device, n, x.dtype, 0)
+        kernels = self._kernels_for(device)
         fused = kernels is not None and kernels.handles(x.dtype) and (dense is not None or rows is not None)
         if defer and not _DEFER_OFF and (fused or kernels is None):
             item = dense if fused and dense is not None else x
