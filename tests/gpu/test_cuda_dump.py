@@ -173,3 +173,52 @@ def test_no_read_back_per_call_on_cuda(tmp_path, monkeypatch):
         dbg.close()
         reads[depth] = (count[0], syncs[0])
     assert reads[2] == reads[6] and reads[2][0] <= 2 and reads[2][1] <= 4, reads
+
+
+class InPlaceNet(nn.Module):
+    """In-place calls in forward (a residual `+=`, `mul_` on a slice) between recorded ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(64, 64)
+        self.ln = nn.LayerNorm(64)
+        self.l2 = nn.Linear(64, 64)
+
+    def forward(self, x):
+        h = self.l1(x)
+        h += x
+        h[:, :8].mul_(0.5)
+        return self.l2(torch.nn.functional.gelu(self.ln(h)))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("summary", ["statistics", "md5"])
+@pytest.mark.parametrize("kernels", ["triton", "torch"])
+def test_capture_makes_no_synchronizing_call(tmp_path, monkeypatch, level, summary, kernels):
+    """Between start() and stop() nothing msprobe does waits for the device: torch's sync debug mode
+    raises on any synchronizing call (a read, a blocking copy in either direction, a size read back)."""
+    from msprobe.pytorch import device_summary
+    if kernels == "torch":
+        monkeypatch.setattr(device_summary, "_TRITON_OFF", True)
+    net = InPlaceNet().cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = torch.randn(16, 64, device="cuda")
+    import json
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"task": "statistics", "level": level, "dump_path": str(tmp_path / "dump"),
+                               "statistics": {"summary_mode": summary}}))
+    dbg = PrecisionDebugger(config_path=str(cfg))
+    for step in range(2):  # the first builds the API table and compiles the kernels
+        dbg.start(net)
+        torch.cuda.set_sync_debug_mode("error" if step else "default")
+        try:
+            net(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        dbg.stop()
+        dbg.step()
+    dbg.close()
+    last = max(find_rank_dirs(str(tmp_path / "dump")), key=lambda r: r.step)
+    assert len(DumpReader(last.path).keys()) > 5

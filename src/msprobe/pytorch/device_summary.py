@@ -337,10 +337,10 @@ def _torch_stats_many(items):
             with torch.no_grad():
                 lengths = _index_tensor([n for _, n, _, _ in chunk], chunk[0][0].device)
                 flat = torch.cat([x.reshape(-1) for x, _, _, _ in chunk]).to(torch.float64)
-                values = torch.stack([torch.segment_reduce(flat, "max", lengths=lengths),
-                                      torch.segment_reduce(flat, "min", lengths=lengths),
-                                      torch.segment_reduce(flat, "sum", lengths=lengths),
-                                      torch.segment_reduce(flat * flat, "sum", lengths=lengths)], dim=1)
+                # unsafe: the lengths are right by construction, and checking them reads them back
+                values = torch.stack([torch.segment_reduce(flat, op, lengths=lengths, unsafe=True)
+                                      for op in ("max", "min", "sum")]
+                                     + [torch.segment_reduce(flat * flat, "sum", lengths=lengths, unsafe=True)], dim=1)
         except (RuntimeError, NotImplementedError):
             alone.extend(chunk)
             continue
@@ -356,15 +356,21 @@ def _torch_checksum_many(items):
                              lambda item: item[0].numel() % 4 == 0 and item[0].storage_offset() % 4 == 0)
     for chunk in chunks:
         device = chunk[0][0].device
-        with torch.no_grad():
-            lengths = _index_tensor([n for _, n, _, _ in chunk], device)
-            starts = (torch.cumsum(lengths, 0) - lengths).to(torch.int32)
-            words = torch.cat([raw.view(torch.int32) for raw, _, _, _ in chunk])
-            idx = _word_index(words.numel(), 0, device).sub_(torch.repeat_interleave(starts, lengths))
-            a, b = _wordsum_terms(words, idx)
-            segment = torch.repeat_interleave(torch.arange(len(chunk), device=device), lengths)
-            sums = torch.zeros((len(chunk), 2), dtype=torch.int64, device=device)
-            sums.index_add_(0, segment, torch.stack((a, b), dim=1).to(torch.int64))
+        total = sum(n for _, n, _, _ in chunk)
+        try:
+            with torch.no_grad():
+                lengths = _index_tensor([n for _, n, _, _ in chunk], device)
+                starts = (torch.cumsum(lengths, 0) - lengths).to(torch.int32)
+                words = torch.cat([raw.view(torch.int32) for raw, _, _, _ in chunk])
+                # output_size: repeat_interleave would read the lengths back to size its output
+                idx = _word_index(total, 0, device).sub_(torch.repeat_interleave(starts, lengths, output_size=total))
+                a, b = _wordsum_terms(words, idx)
+                segment = torch.repeat_interleave(torch.arange(len(chunk), device=device), lengths, output_size=total)
+                sums = torch.zeros((len(chunk), 2), dtype=torch.int64, device=device)
+                sums.index_add_(0, segment, torch.stack((a, b), dim=1).to(torch.int64))
+        except (RuntimeError, NotImplementedError):  # an op the device lacks: a tensor at a time
+            alone.extend(chunk)
+            continue
         _store_rows([slot for _, _, slot, _ in chunk], sums & 0xFFFFFFFF)
     for raw, _, slot, _ in alone:
         DeviceSummaries._torch_checksum(raw, slot)
