@@ -370,3 +370,35 @@ def test_an_inplace_call_launches_only_for_its_own_memory(tmp_path, monkeypatch)
     assert r["Torch.exp.1.forward"]["input_args"][0]["Min"] == pytest.approx(before[1])
     assert r["Torch.exp.2.forward"]["input_args"][0]["Max"] == pytest.approx(before[2])
     assert r["Tensor.add_.0.forward"]["output"][0]["Max"] == 1.0
+
+
+def test_batch_launches_do_not_grow_with_the_model(tmp_path, monkeypatch):
+    """A step launches its deferred summaries in a fixed number of batches however many layers the model
+    has: the optimizer's update of one parameter (an in-place call) launches only what reads its memory,
+    not everything recorded since the update before."""
+    from msprobe.pytorch import device_summary
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    launches = []
+    real = device_summary.DeviceSummaries.launch
+
+    def counted(self, touching=None):
+        before = len(self._waiting)
+        real(self, touching)
+        if len(self._waiting) < before:
+            launches[-1] += 1
+    monkeypatch.setattr(device_summary.DeviceSummaries, "launch", counted)
+    for depth in (4, 16):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(depth)])
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # an add_ per parameter
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / str(depth)), level="L1")
+        for _ in range(2):
+            launches.append(0)
+            dbg.start(model)
+            model(torch.randn(4, 16)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            dbg.stop()
+            dbg.step()
+        dbg.close()
+    assert launches[1] == launches[3] <= 4, launches
