@@ -314,6 +314,16 @@ def test_a_change_no_mode_sees_is_reported(tmp_path, monkeypatch, caplog):
     assert any("changed in place" in r.getMessage() for r in caplog.records)
 
 
+def _finish_clean(dbg, dump_path):
+    """Stop, step and close `dbg`; the reader of its one rank directory, which logged no error."""
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (rank,) = find_rank_dirs(str(dump_path))
+    assert not os.path.exists(os.path.join(rank.path, "dump_error_info.log"))
+    return DumpReader(rank.path)
+
+
 def test_inplace_calls_launch_the_waiting_summaries_first(tmp_path, monkeypatch):
     """F.relu(x, inplace=True), x.add_(1) and an optimizer step change recorded tensors: the statistics
     recorded before them are of the values before them."""
@@ -329,12 +339,7 @@ def test_inplace_calls_launch_the_waiting_summaries_first(tmp_path, monkeypatch)
     x.add_(100.0)
     y.sum().backward()
     opt.step()
-    dbg.stop()
-    dbg.step()
-    dbg.close()
-    (rank,) = find_rank_dirs(str(tmp_path))
-    r = DumpReader(rank.path)
-    assert not os.path.exists(os.path.join(rank.path, "dump_error_info.log"))
+    r = _finish_clean(dbg, tmp_path)
     add = r["Torch.add.0.forward"]
     assert add["input_args"][0]["Max"] == pytest.approx(before[0])
     assert add["input_args"][1]["Max"] == pytest.approx(w.detach().max().item() + 1.0)  # before the step
@@ -360,12 +365,7 @@ def test_an_inplace_call_launches_only_for_its_own_memory(tmp_path, monkeypatch)
     x[2:5].mul_(100.0)  # a view of x
     torch.neg(torch.ones(64), out=y)
     z.copy_(torch.full((64,), 7.0))
-    dbg.stop()
-    dbg.step()
-    dbg.close()
-    (rank,) = find_rank_dirs(str(tmp_path))
-    r = DumpReader(rank.path)
-    assert not os.path.exists(os.path.join(rank.path, "dump_error_info.log"))
+    r = _finish_clean(dbg, tmp_path)
     assert r["Torch.exp.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])
     assert r["Torch.exp.1.forward"]["input_args"][0]["Min"] == pytest.approx(before[1])
     assert r["Torch.exp.2.forward"]["input_args"][0]["Max"] == pytest.approx(before[2])
