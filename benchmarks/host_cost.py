@@ -43,6 +43,7 @@ CONFIGS = {
     "L1": ("L1", "statistics", False),
     "mix": ("mix", "statistics", False),
     "md5_L1": ("L1", "md5", False),
+    "L0_device": ("L0", "statistics", True),
     "L1_device": ("L1", "statistics", True),
     "mix_device": ("mix", "statistics", True),
     "md5_device": ("L1", "md5", True),

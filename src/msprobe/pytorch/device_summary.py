@@ -193,9 +193,11 @@ class DeviceSummaries:
                 x = x.to(torch.float64)
             flat = x.reshape(-1)
             mn, mx = torch.aminmax(flat)
-            total = flat.sum(dtype=torch.float64)
-            sq = torch.linalg.vector_norm(flat, dtype=torch.float64)
-            row.copy_(torch.stack((mx.to(torch.float64), mn.to(torch.float64), total, sq * sq)))
+            # each result straight into its place in the row: five launches a tensor
+            torch.stack((mx, mn), out=row[:2])
+            torch.sum(flat, dim=0, dtype=torch.float64, out=row[2])
+            torch.linalg.vector_norm(flat, dtype=torch.float64, out=row[3])
+            row[3:].square_()
 
     def checksum(self, x, defer=False):
         """Slot of the wordsum64 checksum of `x`'s bytes in element order (`defer`: as in `stats`)."""
