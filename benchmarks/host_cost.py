@@ -190,9 +190,20 @@ def compare_with(src, configs, rounds, steps, threads, alternations, log, device
     return ours, base, imported
 
 
+def _revision(folder):
+    """The git commit `folder` is checked out at (short), or None."""
+    try:
+        got = subprocess.run(["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
 def render_comparison(ours, base, imported):
+    rev = _revision(imported)
     lines = [f"us per record, median of {len(next(iter(ours.values())))} alternations "
-             f"(baseline: {imported})",
+             f"(baseline: {imported}{f', commit {rev}' if rev else ''})",
              f"{'config':<12}{'this':>9}{'baseline':>10}{'ratio':>8}   runs (this | baseline)", "-" * 74]
     for c in ours:
         a, b = statistics.median(ours[c]), statistics.median(base[c])
@@ -256,5 +267,7 @@ def main(argv=None):
 
 if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
-    # a GPU run keeps its own section
-    sys.exit(run_recorded("host_cost.py", main, "host_cost.py --device cuda" if "cuda" in sys.argv[1:] else None))
+    # a GPU run and an A/B keep their own sections
+    heading = ("host_cost.py --device cuda" if "cuda" in sys.argv[1:]
+               else "host_cost.py --baseline-src" if "--baseline-src" in sys.argv[1:] else None)
+    sys.exit(run_recorded("host_cost.py", main, heading))
