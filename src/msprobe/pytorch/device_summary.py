@@ -37,7 +37,7 @@ DEFER_BYTES = 256 << 20
 SHARE_CHECK_MAX = 32
 _DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
 # deferred tensors of at most this many elements (by device type) are reduced together with torch's
-# reductions: one concatenation and segment reductions instead of ~6 launches a tensor; on CPU the
+# reductions: one concatenation and segment reductions instead of five launches a tensor; on CPU the
 # concatenation costs more than the launches it saves above a few thousand elements
 GROUP_ELEMENTS = {"cpu": 2048}
 GROUP_ELEMENTS_ELSEWHERE = 1 << 16
@@ -87,8 +87,9 @@ class DeviceSummaries:
     A summary asked for with `defer` is not launched at once: the tensor waits (a reference and its
     version counter) until `launch()`, which reduces every waiting tensor of one dtype in one kernel —
     on CUDA a launch per tensor is what a step's host time is made of. The caller must `launch()` before
-    anything may change a waiting tensor in place (pytorch/session.py: an in-place call, the optimizer);
-    a tensor whose version moved anyway is counted in `changed` (its record shows the changed values).
+    anything may change a waiting tensor in place (pytorch/session.py: an in-place call, naming what it
+    changes, the optimizer); a tensor whose version moved anyway is counted in `changed` (its record
+    shows the changed values).
     """
 
     def __init__(self):
@@ -96,7 +97,7 @@ class DeviceSummaries:
         self._batch = []  # slots filled since the last resolve, in order
         self._buffers = []  # buffers the batch wrote
         self._kernels = {}  # device -> triton_summary or None
-        self._waiting = []  # deferred: (kind, tensor, n, slot, version)
+        self._waiting = []  # deferred: (kind, tensor, n, slot, version, rows)
         self._waiting_bytes = 0
         self.changed = 0  # deferred tensors changed in place before they were read
 
