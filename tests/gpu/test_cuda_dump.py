@@ -93,7 +93,12 @@ def _close(a, b, path, md5_same):
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("task,summary", TASKS)
-def test_cuda_dump_equals_cpu_dump(tmp_path, level, task, summary):
+@pytest.mark.parametrize("kernels", ["triton", "torch"])
+def test_cuda_dump_equals_cpu_dump(tmp_path, monkeypatch, level, task, summary, kernels):
+    """Triton's kernels, and torch's reductions (the path without Triton: grouped when small)."""
+    if kernels == "torch":
+        from msprobe.pytorch import device_summary
+        monkeypatch.setattr(device_summary, "_TRITON_OFF", True)
     cpu = _dump(tmp_path / "cpu", "cpu", level, task, summary)
     gpu = _dump(tmp_path / "gpu", "cuda", level, task, summary)
     assert sorted(cpu) == sorted(gpu) and cpu
