@@ -402,3 +402,28 @@ def test_batch_launches_do_not_grow_with_the_model(tmp_path, monkeypatch):
             dbg.step()
         dbg.close()
     assert launches[1] == launches[3] <= 4, launches
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_parameter_gradients_are_read_before_clipping(tmp_path, monkeypatch, level):
+    """parameters_grad shows each .grad as backward left it, though clipping scales it in place right
+    after: at L0 (no API mode to see the clipping) the module's gradients are launched in the hook, at
+    mix the clipping's in-place call launches them first."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level=level)
+    dbg.start(model)
+    model(torch.randn(8, 16)).square().sum().backward()
+    norms = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    r = _finish_clean(dbg, tmp_path)
+    got = {}
+    for key in r.keys():
+        if ".parameters_grad" in key:
+            path = key.split(".")[1]
+            for name, recs in r[key].items():
+                got[f"{path}.{name}"] = recs[0]["Norm"]
+    assert set(got) == set(norms)
+    for name, norm in norms.items():
+        assert got[name] == pytest.approx(norm, rel=1e-5), name

@@ -311,9 +311,12 @@ class DumpSession(CaptureSession):
         key = naming.params_grad_key(*_split_module_base(base), self.counter.next(base + ".parameters_grad"))
         save = self.filter.saves_tensor(key)
         waits = []
-        # .grad is accumulated into in place (micro-batches, clipping): read as it is now
-        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=False) if g is not None else None]
+        # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
+        # for a batch; at L0 the module's gradients go in one batch launched before this hook returns
+        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=True) if g is not None else None]
                   for n, g in grads.items()}
+        if not self.defer_forward:
+            self.summarizer.launch([g for g in grads.values() if g is not None])
         self.emit(key, record, waits)
 
     def _track_api_backward(self, prefix, name, index, edges, out, save):
