@@ -110,8 +110,8 @@ class DeviceSummaries:
         """Deferred summaries not launched yet."""
         return len(self._waiting)
 
-    def _defer(self, kind, x, n, slot, nbytes):
-        self._waiting.append((kind, x, n, slot, x._version, None))
+    def _defer(self, kind, x, n, slot, nbytes, rows=None):
+        self._waiting.append((kind, x, n, slot, x._version, rows))
         self._waiting_bytes += nbytes
         if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
             self.launch()
@@ -172,11 +172,8 @@ class DeviceSummaries:
         kernels = self._kernels_for(device)
         fused = kernels is not None and kernels.handles(x.dtype) and (dense is not None or rows is not None)
         if defer and not _DEFER_OFF and (fused or kernels is None):
-            item = dense if fused and dense is not None else x
-            self._waiting.append((STATS, item, n, slot, x._version, rows if dense is None else None))
-            self._waiting_bytes += n * x.element_size()
-            if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
-                self.launch()
+            self._defer(STATS, dense if fused and dense is not None else x, n, slot, n * x.element_size(),
+                        rows if dense is None else None)
         elif fused and dense is not None:
             kernels.stats(dense, n, slot.buffer.rows, slot.index)
         else:
@@ -307,13 +304,16 @@ def _grouped(items, fits):
     return chunks, alone
 
 
-def _index_tensor(values, device):
-    """int64 `values` on `device`, copied from pinned memory without waiting for the device's queue
+def to_device_async(host, device):
+    """CPU tensor `host` on `device`, copied from pinned memory without waiting for the device's queue
     (`torch.tensor(values, device=...)` waits for it, as a read-back does)."""
-    t = torch.tensor(values, dtype=torch.int64)
     if device.type == "cpu":
-        return t
-    return t.pin_memory().to(device, non_blocking=True)
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def _index_tensor(values, device):
+    return to_device_async(torch.tensor(values, dtype=torch.int64), device)
 
 
 def _store_rows(slots, values):

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from msprobe.core import checksum
+from msprobe.pytorch.device_summary import to_device_async
 
 BLOCK = 2048
 MAX_PROGRAMS = 1024  # partial rows a slot may use; the last program reduces them in one load
@@ -203,10 +204,8 @@ def _table(device, addrs, counts, outs, per_tile, rows=None):
                                                            np.asarray([r[1] for r in rows], dtype=np.int64))
     table = np.concatenate((np.asarray(addrs, dtype=np.int64), counts, np.asarray(outs, dtype=np.int64),
                             first, tiles, cols, strides, np.repeat(np.arange(k, dtype=np.int64), tiles)))
-    host = torch.from_numpy(table)
-    if device.type == "cpu":  # Triton's interpreter (the tests)
-        return host, int(tiles.sum())
-    return host.pin_memory().to(device, non_blocking=True), int(tiles.sum())
+    # (on the CPU: Triton's interpreter, in the tests)
+    return to_device_async(torch.from_numpy(table), device), int(tiles.sum())
 
 
 def stats_many(tensors, counts, outs, rows):
