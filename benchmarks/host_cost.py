@@ -5,6 +5,10 @@ For each config, timed steps with the debugger alternate with steps without it (
 µs per record = (median dumped step - median plain step) / records written per step. `*_device` configs
 take the accelerator path (MSPROBE_DEVICE_SUMMARY=1: summaries into device slots, read back in batches).
 The per-summary line times `Summarizer.summarize` alone on fresh (uncached) small tensors.
+`L0_floor` and `L1_floor` are the least any hook-based dump of that level does on this model: the hooks
+alone (module hooks, or a TorchFunctionMode that passes each API on), each reading its tensors once
+with msprobe's statistics kernel, and nothing else (no names, records or files); their µs per record
+divide by the records msprobe writes at that level, and msprobe's rows say how far above that they are.
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
 the accelerator path: the host cost of a dump on the device it is made for (each step ends in a sync).
 
@@ -30,11 +34,16 @@ import time
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import msprobe
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.statistics import Summarizer
+from msprobe.pytorch.capture.api_table import build_api_table
+from msprobe.pytorch.statistics import Summarizer, memory_order
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from l0_floor import HookFloor  # noqa: E402  (beside this script)
 
 TARGET_US_PER_RECORD = 15.0
 # config -> (level, summary_mode, device path)
@@ -48,6 +57,57 @@ CONFIGS = {
     "mix_device": ("mix", "statistics", True),
     "md5_device": ("L1", "md5", True),
 }
+# the floor of a level: its hooks, each tensor read once (no debugger); level -> the config it bounds
+FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
+
+
+class ApiFloor(HookFloor):
+    """The L1 floor: a TorchFunctionMode that passes every API of msprobe's table on (the mode is off
+    inside its handler, so nested calls are not seen), reading its tensor arguments and outputs once
+    and hooking each output's autograd node to read the gradients once."""
+
+    def __init__(self):
+        super().__init__(read=True)
+        table = build_api_table()
+        probe = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func not in table:
+                    return func(*args, **kwargs)
+                for a in args:
+                    if type(a) is torch.Tensor or type(a) is nn.Parameter:
+                        probe._stats(a.detach())
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor):
+                    probe._stats(out.detach())
+                    if out.grad_fn is not None:
+                        out.grad_fn.register_hook(probe._backward)
+                return out
+
+        self._mode = Mode()
+
+    def start(self, model):
+        self._mode.__enter__()
+
+    def stop(self):
+        self._mode.__exit__(None, None, None)
+
+    def _stats(self, t):
+        super()._stats(t if t.is_contiguous() else memory_order(t))  # a weight's gradient comes transposed
+
+    def _backward(self, grad_inputs, grad_outputs):
+        for g in (*grad_inputs, *grad_outputs):
+            if g is not None:
+                self._stats(g)
+
+
+def _probe(root, name):
+    """What a config times: msprobe's debugger, or a floor probe."""
+    if name in FLOORS:
+        return HookFloor(read=True) if FLOORS[name] == "L0" else ApiFloor()
+    return _debugger(root, name)
 
 
 def build(depth=48, width=32, device="cpu"):
@@ -103,23 +163,28 @@ def measure(configs, rounds, steps, log, device="cpu"):
     out = {}
     try:
         for name in configs:
-            dbg = _debugger(root, name)
+            probe = _probe(root, name)
             for _ in range(2):  # warm-up: API table, first-call caches
-                _step(model, x, opt, dbg)
+                _step(model, x, opt, probe)
             ratios, extra = [], []
             for _ in range(rounds):
                 plain = [_step(model, x, opt) for _ in range(steps)]
-                dumped = [_step(model, x, opt, dbg) for _ in range(steps)]
+                dumped = [_step(model, x, opt, probe) for _ in range(steps)]
                 extra.append(statistics.median(dumped) - statistics.median(plain))
                 ratios.append(statistics.median(dumped) / statistics.median(plain))
-            dbg.close()
-            records, tensors = _records(os.path.join(root, name))
+            if name in FLOORS:  # per record msprobe writes at that level, counted in one untimed step
+                name_of_dump, probe = FLOORS[name], _debugger(root, FLOORS[name])
+                _step(model, x, opt, probe)
+            else:
+                name_of_dump = name
+            probe.close()
+            records, tensors = _records(os.path.join(root, name_of_dump))
             out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * statistics.median(extra),
                          "us_per_record": 1e6 * statistics.median(extra) / records,
                          "us_per_tensor": 1e6 * statistics.median(extra) / tensors,
                          "ratio": statistics.median(ratios)}
             log(f"{name}: {out[name]['us_per_record']:.1f} us/record")
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            shutil.rmtree(os.path.join(root, name_of_dump), ignore_errors=True)
     finally:
         os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
         shutil.rmtree(root, ignore_errors=True)
@@ -143,16 +208,25 @@ def summary_cost(n=3000, device="cpu"):
 
 
 def render(results, per_summary):
+    floors = {FLOORS[c]: r["us_per_record"] for c, r in results.items() if c in FLOORS}
     lines = [f"{'config':<12}{'records':>9}{'tensors':>9}{'extra ms':>10}{'us/record':>11}{'us/tensor':>11}"
-             f"{'step ratio':>12}",
-             "-" * 74]
+             f"{'step ratio':>12}{'above floor':>13}",
+             "-" * 87]
     for name, r in results.items():
         mark = "!" if r["us_per_record"] > TARGET_US_PER_RECORD else " "
+        floor = None if name in FLOORS else floors.get(CONFIGS[name][0])
+        above = "" if floor is None else f"{r['us_per_record'] - floor:>12.1f}"
         lines.append(f"{name:<12}{r['records']:>9}{r['tensors']:>9}{r['extra_ms']:>10.2f}"
-                     f"{r['us_per_record']:>10.1f}{mark}{r['us_per_tensor']:>11.1f}{r['ratio']:>11.2f}x")
+                     f"{r['us_per_record']:>10.1f}{mark}{r['us_per_tensor']:>11.1f}{r['ratio']:>11.2f}x{above}")
     lines.append(f"target: <= {TARGET_US_PER_RECORD:g} us per record (!: over)")
-    lines.append("Summarizer.summarize of a fresh 32x32 tensor: "
-                 + ", ".join(f"{k} path {v:.1f} us" for k, v in per_summary.items()))
+    if floors:
+        lines.append("floor: " + ", ".join(f"{level} {us:.1f} us per record" for level, us in floors.items())
+                     + " (hooks, each tensor read once; records and tensors are msprobe's at that level): the "
+                     "target is " + ("below" if min(floors.values()) > TARGET_US_PER_RECORD else "above")
+                     + " the least a Python hook-based dump costs here")
+    if per_summary:
+        lines.append("Summarizer.summarize of a fresh 32x32 tensor: "
+                     + ", ".join(f"{k} path {v:.1f} us" for k, v in per_summary.items()))
     return "\n".join(lines)
 
 
@@ -221,8 +295,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--configs", help=f"comma list of {', '.join(CONFIGS)} (default: all; on cuda those "
-                   "without _device)")
+    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS])} (default: all; on cuda "
+                   "those without _device or _floor)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
@@ -234,7 +308,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     on_cuda = args.device == "cuda"
-    allowed = [c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])]  # on cuda every config is the device path
+    # on cuda every config is the device path, and the floors' kernel reads host memory
+    allowed = [c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])] + ([] if on_cuda else list(FLOORS))
     configs = [c.strip() for c in (args.configs or ",".join(allowed)).split(",") if c.strip()]
     bad = [c for c in configs if c not in allowed]
     if bad:

@@ -1,6 +1,7 @@
 """The benchmarks still run, and measure what they say they measure (their numbers are not judged:
 timings are noise on a shared machine). Each runs in a fresh interpreter, as a user runs it."""
 
+import importlib
 import json
 import math
 import os
@@ -12,6 +13,15 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)
 BENCH = os.path.join(ROOT, "benchmarks")
+
+
+def _bench_module(name):
+    """A benchmark script imported as a module (it imports its neighbours: the folder is on the path)."""
+    sys.path.insert(0, BENCH)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(BENCH)
 
 
 def run(script, *args, timeout=600):
@@ -45,14 +55,41 @@ def test_async_config_writes_what_the_default_writes(tmp_path):
 
 
 def test_host_cost_and_profile_step_run():
-    done = run("host_cost.py", "--quick", "--configs", "L1,mix_device")
-    rows = {ln.split()[0]: ln.split() for ln in done.stdout.splitlines() if ln.startswith(("L1 ", "mix_device"))}
-    assert set(rows) == {"L1", "mix_device"} and int(rows["L1"][1]) > 100  # records per step
-    assert "us/record" in done.stdout and "device path" in done.stdout
+    done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device")
+    rows = {ln.split()[0]: ln.split() for ln in done.stdout.splitlines()
+            if ln.startswith(("L1 ", "mix_device", "L1_floor"))}
+    assert set(rows) == {"L1", "mix_device", "L1_floor"} and int(rows["L1"][1]) > 100  # records per step
+    assert rows["L1_floor"][1:3] == rows["L1"][1:3]  # the floor is per record msprobe writes at L1
+    # msprobe's L1 row says how far above the floor it is (mix has no floor measured: no column)
+    assert len(rows["L1"]) == len(rows["L1_floor"]) + 1 == len(rows["mix_device"]) + 1
+    assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
     done = run("profile_step.py", "--steps", "1", "--top", "5", "--model", "mlp")
     assert "function calls" in done.stdout
     done = run("profile_step.py", "--steps", "1", "--model", "mlp", "--plain")  # for a sampler outside
     assert "function calls" not in done.stdout
+
+
+def test_api_floor_reads_each_tensor_of_each_recorded_api_once():
+    """host_cost.py's L1 floor: every API of msprobe's table reads its tensor arguments and output once,
+    and each output's autograd node reads the gradients it passes once; the mode is gone after stop()."""
+    torch = pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    probe = host_cost.ApiFloor()
+    probe.start(model)
+    model(x).square().mean().backward()
+    opt.step()
+    probe.stop()
+    seen = probe.results
+    probe.step()
+    # forward: linear (x, weight, bias, out), square (in, out), mean (in, out); backward: mean's node
+    # (its input's gradient, the loss's), square's (2), addmm's (bias, weight, output gradient);
+    # SGD: add_ of each parameter (parameter, gradient, result)
+    assert len(seen) == 4 + 2 + 2 + 2 + 2 + 3 + 2 * 3
+    assert all(isinstance(r, tuple) and all(math.isfinite(v) for v in r) for r in seen)
+    assert not torch.overrides._get_current_function_mode_stack() and probe.results == []
 
 
 def test_host_cost_measures_a_baseline_checkout_in_turn(tmp_path):
@@ -77,11 +114,7 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
     """All configs of a model share it: a config's idle module hooks left on it would slow every other
     slot, `none` included, and understate every ratio. After its slot a debugger is closed."""
     torch = pytest.importorskip("torch")
-    sys.path.insert(0, BENCH)
-    try:
-        import dump_overhead
-    finally:
-        sys.path.remove(BENCH)
+    dump_overhead = _bench_module("dump_overhead")
     torch.manual_seed(0)
     work = dump_overhead.Workload("mlp")
     for config in ("stat_L0", "stat_mix"):
@@ -97,11 +130,7 @@ def test_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
     """The floor probe reads every module output, each module's own parameters, the gradients of
     the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
     torch = pytest.importorskip("torch")
-    sys.path.insert(0, BENCH)
-    try:
-        import l0_floor
-    finally:
-        sys.path.remove(BENCH)
+    l0_floor = _bench_module("l0_floor")
     work = l0_floor.Workload("cnn")
     submodules = [m for name, m in work.model.named_modules() if name]
     params = list(work.model.parameters())
@@ -139,11 +168,7 @@ def test_l0_floor_knock_outs_switch_off_one_part_for_their_step_only(tmp_path):
     """no_files writes no records, no_stats reads no tensor, no_bwd records no backward; the plain
     stat_L0 debugger beside them is untouched."""
     pytest.importorskip("torch")
-    sys.path.insert(0, BENCH)
-    try:
-        import l0_floor
-    finally:
-        sys.path.remove(BENCH)
+    l0_floor = _bench_module("l0_floor")
     work = l0_floor.Workload("cnn")
 
     def dump(probe, path):
