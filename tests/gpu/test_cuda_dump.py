@@ -4,6 +4,7 @@ the Triton kernels against the host path, and no device->host read per API call.
 Skipped without CUDA (CI has none); run on a GPU machine: `python -m pytest tests/gpu` (benchmarks/README.md).
 """
 
+import json
 import math
 
 import pytest
@@ -22,9 +23,9 @@ TASKS = (("statistics", None), ("statistics", "md5"), ("tensor", None), ("overfl
 
 
 class Net(nn.Module):
-    def __init__(self):
+    def __init__(self, width_in=32):
         super().__init__()
-        self.l1 = nn.Linear(32, 64)
+        self.l1 = nn.Linear(width_in, 64)
         self.ln = nn.LayerNorm(64)
         self.l2 = nn.Linear(64, 8)
 
@@ -42,6 +43,16 @@ def exact_cuda():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
+def _debugger(path, task, level, summary):
+    """A debugger from a config.json at `{path}.json` dumping to `path` (`summary`: its summary_mode)."""
+    cfg = {"task": task, "level": level, "dump_path": str(path)}
+    if summary:
+        cfg[task] = {"summary_mode": summary}
+    with open(f"{path}.json", "w") as f:
+        json.dump(cfg, f)
+    return PrecisionDebugger(config_path=f"{path}.json")
+
+
 def _dump(path, device, level, task, summary):
     torch.manual_seed(0)
     net = Net().to(device)
@@ -50,13 +61,7 @@ def _dump(path, device, level, task, summary):
             net.l2.weight[0, 0] = float("inf")
     opt = torch.optim.SGD(net.parameters(), lr=0.1, foreach=False)  # CUDA's default is foreach: other APIs
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1)).to(device)
-    import json
-    cfg = {"task": task, "level": level, "dump_path": str(path)}
-    if summary:
-        cfg[task] = {"summary_mode": summary}
-    with open(f"{path}.json", "w") as f:
-        json.dump(cfg, f)
-    dbg = PrecisionDebugger(config_path=f"{path}.json")
+    dbg = _debugger(path, task, level, summary)
     for _ in range(2):
         dbg.start(net)
         net(x).square().sum().backward()
@@ -180,14 +185,11 @@ def test_no_read_back_per_call_on_cuda(tmp_path, monkeypatch):
     assert reads[2] == reads[6] and reads[2][0] <= 2 and reads[2][1] <= 4, reads
 
 
-class InPlaceNet(nn.Module):
+class InPlaceNet(Net):
     """In-place calls in forward (a residual `+=`, `mul_` on a slice) between recorded ones."""
 
     def __init__(self):
-        super().__init__()
-        self.l1 = nn.Linear(64, 64)
-        self.ln = nn.LayerNorm(64)
-        self.l2 = nn.Linear(64, 64)
+        super().__init__(width_in=64)
 
     def forward(self, x):
         h = self.l1(x)
@@ -208,11 +210,7 @@ def test_capture_makes_no_synchronizing_call(tmp_path, monkeypatch, level, summa
     net = InPlaceNet().cuda()
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     x = torch.randn(16, 64, device="cuda")
-    import json
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"task": "statistics", "level": level, "dump_path": str(tmp_path / "dump"),
-                               "statistics": {"summary_mode": summary}}))
-    dbg = PrecisionDebugger(config_path=str(cfg))
+    dbg = _debugger(tmp_path / "dump", "statistics", level, summary)
     for step in range(2):  # the first builds the API table and compiles the kernels
         dbg.start(net)
         torch.cuda.set_sync_debug_mode("error" if step else "default")

@@ -185,7 +185,6 @@ def test_device_path_statistics_of_every_dtype():
         _same(want, rec, str(t.dtype))
 
 
-
 def _every_dtype_batch(gen):
     """Small tensors of every kind the grouped reductions meet, and one too large to group on CPU."""
     wide = torch.randn(30, 40, generator=gen)

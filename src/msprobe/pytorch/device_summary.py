@@ -320,8 +320,7 @@ def _store_rows(slots, values):
     """Row i of `values` into slot i's row of its buffer: one indexed copy per buffer."""
     by_buffer = {}
     for i, slot in enumerate(slots):
-        by_buffer.setdefault(id(slot.buffer), (slot.buffer, [], []))
-        _, rows, picks = by_buffer[id(slot.buffer)]
+        _, rows, picks = by_buffer.setdefault(id(slot.buffer), (slot.buffer, [], []))
         rows.append(slot.index)
         picks.append(i)
     device = values.device
