@@ -123,7 +123,10 @@ def load_anomalies(path):
                     data = json.load(fh)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise DumpFormatError(f"monitor_report: {f}: not an anomaly JSON ({e})") from None
-            records += list(data.values()) if isinstance(data, dict) else list(data)
+            if not isinstance(data, (dict, list)):
+                raise DumpFormatError(f"monitor_report: {f}: expected an object or a list of anomaly records, "
+                                      f"got {type(data).__name__}")
+            records += [r for r in (data.values() if isinstance(data, dict) else data) if isinstance(r, dict)]
         if files:
             break
     return records
@@ -142,4 +145,7 @@ def anomaly_point(record):
     if op is None:
         found = _MSPROBE_OP.search(str(record.get("message", "")))
         op = found.group(1) if found else None
-    return int(m.group("rank")), m.group("tag"), m.group("name"), int(record.get("step", -1)), op
+    step = record.get("step", -1)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None  # a step that is not a number marks nothing (the page still lists the record, escaped)
+    return int(m.group("rank")), m.group("tag"), m.group("name"), step, op
