@@ -290,16 +290,8 @@ def _counts_differ(t_rows, g_rows):
 def _stack_of(reader, stack_path):
     """key -> stack lines of the target (from `stack_path` when given), None without stack.json."""
     if stack_path:
-        from msprobe.core.dump.reader import load_json
-        doc = load_json(stack_path)
-        out = {}
-        for name, entry in doc.items():
-            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
-                for k in entry[0] if isinstance(entry[0], list) else [entry[0]]:
-                    out[k] = entry[1]
-            else:
-                out[name] = entry
-        return out
+        from msprobe.core.dump.reader import load_stack
+        return load_stack(stack_path)
     if not os.path.isfile(os.path.join(reader.rank_dir, "stack.json")):
         return None
     return reader.stack

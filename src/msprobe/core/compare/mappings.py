@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from msprobe.core.errors import MsprobeError
+from msprobe.core.errors import DumpFormatError, MsprobeError
+from msprobe.core.file_limits import read_bytes
 
 _BUILTIN_API_TABLE = os.path.join(os.path.dirname(__file__), "data", "ms_to_pt_api.yaml")
 _API_ENTRY_KEYS = {"ms_api", "pt_api", "ms_args", "pt_args", "ms_outputs", "pt_outputs",
@@ -17,12 +18,13 @@ _API_ENTRY_KEYS = {"ms_api", "pt_api", "ms_args", "pt_args", "ms_outputs", "pt_o
 def load_yaml(path, what):
     """The parsed YAML of a mapping file; a clear one-line error for a missing or malformed file."""
     import yaml
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise MsprobeError(f"{what} '{path}': file not found")
     try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        return yaml.safe_load(read_bytes(path).decode("utf-8"))
+    except DumpFormatError as e:
+        raise MsprobeError(f"{what}: {e}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
         detail = " ".join(str(e).split())
         raise MsprobeError(f"{what} '{path}': not valid YAML ({detail})") from None
 

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from msprobe.core.dump.reader import find_rank_dirs, load_json
+from msprobe.core.dump.reader import find_rank_dirs, load_stack
 from msprobe.core.errors import MsprobeError
 from msprobe.core.graph.document import compare_graph_json, graph_document, single_graph_json
 from msprobe.core.graph.hierarchy import graph_from_dump
@@ -73,7 +73,7 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         graphs[_norm(d.path)] = (d, graph_from_dump(d.path))
     if stack_path is not None:
         only = next(iter(graphs.values()))[1]
-        only.stacks = _stacks_from_file(stack_path)
+        only.stacks = load_stack(stack_path)
     if golden_path is None:
         entries = [single_graph_json(g, d.step, d.rank, overflow_check) for d, g in graphs.values()]
         doc = graph_document(entries, "build")
@@ -104,18 +104,6 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
 def _norm(path):
     path = os.path.abspath(path)
     return os.path.dirname(path) if os.path.isfile(path) else path
-
-
-def _stacks_from_file(path):
-    stacks = {}
-    for name, entry in load_json(path).items():
-        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
-            keys = entry[0] if isinstance(entry[0], list) else [entry[0]]
-            for k in keys:
-                stacks[k] = entry[1]
-        else:
-            stacks[name] = entry
-    return stacks
 
 
 def _diagnose(results):
