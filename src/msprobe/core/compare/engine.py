@@ -18,7 +18,7 @@ from msprobe.core.checksum import checksum_kind
 from msprobe.core.compare.matching import MatchOptions, match_rows
 from msprobe.core.compare.pairing import pair_inputs
 from msprobe.core.dump.reader import DumpReader
-from msprobe.core.errors import MsprobeError
+from msprobe.core.errors import DumpFormatError, MsprobeError, where
 from msprobe.core.gc_pause import CollectorPause
 
 log = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ def _stack_of(reader, stack_path):
 
 def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=None, cell_mapping=None,
                   api_mapping=None, layer_mapping=None, stack=True, progress=True, stack_path=None,
-                  workers=None, target_run=None, golden_run=None):
+                  workers=None, target_run=None, golden_run=None, skipped=None):
     """Compare a target dump with a golden (benchmark) dump.
 
     Args:
@@ -318,6 +318,8 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
         target_run, golden_run: where a step holds several `proc{pid}` runs (dumps made without a process
             group, one per run into the same dump_path): the run to compare ("proc4242"), or "all" to pair
             them all in time order. Defaults to the newest of each side; `CompareResult.pairing` says so.
+        skipped: a list to collect one line per pair whose dump cannot be read, which is then skipped;
+            None raises on the first one.
 
     Returns:
         list[CompareResult], one per (step, rank) pair, ordered by step then rank.
@@ -336,8 +338,18 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
                         stack=stack, stack_path=stack_path, progress=progress, workers=workers,
                         target_run=target_run, golden_run=golden_run)
     from tqdm import tqdm
-    return [plan.compare(p) for p in tqdm(plan.pairs, desc="compare", unit="rank pair", leave=False,
-                                          disable=not progress or len(plan.pairs) < 2)]
+    results = []
+    for p in tqdm(plan.pairs, desc="compare", unit="rank pair", leave=False,
+                  disable=not progress or len(plan.pairs) < 2):
+        try:
+            results.append(plan.compare(p))
+        except DumpFormatError as e:
+            if skipped is None:
+                raise
+            side = p.target
+            place = where(side.step, side.rank, side.is_proc) if side.step is not None else "dump"
+            skipped.append(f"{place}: skipped: {e}")
+    return results
 
 
 @dataclass

@@ -205,6 +205,8 @@ def load_tensor_file(path, *, mmap=True) -> LoadedTensor:
         raise DumpFormatError(f"{path}: unknown tensor file type {path.suffix!r}; expected .npy or .pt")
     expected = "an .npy array file" if suffix == ".npy" else "a torch.save tensor file (.pt zip archive)"
     try:
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
         if suffix == ".pt":
             check_regular(path, "MSPROBE_MAX_TENSOR_BYTES")
         return _load_npy(path, mmap) if suffix == ".npy" else _load_pt(path)
