@@ -102,6 +102,10 @@ def tensor_dir(reader):
     return reader.dump_data_dir
 
 
+def _plain_name(name):
+    return isinstance(name, str) and os.path.basename(name) == name and name not in (".", "..")
+
+
 def default_workers():
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -132,14 +136,18 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
     for c in TENSOR_METRICS:
         display[c][not_tensor] = UNSUPPORTED
     t_dir, g_dir = tensor_dir(t_reader), tensor_dir(g_reader)
+    unreadable = np.zeros(n, dtype=bool)
     tasks = []
     for i in np.flatnonzero(matched & ~not_tensor):
         if not t_files[i] or not g_files[i]:
             messages[i] = "no saved tensor on " + ("either side" if not t_files[i] and not g_files[i]
                                                    else "the target side" if not t_files[i] else "the golden side")
             continue
+        odd = [n for n in (t_files[i], g_files[i]) if not _plain_name(n)]
+        if odd:  # a name reaching outside the tensor folder ("../x", "/etc/x") is not followed
+            messages[i], unreadable[i] = f"{UNREADABLE}: data_name {odd[0]!r} is not a file name", True
+            continue
         tasks.append((int(i), os.path.join(t_dir, t_files[i]), os.path.join(g_dir, g_files[i])))
-    unreadable = np.zeros(n, dtype=bool)
     for row, values, message in _run_tasks(tasks, workers or default_workers(), progress):
         if message:
             messages[row] = message
