@@ -45,14 +45,20 @@ class MindSporeResolver(ApiResolver):
         entry = self.sources["primitives"].get(f"Primitive.{case.api}") if case.prefix == "Primitive" else None
         if entry is None:
             return self.resolve(case.prefix, case.api)
-        calls = entry.get("calls", [])
-        n = int(case.name.rsplit(".", 1)[1])
-        if n >= len(calls):
-            raise Unresolvable(f"{case.name}: api_sources.json records {len(calls)} calls of Primitive.{case.api}")
-        key = (case.api, calls[n])
+        try:
+            calls = entry["calls"]
+            n = int(case.name.rsplit(".", 1)[1])
+            if n >= len(calls):
+                raise Unresolvable(f"{case.name}: api_sources.json records {len(calls)} calls of Primitive.{case.api}")
+            key = (case.api, calls[n])
+            instance = entry["instances"][calls[n]]
+            hash(key)
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise Unresolvable(f"{case.name}: api_sources.json's entry for Primitive.{case.api} is not "
+                               "{\"instances\": [...], \"calls\": [...]}") from None
         if key not in self._rebuilt:
             try:
-                self._rebuilt[key] = RebuiltPrimitive(primitive_from_entry(entry["instances"][calls[n]]))
+                self._rebuilt[key] = RebuiltPrimitive(primitive_from_entry(instance))
             except (UnrebuildableArgument, ValueError) as e:  # ValueError: no float64 benchmark for its arguments
                 self._rebuilt[key] = Unresolvable(f"Primitive.{case.api}: {e}")
             except RefusedApi as e:
