@@ -115,9 +115,7 @@ def load_json(path):
         return json.loads(raw.decode("utf-8"), parse_int=bounded_int)
     except RecursionError:
         raise _too_deep(path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
-        if isinstance(e, DumpFormatError):
-            raise
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:  # bounded_int's error passes through
         detail = " ".join(str(e).split())[:200]
         raise DumpFormatError(f"{path}: not valid JSON ({detail}); the file may be truncated or corrupt") from None
 
