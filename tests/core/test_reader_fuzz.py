@@ -13,7 +13,7 @@ from msprobe.core.dump.reader import DumpReader, load_stack
 from msprobe.core.dump.summary import summarize_dump
 from msprobe.core.errors import MsprobeError
 
-FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=100, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
 json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=5),

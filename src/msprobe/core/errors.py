@@ -21,7 +21,8 @@ class ConfigError(MsprobeError):
 
     def __init__(self, field, value, allowed):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"config field '{field}': got {value!r}; allowed: {allowed}")
+        shown = repr(str(field))[1:-1]  # a field name from a file may hold line breaks: keep one line
+        super().__init__(f"config field '{shown}': got {value!r}; allowed: {allowed}")
 
 
 class DumpFormatError(MsprobeError):
