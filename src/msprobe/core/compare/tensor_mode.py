@@ -102,8 +102,14 @@ def tensor_dir(reader):
     return reader.dump_data_dir
 
 
-def _plain_name(name):
-    return isinstance(name, str) and os.path.basename(name) == name and name not in (".", "..")
+def _plain_name(name, reader):
+    """A file name in the tensor folder, or a tensor shards.py assembled for a merged side."""
+    if not isinstance(name, str):
+        return False
+    assembled = getattr(reader, "assembled_dir", None)
+    if assembled and os.path.dirname(name) == os.path.abspath(assembled):
+        return True
+    return os.path.basename(name) == name and name not in (".", "..")
 
 
 def default_workers():
@@ -143,7 +149,7 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
             messages[i] = "no saved tensor on " + ("either side" if not t_files[i] and not g_files[i]
                                                    else "the target side" if not t_files[i] else "the golden side")
             continue
-        odd = [n for n in (t_files[i], g_files[i]) if not _plain_name(n)]
+        odd = [name for name, r in ((t_files[i], t_reader), (g_files[i], g_reader)) if not _plain_name(name, r)]
         if odd:  # a name reaching outside the tensor folder ("../x", "/etc/x") is not followed
             messages[i], unreadable[i] = f"{UNREADABLE}: data_name {odd[0]!r} is not a file name", True
             continue

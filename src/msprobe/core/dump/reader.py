@@ -166,10 +166,8 @@ class DumpReader:
     def stack(self):
         """key -> list of stack lines (empty when stack.json is absent)."""
         if self._stack is None:
-            self._stack = {}
             path = os.path.join(self.rank_dir, "stack.json")
-            if os.path.lexists(path):
-                self._stack = load_stack(path)
+            self._stack = load_stack(path) if os.path.lexists(path) else {}
         return self._stack
 
     @property
