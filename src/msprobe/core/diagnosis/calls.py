@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from msprobe.core.compare.frame import STAT_FIELDS
-from msprobe.core.diagnosis.errors import dtype_relation, noise_floor, row_errors, row_floor, unit_roundoff
+from msprobe.core.diagnosis.errors import (cross_framework, dtype_relation, noise_floor, row_errors, row_floor,
+                                           unit_roundoff)
+from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE
 
 # Flags: reasons a row differs that are not (only) a number.
 DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
@@ -69,6 +71,15 @@ class Row:
         """max(|Max|, |Min|) of the golden tensor (0.0 when unknown)."""
         scale = 0.0
         for v in self.golden[:2]:
+            if type(v) is float and abs(v) > scale and v != math.inf:
+                scale = abs(v)
+        return scale
+
+    @property
+    def target_scale(self):
+        """max(|Max|, |Min|) of the target tensor (0.0 when unknown)."""
+        scale = 0.0
+        for v in self.target[:2]:
             if type(v) is float and abs(v) > scale and v != math.inf:
                 scale = abs(v)
         return scale
@@ -257,6 +268,8 @@ def _floors(t_dtype, g_dtype, working_u):
     of dtype pairs."""
     kind, coarser = dtype_relation(t_dtype, g_dtype)
     exact = noise_floor(g_dtype) if kind != "integer" else 0.0
+    if kind != "integer" and cross_framework(t_dtype, g_dtype):
+        exact *= CROSS_FRAMEWORK_NOISE
     return kind, coarser, exact, row_floor(t_dtype, g_dtype, working_u)
 
 
