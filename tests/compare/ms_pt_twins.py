@@ -145,7 +145,8 @@ def train_ms(family, net, x, y, plant=None, debugger=None, steps=1):
     params = net.trainable_params()
     if plant == "weight_decay":  # weight decay on one parameter only (a group that asked for it)
         first = [p for p in params if p.name.endswith("head.weight")]
-        params = [{"params": first, "weight_decay": 0.1}, {"params": [p for p in params if p not in first]}]
+        params = [{"params": first, "weight_decay": 0.1},
+                  {"params": [p for p in params if not p.name.endswith("head.weight")]}]
     if family == "vision":
         opt = nn.SGD(params, learning_rate=0.1)
         loss_fn = nn.CrossEntropyLoss()
@@ -259,7 +260,8 @@ def build_pt(family, ms_net):
     own = net.state_dict()
     missing = [k for k in own if k not in state and not k.endswith(("num_batches_tracked", "mask"))]
     assert not missing, missing
-    net.load_state_dict({k: state.get(k, v) for k, v in own.items()})
+    # nn.Conv1d's weight is (out, in, 1, k) in MindSpore, (out, in, k) in PyTorch
+    net.load_state_dict({k: state[k].reshape(v.shape) if k in state else v for k, v in own.items()})
     return net
 
 

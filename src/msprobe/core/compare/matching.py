@@ -25,8 +25,9 @@ from msprobe.core.naming import BACKWARD, FORWARD, api_key, module_key, split_ke
 MS_PREFIX_TO_PT = {"Mint": "Torch", "MintFunctional": "Functional", "Cell": "Module",
                    "MintDistributed": "Distributed"}
 _INDEXED_ROLE = re.compile(r"^\.(input|output)\.(\d+)(.*)$")
-# match_rows' golden index for a target value that only exists inside one golden call (a fused call):
-# unpaired, and not missing either
+# match_rows' golden index for a target value with no counterpart by construction: it only exists inside
+# one golden call (nn.Dense's MatMul output against F.linear), or only the target's API returns it
+# (MindSpore BatchNorm's batch statistics). Unpaired, and not missing either.
 INSIDE_FUSED = -2
 INSIDE = ".inside"
 
@@ -303,6 +304,9 @@ def _map_suffix(suffix, rule, direction):
     if not m:
         return suffix
     role, idx, rest = m.group(1), int(m.group(2)), m.group(3)
+    own_output = (role == "output") != (direction == BACKWARD)  # an output, or its gradient
+    if own_output and rule.outputs and idx not in rule.outputs:
+        return INSIDE + suffix  # an output only MindSpore's call returns
     if direction == BACKWARD:
         if role == "output":
             to = rule.grads.get(idx, rule.args.get(idx, idx))
@@ -526,6 +530,6 @@ def match_rows(target, golden, opts):
         ok = per_dtype_pair(t_dt, g_dt, lambda a, b: a == b or dtypes_compatible(a, b))
         idx = np.flatnonzero(paired)
         gidx[idx[~ok]] = -1
-    if fused:  # values inside one PyTorch call (nn.Dense's MatMul output): no counterpart to find
+    if opts.cross_framework:  # values inside one PyTorch call (nn.Dense's MatMul output): no counterpart
         gidx[(gidx < 0) & suffix.str.startswith(INSIDE).to_numpy()] = INSIDE_FUSED
     return gidx
