@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from msprobe.core.compare.frame import STAT_FIELDS
+from msprobe.core.compare.matching import INSIDE_FUSED
 from msprobe.core.diagnosis.errors import (cross_framework, dtype_relation, noise_floor, row_errors, row_floor,
                                            unit_roundoff)
 from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE
@@ -49,6 +50,7 @@ class Row:
     coarser: str | None = None  # the target's dtype when it is a coarser float than golden's
     layout_only: bool = False   # shapes differ, values do not: a view or layout golden takes otherwise
     cancelled: bool = False     # an output that cancelled to nearly zero (see flow._mark_cancelled)
+    inside: bool = False        # no golden counterpart by construction (matching.INSIDE_FUSED)
     flags: set = field(default_factory=set)
     tensor_metrics: tuple = ()  # tensor mode: (Cosine, MaxRelativeErr, One Thousandth Err Ratio)
     label: str = ""           # the Diagnosis column (see labels.py)
@@ -182,6 +184,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     target, golden = paired.target, paired.golden
     n = len(paired)
     matched = paired.matched
+    gidx = getattr(paired, "gidx", None)
+    inside = (gidx == INSIDE_FUSED) if gidx is not None and (gidx == INSIDE_FUSED).any() else None
     t, tp = paired.stats("target")
     g, gp = paired.stats("golden")
     errors, nonfinite = row_errors(t, tp, g, gp, paired.metric("euc"), paired.metric("max_abs"))
@@ -215,7 +219,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
             gv = tuple(g_raw[f][i] for f in STAT_FIELDS)
         row = Row(index=i, name=cols["name"][i], role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param,
                   matched=bool(matched[i]), target_dtype=str(cols["dtype"][i]), golden_dtype=str(g_cols["dtype"][i]),
-                  numel=numel_of(cols["shape"][i]) if is_tensor else None, target=tv, golden=gv)
+                  numel=numel_of(cols["shape"][i]) if is_tensor else None, target=tv, golden=gv,
+                  inside=bool(inside[i]) if inside is not None else False)
         if row.matched:
             _judge(row, cols["shape"][i], g_cols["shape"][i], g_cols["kind"][i], errors[i], nonfinite[i],
                    bool(moved[i]) if moved is not None else False, t_md5[i], g_md5[i], working_u)
