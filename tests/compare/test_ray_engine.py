@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import zipfile
 
 import pytest
 
@@ -34,7 +35,7 @@ WORLD, STEPS = 2, 3
 TS = "20260101000000"
 
 WORKER = textwrap.dedent('''
-    import datetime, sys
+    import datetime, os, sys
     import torch.distributed as dist
     sys.path.insert(0, sys.argv[2])
     import planted
@@ -43,10 +44,13 @@ WORKER = textwrap.dedent('''
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     for task in ("statistics", "tensor", "md5"):
-        planted.dump_run(f"{root}/{task}/golden", None, task=task, rank=rank, steps=%d)
-        planted.dump_run(f"{root}/{task}/target", "bf16_softmax" if rank == 1 else None, task=task,
-                         rank=rank, steps=%d)
-    dist.barrier()
+        os.makedirs(f"{root}/{task}", exist_ok=True)
+        for turn in range(dist.get_world_size()):  # md5 goes through one config.json beside the dump: in turn
+            if turn == rank:
+                planted.dump_run(f"{root}/{task}/golden", None, task=task, rank=rank, steps=%d)
+                planted.dump_run(f"{root}/{task}/target", "bf16_softmax" if rank == 1 else None, task=task,
+                                 rank=rank, steps=%d)
+            dist.barrier()
     dist.destroy_process_group()
 ''' % (STEPS, STEPS))
 
@@ -57,34 +61,49 @@ def _ray_cli():
 
 
 @pytest.fixture(scope="session")
-def cluster():
-    """A head node and a second node on 127.0.0.1, one CPU each; ended (only these) at teardown."""
+def ray_nodes():
+    """A head node and a second node on 127.0.0.1, one CPU each, coming up (the dumps are made
+    meanwhile): (address, their `ray start` processes). Ended, only these, at teardown."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     common = ["--num-cpus=1", "--object-store-memory=100000000", "--block", "--disable-usage-stats"]
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-    nodes = [subprocess.Popen([*_ray_cli(), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                               "--include-dashboard=false", f"--temp-dir={temp}", *common], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    # a loopback cluster of this test alone: no auth token (drivers attaching to it do not send one)
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     address = f"127.0.0.1:{port}"
+    nodes = []
     try:
-        _wait_for(lambda: _cluster_cpus(address) >= 1, 90, nodes)
-        nodes.append(subprocess.Popen([*_ray_cli(), "start", f"--address={address}", "--node-ip-address=127.0.0.1",
-                                       *common], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      start_new_session=True))
-        _wait_for(lambda: _cluster_cpus(address) >= 2, 90, nodes)
-        yield address
+        for role in ([f"--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}"],
+                     [f"--address={address}"]):  # the second node waits for the head by itself
+            nodes.append(subprocess.Popen([*_ray_cli(), "start", *role, "--node-ip-address=127.0.0.1", *common],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+        yield address, nodes
     finally:
-        for p in reversed(nodes):  # `ray start --block` ends its node's processes on SIGTERM
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in reversed(nodes):
+        for p in nodes:  # `ray start --block` ends its node's processes on SIGTERM; what is left, SIGKILL
+            _signal_group(p.pid, signal.SIGTERM)
+        for p in nodes:
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                pass
+            _signal_group(p.pid, signal.SIGKILL)
+            p.wait()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(ray_nodes, gloo_dumps, pool_results):
+    """The address of the two-node cluster, once both nodes are up."""
+    address, nodes = ray_nodes
+    _wait_for(lambda: _cluster_cpus(address) >= 2, 120, nodes)
+    return address
+
+
+def _signal_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _cluster_cpus(address):
@@ -131,16 +150,27 @@ def _result_files(folder):
             for p in glob.glob(os.path.join(str(folder), "*.csv")) + glob.glob(os.path.join(str(folder), "*.xlsx"))}
 
 
+def _same_file(a, b):
+    """Byte for byte; an xlsx part by part but for docProps/core.xml, which holds the time it was written
+    (as two runs of the pool differ there too)."""
+    if not a.endswith(".xlsx"):
+        return filecmp.cmp(a, b, shallow=False)
+    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+        names = [n for n in za.namelist() if n != "docProps/core.xml"]
+        return names == [n for n in zb.namelist() if n != "docProps/core.xml"] and all(
+            za.read(n) == zb.read(n) for n in names)
+
+
 def assert_same_files(expected, got, pairs=WORLD * STEPS):
     want, have = _result_files(expected), _result_files(got)
     assert sorted(want) == sorted(have) and len(want) == pairs, (sorted(want), sorted(have))
     for name in want:
-        assert filecmp.cmp(want[name], have[name], shallow=False), name
+        assert _same_file(want[name], have[name]), name
     assert filecmp.cmp(os.path.join(expected, "diagnosis.json"), os.path.join(got, "diagnosis.json"),
                        shallow=False)
 
 
-def test_ray_writes_what_the_pool_writes(cluster, gloo_dumps, pool_results, tmp_path):
+def test_ray_writes_what_the_pool_writes(ray_nodes, cluster, gloo_dumps, pool_results, tmp_path):
     for task in ("statistics", "tensor", "md5"):
         out = write_compare(str(gloo_dumps / task / "target"), str(gloo_dumps / task / "golden"),
                             str(tmp_path / task), progress=False, keep_tables=False, timestamp=TS,
@@ -276,7 +306,7 @@ def test_a_corrupt_rank_dump_is_reported_and_the_rest_compared(cluster, gloo_dum
     want, have = _result_files(pool_results["statistics"]), _result_files(tmp_path / "out")
     assert sorted(have) == sorted(n for n in want if "step1_rank1" not in n)
     for name in have:
-        assert filecmp.cmp(want[name], have[name], shallow=False), name
+        assert _same_file(want[name], have[name]), name
 
 
 def test_without_ray_installed_the_engine_says_what_to_install(gloo_dumps, tmp_path):
