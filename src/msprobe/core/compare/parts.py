@@ -35,32 +35,25 @@ def part_path(rows_dir, step, rank):
     return os.path.join(rows_dir, f"step={int(step or 0)}", f"rank={int(rank or 0)}", PART_FILE)
 
 
-def _column(values):
-    """An Arrow column of a table's object column: numbers when every present cell is one (a "12.5%"
-    relative error as 12.5, "N/A" as null), booleans when all are, else text."""
+def _column(series):
+    """An Arrow column of a table's column: numbers when every present cell is one (a "12.5%" relative
+    error as 12.5, "N/A" as null), booleans when all are, else text."""
+    import pandas as pd
     import pyarrow as pa
-    present = [v for v in values if v is not None and not (isinstance(v, str) and v in _MISSING)
-               and not (isinstance(v, float) and v != v)]
-    if present and all(isinstance(v, bool) for v in present):
-        return pa.array([v if isinstance(v, bool) else None for v in values], pa.bool_())
-    numbers = []
-    for v in values:
-        if v is None or (isinstance(v, str) and v.strip() in _MISSING):
-            numbers.append(None)
-            continue
-        if isinstance(v, bool):
-            break
-        if isinstance(v, (int, float)):
-            numbers.append(float(v))
-            continue
-        try:
-            numbers.append(float(str(v).strip().rstrip("%")))
-        except ValueError:
-            break
-    else:
-        if present:
-            return pa.array(numbers, pa.float64())
-    return pa.array([None if v is None else str(v) for v in values], pa.string())
+    if series.dtype != object:
+        return pa.array(series, from_pandas=True)
+    missing = series.isna() | series.isin(_MISSING)
+    present = series[~missing]
+    if len(present) and present.map(type).eq(bool).all():
+        return pa.array(series.where(~missing, None), pa.bool_(), from_pandas=True)
+    if len(present) and not present.map(type).eq(bool).any():
+        text = present.astype(str).str.strip()
+        numbers = pd.to_numeric(text.str.rstrip("%"), errors="coerce")
+        if not numbers.isna().any() or numbers.isna().sum() == text.str.lower().isin(("nan", "inf", "-inf")).sum():
+            full = pd.Series(float("nan"), index=series.index)
+            full[~missing] = numbers.to_numpy(dtype=float)
+            return pa.array(full.to_numpy(), pa.float64(), mask=missing.to_numpy())
+    return pa.array([None if m else str(v) for v, m in zip(series.tolist(), missing.tolist())], pa.string())
 
 
 def write_part(table, rows_dir, step, rank, summary):
@@ -69,7 +62,7 @@ def write_part(table, rows_dir, step, rank, summary):
     import pyarrow.parquet as pq
     path = part_path(rows_dir, step, rank)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    arrow = pa.table({str(c): _column(table[c].tolist()) for c in table.columns})
+    arrow = pa.table({str(c): _column(table[c]) for c in table.columns})
     arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)})
     tmp = os.path.join(os.path.dirname(path), f".{PART_FILE}.{os.getpid()}.tmp")
     pq.write_table(arrow, tmp)
