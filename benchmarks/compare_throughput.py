@@ -280,8 +280,10 @@ ENGINE_TARGETS = {"ray/pool wall": 1.3, "driver MB": 300}
 
 def gen_rank_stats(root, pairs, records):
     """target/golden step0/rank{r}/dump.json: about `records` tensor records a rank (multirank_compare.py's
-    calls, three tensors each); the target's last rank drifts from a third of the way in."""
-    from multirank_compare import write_dumps
+    calls, three tensors each); the target's rank 5 (or last) drifts from a third of the way in."""
+    import multirank_compare
+    multirank_compare.PLANT_STEP = 0  # the one step generated: a divergence to diagnose, as in real use
+    write_dumps = multirank_compare.write_dumps
     calls = max(3, records // 3)
     for side, planted in (("target", True), ("golden", False)):
         write_dumps(os.path.join(root, side), pairs, 1, calls, planted)

@@ -9,6 +9,7 @@ Must not import torch or mindspore.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass, field, replace
@@ -250,11 +251,17 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
             raise MsprobeError(d.line())
         done[by_index[job.index]] = d
 
-    def reload(entry):  # a trimmed suspect listed after all (diagnosis.suspects.combine)
-        job = replace(jobs[entry["_pair"]], working=working, keep_table=True, write=False)
-        d = run_pairs(plan, [job], engine, progress=False)[0]
+    @functools.lru_cache(maxsize=4)  # a pair's suspects are restored one after another
+    def reload_pair(index):
+        job = replace(jobs[index], working=working, keep_table=True, write=False)
+        if engine.name == "pool":  # one pair: no worker processes started for it
+            return run_pair(plan, plan.pairs[index], job).entry
+        d = run_pairs(plan, [job], engine, progress=False)[0]  # tensors are read where the engine runs
         if isinstance(d, PairFailed):
             raise MsprobeError(d.line())
         return d.entry
+
+    def reload(entry):  # a trimmed suspect listed after all (diagnosis.suspects.combine)
+        return reload_pair(entry["_pair"])
 
     return [d.result for d in done], [d.entry for d in done], working, reload, failed
