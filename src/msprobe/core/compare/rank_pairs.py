@@ -35,6 +35,7 @@ class PairJob:
     keep_table: bool
     rows_dir: str | None = None  # write the pair's Parquet part (parts.py) into this rows folder
     write: bool = True    # write its files (False: only its diagnosis entry again)
+    lean: bool = False    # keep no suspect's evidence (read again if listed): the driver holds counts only
 
 
 @dataclass
@@ -84,7 +85,10 @@ def run_pair(plan, pair, job, opts=None, write=True):
     entry = diagnose_pair(result, used[1])
     entry["_pair"] = job.index
     if not job.keep_table:
-        trim_evidence(entry)
+        if job.lean:
+            trim_evidence(entry, keep=0)
+        else:
+            trim_evidence(entry)
     debug = not os.path.isfile(os.path.join(result.target_dir, "dump.json"))  # a debug.json dump
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
     result.output_path = os.path.join(job.output_path, name)
@@ -222,10 +226,11 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
         parts.require_pyarrow("--resume" if resume else "the Ray engine")
         rows_dir, naming["timestamp"] = parts.start_run(output_path, parts.run_signature(plan, naming, precision),
                                                         timestamp, resume)
-    jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir) for i in range(len(plan.pairs))]
     if engine is None:
         from msprobe.core.compare.engines import open_engine
         engine = open_engine("pool", workers=_worker_count(plan))
+    lean = getattr(engine, "lean_driver", False)
+    jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir, lean=lean) for i in range(len(plan.pairs))]
     done = [None] * len(jobs)
     if resume:
         for job, pair in zip(jobs, plan.pairs):

@@ -26,6 +26,7 @@ class Engine(Protocol):
     name: str
     slots: int  # items it runs at once
     inline: bool  # runs in this process (progress bars and log lines as they come)
+    lean_driver: bool  # pairs keep no suspect evidence in the driver (what is listed is read again)
 
     def run(self, fn: Callable, shared, items: Iterable) -> Iterator[tuple[int, object]]:
         """(position in `items`, fn(shared, item) or TaskLost) of every item, as each finishes.

@@ -19,6 +19,7 @@ def _call(fn, item):
 
 class PoolEngine:
     name = "pool"
+    lean_driver = False
 
     def __init__(self, workers=1):
         self.slots = max(1, int(workers))

@@ -30,6 +30,7 @@ def _task(fn, shared, item):
 class RayEngine:
     name = "ray"
     inline = False
+    lean_driver = True  # a thousand pairs' suspect evidence would outgrow the driver: read again if listed
 
     def __init__(self, address=None):
         try:
@@ -57,15 +58,18 @@ class RayEngine:
         items = list(items)
         shared_ref = ray.put(shared)
         pending, nxt, limit = {}, 0, self.slots * IN_FLIGHT_PER_SLOT
-        while nxt < len(items) or pending:
-            while nxt < len(items) and len(pending) < limit:
-                pending[self._remote.remote(fn, shared_ref, items[nxt])] = nxt
-                nxt += 1
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                i = pending.pop(ref)
-                yield i, self._get(ref)
-        del shared_ref
+        try:
+            while nxt < len(items) or pending:
+                while nxt < len(items) and len(pending) < limit:
+                    pending[self._remote.remote(fn, shared_ref, items[nxt])] = nxt
+                    nxt += 1
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    i = pending.pop(ref)
+                    yield i, self._get(ref)
+        finally:  # the driver stopped early (an error, Ctrl-C): a user's cluster does not go on for nothing
+            for ref in pending:
+                ray.cancel(ref)
 
     def _get(self, ref):
         ray = self._ray
