@@ -8,9 +8,15 @@
 2. Statistics compare of two dump.json files with N tensor records, and the diagnosis that follows it.
    Baseline: json.load of both.
 3. `msprobe compare -h` start-up against `python -c pass`.
+4. With `--engine ray`, only this: the rank pairs of a many-rank compare on the process pool and on Ray,
+   in one run: a synthetic L1 statistics dump of --pairs ranks (about --pair-records records a rank) and
+   a tensor dump of --tensor-pairs ranks. Wall time and the driver's peak RSS of `write_compare` (a fresh
+   process each), and whether the two engines wrote the same files. Ray runs on a local cluster started
+   here with `ray start --head` (its start-up is printed, not counted: a user's cluster is up already).
 
     python benchmarks/compare_throughput.py                  # quick (CI-safe): 0.2 GB, 100k records
     python benchmarks/compare_throughput.py --tensor-gb 3 --records 1000000 --dir /tmp/cmpbench
+    python benchmarks/compare_throughput.py --engine ray --pairs 1024 --tensor-pairs 64 --record
 
 Generated files go under --dir (default: a temporary folder, removed afterwards); keep them out of
 the repository. The machine may be shared: read the ratios, and the CPU-time columns.
@@ -258,6 +264,156 @@ def cli_bench(rounds):
     print(f"\n[cli] msprobe compare -h {h:.3f} s; python -c pass {b:.3f} s ({h / b:.1f}x)")
 
 
+_ENGINE_CHILD = r"""
+import json, resource, sys, time
+from msprobe.core.compare import write_compare
+t, g, out, engine, address = sys.argv[1:6]
+w = time.perf_counter()
+res = write_compare(t, g, out, keep_tables=False, progress=False, timestamp="20260101000000", engine=engine,
+                    address=address or None)
+print(json.dumps({"wall": time.perf_counter() - w, "pairs": len(res.results), "failed": len(res.failed_pairs),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+ENGINE_TARGETS = {"ray/pool wall": 1.3, "driver MB": 300}
+
+
+def gen_rank_stats(root, pairs, records):
+    """target/golden step0/rank{r}/dump.json: about `records` tensor records a rank (multirank_compare.py's
+    calls, three tensors each); the target's rank 5 (or last) drifts from a third of the way in."""
+    import multirank_compare
+    multirank_compare.PLANT_STEP = 0  # the one step generated: a divergence to diagnose, as in real use
+    write_dumps = multirank_compare.write_dumps
+    calls = max(3, records // 3)
+    for side, planted in (("target", True), ("golden", False)):
+        write_dumps(os.path.join(root, side), pairs, 1, calls, planted)
+    return os.path.join(root, "target"), os.path.join(root, "golden"), calls * 3
+
+
+def gen_rank_tensors(root, pairs, records=8, elements=1 << 16):
+    """target (bf16-truncated) and golden step0/rank{r} tensor dumps of `records` calls a rank, an input
+    and an output each; the ranks' .npy files are hard links of rank 0's (a dump's size on no more disk)."""
+    rng = np.random.default_rng(1)
+    first = {}
+    for side in ("target", "golden"):
+        for rank in range(pairs):
+            d = os.path.join(root, side, "step0", f"rank{rank}")
+            os.makedirs(os.path.join(d, "dump_tensor_data"))
+            data = {}
+            for i in range(records):
+                key = f"Functional.linear.{i}.forward"
+                rec = {"input_args": [], "input_kwargs": {}, "output": []}
+                for role, slot in (("input", "input_args"), ("output", "output")):
+                    name = f"{key}.{role}.0.npy"
+                    path = os.path.join(d, "dump_tensor_data", name)
+                    if (side, name) not in first:
+                        golden = rng.standard_normal(elements).astype(np.float32)
+                        arr = golden if side == "golden" else (golden.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+                        np.save(path, arr)
+                        first[side, name] = (path, [float(arr.max()), float(arr.min()), float(arr.mean()),
+                                                    float(np.linalg.norm(arr))])
+                    else:
+                        os.link(first[side, name][0], path)
+                    st = first[side, name][1]
+                    rec[slot].append({"type": "torch.Tensor", "dtype": "torch.float32" if side == "golden" else
+                                      "torch.bfloat16", "shape": [elements], "Max": st[0], "Min": st[1],
+                                      "Mean": st[2], "Norm": st[3], "requires_grad": True, "data_name": name})
+                data[key] = rec
+            with open(os.path.join(d, "dump.json"), "w") as f:
+                json.dump({"task": "tensor", "level": "L1", "framework": "pytorch",
+                           "dump_data_dir": os.path.join(d, "dump_tensor_data"), "data": data}, f)
+    return os.path.join(root, "target"), os.path.join(root, "golden"), records * 2
+
+
+def _ray_cluster(root):
+    """A local head node (all CPUs) started with `ray start --block`: (process, address, start-up s)."""
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    exe = os.path.join(os.path.dirname(sys.executable), "ray")
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    w = time.perf_counter()
+    proc = subprocess.Popen([exe, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--block",
+                             "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats",
+                             f"--num-cpus={os.cpu_count()}", "--object-store-memory=100000000"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    probe = (f"import ray; ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False); "
+             "print(int(ray.cluster_resources().get('CPU', 0)))")
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit("ray start --head exited")
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip().splitlines()[-1:] == [str(os.cpu_count())]:
+            return proc, address, time.perf_counter() - w, temp
+        time.sleep(1)
+
+
+def _stop_cluster(proc, temp):
+    import signal
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _same_outputs(a, b):
+    import filecmp
+    names = sorted(n for n in os.listdir(a) if n.endswith((".csv", ".json")))
+    return names == sorted(n for n in os.listdir(b) if n.endswith((".csv", ".json"))) and all(
+        filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+
+
+def engine_bench(root, pairs, records, tensor_pairs):
+    print(f"\n[engines] rank pairs on the process pool and on Ray ({os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at the start; a shared machine: walls are noisy)")
+    w = time.perf_counter()
+    stats = gen_rank_stats(os.path.join(root, "stats"), pairs, records)
+    tensors = gen_rank_tensors(os.path.join(root, "tensors"), tensor_pairs)
+    print(f"dumps generated in {time.perf_counter() - w:.0f} s")
+    proc, address, startup, temp = _ray_cluster(root)
+    print(f"ray start --head: {startup:.1f} s until the cluster took tasks (not in the walls below)")
+    rows = []
+    try:
+        for label, (t, g, per_rank), n in (("statistics L1", stats, pairs), ("tensor", tensors, tensor_pairs)):
+            got = {}
+            for engine in ("pool", "ray"):
+                out = os.path.join(root, f"out_{label.split()[0]}_{engine}")
+                run = subprocess.run([sys.executable, "-c", _ENGINE_CHILD, t, g, out, engine,
+                                      address if engine == "ray" else ""], capture_output=True, text=True)
+                if run.returncode != 0:
+                    raise SystemExit(f"{engine}: {run.stderr[-2000:]}")
+                got[engine] = json.loads(run.stdout.strip().splitlines()[-1])
+                got[engine]["out"] = out
+            same = _same_outputs(got["pool"]["out"], got["ray"]["out"])
+            rows.append((label, n, per_rank, got["pool"], got["ray"], same))
+    finally:
+        _stop_cluster(proc, temp)
+    print(f"{'dump':14s}{'pairs':>6s}{'rows/pair':>10s}{'pool s':>8s}{'ray s':>8s}{'ray/pool':>9s}"
+          f"{'pool ms/pair':>13s}{'ray ms/pair':>12s}{'driver MB pool/ray':>20s}  same files")
+    for label, n, per_rank, p, r, same in rows:
+        print(f"{label:14s}{n:6d}{per_rank:10d}{p['wall']:8.1f}{r['wall']:8.1f}{r['wall'] / p['wall']:9.2f}"
+              f"{1000 * p['wall'] / n:13.0f}{1000 * r['wall'] / n:12.0f}{p['rss_mb']:11.0f} /{r['rss_mb']:6.0f}  {same}")
+    big = rows[0]
+    ratio, rss = big[4]["wall"] / big[3]["wall"], big[4]["rss_mb"]
+    print(f"targets at {big[1]} pairs: Ray within {ENGINE_TARGETS['ray/pool wall']}x of the pool's wall: "
+          f"{ratio:.2f}x ({'met' if ratio <= ENGINE_TARGETS['ray/pool wall'] else 'missed'}); driver RSS <= "
+          f"{ENGINE_TARGETS['driver MB']} MB: {rss:.0f} MB ({'met' if rss <= ENGINE_TARGETS['driver MB'] else 'missed'})")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tensor-gb", type=float, default=0.2, help="total size of the tensor pair (default 0.2)")
@@ -269,6 +425,11 @@ def main():
                     "compare runs interleaved with this one's, for new/old ratios")
     ap.add_argument("--cold", action="store_true", help="tensor files read from disk: evicted from the page "
                     "cache before each run")
+    ap.add_argument("--engine", choices=("pool", "ray"), default="pool",
+                    help="ray: measure only the rank pairs on the process pool against Ray (section 4)")
+    ap.add_argument("--pairs", type=int, default=1024, help="--engine ray: statistics rank pairs (default 1024)")
+    ap.add_argument("--pair-records", type=int, default=2000, help="--engine ray: tensor records a rank")
+    ap.add_argument("--tensor-pairs", type=int, default=64, help="--engine ray: tensor-mode rank pairs")
     args = ap.parse_args()
     global BASELINE_SRC, COLD
     COLD = args.cold
@@ -277,6 +438,9 @@ def main():
     os.makedirs(root, exist_ok=True)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; files in {root}")
     try:
+        if args.engine == "ray":
+            engine_bench(root, args.pairs, args.pair_records, args.tensor_pairs)
+            return 0
         if "tensor" not in args.skip:
             tensor_bench(os.path.join(root, "tensor"), args.tensor_gb, args.rounds)
         if "statistics" not in args.skip:
@@ -290,4 +454,5 @@ def main():
 
 if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
-    sys.exit(run_recorded("compare_throughput.py", main))
+    sys.exit(run_recorded("compare_throughput.py", main,
+                          heading="compare_throughput.py --engine ray" if "ray" in sys.argv else None))

@@ -1,5 +1,5 @@
 """A run cut short leaves one step's dump.json truncated: compare, graph_visualize, overflow_check and
-summary still analyse every other step, name the damaged one in one line on stderr, and exit 3."""
+summary still analyse every other step, name the damaged one in one line on stderr, and exit 1."""
 
 import glob
 import os
@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
+from msprobe.core.errors import EXIT_PARTIAL
 from private_modules import load_private
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTIAL = 3
+PARTIAL = EXIT_PARTIAL
 
 
 @pytest.fixture(scope="module")

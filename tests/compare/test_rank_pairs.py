@@ -142,3 +142,57 @@ def test_bad_precision_fails_before_any_pair_is_compared(tmp_path, in_workers):
     with pytest.raises(ConfigError, match="precision"):
         _one_at_a_time(target, target, tmp_path / "out", precision="float7")
     assert not glob.glob(str(tmp_path / "out" / "*.csv"))
+
+
+def test_a_corrupt_rank_is_reported_and_the_others_compared(tmp_path, in_workers):
+    target = write_dumps(tmp_path / "t", True)
+    golden = write_dumps(tmp_path / "g", False)
+    with open(os.path.join(target, "step1", "rank2", "dump.json"), "r+b") as f:
+        f.truncate(100)
+    out = _one_at_a_time(target, golden, tmp_path / "out")
+    assert len(out.failed_pairs) == 1 and out.failed_pairs[0].startswith("step 1 rank 2: skipped: ")
+    assert out.diagnosis["failed_pairs"][0]["step"] == 1 and out.diagnosis["failed_pairs"][0]["rank"] == 2
+    assert len(out.results) == RANKS * STEPS - 1
+    assert out.diagnosis["suspects"][0]["ranks"] == [PLANT_RANK]  # the rest still diagnosed
+
+
+def test_resume_on_the_pool_skips_completed_pairs(tmp_path, in_workers):
+    """Parts of half the pairs left by an interrupted run: --resume compares only the others and writes
+    what an uninterrupted run writes."""
+    pytest.importorskip("pyarrow")
+    target = write_dumps(tmp_path / "t", True)
+    golden = write_dumps(tmp_path / "g", False)
+    whole = _one_at_a_time(target, golden, tmp_path / "whole", resume=True)
+    parts = sorted(glob.glob(str(tmp_path / "whole" / "rows" / "step=*" / "rank=*" / "part.parquet")))
+    assert len(parts) == RANKS * STEPS
+    for p in parts[::2]:  # as if the run had stopped before these pairs
+        os.remove(p)
+    kept = {p: os.stat(p).st_mtime_ns for p in parts[1::2]}
+    again = _one_at_a_time(target, golden, tmp_path / "whole", resume=True)
+    assert all(os.stat(p).st_mtime_ns == t for p, t in kept.items())  # not compared again
+    assert all(os.path.isfile(p) for p in parts)
+    assert again.diagnosis == whole.diagnosis
+    assert_same_outputs(_in_memory(target, golden, tmp_path / "kept"), again)
+
+
+def test_resume_of_other_inputs_is_refused(tmp_path, in_workers):
+    pytest.importorskip("pyarrow")
+    from msprobe.core.errors import MsprobeError
+    target = write_dumps(tmp_path / "t", True)
+    golden = write_dumps(tmp_path / "g", False)
+    _one_at_a_time(target, golden, tmp_path / "out", resume=True)
+    with pytest.raises(MsprobeError, match="--resume: .* other dumps or options"):
+        _one_at_a_time(golden, target, tmp_path / "out", resume=True)
+
+
+def test_a_bad_engine_in_compare_json_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    target = write_dumps(tmp_path / "t", False)
+    cfg = tmp_path / "compare.json"
+    cfg.write_text(json.dumps({"npu_path": target, "bench_path": target, "engine": "spark"}))
+    run = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(cfg), "-o",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert run.returncode == 1 and len(lines) == 1 and "engine" in lines[0] and "spark" in lines[0], run.stderr
+    assert "pool, ray" in lines[0]

@@ -7,12 +7,14 @@
 Inputs: two dump.json files, two rank dirs, two step dirs (ranks pair by number) or two dump roots
 (one result file per step and rank). The mode follows the dumps' task: tensor (cosine, errors),
 statistics (Max/Min/Mean/Norm differences) or md5 (checksum equality). compare.json holds
-npu_path (target), bench_path (golden), stack_path and is_print_compare_log.
+npu_path (target), bench_path (golden), stack_path, is_print_compare_log, and engine/address.
+The rank pairs run on worker processes of this host, or with --engine ray as Ray tasks on a cluster
+(--address, RAY_ADDRESS, or a local Ray), each pair's rows also written as a Parquet part under rows/.
 The diagnosis names where error is introduced beyond what the target's precision explains (printed
 whole, or in one line with --brief) and labels every row in the Diagnosis column.
-Exit code: 0, 1 on bad input, 2 with --fail-on-divergence when the diagnosis finds a divergence or the
-two dumps mostly do not match, 3 when a step or rank could not be read (named on stderr; the others
-are compared).
+Exit code: 0, 1 on bad input or when some steps or ranks could not be compared (each named in one line
+on stderr; the others are compared), 2 with --fail-on-divergence when the diagnosis finds a divergence or the
+two dumps mostly do not match.
 """
 
 import argparse
@@ -22,7 +24,7 @@ import sys
 from msprobe.cli import options
 from msprobe.core.errors import EXIT_PARTIAL, ConfigError, MsprobeError
 
-_COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log"}
+_COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log", "engine", "address"}
 
 
 def add_arguments(parser):
@@ -53,6 +55,15 @@ def add_arguments(parser):
     match.add_argument("--workers", type=int, default=None,
                        help="worker processes for the rank pairs of a big compare and for the tensors in "
                             "tensor mode (default: CPUs)")
+    scale = parser.add_argument_group("engine")
+    scale.add_argument("--engine", choices=("pool", "ray"), default=None,
+                       help="where the rank pairs run: pool (worker processes of this host, the default) or "
+                            "ray (one Ray task per pair; pip install \"msprobe[ray]\")")
+    scale.add_argument("--address", metavar="ADDR", help="the Ray cluster to attach to (host:port of "
+                       "`ray start --head`); default RAY_ADDRESS, else a local Ray started for this compare")
+    scale.add_argument("--resume", action="store_true",
+                       help="continue an interrupted compare into the same -o: the pairs whose Parquet parts "
+                            "(rows/) are complete are not compared again")
     options.add_diagnosis(parser)
 
 
@@ -72,10 +83,15 @@ def _read_compare_json(path):
     for field in ("npu_path", "bench_path"):
         if not isinstance(doc.get(field), str) or not doc[field]:
             raise ConfigError(f"{path}: {field}", doc.get(field), "a path to a dump.json or dump directory")
+    if "engine" in doc and doc["engine"] not in ("pool", "ray"):
+        raise ConfigError(f"{path}: engine", doc["engine"], "pool, ray")
+    if "address" in doc and (not isinstance(doc["address"], str) or not doc["address"]):
+        raise ConfigError(f"{path}: address", doc["address"], "a Ray cluster address (host:port)")
     return doc
 
 
 def _inputs(args):
+    """(target, golden, stack_path, print_log, engine, address); the command line wins over compare.json."""
     stack_path, print_log = None, args.is_print_compare_log
     if args.input_path:
         if args.target_path or args.golden_path:
@@ -83,10 +99,11 @@ def _inputs(args):
         doc = _read_compare_json(args.input_path)
         stack_path = doc.get("stack_path") or None
         print_log = print_log or bool(doc.get("is_print_compare_log"))
-        return doc["npu_path"], doc["bench_path"], stack_path, print_log
+        engine, address = args.engine or doc.get("engine"), args.address or doc.get("address")
+        return doc["npu_path"], doc["bench_path"], stack_path, print_log, engine or "pool", address
     if not (args.target_path and args.golden_path):
         raise MsprobeError("give -tp TARGET and -gp GOLDEN (or -i compare.json)")
-    return args.target_path, args.golden_path, stack_path, print_log
+    return args.target_path, args.golden_path, stack_path, print_log, args.engine or "pool", args.address
 
 
 def _optional_yaml(value):
@@ -112,16 +129,18 @@ def run(args):
     from msprobe.core.compare.rank_pairs import result_counts
     from msprobe.core.diagnosis import format_diagnosis
 
-    target, golden, stack_path, print_log = _inputs(args)
+    target, golden, stack_path, print_log, engine, address = _inputs(args)
     if args.workers is not None and args.workers < 1:
         raise ConfigError("--workers", args.workers, "an integer >= 1")
+    if address is not None and engine != "ray":
+        raise ConfigError("--address", address, "only with --engine ray")
     out = write_compare(
         target, golden, args.output_path, xlsx=args.xlsx, precision=args.precision,
         fuzzy_match=args.fuzzy_match, data_mapping=args.data_mapping,
         cell_mapping=_optional_yaml(args.cell_mapping), api_mapping=args.api_mapping,
         layer_mapping=_optional_yaml(args.layer_mapping), stack=True, stack_path=stack_path,
         progress=not args.no_progress, workers=args.workers, target_run=args.target_run,
-        golden_run=args.golden_run, keep_tables=print_log)
+        golden_run=args.golden_run, keep_tables=print_log, engine=engine, address=address, resume=args.resume)
     for note in out.pairing:
         print(note)
     if out.mostly_unmatched:  # before anything else: nothing below means much then
@@ -134,8 +153,8 @@ def run(args):
             _print_log(r)
     print(format_diagnosis(out.diagnosis, brief=args.brief))
     print(f"diagnosis -> {out.diagnosis_path}")
-    for line in out.skipped:
+    for line in out.failed_pairs:
         print(line, file=sys.stderr)
     if args.fail_on_divergence and out.failed:
         return 2
-    return EXIT_PARTIAL if out.skipped else 0
+    return EXIT_PARTIAL if out.failed_pairs else 0

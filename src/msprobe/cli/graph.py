@@ -8,7 +8,7 @@ level L0 or mix. Without a golden dump one graph is built; with it, each step/ra
 nodes are coloured pass / warning / error / unmatched. compare.json holds "npu_path", "bench_path",
 optional "stack_path" and "is_print_compare_log". Writes build_{ts}.html or compare_{ts}.html and the
 same graph as SQLite, {name}.vis.db (tables graphs, nodes, tensors, stacks).
-Exit code: 0, 1 on bad input, 3 when a step or rank could not be read (named on stderr; the others are
+Exit code: 0, 1 on bad input, also when a step or rank could not be read (named on stderr; the others are
 drawn).
 """
 

@@ -5,7 +5,7 @@
 Reads statistics or tensor dumps (ours or msProbe's, rank{N} or proc{pid} directories). A collective
 whose inf/nan came from another rank is traced to the op on that rank that produced it. Prints the
 culprit with its call stack and writes anomaly_analyze_{timestamp}.json into the output directory.
-Exit code: 0, 1 on bad input, 3 when a step or rank could not be read (named on stderr; the others are
+Exit code: 0, 1 on bad input, also when a step or rank could not be read (named on stderr; the others are
 checked).
 """
 

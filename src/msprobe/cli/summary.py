@@ -2,7 +2,7 @@
 
   msprobe summary -i ./dump_path
 
-Exit code: 0, 1 on bad input, 3 when a step or rank could not be read (named on stderr; the others are
+Exit code: 0, 1 on bad input, also when a step or rank could not be read (named on stderr; the others are
 summarised).
 """
 

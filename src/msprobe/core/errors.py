@@ -1,9 +1,9 @@
 """User-facing errors. The CLI prints these as one line and exits 1; anything else is a bug."""
 
 # Exit status of an analysis (compare, graph_visualize, overflow_check, summary) that ran on every step
-# and rank it could read but skipped damaged ones, each named in one line (1 is a user error, 2 a
-# divergence under --fail-on-divergence).
-EXIT_PARTIAL = 3
+# and rank it could read but skipped damaged ones, each named in one line on stderr: the user-error status,
+# as the dump was bad input (2 stays a divergence under --fail-on-divergence, and wins).
+EXIT_PARTIAL = 1
 
 
 class MsprobeError(Exception):

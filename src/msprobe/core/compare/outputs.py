@@ -23,14 +23,15 @@ class CompareOutputs:
         diagnosis: diagnosis.json's content (see `msprobe.core.diagnosis.diagnose`).
         diagnosis_path: where diagnosis.json was written.
         pairing: one line per step where a run was chosen among several `proc{pid}` runs.
-        skipped: one line per step and rank whose dump could not be read (the others were compared).
+        failed_pairs: one line per pair that could not be compared (a corrupt or missing dump, a lost
+            worker); the other pairs were compared, and diagnosis.json lists these under "failed_pairs".
     """
 
     results: list
     diagnosis: dict
     diagnosis_path: str
     pairing: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
+    failed_pairs: list = field(default_factory=list)
 
     @property
     def files(self):
@@ -54,7 +55,7 @@ class CompareOutputs:
 
 
 def write_compare(target_path, golden_path, output_path="./output", *, xlsx=False, precision=None,
-                  timestamp=None, keep_tables=True, **compare_kwargs):
+                  timestamp=None, keep_tables=True, engine="pool", address=None, resume=False, **compare_kwargs):
     """Compare two dumps, diagnose, and write what `msprobe compare` writes.
 
     Args:
@@ -66,6 +67,11 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
         keep_tables: keep every pair's table in the returned results; without it each pair's table is
             dropped once written (a many-rank compare then holds one pair at a time) and the results
             keep their row counts (`counts`, `row_count`).
+        engine: where the rank pairs run: "pool" (worker processes on this host, the default) or "ray"
+            (one Ray task per pair; pip install "msprobe[ray]"). The result files are the same.
+        address: the Ray cluster to attach to (engine "ray"); default RAY_ADDRESS, else a local Ray.
+        resume: skip the pairs an interrupted run of the same compare into `output_path` completed
+            (their Parquet parts under `output_path/rows`); the files are those of an uninterrupted run.
         **compare_kwargs: `compare_dumps` options (mappings, fuzzy_match, stack_path, target_run ...).
 
     Returns:
@@ -80,18 +86,31 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
         >>> out.files, out.diagnosis["verdict"]                               # doctest: +SKIP
     """
     from msprobe.core.compare.engine import compare_plan
+    from msprobe.core.compare.engines import ENGINES, open_engine
+    from msprobe.core.errors import ConfigError
     from msprobe.core.compare.rank_pairs import compare_and_label
     from msprobe.core.diagnosis.suspects import combine
 
+    if engine not in ENGINES:
+        raise ConfigError("engine", engine, ", ".join(ENGINES))
     plan = compare_plan(target_path, golden_path, **compare_kwargs)
     os.makedirs(output_path, exist_ok=True)
-    results, entries, (working, working_u), reload, skipped = compare_and_label(
-        plan, output_path, xlsx=xlsx, precision=precision, timestamp=timestamp or time.strftime("%Y%m%d%H%M%S"),
-        keep_tables=keep_tables, progress=plan.opts.progress, single_file=os.path.isfile(target_path))
-    diagnosis = combine(entries, working, working_u, inferred=precision is None, reload=reload)
+    pairs_on = open_engine(engine, address=address) if engine != "pool" or address is not None else None
+    try:
+        results, entries, (working, working_u), reload, failed = compare_and_label(
+            plan, output_path, xlsx=xlsx, precision=precision,
+            timestamp=timestamp or time.strftime("%Y%m%d%H%M%S"), keep_tables=keep_tables,
+            progress=plan.opts.progress, single_file=os.path.isfile(target_path), engine=pairs_on,
+            rows=engine == "ray", resume=resume)
+        diagnosis = combine(entries, working, working_u, inferred=precision is None, reload=reload)
+    finally:
+        if pairs_on is not None:
+            pairs_on.close()
+    if failed:
+        diagnosis["failed_pairs"] = [{"step": f.step, "rank": f.rank, "error": f.error} for f in failed]
     path = os.path.join(output_path, DIAGNOSIS_FILE)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(diagnosis, f, indent=1)
     pairing = list(dict.fromkeys(r.pairing for r in results if r.pairing))
     return CompareOutputs(results=results, diagnosis=diagnosis, diagnosis_path=path, pairing=pairing,
-                          skipped=skipped)
+                          failed_pairs=[f.line() for f in failed])

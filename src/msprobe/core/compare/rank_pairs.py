@@ -9,14 +9,14 @@ Must not import torch or mindspore.
 """
 from __future__ import annotations
 
+import functools
 import logging
-import multiprocessing
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from msprobe.core.compare.writer import result_file_name, write_result
 from msprobe.core.diagnosis.suspects import PrecisionCensus, diagnose_pair, trim_evidence
-from msprobe.core.errors import DumpFormatError, MsprobeError, where
+from msprobe.core.errors import MsprobeError, where
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
 PARALLEL_MIN_BYTES = 32 << 20
@@ -33,6 +33,9 @@ class PairJob:
     naming: dict          # writer.result_file_name's several_steps, single_file, xlsx, timestamp
     working: tuple | None  # (dtype, unit roundoff) to label with; None: the pair's own census decides
     keep_table: bool
+    rows_dir: str | None = None  # write the pair's Parquet part (parts.py) into this rows folder
+    write: bool = True    # write its files (False: only its diagnosis entry again)
+    lean: bool = False    # keep no suspect's evidence (read again if listed): the driver holds counts only
 
 
 @dataclass
@@ -47,6 +50,21 @@ class PairDone:
     logs: list            # log records it made (a worker's, re-emitted by the parent)
 
 
+@dataclass
+class PairFailed:
+    """A pair that could not be compared (a corrupt or missing dump, a worker lost): the others go on."""
+
+    index: int
+    step: int | None
+    rank: int | None
+    is_proc: bool
+    error: str
+    logs: list = field(default_factory=list)
+
+    def line(self):
+        return f"{where(self.step, self.rank, self.is_proc)}: skipped: {self.error}"
+
+
 def result_counts(result):
     """{"error": n, "warning": n, "pass": n, "N/A": n} of a result's Result column, in that order."""
     if result.table is None:
@@ -56,7 +74,9 @@ def result_counts(result):
 
 
 def run_pair(plan, pair, job, opts=None, write=True):
-    """Compare, label and write one pair (PairDone)."""
+    """Compare, label and write one pair (PairDone); with `job.rows_dir`, its Parquet part last (the
+    part's presence says the pair is complete)."""
+    write = write and job.write
     result = plan.compare(pair, opts)
     census = PrecisionCensus()
     census.add(result)
@@ -64,36 +84,26 @@ def run_pair(plan, pair, job, opts=None, write=True):
     entry = diagnose_pair(result, used[1])
     entry["_pair"] = job.index
     if not job.keep_table:
-        trim_evidence(entry)
+        if job.lean:
+            trim_evidence(entry, keep=0)
+        else:
+            trim_evidence(entry)
     debug = not os.path.isfile(os.path.join(result.target_dir, "dump.json"))  # a debug.json dump
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
     result.output_path = os.path.join(job.output_path, name)
     if write:
         write_result(result.table, job.output_path, name)
+    table = result.table
     result.counts = result_counts(result)
-    result.row_count = len(result.table)
+    result.row_count = len(table)
     if not job.keep_table:
         result.table = result.rows = None
         result.stacks, result.construct = {}, {}
-    return PairDone(job.index, result, entry, census, used, [])
-
-
-@dataclass
-class PairSkipped:
-    """A pair whose dump could not be read (truncated, corrupt, refused): named, and the rest go on."""
-
-    index: int
-    line: str             # "step 1 rank 0: <the reader's one-line error>"
-    logs: list
-
-
-def _run_or_skip(plan, pair, job, opts=None):
-    try:
-        return run_pair(plan, pair, job, opts)
-    except DumpFormatError as e:
-        side = pair.target
-        place = where(side.step, side.rank, side.is_proc) if side.step is not None else "dump"
-        return PairSkipped(job.index, f"{place}: skipped: {e}", [])
+    done = PairDone(job.index, result, entry, census, used, [])
+    if write and job.rows_dir:
+        from msprobe.core.compare.parts import write_part
+        write_part(table, job.rows_dir, result.step, result.rank, done)
+    return done
 
 
 class _Collect(logging.Handler):
@@ -106,18 +116,37 @@ class _Collect(logging.Handler):
         self.records.append(record)
 
 
-def _run_in_worker(task):
-    """A worker's pair: its log records come back to the parent (which says each once) instead of
-    going to stderr here."""
-    plan, pair, job, opts = task
+@dataclass
+class _Shared:
+    """What every pair's task shares: sent once to each worker (or once to the cluster)."""
+
+    plan: object
+    opts: object          # the plan's options as a worker uses them
+    collect_logs: bool    # a worker's log records go back with its outcome
+    isolate: bool         # a pair that fails is reported (PairFailed), not raised
+
+
+def _run_task(shared, job):
+    """One pair in a worker (or in this process): its PairDone, or PairFailed when its dumps cannot be
+    compared; a worker's log records come back to the parent (which says each once)."""
     logger, handler = logging.getLogger(_LOGGER), _Collect()
-    propagate, logger.propagate = logger.propagate, False
-    logger.addHandler(handler)
+    if shared.collect_logs:
+        propagate, logger.propagate = logger.propagate, False
+        logger.addHandler(handler)
+    pair = shared.plan.pairs[job.index]
     try:
-        done = _run_or_skip(plan, pair, job, opts)
+        done = run_pair(shared.plan, pair, job, shared.opts)
+    except Exception as e:  # noqa: BLE001 - one pair's bad dump must not stop a thousand others
+        if not shared.isolate:
+            raise
+        logger.debug("rank pair %d failed", job.index, exc_info=True)
+        message = str(e) if isinstance(e, (MsprobeError, OSError)) else f"{type(e).__name__}: {e}"
+        done = PairFailed(job.index, pair.target.step, pair.target.rank, pair.target.is_proc,
+                          message.splitlines()[0] if message else type(e).__name__)
     finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
+        if shared.collect_logs:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
     done.logs = handler.records
     return done
 
@@ -132,73 +161,111 @@ def _worker_count(plan):
     return min(plan.opts.workers or default_workers(), len(plan.pairs))
 
 
-def run_pairs(plan, jobs, progress=True):
-    """PairDone (or PairSkipped) of every pair, in pair order, each pair done once; with worker processes when the
-    compare is big (each worker compares one pair at a time, its tensors without workers of its own)."""
+def _shared(plan, engine):
+    if engine.inline:
+        opts = plan.opts
+    else:  # each worker compares one pair at a time, its tensors without workers of its own
+        opts = replace(plan.opts, workers=1, progress=False)
+    return _Shared(plan, opts, collect_logs=not engine.inline, isolate=len(plan.pairs) > 1)
+
+
+def run_pairs(plan, jobs, engine, progress=True):
+    """PairDone or PairFailed of every job, in the jobs' order, each pair done once, on `engine`."""
     from tqdm import tqdm
-    workers = _worker_count(plan)
+    from msprobe.core.compare.engines import TaskLost
     bar = tqdm(total=len(jobs), desc="compare", unit="rank pair", leave=False,
                disable=not progress or len(jobs) < 2)
-    done = []
+    out, seen, failed = [None] * len(jobs), set(), 0
     try:
-        if workers <= 1:
-            for pair, job in zip(plan.pairs, jobs):
-                done.append(_run_or_skip(plan, pair, job))
-                bar.update()
-            return done
-        from concurrent.futures import ProcessPoolExecutor
-        inner = replace(plan.opts, workers=1, progress=False)
-        # fork: spawned workers would re-run the caller's __main__ (a training script, a notebook)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            tasks = [(plan, pair, job, inner) for pair, job in zip(plan.pairs, jobs)]
-            seen = set()
-            for d in pool.map(_run_in_worker, tasks, chunksize=1):
-                for record in d.logs:
-                    said = (record.name, record.levelno, record.msg)
-                    if said not in seen:
-                        seen.add(said)
-                        logging.getLogger(record.name).handle(record)
-                done.append(d)
-                bar.update()
-        return done
+        for k, d in engine.run(_run_task, _shared(plan, engine), jobs):
+            if isinstance(d, TaskLost):
+                p = plan.pairs[jobs[k].index]
+                d = PairFailed(jobs[k].index, p.target.step, p.target.rank, p.target.is_proc, d.message)
+            for record in d.logs:
+                said = (record.name, record.levelno, record.msg)
+                if said not in seen:
+                    seen.add(said)
+                    logging.getLogger(record.name).handle(record)
+            d.logs = []
+            out[k] = d
+            failed += isinstance(d, PairFailed)
+            bar.update()
+            if not engine.inline:
+                bar.set_postfix(done=bar.n - failed, failed=failed, running=min(engine.slots, len(jobs) - bar.n),
+                                refresh=False)
+        return out
     finally:
         bar.close()
 
 
 def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestamp=None, keep_tables=True,
-                      progress=True, single_file=False):
+                      progress=True, single_file=False, engine=None, rows=False, resume=False):
     """Every pair of `plan` compared, labelled and written into `output_path`.
 
+    Args:
+        engine: where the pairs run (engines.open_engine); default: the process pool, sized to the compare.
+        rows: write each pair's Parquet part under `output_path/rows` (parts.py).
+        resume: skip the pairs whose parts an earlier run of the same compare completed (implies rows).
+
     Returns:
-        (results, entries, (working dtype, unit roundoff), reload, skipped): CompareResults in pair order
+        (results, entries, (working dtype, unit roundoff), reload, failed): CompareResults in pair order
         (tables only with `keep_tables`), their diagnosis entries, the working precision over all pairs,
-        what `diagnosis.suspects.combine` calls to read a pair's trimmed evidence again, and one line per
-        pair whose dump could not be read (skipped; the others are compared).
+        what `diagnosis.suspects.combine` calls to read a pair's trimmed evidence again, and the
+        PairFailed of the pairs that could not be compared.
 
     Raises:
-        MsprobeError: no pair could be read (the first one's error).
+        MsprobeError: no pair could be compared (the first one's error).
     """
     given = PrecisionCensus().decide(precision) if precision is not None else None  # checked before any work
     naming = {"several_steps": len({p.target.step for p in plan.pairs}) > 1, "single_file": single_file,
               "xlsx": xlsx, "timestamp": timestamp}
-    jobs = [PairJob(i, output_path, naming, given, keep_tables) for i in range(len(plan.pairs))]
-    done = run_pairs(plan, jobs, progress)
-    skipped = [d.line for d in done if isinstance(d, PairSkipped)]
-    done = [d for d in done if not isinstance(d, PairSkipped)]
+    rows_dir = None
+    if rows or resume:
+        from msprobe.core.compare import parts
+        parts.require_pyarrow("--resume" if resume else "the Ray engine")
+        rows_dir, naming["timestamp"] = parts.start_run(output_path, parts.run_signature(plan, naming, precision),
+                                                        timestamp, resume)
+    if engine is None:
+        from msprobe.core.compare.engines import open_engine
+        engine = open_engine("pool", workers=_worker_count(plan))
+    lean = getattr(engine, "lean_driver", False)
+    jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir, lean=lean) for i in range(len(plan.pairs))]
+    done = [None] * len(jobs)
+    if resume:
+        for job, pair in zip(jobs, plan.pairs):
+            kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank)
+            if isinstance(kept, PairDone) and kept.index == job.index and not keep_tables:
+                done[job.index] = kept
+    todo = [j for j in jobs if done[j.index] is None]
+    for job, d in zip(todo, run_pairs(plan, todo, engine, progress)):
+        done[job.index] = d
+    failed = [d for d in done if isinstance(d, PairFailed)]
+    done = [d for d in done if isinstance(d, PairDone)]
     if not done:
-        raise MsprobeError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
-                           f"no pair could be read; first: {skipped[0]}")
+        raise MsprobeError(failed[0].line())
     census = PrecisionCensus()
     for d in done:
         census.merge(d.census)
     working = given or census.decide()
-    for k, d in enumerate(done):
-        if d.used != working:  # this pair alone pointed elsewhere: label it with the run's precision
-            job = replace(jobs[d.index], working=working)
-            done[k] = run_pair(plan, plan.pairs[d.index], job)
+    # a pair alone pointed elsewhere: label it with the run's precision
+    again = [replace(jobs[d.index], working=working) for d in done if d.used != working]
+    by_index = {d.index: k for k, d in enumerate(done)}
+    for job, d in zip(again, run_pairs(plan, again, engine, progress=False)):
+        if isinstance(d, PairFailed):
+            raise MsprobeError(d.line())
+        done[by_index[job.index]] = d
+
+    @functools.lru_cache(maxsize=4)  # a pair's suspects are restored one after another
+    def reload_pair(index):
+        job = replace(jobs[index], working=working, keep_table=True, write=False)
+        if engine.name == "pool":  # one pair: no worker processes started for it
+            return run_pair(plan, plan.pairs[index], job).entry
+        d = run_pairs(plan, [job], engine, progress=False)[0]  # tensors are read where the engine runs
+        if isinstance(d, PairFailed):
+            raise MsprobeError(d.line())
+        return d.entry
 
     def reload(entry):  # a trimmed suspect listed after all (diagnosis.suspects.combine)
-        again = replace(jobs[entry["_pair"]], working=working, keep_table=True)
-        return run_pair(plan, plan.pairs[entry["_pair"]], again, write=False).entry
+        return reload_pair(entry["_pair"])
 
-    return [d.result for d in done], [d.entry for d in done], working, reload, skipped
+    return [d.result for d in done], [d.entry for d in done], working, reload, failed

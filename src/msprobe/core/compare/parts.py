@@ -1,0 +1,143 @@
+"""The compare's rows as one Parquet part per pair, `<out>/rows/step=S/rank=R/part.parquet`, and what
+`--resume` reads back from them.
+
+A part is written under a temporary name and renamed, so a part that exists is complete; it carries
+its pair's summary (counts, diagnosis entry, census) in its metadata, which is what lets a resumed
+compare skip the pair. `rows/_run.json` names the run the parts belong to (its inputs and options, and
+the timestamp of its file names) so that a resume with other inputs is refused, not mixed in.
+Needs pyarrow (the `ray` extra). Must not import torch or mindspore.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+
+from msprobe.core.compare import columns
+from msprobe.core.errors import MsprobeError
+
+ROWS_DIR = "rows"
+PART_FILE = "part.parquet"
+RUN_FILE = "_run.json"  # "_" and "." names are skipped by pyarrow/pandas dataset readers
+_SUMMARY_KEY = b"msprobe.pair"
+_MISSING = {"N/A", "", "None", "nan", "NaN"}
+
+
+def require_pyarrow(why):
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise MsprobeError(f'{why} writes Parquet row parts and needs pyarrow: pip install "msprobe[ray]"') from None
+
+
+def part_path(rows_dir, step, rank):
+    return os.path.join(rows_dir, f"step={int(step or 0)}", f"rank={int(rank or 0)}", PART_FILE)
+
+
+# one type per column name, whatever a pair's cells are: every part of a dataset has the same schema
+_NUMBERS = frozenset(columns.TENSOR_METRICS + columns.NPU_STATS + columns.BENCH_STATS + columns.STAT_DIFFS
+                     + columns.STAT_REL_ERRS)
+_BOOLEANS = frozenset(("NPU Requires_grad", "Bench Requires_grad", columns.REQUIRES_GRAD_CONSISTENT))
+
+
+def _as_text(values):
+    import pyarrow as pa
+    try:
+        return pa.array(values, pa.string(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # numbers among the text: each as its repr
+        return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+def _column(name, series):
+    """An Arrow column of a table's column: float64 for the metrics and statistics (a "12.5%" relative
+    error as 12.5, "N/A" as null), bool for the requires_grad columns, else text. Arrow's kernels where
+    the cells allow: a 2000-row pair has 60 000 cells."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    values = series.to_numpy(dtype=object)
+    kind = pa.float64() if name in _NUMBERS else pa.bool_() if name in _BOOLEANS else pa.string()
+    if kind == pa.string():
+        return _as_text(values)
+    try:
+        return pa.array(values, kind, from_pandas=True)  # the cells are of that kind already
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    text = pc.utf8_trim_whitespace(_as_text(values))
+    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(sorted(_MISSING))), True))
+    if kind == pa.bool_():
+        return pc.if_else(present, pc.equal(text, "True"), pa.scalar(None, pa.bool_()))
+    cleaned = pc.if_else(present, pc.replace_substring_regex(text, "%$", ""), pa.scalar(None, pa.string()))
+    try:
+        return pc.cast(cleaned, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a cell that is no number: null, not a failed pair
+        return pa.array([_float_or_none(v) for v in cleaned.to_pylist()], pa.float64())
+
+
+def _float_or_none(v):
+    try:
+        return None if v is None else float(v)
+    except ValueError:
+        return None
+
+
+def write_part(table, rows_dir, step, rank, summary):
+    """`table` as the pair's part, `summary` (any picklable) in its metadata; temp name, then rename."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = part_path(rows_dir, step, rank)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    arrow = pa.table({str(c): _column(str(c), table[c]) for c in table.columns})
+    arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)})
+    tmp = os.path.join(os.path.dirname(path), f".{PART_FILE}.{os.getpid()}.tmp")
+    pq.write_table(arrow, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_summary(rows_dir, step, rank):
+    """The summary a complete part carries, or None when the pair has no part (not done yet)."""
+    import pyarrow.parquet as pq
+    path = part_path(rows_dir, step, rank)
+    if not os.path.isfile(path):
+        return None
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        return pickle.loads(meta[_SUMMARY_KEY])  # our own file, written by the run being resumed
+    except (OSError, KeyError, pickle.UnpicklingError, ValueError):
+        return None  # unreadable: the pair is done again
+
+
+def run_signature(plan, naming, precision):
+    """What must be the same for a resume to continue a run: the pairs, options and output naming."""
+    opts = plan.opts
+    doc = {"pairs": [[repr(p.target.path), repr(p.golden.path)] for p in plan.pairs],
+           "options": [repr(getattr(opts, k)) for k in ("fuzzy_match", "data_mapping", "cell_mapping",
+                                                        "api_mapping", "layer_mapping", "stack", "stack_path")],
+           "xlsx": naming["xlsx"], "single_file": naming["single_file"], "precision": precision}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def start_run(output_path, signature, timestamp, resume):
+    """The rows folder of this run, made ready; returns (rows dir, timestamp to name files with).
+
+    Without `resume` any parts of an earlier run are removed (a query must not read them). With it,
+    the earlier run's timestamp is kept (its files keep their names) and other inputs are refused."""
+    rows = os.path.join(output_path, ROWS_DIR)
+    run_file = os.path.join(rows, RUN_FILE)
+    if resume and os.path.isfile(run_file):
+        with open(run_file, encoding="utf-8") as f:
+            earlier = json.load(f)
+        if earlier.get("signature") != signature:
+            raise MsprobeError(f"--resume: {output_path} holds a compare of other dumps or options; "
+                               "give the same inputs and options, or another -o without --resume")
+        return rows, earlier["timestamp"]
+    if os.path.isdir(rows):
+        shutil.rmtree(rows)
+    os.makedirs(rows)
+    tmp = os.path.join(rows, f".{RUN_FILE}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"signature": signature, "timestamp": timestamp}, f)
+    os.replace(tmp, run_file)
+    return rows, timestamp
