@@ -13,7 +13,7 @@ from torch import nn
 
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.statistics import Summarizer
+from msprobe.pytorch.summary.summarizer import Summarizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA device: run on a GPU machine (benchmarks/README.md)")
