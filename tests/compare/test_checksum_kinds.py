@@ -9,7 +9,7 @@ import os
 import shutil
 import zlib
 
-from msprobe.core.checksum import checksum_kind
+from msprobe.core.checksum import OLDER64, checksum_kind
 from msprobe.core.compare import compare_dumps
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records
 from msprobe.core.dump.tensor_files import load_tensor_file
@@ -17,7 +17,7 @@ from msprobe.core.dump.tensor_files import load_tensor_file
 SAMPLE = os.path.join(os.path.dirname(__file__), "..", "data", "msprobe-samples", "pt_dump", "mlp_statistics_L1_md5")
 
 
-def _as_wordsum(path):
+def _as_older64(path):
     """The sample's records with each CRC-32 replaced by a 16-digit value: what msprobe's dump of the same
     run held before it wrote CRC-32 (the statistics are the same numbers, the checksums another hash)."""
     with open(path, encoding="utf-8") as f:
@@ -38,16 +38,16 @@ def _as_wordsum(path):
     return doc
 
 
-def test_crc32_against_wordsum64_is_said_once_and_compared_on_statistics(tmp_path, caplog):
+def test_crc32_against_an_older_64_bit_checksum_is_said_once_and_compared_on_statistics(tmp_path, caplog):
     target = tmp_path / "target" / "step0" / "rank0"
     golden = tmp_path / "golden" / "step0" / "rank0"
     for d in (target, golden):
         shutil.copytree(SAMPLE, d)
-    doc = _as_wordsum(golden / "dump.json")
+    doc = _as_older64(golden / "dump.json")
     with open(golden / "dump.json", "w", encoding="utf-8") as f:
         json.dump(doc, f)
     one = next(r for r in doc["data"].values() if isinstance(r, dict) and r.get("input_args"))["input_args"][0]
-    assert checksum_kind(one["md5"]) == "wordsum64"
+    assert checksum_kind(one["md5"]) == OLDER64
     # two steps: two rank pairs, one compare, one message
     shutil.copytree(tmp_path / "target" / "step0", tmp_path / "target" / "step1")
     shutil.copytree(tmp_path / "golden" / "step0", tmp_path / "golden" / "step1")
@@ -58,7 +58,7 @@ def test_crc32_against_wordsum64_is_said_once_and_compared_on_statistics(tmp_pat
     assert res.mode == "statistics"
     assert set(res.table["Result"]) == {"pass"}, res.table[res.table["Result"] != "pass"]
     said = [r.getMessage() for r in caplog.records if "different hashes" in r.getMessage()]
-    assert len(said) == 1 and "CRC-32" in said[0] and "wordsum64" in said[0]
+    assert len(said) == 1 and "CRC-32" in said[0] and OLDER64 in said[0]
 
 
 def test_same_hash_on_both_sides_stays_md5_mode(tmp_path):

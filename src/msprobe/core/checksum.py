@@ -29,7 +29,7 @@ except ImportError:  # no isal wheel for this platform: zlib gives the same numb
 
 CRC32 = "CRC-32"
 # what a 16-digit "md5" field holds: a dump written by msprobe before it wrote CRC-32
-WORDSUM64 = "wordsum64"
+OLDER64 = "64-bit (older msprobe)"
 
 POLY = 0xEDB88320  # CRC-32's polynomial, bit-reflected (zlib)
 _M32 = 0xFFFFFFFF
@@ -126,8 +126,8 @@ def shift_tables(row=ROW, levels=SHIFT_LEVELS):
 
 
 def checksum_kind(value):
-    """Which checksum a record's "md5" field holds: CRC32 (8 hex digits, msProbe's and ours), WORDSUM64
+    """Which checksum a record's "md5" field holds: CRC32 (8 hex digits, msProbe's and ours), OLDER64
     (16, dumps of msprobe before it wrote CRC-32), or None for anything else."""
     if not isinstance(value, str):
         return None
-    return {8: CRC32, 16: WORDSUM64}.get(len(value))
+    return {8: CRC32, 16: OLDER64}.get(len(value))
