@@ -11,12 +11,11 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import pytest
 import torch
 from torch import nn
-
-import zlib
 
 from msprobe.core import checksum
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -11,8 +12,6 @@ import torch
 
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
-import zlib
-
 from msprobe.pytorch.summary.host import crc32_of
 from msprobe.pytorch.summary.layout import memory_order
 from msprobe.pytorch.summary.summarizer import Summarizer

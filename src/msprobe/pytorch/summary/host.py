@@ -7,6 +7,7 @@ Without the kernel (other dtypes, a NaN or inf in the tensor): aminmax, sum and 
 (Mean = sum/n, Norm = sqrt(dot)); a transposed view is reduced in memory order, not element order.
 """
 
+import ctypes
 import math
 
 import torch
@@ -15,7 +16,7 @@ from msprobe.core.checksum import crc32_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 from msprobe.pytorch.summary.layout import element_span, memory_order
-from msprobe.pytorch.summary.transfer import host_view
+from msprobe.pytorch.summary.transfer import host_copy
 
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 # integer tensors up to this size are summarised in Python (one tolist) instead of torch reductions
@@ -23,6 +24,10 @@ _SMALL_INTS = 64
 # below this many elements one kernel thread is quicker than waking a second (the kernel splits
 # no finer than 16K elements a thread)
 PARALLEL_MIN = 32 * 1024
+# a read-only memoryview of raw memory: ISA-L reads a tensor's bytes with no numpy view built (several us)
+_memory = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_PYBUF_READ = 0x100
 # the kernel itself, without the wrapper's frame (None when not built or MSPROBE_NATIVE_STATS=0)
 _kernel = native._moments if native.ENABLED else None
 NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
@@ -97,13 +102,11 @@ def _finish(vals, n, squared, x):
     return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean), "Norm": json_float(norm)}
 
 
-def bytes_of(x_cpu):
-    """The bytes of contiguous CPU tensor `x_cpu` as a flat uint8 numpy array over its memory (no copy)."""
-    return x_cpu.reshape(-1).view(torch.uint8).numpy()
-
-
 def crc32_of(t):
     """CRC-32 of `t`'s elements in index order, in its dtype, as 8 hex digits (the "md5" field: what
     msProbe writes for the same tensor); read in place when `t` is a contiguous CPU tensor."""
-    x = host_view(t)
-    return crc32_hex(bytes_of(x) if x.numel() else b"")
+    if not (t.is_cpu and t.is_contiguous()) or t.is_conj() or t.is_neg():
+        t = host_copy(t).resolve_conj().resolve_neg()
+    nbytes = t.numel() * t.element_size()
+    # `t` holds the memory for the call
+    return crc32_hex(_memory(t.data_ptr(), nbytes, _PYBUF_READ) if nbytes else b"")
