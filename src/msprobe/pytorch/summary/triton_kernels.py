@@ -25,7 +25,7 @@ MAX_PROGRAMS = 1024  # partial rows a slot may use; the last program reduces the
 RING_ROWS = 16 * MAX_PROGRAMS
 _KINDS = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
           torch.int16, torch.int32, torch.int64, torch.bool)
-_scratch = {}  # device -> [float64 ring, int64 ring, counters, next row]
+_scratch = {}  # device -> [float64 ring, counters, next row]
 ROW = crc.ROW
 CRC_RB = 32  # rows of ROW bytes a block of the CRC kernel reads
 _crc = {}  # device -> (row table, shift tables) as int64
@@ -37,9 +37,8 @@ def handles(dtype):
 
 def _state(device, slots):
     st = _scratch.get(device)
-    if st is None or st[2].numel() < slots:
+    if st is None or st[1].numel() < slots:
         st = _scratch[device] = [torch.empty((RING_ROWS, 4), dtype=torch.float64, device=device),
-                                 torch.empty((RING_ROWS, 2), dtype=torch.int64, device=device),
                                  torch.zeros(max(slots, 4096), dtype=torch.int32, device=device), 0]
     return st
 
@@ -49,10 +48,10 @@ def _programs(n):
 
 
 def _ring_rows(st, programs):
-    row = st[3]
+    row = st[2]
     if row + programs > RING_ROWS:  # the ring is reused in stream order: earlier launches are done with it
         row = 0
-    st[3] = row + programs
+    st[2] = row + programs
     return row
 
 
@@ -94,7 +93,7 @@ def stats(x, n, out, index):
     st = _state(x.device, out.shape[0])
     p = _programs(n)
     row = _ring_rows(st, p)
-    _stats_kernel[(p,)](x, n, st[0], row, st[2], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS, num_warps=8)
+    _stats_kernel[(p,)](x, n, st[0], row, st[1], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS, num_warps=8)
 
 
 @triton.jit
