@@ -157,9 +157,9 @@ def _zlib_hex(t):
 
 def test_parallel_crc_in_torch_ops_equals_zlib():
     gen = torch.Generator().manual_seed(0)
-    # sizes around the row (64 bytes) and a pass (CRC_ROWS rows), several passes with a head
-    row, pass_bytes = checksum.ROW, torch_kernels.CRC_ROWS * checksum.ROW
-    for nbytes in (1, 3, 4, 7, row - 1, row, row + 1, 4099, pass_bytes, 2 * pass_bytes + row + 5):
+    # sizes around a row and a pass (CRC_ROWS rows), several passes with a head
+    row, pass_bytes = torch_kernels.ROW, torch_kernels.CRC_ROWS * torch_kernels.ROW
+    for nbytes in (1, 3, 4, 7, row - 1, row, row + 1, 4099, pass_bytes, pass_bytes + 1, 2 * pass_bytes + row + 5):
         raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
         got = checksum.finish_raw(int(torch_kernels.crc_raw(raw)), nbytes)
         assert got == f"{zlib.crc32(raw.numpy().tobytes()):08x}", nbytes

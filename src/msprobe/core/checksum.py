@@ -125,6 +125,19 @@ def shift_tables(row=ROW, levels=SHIFT_LEVELS):
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def position_tables(row=ROW, count=64):
+    """(count, 4, 256) uint32: [q][i][b] shifts a raw CRC by q rows of `row` bytes, as `shift_tables` does
+    by a power of two: one lookup for a row fewer than `count` rows from the end."""
+    out = np.empty((count, 4, 256), dtype=np.uint32)
+    b = np.arange(256, dtype=np.uint32)
+    for q in range(count):
+        op = _x8n(row * q)
+        for i in range(4):
+            out[q, i] = _multmodp(op, b << np.uint32(8 * i))
+    return out
+
+
 def checksum_kind(value):
     """Which checksum a record's "md5" field holds: CRC32 (8 hex digits, msProbe's and ours), OLDER64
     (16, dumps of msprobe before it wrote CRC-32), or None for anything else."""

@@ -5,7 +5,9 @@ tensors of one dtype in a few launches in all (one concatenation, segment reduct
 Protocol (the same in triton_kernels.py): `statistics(batch)`, items (x, n, slot, rows): Max/Min/Sum/Sum
 of squares of `x` (n elements; `rows` unused here) into the slot's row; `checksum(batch)`, items (raw,
 slot): the raw CRC-32 of flat uint8 `raw` (core/checksum.py: rows of ROW bytes from the end, one table
-lookup a byte, each row shifted by the rows after it, xored) into the slot's row.
+lookup a byte, each row shifted by the rows after it, xored) into the slot's row. Rows here are 1 KB
+(Triton's are 64 bytes): a tensor of up to 1 KB is one row, a gather and ten xors, no shift; launches,
+not bytes, are what a small tensor costs.
 """
 
 import numpy as np
@@ -20,9 +22,16 @@ from msprobe.pytorch.summary.transfer import index_tensor, to_device_async
 GROUP_ELEMENTS = {"cpu": 2048}
 GROUP_ELEMENTS_ELSEWHERE = 1 << 16
 GROUP_TOTAL = 1 << 22  # elements per grouped reduction: float64 temporaries of 32 MB
+# bytes a CRC row (the row table is ROW x 256 int32: 1 MB)
+ROW = 1024
+# rows shifted by one table lookup (the table is NEAR x 1024 int32: 256 KB): tensors up to NEAR rows
+# need no shift levels
+NEAR = 64
+_NEAR_BITS = NEAR.bit_length() - 1
 # CRC rows a pass reads: bounds the temporaries (about 12 bytes a byte read) at 48 MB
-CRC_ROWS = (4 << 20) // crc.ROW
-_crc_tables = {}  # device -> (row table, shift tables, column offsets, bit numbers)
+CRC_ROWS = (4 << 20) // ROW
+_crc_tables = {}  # device -> (row table, near-row table, shift tables, column offsets, bit numbers, byte offsets)
+_pads = {}  # (device, bytes) -> zeros that pad a tensor in front to whole rows
 
 
 def handles(dtype):
@@ -71,19 +80,20 @@ def _stats_one(x, slot):
 def checksum(batch):
     """Raw CRC-32 of items (raw, slot) of one device: the small ones each zero-padded in front to whole
     rows and concatenated, one pass for all; the large ones a pass each, on their own memory."""
-    chunks, alone = _grouped([(raw, raw.numel(), slot, None) for raw, slot in batch], lambda item: True)
+    # grouped by 32-bit words, as the statistics are by elements (the same bytes per launch saved)
+    chunks, alone = _grouped([(raw, raw.numel() // 4, slot, None) for raw, slot in batch], lambda item: True)
     for chunk in chunks:
         device = chunk[0][0].device
+        sizes = [raw.numel() for raw, _, _, _ in chunk]
         with torch.no_grad():
-            pads = [(-n) % crc.ROW for _, n, _, _ in chunk]
-            zeros = torch.zeros(crc.ROW, dtype=torch.uint8, device=device)
+            pads = [(-n) % ROW for n in sizes]
             parts = []
             for (raw, _, _, _), pad in zip(chunk, pads):
                 if pad:
-                    parts.append(zeros[:pad])
+                    parts.append(_zeros(device, pad))
                 parts.append(raw)
-            rows = torch.cat(parts).view(-1, crc.ROW)
-            counts = np.array([(n + pad) // crc.ROW for (_, n, _, _), pad in zip(chunk, pads)], dtype=np.int64)
+            rows = torch.cat(parts).view(-1, ROW)
+            counts = np.array([(n + pad) // ROW for n, pad in zip(sizes, pads)], dtype=np.int64)
             segment = np.repeat(np.arange(len(chunk), dtype=np.int64), counts)
             after = np.cumsum(counts)[segment] - 1 - np.arange(segment.size, dtype=np.int64)
             idx = index_tensor(np.stack((segment, after)), device)
@@ -95,57 +105,78 @@ def checksum(batch):
 
 def crc_raw(raw):
     """Raw CRC-32 (register from 0, no final xor) of flat uint8 tensor `raw`, as a 1-element int64 tensor on
-    its device, read from its memory in passes of CRC_ROWS rows; the head of fewer than ROW bytes is
-    copied into a zero-padded row."""
-    device, n, width = raw.device, raw.numel(), crc.ROW
-    head, full = n % width, n // width
-    out = torch.zeros(1, dtype=torch.int64, device=device)
+    its device. Up to one pass (CRC_ROWS rows) it is zero-padded in front to whole rows (a copy of a small
+    tensor); beyond, read in passes from its own memory, the head of fewer than ROW bytes in a row of its own."""
+    device, n = raw.device, raw.numel()
+    head, full = n % ROW, n // ROW
     with torch.no_grad():
+        if n <= CRC_ROWS * ROW:
+            if head:
+                raw = torch.cat((_zeros(device, ROW - head), raw))
+            rows = raw.view(-1, ROW)
+            count = rows.shape[0]
+            after = None if count == 1 else torch.arange(count - 1, -1, -1, dtype=torch.int64, device=device)
+            return _crc_rows(rows, after, None, 1, (count - 1).bit_length())
+        out = torch.zeros(1, dtype=torch.int64, device=device)
         if head:
-            row = torch.cat((torch.zeros(width - head, dtype=torch.uint8, device=device), raw[:head]))
-            out ^= _crc_rows(row.view(1, width), _const(full, device), None, 1, full.bit_length())
+            row = torch.cat((_zeros(device, ROW - head), raw[:head]))
+            out ^= _crc_rows(row.view(1, ROW), index_tensor([full], device), None, 1, full.bit_length())
         for r0 in range(0, full, CRC_ROWS):
             r1 = min(full, r0 + CRC_ROWS)
-            rows = raw[head + r0 * width:head + r1 * width].view(-1, width)
+            rows = raw[head + r0 * ROW:head + r1 * ROW].view(-1, ROW)
             # rows after each: full - 1 - r0 for the first of the pass, down to full - r1
             after = torch.arange(full - 1 - r0, full - 1 - r1, -1, dtype=torch.int64, device=device)
             out ^= _crc_rows(rows, after, None, 1, (full - 1 - r0).bit_length())
     return out
 
 
-def _const(value, device):
-    return index_tensor([value], device)
+def _zeros(device, n):
+    z = _pads.get((device, n))
+    if z is None:
+        z = _pads[(device, n)] = torch.zeros(n, dtype=torch.uint8, device=device)
+    return z
 
 
 def _tables(device):
     tabs = _crc_tables.get(device)
     if tabs is None:
         # int32 holds a CRC's 32 bits (xor and masked shifts do not care about the sign)
-        rt = torch.from_numpy(crc.row_tables().view(np.int32).reshape(-1))
-        st = torch.from_numpy(crc.shift_tables().view(np.int32).reshape(crc.SHIFT_LEVELS, -1))
-        cols = torch.arange(crc.ROW, dtype=torch.int32) * 256
-        tabs = _crc_tables[device] = (to_device_async(rt, device), to_device_async(st, device),
+        rt = torch.from_numpy(crc.row_tables(ROW).view(np.int32).reshape(-1))
+        st = torch.from_numpy(crc.shift_tables(ROW).view(np.int32).reshape(crc.SHIFT_LEVELS, -1))
+        cols = torch.arange(ROW, dtype=torch.int32) * 256
+        nt = torch.from_numpy(crc.position_tables(ROW, NEAR).view(np.int32).reshape(-1))
+        tabs = _crc_tables[device] = (to_device_async(rt, device), to_device_async(nt, device),
+                                      to_device_async(st, device),
                                       to_device_async(cols, device),
-                                      to_device_async(torch.arange(32, dtype=torch.int32), device))
+                                      to_device_async(torch.arange(32, dtype=torch.int32), device),
+                                      to_device_async(torch.arange(4, dtype=torch.int32) * 256, device))
     return tabs
 
 
 def _crc_rows(rows, after, segment, count, levels):
     """(count,) int64 raw CRCs: per segment, the xor of each uint8 row's raw CRC shifted by `after` rows
-    (`segment` None: all rows are one); `levels`: the bits of the largest `after`."""
-    row_tab, shift_tab, cols, bits = _tables(rows.device)
+    (`segment` None: all rows are one; `after` None: there is one row); `levels`: the bits of the largest
+    `after`."""
+    row_tab, near_tab, shift_tab, cols, bits, quarters = _tables(rows.device)
     # (r, ROW): each byte's part of its row's raw CRC
     vals = row_tab.index_select(0, (rows.to(torch.int32) + cols).view(-1)).view(rows.shape)
     width = vals.shape[1]
     while width > 1:  # xor of the columns, halving
         width //= 2
         vals = vals[:, :width] ^ vals[:, width:2 * width]
-    u = vals[:, 0]
-    for k in range(levels):
-        tab = shift_tab[k]
-        moved = (tab[u & 255] ^ tab[256 + ((u >> 8) & 255)] ^ tab[512 + ((u >> 16) & 255)]
-                 ^ tab[768 + ((u >> 24) & 255)])
-        u = torch.where(((after >> k) & 1).bool(), moved, u)
+    u = vals[:, 0].contiguous()
+    if after is None:
+        return u.to(torch.int64) & 0xFFFFFFFF
+    # rows fewer than NEAR from the end: one lookup of the CRC's four bytes (little-endian int32 memory)
+    near = ((after & (NEAR - 1)) * 1024).to(torch.int32).unsqueeze(1) + quarters
+    parts = near_tab.index_select(0, (u.view(torch.uint8).view(-1, 4).to(torch.int32) + near).view(-1)).view(-1, 4)
+    u = (parts[:, 0] ^ parts[:, 1]) ^ (parts[:, 2] ^ parts[:, 3])
+    if levels > _NEAR_BITS:  # farther: one level per higher bit of `after`
+        moves = ((after.unsqueeze(1) >> bits[_NEAR_BITS:levels].to(torch.int64)) & 1).bool()
+        for k in range(_NEAR_BITS, levels):
+            idx = u.view(torch.uint8).view(-1, 4).to(torch.int32) + quarters
+            parts = shift_tab[k].index_select(0, idx.view(-1)).view(-1, 4)
+            u = torch.where(moves[:, k - _NEAR_BITS], (parts[:, 0] ^ parts[:, 1]) ^ (parts[:, 2] ^ parts[:, 3]), u)
     # xor per segment: each bit's count mod 2 (torch has no xor reduction)
     ones = ((u.unsqueeze(1) >> bits) & 1).to(torch.int64)
     if segment is None:
