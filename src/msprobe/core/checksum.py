@@ -13,7 +13,8 @@ So a message is cut into rows of ROW bytes counted from its end (the first row z
 zeros leave a raw CRC unchanged); a row's raw CRC is the xor of one table lookup per byte (`row_tables`:
 table[c][b] = raw CRC of byte b at column c of an otherwise zero row); a row with q rows after it is
 shifted by ROW*q bytes, one bit of q at a time (`shift_tables`: level k multiplies by x^(8*ROW*2^k), as
-four byte-indexed tables); the shifted rows xored together are the message's raw CRC. Every row is
+four byte-indexed tables) or for small q in one lookup (`position_tables`); the shifted rows xored
+together are the message's raw CRC. Every row is
 independent: a GPU grid, torch ops on a device and the CPU give the same value, equal to zlib's.
 Must not import torch or mindspore.
 """
