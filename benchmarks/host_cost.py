@@ -40,7 +40,11 @@ import msprobe
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.capture.api_table import build_api_table
-from msprobe.pytorch.statistics import Summarizer, memory_order
+try:
+    from msprobe.pytorch.summary.layout import memory_order
+    from msprobe.pytorch.summary.summarizer import Summarizer
+except ImportError:  # --baseline-src: a checkout from before pytorch/summary/
+    from msprobe.pytorch.statistics import Summarizer, memory_order
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from l0_floor import HookFloor  # noqa: E402  (beside this script)

@@ -47,7 +47,10 @@ from msprobe.core.dump.writer import DumpWriter  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
 from msprobe.pytorch.capture.backward import BackwardTracker  # noqa: E402
 from msprobe.pytorch.session import DumpSession  # noqa: E402
-from msprobe.pytorch.statistics import _PARALLEL_MIN  # noqa: E402  (msprobe's split: the same threads here)
+try:  # msprobe's split: the same threads here
+    from msprobe.pytorch.summary.host import PARALLEL_MIN as _PARALLEL_MIN  # noqa: E402
+except ImportError:  # host_cost.py --baseline-src: a checkout from before pytorch/summary/
+    from msprobe.pytorch.statistics import _PARALLEL_MIN  # noqa: E402
 
 CONFIGS = ("none", "hooks", "floor", "stat_L0", "no_files", "no_stats", "no_bwd")
 

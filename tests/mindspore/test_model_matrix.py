@@ -39,7 +39,7 @@ def test_every_model_md5_and_tensor_at_mix(models, tmp_path, name, task, summary
             if task == "tensor":
                 assert os.path.isfile(os.path.join(r.rank_dir, "dump_tensor_data", t["data_name"]))
             else:
-                assert re.fullmatch(r"[0-9a-f]{16}", t["md5"]), key
+                assert re.fullmatch(r"[0-9a-f]{8}", t["md5"]), key  # CRC-32
             n += 1
     assert n > 20
     assert any(".backward" in k for k in r.keys()) and any("parameters_grad" in k for k in r.keys())

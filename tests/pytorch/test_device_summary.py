@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import pytest
 import torch
@@ -19,8 +20,8 @@ from torch import nn
 from msprobe.core import checksum
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.device_summary import _word_index, wordsum_torch
-from msprobe.pytorch.statistics import Summarizer
+from msprobe.pytorch.summary import torch_kernels
+from msprobe.pytorch.summary.summarizer import Summarizer
 import msprobe_test_models as models  # loaded by conftest.py
 
 TASKS = [("statistics", "statistics"), ("statistics", "md5"), ("tensor", "statistics"), ("overflow_check", None)]
@@ -149,26 +150,43 @@ def test_no_read_back_per_api_call(tmp_path, monkeypatch, level, summary):
     assert reads[1] == reads[3] <= 4, (reads, counter.where)
 
 
-def test_checksum_is_the_same_in_every_implementation():
+def _zlib_hex(t):
+    """msProbe's value: zlib's CRC-32 of the tensor's bytes in index order."""
+    return f"{zlib.crc32(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()):08x}"
+
+
+def test_parallel_crc_in_torch_ops_equals_zlib():
     gen = torch.Generator().manual_seed(0)
-    for nbytes in (1, 3, 4, 7, 64, 4099, 1 << 20):
+    # sizes around a row and a pass (CRC_ROWS rows), several passes with a head
+    row, pass_bytes = torch_kernels.ROW, torch_kernels.CRC_ROWS * torch_kernels.ROW
+    for nbytes in (1, 3, 4, 7, row - 1, row, row + 1, 4099, pass_bytes, pass_bytes + 1, 2 * pass_bytes + row + 5):
         raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
-        ref = checksum.wordsum_numpy(raw.numpy().tobytes())
-        assert tuple(wordsum_torch(raw).tolist()) == ref
-        assert checksum.wordsum(raw.data_ptr(), nbytes) in (None, ref)
-        assert checksum.checksum_hex(raw.numpy()) == checksum.finish(*ref, nbytes)
-    # word indexes past 2^31 (a tensor of more than 8 GiB) wrap as uint32 does, in int32
-    assert _word_index(5, (1 << 32) - 2, "cpu").tolist() == [-2, -1, 0, 1, 2]
-    assert _word_index(2, (1 << 31) + 1, "cpu").tolist() == [1 - (1 << 31), 2 - (1 << 31)]
-    # through the device path and the host path of the Summarizer: one value per tensor
-    halves = torch.randn(11).to(torch.bfloat16)
-    for t in (torch.randn(1000), torch.randn(33, dtype=torch.float64).to(torch.bfloat16), torch.arange(7),
-              torch.randn(20, 30).t(), halves[1:3], halves[1:4]):  # (16-bit slices off a 4-byte boundary)
-        host, _ = Summarizer(md5=True, device_path=False).summarize(t)
+        got = checksum.finish_raw(int(torch_kernels.crc_raw(raw)), nbytes)
+        assert got == f"{zlib.crc32(raw.numpy().tobytes()):08x}", nbytes
+    # a raw CRC carried over zeros, and two CRCs combined, as zlib's crc32_combine does
+    a, b = bytes(range(100)), bytes(range(7, 250))
+    assert checksum.combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+    assert checksum.finish_raw(0, 0) == "00000000"
+
+
+def test_checksum_is_the_same_on_every_path():
+    # through the device path and the host path of the Summarizer: zlib's value, per tensor and in a batch
+    gen = torch.Generator().manual_seed(1)
+    halves = torch.randn(11, generator=gen).to(torch.bfloat16)
+    wide = torch.randn(30, 40, generator=gen)
+    cases = [torch.randn(1000, generator=gen), torch.randn(33, dtype=torch.float64).to(torch.bfloat16),
+             torch.arange(7), torch.randn(20, 30, generator=gen).t(), halves[1:3], halves[1:4], wide[:, 5:9],
+             wide[::3, ::2], torch.tensor(2.5), torch.rand(30, generator=gen) > 0.5,
+             torch.randint(0, 200, (13,), dtype=torch.uint8, generator=gen), torch.randn(8, dtype=torch.complex64),
+             torch.randn(5000, generator=gen).to(torch.float16), torch.randn(64, generator=gen).to(torch.float8_e4m3fn),
+             torch.randn(300_000, generator=gen), torch.zeros(100, dtype=torch.int64)]
+    for defer in (False, True):
         s = Summarizer(md5=True, device_path=True)
-        dev, _ = s.summarize(t)
+        got = [s.summarize(t, defer)[0] for t in cases]
         s.start_resolve().finish()
-        assert dev["md5"] == host["md5"] and len(host["md5"]) == 16
+        for i, (t, rec) in enumerate(zip(cases, got)):
+            host, _ = Summarizer(md5=True, device_path=False).summarize(t)
+            assert rec["md5"] == host["md5"] == _zlib_hex(t), (i, t.dtype, defer)
 
 
 def test_device_path_statistics_of_every_dtype():
@@ -217,9 +235,9 @@ def test_deferred_batch_in_grouped_reductions_matches_the_host_path(md5):
 
 def test_grouped_reductions_span_chunks_and_buffers(monkeypatch):
     # a batch larger than one grouped reduction and one slot buffer: each value lands in its own slot
-    from msprobe.pytorch import device_summary
-    monkeypatch.setattr(device_summary, "GROUP_TOTAL", 1000)
-    monkeypatch.setattr(device_summary, "SLOTS_PER_BUFFER", 7)
+    from msprobe.pytorch.summary import slots
+    monkeypatch.setattr(torch_kernels, "GROUP_TOTAL", 1000)
+    monkeypatch.setattr(slots, "SLOTS_PER_BUFFER", 7)
     gen = torch.Generator().manual_seed(4)
     tensors = [torch.randn(int(n), generator=gen) * (i + 1) for i, n in enumerate(torch.randint(1, 300, (40,), generator=gen))]
     s = Summarizer(device_path=True)
@@ -232,13 +250,14 @@ def test_grouped_reductions_span_chunks_and_buffers(monkeypatch):
 TRITON_CHECK = textwrap.dedent('''
     import os
     os.environ["TRITON_INTERPRET"] = "1"  # the CUDA kernels, run by Triton's interpreter on CPU tensors
+    import zlib
     import torch
     from msprobe.core import checksum
-    from msprobe.pytorch import triton_summary as ts
-    from msprobe.pytorch.device_summary import stats_values
-    from msprobe.pytorch.statistics import Summarizer
+    from msprobe.pytorch.summary import device, triton_kernels as ts
+    from msprobe.pytorch.summary.readback import stats_values
+    from msprobe.pytorch.summary.slots import CHECKSUM, Buffer, Slot
+    from msprobe.pytorch.summary.summarizer import Summarizer
     out = torch.zeros((4, 4), dtype=torch.float64)
-    sums = torch.zeros((4, 2), dtype=torch.int64)
     gen = torch.Generator().manual_seed(0)
     cases = [torch.randn(5000, generator=gen), torch.randn(3, dtype=torch.float64).to(torch.bfloat16),
              torch.randn(9000, generator=gen).to(torch.float16), torch.randn(2049, dtype=torch.float64),
@@ -251,10 +270,6 @@ TRITON_CHECK = textwrap.dedent('''
         for k in ("Max", "Min", "Mean", "Norm"):
             a, b = got[k], want[k]
             assert (a == b) if not isinstance(a, float) else abs(a - b) <= 1e-6 * max(1.0, abs(b)), (t.dtype, k, a, b)
-    for nbytes in (4, 400, 4 * 9000):
-        raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
-        ts.wordsum(raw.view(torch.int32), sums, 2)
-        assert tuple(sums[2].tolist()) == checksum.wordsum_numpy(raw.numpy().tobytes())
     # a batch in one launch: dense tensors, a chunk of a wider tensor (rows), several tiles, a NaN
     wide = torch.randn(300, 96, generator=gen)
     batch = [torch.randn(5, generator=gen), wide[:, 32:64], torch.randn(3 * ts.TILE + 7, generator=gen),
@@ -268,14 +283,18 @@ TRITON_CHECK = textwrap.dedent('''
         for k in ("Max", "Min", "Mean", "Norm"):
             a, b = got[k], want[k]
             assert (a == b) if not isinstance(a, float) else abs(a - b) <= 1e-6 * max(1.0, abs(b)), (i, k, a, b)
-    words = [torch.randint(0, 256, (4 * n,), dtype=torch.uint8, generator=gen) for n in (1, ts.TILE + 3)]
-    msums = torch.zeros((2, 2), dtype=torch.int64)
-    ts.wordsum_many([w.view(torch.int32) for w in words], [msums.data_ptr() + 16 * i for i in range(2)])
-    for i, w in enumerate(words):
-        assert tuple(msums[i].tolist()) == checksum.wordsum_numpy(w.numpy().tobytes())
-    # the Summarizer's choice of kernel: 16-bit slices off a 4-byte boundary are not read as words
-    from msprobe.pytorch import device_summary as ds
-    ds._triton_kernels = lambda device: ts
+    # CRC-32: alone and in one launch, sizes around a row and a tile, equal to zlib's
+    sizes = (0, 1, 63, 64, 65, 1000, ts.CRC_TILE, 2 * ts.CRC_TILE + 77)
+    raws = [torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen) for n in sizes]
+    buf = Buffer(torch.device("cpu"), CHECKSUM)
+    slots = [Slot(CHECKSUM, buf, i, n, torch.uint8, n) for i, n in enumerate(sizes)]
+    ts.checksum([(raws[1], slots[1])])
+    ts.checksum(list(zip(raws, slots)))
+    for raw, slot in zip(raws, slots):
+        got = checksum.finish_raw(int(buf.rows[slot.index, 0]), raw.numel())
+        assert got == f"{zlib.crc32(raw.numpy().tobytes()):08x}", raw.numel()
+    # the Summarizer's choice of kernel: slices at any byte offset, one at a time and deferred
+    device._triton_kernels = lambda d: ts
     halves = torch.randn(11, generator=gen).to(torch.bfloat16)
     for t in (halves[1:3], halves[2:6], halves[1:], halves):
         for defer in (False, True):
@@ -285,6 +304,7 @@ TRITON_CHECK = textwrap.dedent('''
             assert rec["md5"] == Summarizer(md5=True).summarize(t)[0]["md5"], (t.storage_offset(), defer)
     print("TRITON OK")
 ''')
+
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA, tests/gpu runs the compiled kernels")
@@ -375,17 +395,17 @@ def test_batch_launches_do_not_grow_with_the_model(tmp_path, monkeypatch):
     """A step launches its deferred summaries in a fixed number of batches however many layers the model
     has: the optimizer's update of one parameter (an in-place call) launches only what reads its memory,
     not everything recorded since the update before."""
-    from msprobe.pytorch import device_summary
+    from msprobe.pytorch.summary import device
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
     launches = []
-    real = device_summary.DeviceSummaries.launch
+    real = device.DeviceSummaries.launch
 
     def counted(self, touching=None):
         before = len(self._waiting)
         real(self, touching)
         if len(self._waiting) < before:
             launches[-1] += 1
-    monkeypatch.setattr(device_summary.DeviceSummaries, "launch", counted)
+    monkeypatch.setattr(device.DeviceSummaries, "launch", counted)
     for depth in (4, 16):
         torch.manual_seed(0)
         model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(depth)])

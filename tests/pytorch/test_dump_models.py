@@ -4,6 +4,7 @@ computed here. Plus non-interference, md5 reproducibility and bf16 round trips."
 
 import os
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -11,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 import msprobe
-from msprobe.core.checksum import checksum_hex
 from msprobe.core.dump.reader import find_rank_dirs
 import msprobe_test_models as models  # loaded by conftest.py
 
@@ -24,7 +24,7 @@ THIS_FILE = os.path.basename(__file__)
 
 API_RE = re.compile(r"^(Functional|Torch|Tensor|VF|Distributed)\.(\w+)\.(\d+)\.(forward|backward)$")
 MODULE_RE = re.compile(r"^Module\.([\w.]+)\.(\w+)\.(forward|backward|parameters_grad)\.(\d+)$")
-HEX16 = re.compile(r"^[0-9a-f]{16}$")  # wordsum64 (core/checksum.py)
+HEX8 = re.compile(r"^[0-9a-f]{8}$")  # CRC-32 (core/checksum.py)
 STACK_LINE = re.compile(r"^File .+, line \d+, in .+, \n .*$", re.S)
 
 # APIs each model must show at L1/mix (forward), and APIs that only run inside another captured API
@@ -309,7 +309,7 @@ def test_forward_statistics(dumped, name, level, task):
                 assert ("md5" in t) == (task == "md5"), key
                 assert ("data_name" in t) == (task == "tensor"), key
                 if task == "md5":
-                    assert HEX16.match(t["md5"]), (key, t["md5"])
+                    assert HEX8.match(t["md5"]), (key, t["md5"])
 
 
 def test_nested_outputs_keep_their_shape(dumped):
@@ -513,16 +513,17 @@ def test_stack(dumped, name, level, task):
 # -- md5 --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_md5_is_the_wordsum64_of_the_bytes(dumped, level):
+def test_md5_is_the_crc32_of_the_bytes(dumped, level):
+    """msProbe's value: zlib's CRC-32 of the tensor's bytes, 8 hex digits."""
     run = dumped("transformer", level, "md5")
     r = run.readers[0]
     x = run.history[0]["x"]
-    want = checksum_hex(x.numpy().tobytes())
+    want = f"{zlib.crc32(x.numpy().tobytes()):08x}"
     key = "Functional.linear.0.forward" if level != "L0" else "Module.l.Linear.forward.0"
     assert r[key]["input_args"][0]["md5"] == want
     w = run.history[0]["params_before"]["l.weight"]
     rec = r[key]["input_args"][1] if level != "L0" else r[key]["parameters"]["weight"]
-    assert rec["md5"] == checksum_hex(w.numpy().tobytes())
+    assert rec["md5"] == f"{zlib.crc32(w.numpy().tobytes()):08x}"
 
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
@@ -537,7 +538,7 @@ def test_md5_reproducible_and_sensitive(tmp_path, level):
             ma = [t["md5"] for t in models.tensor_records(ra[key])]
             mb = [t["md5"] for t in models.tensor_records(rb[key])]
             assert ma == mb, key
-            assert all(isinstance(m, str) and HEX16.match(m) for m in ma), (key, ma)  # never null
+            assert all(isinstance(m, str) and HEX8.match(m) for m in ma), (key, ma)  # never null
             n += len(ma)
         assert n > 100
     model = models.build("transformer")

@@ -1,9 +1,10 @@
-"""Summarizer: statistics against torch's own reductions, memory-keyed reuse, the wordsum64 checksum."""
+"""Summarizer: statistics against torch's own reductions, memory-keyed reuse, the CRC-32 checksum."""
 
 import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -11,8 +12,9 @@ import torch
 
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
-from msprobe.core.checksum import finish, wordsum_numpy
-from msprobe.pytorch.statistics import Summarizer, checksum_of, checksum_of_tensor, memory_order
+from msprobe.pytorch.summary.host import crc32_of
+from msprobe.pytorch.summary.layout import memory_order
+from msprobe.pytorch.summary.summarizer import Summarizer
 from msprobe_test_models import assert_stats  # loaded by conftest.py
 
 
@@ -136,7 +138,7 @@ def test_views_over_the_same_memory_share_statistics_with_their_own_shape():
     vrec, ventry = m.summarize(x.view(6, 4))
     assert ventry is entry and vrec["md5"] == rec["md5"]
     trec, tentry = m.summarize(x.transpose(0, 2))
-    assert tentry is not entry and trec["md5"] == checksum_of(x.transpose(0, 2).contiguous())
+    assert tentry is not entry and trec["md5"] == reference_checksum(x.transpose(0, 2))
     # a saved file is reused only by a tensor laid out the same way
     entry.set_file(x, "x.npy")
     assert entry.file_for(x.detach()) == "x.npy" and entry.file_for(x.view(24)) is None
@@ -151,27 +153,33 @@ def test_reuse_never_outlives_the_tensor():
 
 
 def reference_checksum(x):
-    """wordsum64 of a tensor's bytes in index order, by the numpy definition in core/checksum.py."""
+    """What msProbe writes: zlib's CRC-32 of the tensor's bytes in index order, 8 hex digits."""
     raw = x.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-    return finish(*wordsum_numpy(raw), len(raw))
+    return f"{zlib.crc32(raw):08x}"
 
 
 def test_checksum_of_tensors_in_place_and_of_views():
     x = torch.randn(600_000)
-    assert checksum_of_tensor(x) == checksum_of(x) == reference_checksum(x)
+    assert crc32_of(x) == reference_checksum(x) == f"{zlib.crc32(x.numpy().tobytes()):08x}"
     tail = x[5:]  # contiguous, at an offset into its storage: its own bytes only
-    assert checksum_of_tensor(tail) == reference_checksum(tail) != checksum_of_tensor(x)
+    assert crc32_of(tail) == reference_checksum(tail) != crc32_of(x)
     xt = torch.randn(700, 500).t()  # not contiguous: the bytes in index order
-    assert checksum_of_tensor(xt) == checksum_of(xt.contiguous()) == reference_checksum(xt)
+    assert crc32_of(xt) == crc32_of(xt.contiguous()) == reference_checksum(xt)
     s = Summarizer(md5=True)
     rec, _ = s.summarize(torch.arange(6, dtype=torch.bfloat16))
-    assert rec["md5"] == reference_checksum(torch.arange(6, dtype=torch.bfloat16)) and len(rec["md5"]) == 16
+    assert rec["md5"] == reference_checksum(torch.arange(6, dtype=torch.bfloat16)) and len(rec["md5"]) == 8
+    assert s.summarize(torch.empty(0))[0]["md5"] == "00000000"  # zlib.crc32(b"")
+    # leading zeros count (the CRC's initial value): zero tensors of different lengths differ
+    assert crc32_of(torch.zeros(3)) != crc32_of(torch.zeros(4))
     # one bit, or two words swapped, change it
     y = x.clone()
     y.view(torch.int32)[7] ^= 1
     z = x.clone()
     z[[3, 4]] = x[[4, 3]]
-    assert len({checksum_of(x), checksum_of(y), checksum_of(z)}) == 3
+    assert len({crc32_of(x), crc32_of(y), crc32_of(z)}) == 3
+    # a conjugate or negative view is checksummed as the values it shows
+    c = torch.randn(5, dtype=torch.complex64)
+    assert crc32_of(c.conj()) == reference_checksum(c.conj().resolve_conj())
 
 
 def test_write_npy_and_link(tmp_path):

@@ -1,24 +1,25 @@
-"""The checksum in a record's "md5" field: wordsum64, 16 hex digits, computable where a tensor lives.
+"""The checksum in a record's "md5" field: CRC-32 (zlib's) of the tensor's bytes, 8 hex digits, as msProbe
+writes it. The bytes are the tensor's elements in index order, in its own dtype (the memory of a contiguous
+copy). On the host: ISA-L's CRC-32 (zlib's numbers, several times faster; zlib where it has no wheel),
+straight on the tensor's memory.
 
-msProbe writes a CRC-32 (8 hex digits) of the bytes, which a GPU cannot compute without copying the
-tensor to the host. wordsum64 is made of 32-bit integer operations that any device runs in one pass:
+On a device the CRC is computed in parallel, by linearity. Without its initial value and final xor (the
+"raw" CRC, register starting at 0) CRC-32 is linear over GF(2):
 
-    the bytes as little-endian 32-bit words w_0 .. w_{m-1} (the last one zero-padded);
-    a_i = mix(w_i XOR (i * K0 mod 2^32));         mix: xor-shift-multiply, a bijection on 32 bits
-    S1 = sum of a_i mod 2^32,  S2 = sum of mix2(a_i) mod 2^32;
-    value = splitmix64-finish(((S1 << 32) | S2) XOR nbytes), printed as 16 hex digits.
+    raw(A || B) = shift(raw(A), len(B)) ^ raw(B),   shift(c, n) = c * x^(8n) mod P   (zlib's crc32_combine)
+    crc32(M) = raw(M) ^ shift(0xFFFFFFFF, len(M)) ^ 0xFFFFFFFF                          (`finish_raw`)
 
-Each word is keyed by its position, so moved bytes change the value; the sums do not depend on the
-order they are added in, so a CPU thread split, a GPU grid and numpy give the same value. It is a
-checksum for telling bytes apart, not a cryptographic hash. A CRC-32 (8 digits) and a wordsum64
-(16 digits) are told apart by their length (`checksum_kind`).
-
-The sums come from the C extension on the host (`msprobe._moments.wordsum`), from the adapters'
-device kernels on an accelerator, or from `wordsum_numpy` (the reference, and the fallback).
-grad_probe's MD5 column keeps msProbe's CRC-32 (`crc32_hex`, ISA-L; zlib where it has no wheel): it is
-computed on the host from a gradient already copied there.
+So a message is cut into rows of ROW bytes counted from its end (the first row zero-padded in front: leading
+zeros leave a raw CRC unchanged); a row's raw CRC is the xor of one table lookup per byte (`row_tables`:
+table[c][b] = raw CRC of byte b at column c of an otherwise zero row); a row with q rows after it is
+shifted by ROW*q bytes, one bit of q at a time (`shift_tables`: level k multiplies by x^(8*ROW*2^k), as
+four byte-indexed tables) or for small q in one lookup (`position_tables`); the shifted rows xored
+together are the message's raw CRC. Every row is
+independent: a GPU grid, torch ops on a device and the CPU give the same value, equal to zlib's.
 Must not import torch or mindspore.
 """
+
+import functools
 
 import numpy as np
 
@@ -27,86 +28,120 @@ try:
 except ImportError:  # no isal wheel for this platform: zlib gives the same numbers, slower
     from zlib import crc32 as _crc32
 
-from msprobe.core.dump import moments as native
-
-K0, K1, K2, K3 = 0x61C88647, 0x7FEB352D, 0x2C1B3C6D, 0x1B873593
-_M32 = 0xFFFFFFFF
-_M64 = 0xFFFFFFFFFFFFFFFF
-# words per numpy chunk: bounds the temporaries of the fallback
-_CHUNK = 1 << 20
-
-WORDSUM64 = "wordsum64"
 CRC32 = "CRC-32"
+# what a 16-digit "md5" field holds: a dump written by msprobe before it wrote CRC-32
+OLDER64 = "64-bit (older msprobe)"
+
+POLY = 0xEDB88320  # CRC-32's polynomial, bit-reflected (zlib)
+_M32 = 0xFFFFFFFF
+# bytes a row of the parallel CRC; the device kernels' tables are ROW x 256 entries
+ROW = 64
+# shift levels the tables hold: rows of up to ROW * 2^SHIFT_LEVELS bytes before the end (2^46 bytes)
+SHIFT_LEVELS = 40
 
 
-def finish(s1, s2, nbytes):
-    """The 16 hex digits from the two 32-bit sums and the byte count."""
-    h = (((s1 & _M32) << 32) | (s2 & _M32)) ^ (nbytes & _M64)
-    h ^= h >> 30
-    h = (h * 0xBF58476D1CE4E5B9) & _M64
-    h ^= h >> 27
-    h = (h * 0x94D049BB133111EB) & _M64
-    h ^= h >> 31
-    return f"{h:016x}"
-
-
-def _mix_np(a):
-    a ^= a >> np.uint32(16)
-    a *= np.uint32(K1)
-    a ^= a >> np.uint32(15)
-    a *= np.uint32(K2)
-    a ^= a >> np.uint32(16)
-    return a
-
-
-def wordsum_numpy(data):
-    """(S1, S2) of a bytes-like object, in numpy (uint32 arithmetic wraps mod 2^32 by definition)."""
-    raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-    n = raw.size
-    if n % 4:
-        raw = np.concatenate([raw, np.zeros(4 - n % 4, dtype=np.uint8)])
-    words = raw.view("<u4")
-    s1 = s2 = 0
-    with np.errstate(over="ignore"):
-        for start in range(0, words.size, _CHUNK):
-            w = words[start:start + _CHUNK].astype(np.uint32)
-            idx = np.arange(start, start + w.size, dtype=np.uint64).astype(np.uint32)
-            a = _mix_np(w ^ (idx * np.uint32(K0)))
-            b = a * np.uint32(K3)
-            b ^= b >> np.uint32(13)
-            s1 += int(a.sum(dtype=np.uint64))
-            s2 += int(b.sum(dtype=np.uint64))
-    return s1 & _M32, s2 & _M32
-
-
-def wordsum(address, nbytes, threads=1):
-    """(S1, S2) of `nbytes` bytes at `address` (memory the caller keeps alive) through the C extension,
-    or None when it is not built."""
-    if native.wordsum is None:
-        return None
-    return native.wordsum(address, nbytes, threads)
-
-
-def checksum_hex(data, threads=1):
-    """wordsum64 of a bytes-like object (bytes, memoryview, a contiguous numpy array) as 16 hex digits."""
-    view = memoryview(data).cast("B")
-    n = view.nbytes
-    if n and native.wordsum is not None:
-        arr = np.frombuffer(view, dtype=np.uint8)
-        sums = native.wordsum(arr.__array_interface__["data"][0], n, threads)
-    else:
-        sums = wordsum_numpy(view) if n else (0, 0)
-    return finish(sums[0], sums[1], n)
+def crc32(data, value=0):
+    """zlib's CRC-32 of a bytes-like object (contiguous: bytes, memoryview, numpy array), as an int."""
+    return _crc32(data, value) & _M32
 
 
 def crc32_hex(data):
-    """CRC-32 of a bytes-like object as 8 hex digits (msProbe's checksum)."""
-    return f"{_crc32(data) & 0xFFFFFFFF:08x}"
+    """CRC-32 of a bytes-like object as 8 hex digits (the "md5" field)."""
+    return f"{_crc32(data) & _M32:08x}"
+
+
+def _byte_table():
+    """zlib's table: raw CRC of each single byte."""
+    c = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        c = np.where(c & 1, (c >> np.uint32(1)) ^ np.uint32(POLY), c >> np.uint32(1)).astype(np.uint32)
+    return c
+
+
+_TABLE = _byte_table()
+
+
+def _multmodp(a, b):
+    """a * b mod P of two bit-reflected 32-bit polynomials (zlib's multmodp); `b` may be a numpy array."""
+    p = b ^ b  # zero of b's type
+    m = 1 << 31
+    while a & (m | (m - 1)):
+        if a & m:
+            p ^= b
+            a &= ~m
+        m >>= 1
+        b = (b >> 1) ^ (POLY * (b & 1)) if isinstance(b, int) else (b >> np.uint32(1)) ^ (
+            np.uint32(POLY) * (b & np.uint32(1)))
+    return p
+
+
+@functools.lru_cache(maxsize=4096)
+def _x8n(nbytes):
+    """x^(8 * nbytes) mod P: what shifting a CRC register over `nbytes` zero bytes multiplies it by."""
+    p, sq = 1 << 31, 1 << 23  # x^0; x^8 (one byte), bit-reflected
+    while nbytes:
+        if nbytes & 1:
+            p = _multmodp(sq, p)
+        nbytes >>= 1
+        sq = _multmodp(sq, sq)
+    return p
+
+
+def shift(crc, nbytes):
+    """The raw CRC `crc` carried over `nbytes` zero bytes (crc32_combine's operator)."""
+    return _multmodp(_x8n(nbytes), crc & _M32)
+
+
+def finish_raw(raw, nbytes):
+    """8 hex digits of the CRC-32 of `nbytes` bytes whose raw CRC (register from 0, no final xor) is `raw`."""
+    return f"{(raw ^ shift(_M32, nbytes) ^ _M32) & _M32:08x}"
+
+
+def combine(crc1, crc2, len2):
+    """CRC-32 of A || B from crc32(A), crc32(B) and len(B) (zlib's crc32_combine)."""
+    return (shift(crc1, len2) ^ crc2) & _M32
+
+
+@functools.lru_cache(maxsize=4)
+def row_tables(row=ROW):
+    """(row, 256) uint32: [c][b] is the raw CRC of a `row`-byte row holding b at column c, zeros elsewhere."""
+    out = np.empty((row, 256), dtype=np.uint32)
+    out[row - 1] = _TABLE
+    for c in range(row - 2, -1, -1):  # one more zero byte after it: one table step
+        prev = out[c + 1]
+        out[c] = (prev >> np.uint32(8)) ^ _TABLE[prev & np.uint32(0xFF)]
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def shift_tables(row=ROW, levels=SHIFT_LEVELS):
+    """(levels, 4, 256) uint32: level k shifts a raw CRC by row * 2^k bytes as the xor of
+    [k][i][byte i of the CRC] over its four bytes."""
+    out = np.empty((levels, 4, 256), dtype=np.uint32)
+    b = np.arange(256, dtype=np.uint32)
+    for k in range(levels):
+        op = _x8n(row << k)
+        for i in range(4):
+            out[k, i] = _multmodp(op, b << np.uint32(8 * i))
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def position_tables(row=ROW, count=64):
+    """(count, 4, 256) uint32: [q][i][b] shifts a raw CRC by q rows of `row` bytes, as `shift_tables` does
+    by a power of two: one lookup for a row fewer than `count` rows from the end."""
+    out = np.empty((count, 4, 256), dtype=np.uint32)
+    b = np.arange(256, dtype=np.uint32)
+    for q in range(count):
+        op = _x8n(row * q)
+        for i in range(4):
+            out[q, i] = _multmodp(op, b << np.uint32(8 * i))
+    return out
 
 
 def checksum_kind(value):
-    """Which checksum a record's "md5" field holds: CRC32 (msProbe, 8 hex digits), WORDSUM64 (16), or
-    None for anything else."""
+    """Which checksum a record's "md5" field holds: CRC32 (8 hex digits, msProbe's and ours), OLDER64
+    (16, dumps of msprobe before it wrote CRC-32), or None for anything else."""
     if not isinstance(value, str):
         return None
-    return {8: CRC32, 16: WORDSUM64}.get(len(value))
+    return {8: CRC32, 16: OLDER64}.get(len(value))

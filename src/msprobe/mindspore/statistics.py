@@ -20,7 +20,7 @@ import weakref
 import mindspore as ms
 import numpy as np
 
-from msprobe.core.checksum import checksum_hex
+from msprobe.core.checksum import crc32_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 
@@ -128,9 +128,10 @@ class _Memory:
 
 
 def checksum_of(a):
-    """wordsum64 of the array's raw bytes as 16 hex digits (the "md5" field; core/checksum.py): the value
-    PyTorch's adapter gives the same bytes."""
-    return checksum_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else checksum_hex(b"")
+    """CRC-32 of the array's bytes in index order as 8 hex digits (the "md5" field, core/checksum.py;
+    ISA-L on the array's memory when it is contiguous): msProbe's value, and PyTorch's adapter's for the
+    same bytes."""
+    return crc32_hex(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) if a.size else crc32_hex(b"")
 
 
 class Summarizer:
@@ -138,7 +139,7 @@ class Summarizer:
 
     Args:
         stats: compute Max/Min/Mean/Norm (False for the structure task).
-        md5: add the wordsum64 checksum of the tensor bytes under "md5".
+        md5: add the CRC-32 of the tensor bytes under "md5".
     """
 
     def __init__(self, stats=True, md5=False, late=None, resolver=None):

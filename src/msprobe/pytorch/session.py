@@ -21,7 +21,8 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
-from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_of
+from msprobe.pytorch.summary.summarizer import Summarizer
+from msprobe.pytorch.summary.transfer import host_copy, host_view, numpy_of
 
 _SCALARS = (int, float, bool, str)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

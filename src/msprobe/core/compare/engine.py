@@ -91,7 +91,7 @@ def detect_mode(t_reader, g_reader, t_rows, g_rows):
         kinds = (_checksum_kinds(t_rows["md5"]), _checksum_kinds(g_rows["md5"]))
         if kinds[0] == kinds[1]:
             return "md5"
-        # a msProbe dump's CRC-32 against our wordsum64: not one row could match
+        # CRC-32 against an older msprobe dump's 16-digit checksum: not one row could match
         _warn_other_hash("/".join(sorted(kinds[0])), "/".join(sorted(kinds[1])))
     if task not in MODES:
         raise MsprobeError(f"{t_reader.dump_file}: task '{task}' cannot be compared; "

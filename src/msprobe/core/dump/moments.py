@@ -8,9 +8,8 @@ import os
 
 try:
     from msprobe._moments import moments as _moments, openmp as _openmp, vectorized as _vectorized
-    from msprobe._moments import wordsum
 except ImportError:  # built without a C compiler: the adapters' own reductions take over
-    _moments, _openmp, _vectorized, wordsum = None, 0, 0, None
+    _moments, _openmp, _vectorized = None, 0, 0
 
 # element kinds the kernel reads, by the dtype names numpy and torch give them
 KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}

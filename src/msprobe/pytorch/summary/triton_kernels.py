@@ -1,12 +1,15 @@
-"""Triton kernels for pytorch/device_summary.py: statistics or checksums of one tensor, or of a batch of
-tensors, in one launch.
+"""The summary kernels in Triton (CUDA), behind the protocol of torch_kernels.py: `statistics(batch)` and
+`checksum(batch)` of one or many tensors in one launch.
 
 Each program reduces its share of a tensor and writes a partial row to scratch memory; the program that
 finishes last (an acquire-release counter per tensor) reduces the partial rows in a fixed order into the
 tensor's slot and resets the counter. One pass over the data, the same numbers every run (no
-floating-point atomics). Integer specialisation is off for the sizes and indices that change from call
-to call (`do_not_specialize`): a new value must not compile a new kernel. Importing this module imports
-Triton: an ImportError tells device_summary to use torch's reductions.
+floating-point atomics). The checksum is CRC-32 by rows (core/checksum.py): a program reads rows of ROW
+bytes counted from the tensor's end, looks each byte up in the row table, xors a row's entries, shifts
+the row's raw CRC by the rows after it (a shift table per bit) and xors its rows; the last program xors
+the programs' parts. Integer specialisation is off for the sizes and indices that change from call to call
+(`do_not_specialize`): a new value must not compile a new kernel. Importing this module imports Triton:
+an ImportError tells the caller to use torch_kernels.
 """
 
 import numpy as np
@@ -14,15 +17,18 @@ import torch
 import triton
 import triton.language as tl
 
-from msprobe.core import checksum
-from msprobe.pytorch.device_summary import to_device_async
+from msprobe.core import checksum as crc
+from msprobe.pytorch.summary.transfer import to_device_async
 
 BLOCK = 2048
 MAX_PROGRAMS = 1024  # partial rows a slot may use; the last program reduces them in one load
 RING_ROWS = 16 * MAX_PROGRAMS
 _KINDS = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
           torch.int16, torch.int32, torch.int64, torch.bool)
-_scratch = {}  # device -> [float64 ring, int64 ring, counters, next row]
+_scratch = {}  # device -> [float64 ring, counters, next row]
+ROW = crc.ROW
+CRC_RB = 32  # rows of ROW bytes a block of the CRC kernel reads
+_crc = {}  # device -> (row table, shift tables) as int64
 
 
 def handles(dtype):
@@ -31,9 +37,8 @@ def handles(dtype):
 
 def _state(device, slots):
     st = _scratch.get(device)
-    if st is None or st[2].numel() < slots:
+    if st is None or st[1].numel() < slots:
         st = _scratch[device] = [torch.empty((RING_ROWS, 4), dtype=torch.float64, device=device),
-                                 torch.empty((RING_ROWS, 2), dtype=torch.int64, device=device),
                                  torch.zeros(max(slots, 4096), dtype=torch.int32, device=device), 0]
     return st
 
@@ -43,11 +48,44 @@ def _programs(n):
 
 
 def _ring_rows(st, programs):
-    row = st[3]
+    row = st[2]
     if row + programs > RING_ROWS:  # the ring is reused in stream order: earlier launches are done with it
         row = 0
-    st[3] = row + programs
+    st[2] = row + programs
     return row
+
+
+def statistics(batch):
+    """Statistics of items (x, n, slot, rows) of one device and dtype: `x` dense, or rows of a wider
+    tensor when `rows` is (columns, row stride); one tensor alone by the ring kernel."""
+    if len(batch) == 1 and batch[0][3] is None:
+        x, n, slot, _ = batch[0]
+        stats(x, n, slot.buffer.rows, slot.index)
+        return
+    stats_many([x for x, _, _, _ in batch], [n for _, n, _, _ in batch], [slot.address for _, _, slot, _ in batch],
+               [r or (n, n) for _, n, _, r in batch])
+
+
+def checksum(batch):
+    """Raw CRC-32 of items (raw, slot), flat uint8 tensors of one device, in one launch."""
+    raw0 = batch[0][0]
+    counts = [raw.numel() for raw, _ in batch]
+    levels = [max(0, -(-n // ROW) - 1).bit_length() for n in counts]
+    table, tiles = _table(raw0.device, [raw.data_ptr() for raw, _ in batch], counts,
+                          [slot.address for _, slot in batch], CRC_TILE, (levels,))
+    st = _multi_state(raw0.device, tiles, len(batch))
+    row_tab, shift_tab = _crc_tables(raw0.device)
+    _crc_multi_kernel[(tiles,)](table, len(batch), st[1], st[2], row_tab, shift_tab, ROW=ROW, RB=CRC_RB,
+                                TILE_BLOCKS=TILE_BLOCKS, MAXP=MAX_PROGRAMS, num_warps=4)
+
+
+def _crc_tables(device):
+    tabs = _crc.get(device)
+    if tabs is None:
+        tabs = _crc[device] = (
+            to_device_async(torch.from_numpy(crc.row_tables().astype(np.int64)), device),
+            to_device_async(torch.from_numpy(crc.shift_tables().astype(np.int64)), device))
+    return tabs
 
 
 def stats(x, n, out, index):
@@ -55,17 +93,7 @@ def stats(x, n, out, index):
     st = _state(x.device, out.shape[0])
     p = _programs(n)
     row = _ring_rows(st, p)
-    _stats_kernel[(p,)](x, n, st[0], row, st[2], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS, num_warps=8)
-
-
-def wordsum(words, out, index):
-    """The checksum's two 32-bit sums of int32 `words` (the bytes, contiguous) into `out[index]` (int64 x 2)."""
-    n = words.numel()
-    st = _state(words.device, out.shape[0])
-    p = _programs(n)
-    row = _ring_rows(st, p)
-    _wordsum_kernel[(p,)](words, n, st[1], row, st[2], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS,
-                          K0=checksum.K0, K1=checksum.K1, K2=checksum.K2, K3=checksum.K3, num_warps=8)
+    _stats_kernel[(p,)](x, n, st[0], row, st[1], out, index, BLOCK=BLOCK, MAXP=MAX_PROGRAMS, num_warps=8)
 
 
 @triton.jit
@@ -119,56 +147,6 @@ def _stats_kernel(x_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK
         tl.store(count_ptr + index, 0)
 
 
-@triton.jit
-def _mix(a, K1: tl.constexpr, K2: tl.constexpr):
-    a = a ^ (a >> 16)
-    a = a * K1
-    a = a ^ (a >> 15)
-    a = a * K2
-    return a ^ (a >> 16)
-
-
-@triton.jit
-def _fold_words(w, offs, m, s1, s2, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, K3: tl.constexpr):
-    """One block of uint32 words at indices `offs` (lanes where `m`) into the two checksum sums."""
-    a = _mix(w ^ (offs.to(tl.uint32) * K0), K1, K2)  # uint32 arithmetic wraps mod 2^32
-    b = a * K3
-    b = b ^ (b >> 13)
-    return s1 + tl.where(m, a, tl.zeros_like(a)), s2 + tl.where(m, b, tl.zeros_like(b))
-
-
-@triton.jit
-def _store_words_part(part, s1, s2):
-    tl.store(part + 0, tl.sum(s1, 0).to(tl.int64))
-    tl.store(part + 1, tl.sum(s2, 0).to(tl.int64))
-
-
-@triton.jit(do_not_specialize=["n", "ring_row", "index"])
-def _wordsum_kernel(w_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLOCK: tl.constexpr,
-                    MAXP: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
-                    K3: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    lanes = tl.arange(0, BLOCK)
-    s1 = tl.zeros([BLOCK], tl.uint32)
-    s2 = tl.zeros([BLOCK], tl.uint32)
-    for start in range(pid.to(tl.int64) * BLOCK, n, nprog * BLOCK):
-        offs = start + lanes
-        m = offs < n
-        w = tl.load(w_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
-        s1, s2 = _fold_words(w, offs, m, s1, s2, K0, K1, K2, K3)
-    _store_words_part(ring_ptr + (ring_row + pid) * 2, s1, s2)
-    done = tl.atomic_add(count_ptr + index, 1, sem="acq_rel")
-    if done == nprog - 1:
-        p = tl.arange(0, MAXP)
-        pm = p < nprog
-        rows = ring_ptr + (ring_row + p) * 2
-        o = out_ptr + index * 2
-        tl.store(o + 0, tl.sum(tl.load(rows + 0, mask=pm, other=0), 0) & 0xFFFFFFFF)
-        tl.store(o + 1, tl.sum(tl.load(rows + 1, mask=pm, other=0), 0) & 0xFFFFFFFF)
-        tl.store(count_ptr + index, 0)
-
-
 # -- many tensors in one launch -------------------------------------------------------------------------
 # A batch of same-dtype tensors is cut into tiles of TILE elements; the program of a tile writes its partial
 # row, and the last tile of each tensor to finish reduces that tensor's rows into its slot. The host builds
@@ -176,6 +154,7 @@ def _wordsum_kernel(w_ptr, n, ring_ptr, ring_row, count_ptr, out_ptr, index, BLO
 # row stride (a row-strided layout; dense: both n), then the tensor of every tile.
 TILE_BLOCKS = 8
 TILE = BLOCK * TILE_BLOCKS
+CRC_TILE = ROW * CRC_RB * TILE_BLOCKS  # bytes a CRC tile reads
 _TL_TYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
              torch.float64: tl.float64, torch.int8: tl.int8, torch.uint8: tl.uint8, torch.int16: tl.int16,
              torch.int32: tl.int32, torch.int64: tl.int64, torch.bool: tl.int8}
@@ -193,17 +172,17 @@ def _multi_state(device, tiles, tensors):
     return st
 
 
-def _table(device, addrs, counts, outs, per_tile, rows=None):
-    """The batch's table on the device (one copy from pinned memory) and its tile count. `rows`: per
-    tensor (columns, row stride) of a row-strided layout, or None for dense memory."""
+def _table(device, addrs, counts, outs, per_tile, extra):
+    """The batch's table on the device (one copy from pinned memory) and its tile count: per tensor its
+    address, element count, slot address, first tile, tile count and the `extra` columns, then the
+    tensor of every tile."""
     k = len(addrs)
     counts = np.asarray(counts, dtype=np.int64)
     tiles = np.maximum(1, -(-counts // per_tile))
     first = np.concatenate(([0], np.cumsum(tiles)[:-1]))
-    cols, strides = (counts, counts) if rows is None else (np.asarray([r[0] for r in rows], dtype=np.int64),
-                                                           np.asarray([r[1] for r in rows], dtype=np.int64))
-    table = np.concatenate((np.asarray(addrs, dtype=np.int64), counts, np.asarray(outs, dtype=np.int64),
-                            first, tiles, cols, strides, np.repeat(np.arange(k, dtype=np.int64), tiles)))
+    table = np.concatenate([np.asarray(addrs, dtype=np.int64), counts, np.asarray(outs, dtype=np.int64),
+                            first, tiles] + [np.asarray(e, dtype=np.int64) for e in extra]
+                           + [np.repeat(np.arange(k, dtype=np.int64), tiles)])
     # (on the CPU: Triton's interpreter, in the tests)
     return to_device_async(torch.from_numpy(table), device), int(tiles.sum())
 
@@ -212,21 +191,11 @@ def stats_many(tensors, counts, outs, rows):
     """Statistics of many same-dtype tensors in one launch; `outs` are the slot addresses (float64 x 4
     each), `rows` per tensor (columns, row stride) of its memory (dense: (n, n))."""
     x0 = tensors[0]
-    table, tiles = _table(x0.device, [t.data_ptr() for t in tensors], counts, outs, TILE, rows)
+    table, tiles = _table(x0.device, [t.data_ptr() for t in tensors], counts, outs, TILE,
+                          ([r[0] for r in rows], [r[1] for r in rows]))
     st = _multi_state(x0.device, tiles, len(tensors))
     _stats_multi_kernel[(tiles,)](table, len(tensors), st[0], st[2], DTYPE=_TL_TYPES[x0.dtype], BLOCK=BLOCK,
                                   TILE_BLOCKS=TILE_BLOCKS, MAXP=MAX_PROGRAMS, num_warps=8)
-
-
-def wordsum_many(words, outs):
-    """The checksum sums of many int32 word tensors in one launch; `outs`: slot addresses (int64 x 2)."""
-    w0 = words[0]
-    counts = [w.numel() for w in words]
-    table, tiles = _table(w0.device, [w.data_ptr() for w in words], counts, outs, TILE)
-    st = _multi_state(w0.device, tiles, len(words))
-    _wordsum_multi_kernel[(tiles,)](table, len(words), st[1], st[2], BLOCK=BLOCK, TILE_BLOCKS=TILE_BLOCKS,
-                                    MAXP=MAX_PROGRAMS, K0=checksum.K0, K1=checksum.K1, K2=checksum.K2,
-                                    K3=checksum.K3, num_warps=8)
 
 
 @triton.jit(do_not_specialize=["k"])
@@ -281,37 +250,41 @@ def _stats_multi_kernel(table_ptr, k, parts_ptr, count_ptr, DTYPE: tl.constexpr,
         tl.store(count_ptr + i, 0)
 
 
+
+
 @triton.jit(do_not_specialize=["k"])
-def _wordsum_multi_kernel(table_ptr, k, parts_ptr, count_ptr, BLOCK: tl.constexpr, TILE_BLOCKS: tl.constexpr,
-                          MAXP: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
-                          K3: tl.constexpr):
+def _crc_multi_kernel(table_ptr, k, parts_ptr, count_ptr, row_tab, shift_tab, ROW: tl.constexpr,
+                      RB: tl.constexpr, TILE_BLOCKS: tl.constexpr, MAXP: tl.constexpr):
     tile = tl.program_id(0)
-    i = tl.load(table_ptr + 7 * k + tile)
+    i = tl.load(table_ptr + 6 * k + tile)
     n = tl.load(table_ptr + k + i)
     first = tl.load(table_ptr + 3 * k + i)
     ntiles = tl.load(table_ptr + 4 * k + i)
-    w_ptr = tl.load(table_ptr + i).to(tl.pointer_type(tl.int32))
-    lanes = tl.arange(0, BLOCK)
-    s1 = tl.zeros([BLOCK], tl.uint32)
-    s2 = tl.zeros([BLOCK], tl.uint32)
-    base = (tile - first) * (BLOCK * TILE_BLOCKS)
+    levels = tl.load(table_ptr + 5 * k + i)
+    x_ptr = tl.load(table_ptr + i).to(tl.pointer_type(tl.uint8))
+    cols = tl.arange(0, ROW)
+    acc = tl.zeros([RB], tl.int64)
     for b in range(TILE_BLOCKS):
-        offs = base + b * BLOCK + lanes
-        m = offs < n
-        w = tl.load(w_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
-        s1, s2 = _fold_words(w, offs, m, s1, s2, K0, K1, K2, K3)
-    _store_words_part(parts_ptr + tile * 2, s1, s2)
+        # rows counted from the tensor's end: row q holds bytes n - ROW*(q+1) .. n - ROW*q - 1
+        q = ((tile - first) * TILE_BLOCKS + b) * RB + tl.arange(0, RB).to(tl.int64)
+        offs = n - ROW * (q[:, None] + 1) + cols[None, :]
+        m = offs >= 0  # the first row's missing bytes are leading zeros: no part of the raw CRC
+        v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.int64)
+        u = tl.xor_sum(tl.load(row_tab + cols[None, :] * 256 + v), axis=1)
+        for lv in range(levels):
+            t = shift_tab + lv * 1024
+            moved = (tl.load(t + (u & 255)) ^ tl.load(t + 256 + ((u >> 8) & 255))
+                     ^ tl.load(t + 512 + ((u >> 16) & 255)) ^ tl.load(t + 768 + ((u >> 24) & 255)))
+            u = tl.where(((q >> lv) & 1) != 0, moved, u)
+        acc = acc ^ u
+    tl.store(parts_ptr + tile * 2, tl.xor_sum(acc, axis=0))
     done = tl.atomic_add(count_ptr + i, 1, sem="acq_rel")
     if done == ntiles - 1:
-        g1 = tl.zeros([MAXP], tl.int64)
-        g2 = tl.zeros([MAXP], tl.int64)
+        g = tl.zeros([MAXP], tl.int64)
         p = tl.arange(0, MAXP)
         for c in range(0, ntiles, MAXP):
             pm = c + p < ntiles
-            rows = parts_ptr + (first + c + p) * 2
-            g1 += tl.load(rows + 0, mask=pm, other=0)
-            g2 += tl.load(rows + 1, mask=pm, other=0)
+            g = g ^ tl.load(parts_ptr + (first + c + p) * 2, mask=pm, other=0)
         o = tl.load(table_ptr + 2 * k + i).to(tl.pointer_type(tl.int64))
-        tl.store(o + 0, tl.sum(g1, 0) & 0xFFFFFFFF)
-        tl.store(o + 1, tl.sum(g2, 0) & 0xFFFFFFFF)
+        tl.store(o, tl.xor_sum(g, axis=0))
         tl.store(count_ptr + i, 0)

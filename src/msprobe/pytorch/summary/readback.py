@@ -1,0 +1,100 @@
+"""A batch of device slots brought to the host in one non-blocking copy per buffer, then turned into
+record fields in numpy: Mean and Norm of non-float64 data rounded to float32 (as the host kernel reports
+them), NaN in Max/Min when a NaN is in the tensor, the checksum finished into CRC-32's 8 hex digits."""
+
+import math
+
+import numpy as np
+import torch
+
+from msprobe.core import checksum
+from msprobe.core.dump.json_append import json_float
+from msprobe.pytorch.summary.slots import STATS, Slot
+
+_FLT_MAX = 3.4028234663852886e38
+
+
+def start(batch, buffers):
+    """Queue the copy of `buffers` (the rows `batch`'s slots are in) to the host."""
+    copies = []
+    for buf in buffers:
+        rows = buf.rows[:buf.used]
+        if rows.device.type == "cpu":
+            copies.append((buf, rows, None))
+            continue
+        host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+        host.copy_(rows, non_blocking=True)
+        event = torch.cuda.Event() if rows.device.type == "cuda" else None
+        if event is not None:
+            event.record()
+        copies.append((buf, host, event))
+    return Readback(batch, copies)
+
+
+class Readback:
+    """A batch's slots on their way to the host."""
+
+    __slots__ = ("batch", "copies")
+
+    def __init__(self, batch, copies):
+        self.batch, self.copies = batch, copies
+
+    def finish(self):
+        """Wait for the copies, set each slot's values and fill the records waiting for it."""
+        arrays = {}
+        for buf, host, event in self.copies:
+            if event is not None:
+                event.synchronize()
+            elif host.device.type != "cpu":
+                host = host.cpu()
+            arrays[id(buf)] = host.numpy()
+        stats = [slot for slot in self.batch if slot.kind == STATS]
+        for slot, values in zip(stats, stats_values_many(stats, arrays)):
+            slot.values = values
+        for slot in self.batch:
+            if slot.kind != STATS:
+                raw = int(arrays[id(slot.buffer)][slot.index, 0])
+                slot.values = {"md5": checksum.finish_raw(raw, slot.nbytes)}
+            for rec in slot.waiting:
+                rec.update(slot.values)
+            slot.waiting = []
+        self.batch = self.copies = None
+
+
+def stats_values_many(slots, arrays):
+    """Record fields of many statistics slots: the arithmetic in numpy, one dict per slot."""
+    if not slots:
+        return []
+    rows = np.stack([arrays[id(s.buffer)][s.index] for s in slots])
+    n = np.array([s.n for s in slots], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        mean = rows[:, 2] / n
+        norm = np.sqrt(rows[:, 3])
+        # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
+        low = np.array([s.dtype.is_floating_point and s.dtype != torch.float64 for s in slots])
+        for col in (mean, norm):
+            fits = low & (np.abs(col) <= _FLT_MAX)
+            col[fits] = col[fits].astype(np.float32)
+        finite = np.isfinite(rows).all(axis=1)
+    out = []
+    for s, (mx, mn, _, _), m, nm, ok in zip(slots, rows.tolist(), mean.tolist(), norm.tolist(), finite.tolist()):
+        dtype = s.dtype
+        if dtype == torch.bool:
+            out.append({"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None})
+        elif ok:
+            if not dtype.is_floating_point:
+                mx, mn = int(mx), int(mn)
+            out.append({"Max": mx, "Min": mn, "Mean": m, "Norm": nm})
+        else:
+            if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
+                mx = mn = float("nan")
+            elif not dtype.is_floating_point and math.isfinite(mx) and math.isfinite(mn):
+                mx, mn = int(mx), int(mn)
+            out.append({"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(m), "Norm": json_float(nm)})
+    return out
+
+
+def stats_values(row, n, dtype):
+    """Record fields from one slot's row (max, min, sum, sum of squares)."""
+    one = Slot(STATS, None, 0, n, dtype, 0)
+    return stats_values_many([one], {id(None): np.asarray(row, dtype=np.float64).reshape(1, 4)})[0]

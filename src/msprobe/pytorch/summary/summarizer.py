@@ -1,0 +1,206 @@
+"""Tensor -> record: the entry point of the summaries. A CPU tensor's statistics and CRC-32 come at once
+(host.py); anything else — tensors on an accelerator, and CPU tensors when `device_path` is set — is
+summarised into device slots (device.py) that `start_resolve` brings to the host in one copy. Values seen
+again unchanged reuse their record (cache.py); the same tensor object seen again (same version, memory
+and shape) takes its record from a per-object table before any key is built: the common case, an output
+passed straight to the next API. Guarded by benchmarks/dump_overhead.py.
+"""
+
+import os
+import weakref
+
+import torch
+
+from msprobe.core.dump import moments as native
+from msprobe.pytorch.summary import host
+from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
+from msprobe.pytorch.summary.device import DeviceSummaries
+from msprobe.pytorch.summary.layout import element_span, memory_order
+from msprobe.pytorch.summary.slots import fill_from_slot
+from msprobe.pytorch.tensor_subclasses import plain_tensor
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
+_DTYPE_NAMES = {}
+_STAT_FIELDS = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+_STAT_MD5_FIELDS = dict(_STAT_FIELDS, md5=None)
+
+
+def dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)  # 'torch.float32', as msProbe writes it
+    return name
+
+
+class Summarizer:
+    """Computes tensor records; keeps a cache of recent results keyed by memory and version.
+
+    A CPU tensor's statistics come at once from the C kernel (or torch's reductions); anything else
+    — tensors on an accelerator, and CPU tensors when `device_path` is set — is summarised into
+    device slots (device.py) that `start_resolve` brings to the host in one copy.
+    The md5 checksum (CRC-32, core/checksum.py) is read in place on the CPU, in a slot elsewhere.
+
+    Args:
+        stats: compute Max/Min/Mean/Norm (False for the structure task).
+        md5: add the CRC-32 of the tensor bytes under "md5" (8 hex digits, msProbe's value).
+        device_path: summarise CPU tensors through the device slots too (MSPROBE_DEVICE_SUMMARY=1:
+            what the tests use to check the accelerator path on a CPU).
+    """
+
+    def __init__(self, stats=True, md5=False, device_path=None):
+        self.stats = stats
+        self.md5 = md5
+        if device_path is None:
+            device_path = os.environ.get("MSPROBE_DEVICE_SUMMARY", "0") == "1"
+        self.device_path = device_path
+        self.slots = DeviceSummaries()
+        self._cache = {}
+        # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
+        # before (an API's input is usually the previous API's output object) skips the memory key
+        self._objects = {}
+        self._native_kinds = host.NATIVE_KINDS if native.ENABLED and not device_path else {}
+        self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
+        self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
+
+    @property
+    def pending(self):
+        """Summaries in device slots, not yet on the host."""
+        return self.slots.pending
+
+    @property
+    def waiting(self):
+        """Deferred summaries not launched yet (see DeviceSummaries)."""
+        return self.slots.waiting
+
+    def launch(self, touching=None):
+        """Launch the deferred summaries now: something may change their tensors in place (`touching`:
+        which tensors, when known; see DeviceSummaries.launch)."""
+        if self.slots.waiting:
+            self.slots.launch(touching)
+
+    def start_resolve(self):
+        return self.slots.start_resolve()
+
+    def clear(self):
+        self._cache.clear()
+        self._objects.clear()
+
+    def forget(self, tensors):
+        """Drop cached results of tensors changed behind autograd's back (collectives write in place
+        without bumping the version counter)."""
+        for t in tensors:
+            if type(t) not in _PLAIN:
+                t = plain_tensor(t)[0]  # a DTensor changed in place: its local shard changed
+                if type(t) not in _PLAIN:
+                    continue
+            self._objects.pop(id(t), None)
+            try:
+                self._cache.pop(memory_key(t, t.numel(), self.md5)[0], None)
+            except (RuntimeError, NotImplementedError):
+                pass
+
+    def summarize(self, t, defer=False):
+        """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
+        filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
+        the next `launch()` (the caller launches before anything changes `t` in place).
+
+        The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
+        may link to it. (The hot path of every dump: attributes are read once, in one place.)
+        """
+        seen = self._objects.get(id(t))
+        if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
+                and seen[3] == t.shape):
+            rec = seen[4].copy()
+            rec["requires_grad"] = t.requires_grad
+            entry = seen[5]
+            for slot in entry.slots:
+                fill_from_slot(rec, slot)
+            return rec, entry
+        dtype = t.dtype
+        name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+        if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
+            return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
+                    "requires_grad": t.requires_grad}, None
+        key = span = None
+        n = t.numel()
+        # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
+        if type(t) in _PLAIN and t.layout is _STRIDED and not t.is_inference():
+            try:
+                if n > 1 and t.is_contiguous():
+                    span = ((1, n),)
+                    key = (t.data_ptr(), dtype, t.device, span)
+                else:
+                    key, span = memory_key(t, n, self.md5)
+            except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
+                key = None
+        shape = t.shape
+        if key is not None:
+            hit = self._cache.get(key)
+            # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
+            # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
+            if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
+                return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
+        values, slots = {}, []
+        on_host = t.is_cpu and not self.device_path
+        if self.stats:
+            if on_host or n == 0:
+                values = host.statistics(t, n, span, self._native_kinds)
+            else:
+                slots.append(self._stats_slot(t, n, span, defer))
+        if self.md5:
+            if on_host or n == 0:
+                values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
+            else:
+                slots.append(self.slots.checksum(t.detach(), defer))
+        entry = None
+        if key is not None:
+            if len(self._cache) > CACHE_LIMIT:
+                self._cache.clear()
+            try:
+                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values, slots)
+            except (RuntimeError, TypeError):
+                entry = None
+        return self._record(t, name, shape, key, entry, values, slots), entry
+
+    def _record(self, t, name, shape, key, entry, values, slots):
+        """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
+        are resolved); remembered for the tensor object when it has a cache entry."""
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
+        rec.update(values if len(values) == len(self._fields) else dict(self._fields, **values))
+        if entry is not None:
+            self._remember(t, key, shape, rec, entry)
+        rec["requires_grad"] = t.requires_grad
+        for slot in slots:
+            fill_from_slot(rec, slot)
+        return rec
+
+    def _remember(self, t, key, shape, rec, entry):
+        """The tensor object's record (without requires_grad) for its next summary at this version."""
+        if len(self._objects) > CACHE_LIMIT:
+            self._objects.clear()
+        self._objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
+
+    def _stats_slot(self, t, n, span, defer):
+        """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
+        when the caller has it."""
+        x = t.detach()
+        if x.is_complex():
+            with torch.no_grad():
+                x = x.abs()
+            span = None
+        elif span is not None and len(span) == 1 and span[0][0] == 1 and n == span[0][1]:
+            return self.slots.stats(x, n, x, defer)  # contiguous: the caller has looked
+        dense = memory_order(x)
+        if dense.is_contiguous():
+            return self.slots.stats(x, n, dense, defer)
+        if span is None:
+            span = element_span(x)
+        # rows of a wider tensor (one chunk of a fused qkv projection), not overlapping
+        rows = ((span[1][1], span[0][0]) if len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]
+                else None)
+        return self.slots.stats(x, n, None, defer, rows)
+
+    def _stats(self, t, n=None, span=None):
+        """Max/Min/Mean/Norm of CPU tensor `t` now (host.py); `span` is `element_span(t)` when the caller has it."""
+        return host.statistics(t, t.numel() if n is None else n, span, self._native_kinds)
