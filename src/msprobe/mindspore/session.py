@@ -41,6 +41,8 @@ class DumpSession(CaptureSession):
 
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         self._late = []  # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
+        # the flusher reads CPU tensors while training is idle; a device's are read where their ops run
+        self.idle_readback = ms.get_context("device_target") == "CPU"
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)

@@ -8,17 +8,21 @@ An adapter supplies interception, its Summarizer (the framework's kernels: `summ
 `start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
 `emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
 construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
-`FLUSH_SECONDS` seconds, at stop() and at the step's end. A process killed by SIGKILL keeps every
-finished step and, of the current one, what the last resolve wrote. With a `lane` (a one-thread executor: CUDA),
+`FLUSH_SECONDS` seconds, at stop() and at the step's end; and, while no record comes, by the
+background flusher (flusher.py) once the queue has been idle `IDLE_SECONDS`. A process killed by
+SIGKILL keeps every finished step and, of the current one, every record captured up to a second
+before. With a `lane` (a one-thread executor: CUDA),
 the host side of a resolve — waiting for the copy, filling and writing records — runs off the
 training thread, in order.
 Framework-free.
 """
 
+import threading
 import time
 from collections import deque
 
 from msprobe.core import naming
+from msprobe.core.dump import flusher
 from msprobe.core.dump.overflow import OverflowGate
 from msprobe.core.dump.records import CallRecords
 from msprobe.core.dump.writer import SessionWriter, run_on
@@ -30,6 +34,8 @@ _NO_RECORD = object()  # a queue entry of structure notes only
 FLUSH_RECORDS = 2048
 FLUSH_SUMMARIES = 4096
 FLUSH_SECONDS = 1.0
+# the flusher writes a queue no record joined for this long (the training thread is then elsewhere)
+IDLE_SECONDS = 0.5
 
 
 class CaptureSession(CallRecords, SessionWriter):
@@ -50,6 +56,8 @@ class CaptureSession(CallRecords, SessionWriter):
     """
 
     saturating = {}
+    # the flusher may read summaries back itself (see write_idle)
+    idle_readback = False
     structure_levels = ("mix", "L0")
     early_writer = True
 
@@ -74,10 +82,13 @@ class CaptureSession(CallRecords, SessionWriter):
         self._lane = lane
         self._lane_work = None  # the last resolve handed to the lane
         self.announce = None  # the debugger's "dumping ... to ..." line, said at the first write
-        self._resolved_at = time.monotonic()
+        self._resolved_at = self._put_at = time.monotonic()
+        # the queue and the lane's order, shared by the training thread and the flusher
+        self._lock = threading.Lock()
         self._construct_all = cfg.extra_info and cfg.level in self.structure_levels
         # overflow_check writes in few steps: there the first kept record opens the step's files
         self._prepare_writer(pool, early=self.early_writer and cfg.task != "overflow_check")
+        flusher.watch(self)
 
     def _new_summarizer(self):
         raise NotImplementedError
@@ -106,44 +117,100 @@ class CaptureSession(CallRecords, SessionWriter):
             self._note(key, [(True, parent)])
 
     def _note(self, key, notes):
-        entry = self._last.get(key)
-        if entry is not None:
-            entry[4].extend(notes)  # written with (and, under overflow_check, only with) its record
-        elif self.gate is None or key in self._kept:
+        with self._lock:  # not into an entry the flusher is writing
+            entry = self._last.get(key)
+            if entry is not None:
+                entry[4].extend(notes)  # written with (and, under overflow_check, only with) its record
+                return
+        if self.gate is None or key in self._kept:
             self._put([key, _NO_RECORD, None, (), notes])
 
     def _put(self, entry):
-        queue = self._queue
-        if queue and (len(queue) >= FLUSH_RECORDS or time.monotonic() - self._resolved_at >= FLUSH_SECONDS
-                      or self.summarizer.pending >= FLUSH_SUMMARIES):
-            self.resolve()
+        now = time.monotonic()
+        with self._lock:
             queue = self._queue
-        if self.writer is None and self.gate is None:
-            self._writer()  # opened on this thread: a lane only writes through it
-        queue.append(entry)
-        self._last[entry[0]] = entry
+            if queue and (len(queue) >= FLUSH_RECORDS or now - self._resolved_at >= FLUSH_SECONDS
+                          or self.summarizer.pending >= FLUSH_SUMMARIES):
+                self._resolve(self.summarizer.start_resolve())
+                queue = self._queue
+            if self.writer is None and self.gate is None:
+                self._writer()  # opened on this thread: a lane only writes through it
+            queue.append(entry)
+            self._last[entry[0]] = entry
+            self._put_at = now
 
     # -- resolve and write ---------------------------------------------------------------------------
     def resolve(self):
         """Bring every pending summary to the host, then write the records queued so far."""
+        with self._lock:
+            self._resolve(self.summarizer.start_resolve())
+
+    def _resolve(self, readback, stacks=False):
+        """Write the queued records once `readback` (None: nothing to read back) is finished; `stacks`:
+        stack.json too. Called holding the lock."""
         self._resolved_at = time.monotonic()
-        readback = self.summarizer.start_resolve()
         entries, self._queue, self._last = list(self._queue), deque(), {}
-        if self._lane is None:
-            readback.finish()
-            self._write(entries)
-            return
 
         def finish_and_write(previous=self._lane_work):
             if previous is not None:
                 previous.result()  # in order
-            readback.finish()
+            if readback is not None:
+                readback.finish()
             self._write(entries)
-        self._lane_work = run_on(self._lane, finish_and_write)
+            if stacks and self.writer is not None:
+                self.writer.write_stacks()
+        if self._lane is None:
+            finish_and_write()
+        else:
+            self._lane_work = run_on(self._lane, finish_and_write)
+
+    def write_idle(self):
+        """The flusher's turn: write what was queued if no record came for IDLE_SECONDS, with stack.json.
+        Only records whose summaries are all on the host: reading a tensor back is the training
+        thread's work (MindSpore reads a tensor where its ops run; a device summary launched here
+        would race the step's next kernels), done at its next record, stop() or step()."""
+        if time.monotonic() - self._put_at < IDLE_SECONDS:
+            return
+        summarizer = self.summarizer
+        pending = summarizer.pending or getattr(summarizer, "waiting", 0)
+        if pending and not self.idle_readback:
+            return
+        if not self._lock.acquire(timeout=1.0):
+            return
+        try:
+            if self._queue or (self.writer is not None and self.writer.stacks_pending):
+                self._resolve(summarizer.start_resolve() if pending else None, stacks=True)
+        finally:
+            self._lock.release()
+
+    def write_now(self, ending=False):
+        """A signal's turn, on the main thread: write everything queued, stack.json too, and wait (a few
+        seconds at most) for it to be on disk. Nothing when the signal came inside the queue's lock.
+        `ending`: the process dies next, so backward records still waiting for gradients are written
+        with those that came, as at a step's end."""
+        main = threading.current_thread() is threading.main_thread()
+        if ending and main and not self._lock.locked():
+            self.emit_partial_backward()
+        if not self._lock.acquire(timeout=1.0):
+            return
+        try:
+            pending = self.summarizer.pending or getattr(self.summarizer, "waiting", 0)
+            if not pending:
+                self._resolve(None, stacks=True)
+        finally:
+            self._lock.release()
+        if pending and main:
+            self.resolve()  # the adapter's: reads its tensors back as its tool work
+            with self._lock:
+                self._resolve(None, stacks=True)
+        work = self._lane_work
+        if work is not None:
+            work.result(timeout=5.0)
 
     def wait_written(self):
         """Until everything resolved so far is written (and raise what writing it raised)."""
-        work, self._lane_work = self._lane_work, None
+        with self._lock:
+            work, self._lane_work = self._lane_work, None
         if work is not None:
             work.result()
 
@@ -207,13 +274,16 @@ class CaptureSession(CallRecords, SessionWriter):
         self.emit_partial_backward()
         self.resolve()
         self.wait_written()
-        if self.writer is not None:
-            self.writer.flush()
+        with self._lock:  # stack.json: not while the flusher writes it
+            if self.writer is not None:
+                self.writer.flush()
 
     def close(self):
+        flusher.unwatch(self)
         try:
             self.flush()
         finally:
             self.wait_written()
-            self._close_writer()
+            with self._lock:  # not while the flusher writes
+                self._close_writer()
             self.summarizer.clear()

@@ -245,6 +245,11 @@ class DumpWriter:
             self._errors.flush()
 
     # -- closing -------------------------------------------------------------------------------
+    @property
+    def stacks_pending(self):
+        """Stacks added since stack.json was last written."""
+        return not self._stacks_written
+
     def write_stacks(self):
         """Write stack.json (deduplicated: one entry per distinct stack, listing the keys sharing it);
         nothing to do when no stack came in since the last write (stop() then step())."""
