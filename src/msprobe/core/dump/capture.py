@@ -26,9 +26,12 @@ from msprobe.core.dump import flusher
 from msprobe.core.dump.overflow import OverflowGate
 from msprobe.core.dump.records import CallRecords
 from msprobe.core.dump.writer import SessionWriter, run_on
+from msprobe.core.errors import MsprobeError
 from msprobe.core.filters import DumpFilter
 
 _NO_RECORD = object()  # a queue entry of structure notes only
+# what writing a dump can meet: a full disk or I/O error, a directory taken by another run
+_WRITE_ERRORS = (OSError, MsprobeError)
 
 # a resolve when this many records wait, or this many summaries, or this long since the last one
 FLUSH_RECORDS = 2048
@@ -36,6 +39,14 @@ FLUSH_SUMMARIES = 4096
 FLUSH_SECONDS = 1.0
 # the flusher writes a queue no record joined for this long (the training thread is then elsewhere)
 IDLE_SECONDS = 0.5
+
+
+def _reason(error):
+    """One line for dump.json's "incomplete" and the warning."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where}"
+    return str(error)
 
 
 class CaptureSession(CallRecords, SessionWriter):
@@ -94,6 +105,23 @@ class CaptureSession(CallRecords, SessionWriter):
         raise NotImplementedError
 
     # -- records in --------------------------------------------------------------------------------
+    # -- a write that failed (a full disk, an unwritable or taken directory) ---------------------------
+    failed = None  # the error that stopped this session's dump
+    on_failure = None  # the debugger's: told once, from whichever thread met the error
+
+    def _fail(self, error):
+        """Stop writing: the step's files end after their last whole write, dump.json marked incomplete;
+        every later record is dropped. Training goes on."""
+        if self.failed is not None:
+            return
+        self.failed = error
+        self._queue, self._last = deque(), {}
+        writer = self.writer
+        if writer is not None:
+            writer.mark_incomplete(_reason(error))
+        if self.on_failure is not None:
+            self.on_failure(self, error)
+
     def emit(self, key, record, waits=(), check=None):
         """Hand over a finished record; overflow_check keeps it only if `check` (default: the record)
         overflows."""
@@ -126,24 +154,32 @@ class CaptureSession(CallRecords, SessionWriter):
             self._put([key, _NO_RECORD, None, (), notes])
 
     def _put(self, entry):
+        if self.failed is not None:
+            return
         now = time.monotonic()
-        with self._lock:
-            queue = self._queue
-            if queue and (len(queue) >= FLUSH_RECORDS or now - self._resolved_at >= FLUSH_SECONDS
-                          or self.summarizer.pending >= FLUSH_SUMMARIES):
-                self._resolve(self.summarizer.start_resolve())
+        try:
+            with self._lock:
                 queue = self._queue
-            if self.writer is None and self.gate is None:
-                self._writer()  # opened on this thread: a lane only writes through it
-            queue.append(entry)
-            self._last[entry[0]] = entry
-            self._put_at = now
+                if queue and (len(queue) >= FLUSH_RECORDS or now - self._resolved_at >= FLUSH_SECONDS
+                              or self.summarizer.pending >= FLUSH_SUMMARIES):
+                    self._resolve(self.summarizer.start_resolve())
+                    queue = self._queue
+                if self.writer is None and self.gate is None:
+                    self._writer()  # opened on this thread: a lane only writes through it
+                queue.append(entry)
+                self._last[entry[0]] = entry
+                self._put_at = now
+        except _WRITE_ERRORS as e:
+            self._fail(e)
 
     # -- resolve and write ---------------------------------------------------------------------------
     def resolve(self):
         """Bring every pending summary to the host, then write the records queued so far."""
-        with self._lock:
-            self._resolve(self.summarizer.start_resolve())
+        try:
+            with self._lock:
+                self._resolve(self.summarizer.start_resolve())
+        except _WRITE_ERRORS as e:
+            self._fail(e)
 
     def _resolve(self, readback, stacks=False):
         """Write the queued records once `readback` (None: nothing to read back) is finished; `stacks`:
@@ -156,9 +192,14 @@ class CaptureSession(CallRecords, SessionWriter):
                 previous.result()  # in order
             if readback is not None:
                 readback.finish()
-            self._write(entries)
-            if stacks and self.writer is not None:
-                self.writer.write_stacks()
+            if self.failed is not None:
+                return
+            try:
+                self._write(entries)
+                if stacks and self.writer is not None:
+                    self.writer.write_stacks()
+            except _WRITE_ERRORS as e:
+                self._fail(e)
         if self._lane is None:
             finish_and_write()
         else:
@@ -169,7 +210,7 @@ class CaptureSession(CallRecords, SessionWriter):
         Only records whose summaries are all on the host: reading a tensor back is the training
         thread's work (MindSpore reads a tensor where its ops run; a device summary launched here
         would race the step's next kernels), done at its next record, stop() or step()."""
-        if time.monotonic() - self._put_at < IDLE_SECONDS:
+        if self.failed is not None or time.monotonic() - self._put_at < IDLE_SECONDS:
             return
         summarizer = self.summarizer
         pending = summarizer.pending or getattr(summarizer, "waiting", 0)
@@ -188,6 +229,8 @@ class CaptureSession(CallRecords, SessionWriter):
         seconds at most) for it to be on disk. Nothing when the signal came inside the queue's lock.
         `ending`: the process dies next, so backward records still waiting for gradients are written
         with those that came, as at a step's end."""
+        if self.failed is not None:
+            return
         main = threading.current_thread() is threading.main_thread()
         if ending and main and not self._lock.locked():
             self.emit_partial_backward()
@@ -273,17 +316,23 @@ class CaptureSession(CallRecords, SessionWriter):
         waited for, stack.json written."""
         self.emit_partial_backward()
         self.resolve()
-        self.wait_written()
-        with self._lock:  # stack.json: not while the flusher writes it
-            if self.writer is not None:
-                self.writer.flush()
+        try:
+            self.wait_written()
+            with self._lock:  # stack.json: not while the flusher writes it
+                if self.writer is not None and self.failed is None:
+                    self.writer.flush()
+        except _WRITE_ERRORS as e:
+            self._fail(e)
 
     def close(self):
         flusher.unwatch(self)
         try:
             self.flush()
         finally:
-            self.wait_written()
-            with self._lock:  # not while the flusher writes
-                self._close_writer()
+            try:
+                self.wait_written()
+                with self._lock:  # not while the flusher writes
+                    self._close_writer()
+            except _WRITE_ERRORS as e:
+                self._fail(e)
             self.summarizer.clear()
