@@ -10,6 +10,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from msprobe.core.safe_files import make_dirs, open_text
+
 DIAGNOSIS_FILE = "diagnosis.json"
 
 
@@ -81,13 +83,13 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
     from msprobe.core.diagnosis.suspects import combine
 
     plan = compare_plan(target_path, golden_path, **compare_kwargs)
-    os.makedirs(output_path, exist_ok=True)
+    make_dirs(output_path)
     results, entries, (working, working_u), reload = compare_and_label(
         plan, output_path, xlsx=xlsx, precision=precision, timestamp=timestamp or time.strftime("%Y%m%d%H%M%S"),
         keep_tables=keep_tables, progress=plan.opts.progress, single_file=os.path.isfile(target_path))
     diagnosis = combine(entries, working, working_u, inferred=precision is None, reload=reload)
     path = os.path.join(output_path, DIAGNOSIS_FILE)
-    with open(path, "w", encoding="utf-8") as f:
+    with open_text(path) as f:
         json.dump(diagnosis, f, indent=1)
     pairing = list(dict.fromkeys(r.pairing for r in results if r.pairing))
     return CompareOutputs(results=results, diagnosis=diagnosis, diagnosis_path=path, pairing=pairing)

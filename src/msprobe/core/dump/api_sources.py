@@ -21,6 +21,7 @@ import os
 import orjson
 
 from msprobe.core.errors import DumpFormatError
+from msprobe.core.safe_files import open_text
 
 FILE_NAME = "api_sources.json"
 
@@ -72,7 +73,7 @@ def write_api_sources(rank_dir, doc):
         return None
     path = os.path.join(rank_dir, FILE_NAME)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:  # orjson: json's indenting encoder leaves reference cycles behind
+    with open_text(tmp, "wb") as f:  # orjson: json's indenting encoder leaves reference cycles behind
         f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
     return path

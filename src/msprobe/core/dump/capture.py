@@ -233,7 +233,8 @@ class CaptureSession(CallRecords, SessionWriter):
             return
         main = threading.current_thread() is threading.main_thread()
         if ending and main and not self._lock.locked():
-            self.emit_partial_backward()
+            self.flush()  # the adapter's step-end flush
+            return
         if not self._lock.acquire(timeout=1.0):
             return
         try:
