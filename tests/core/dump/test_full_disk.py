@@ -122,3 +122,44 @@ def test_a_dump_path_on_a_read_only_disk_is_refused(read_only_disk):
         PrecisionDebugger(dump_path=str(read_only_disk))
     with pytest.raises(ConfigError, match=r"'dump_path'.*not writable"):
         PrecisionDebugger(dump_path=str(read_only_disk / "new" / "dir"))
+
+
+def test_mindspore_training_outlives_a_full_disk(small_disk, caplog):
+    ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported")
+    import numpy as np
+    from mindspore import mint
+    from msprobe.mindspore import PrecisionDebugger as MsDebugger
+    ms.set_seed(0)
+    net = ms.nn.SequentialCell([ms.nn.Dense(32, 64), ms.nn.ReLU(), ms.nn.Dense(64, 4)])
+    opt = ms.nn.SGD(net.trainable_params(), learning_rate=0.01)
+    grad_fn = ms.value_and_grad(lambda a, b: mint.mean((net(a) - b) ** 2), None, opt.parameters)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32))
+    y = ms.Tensor(np.random.default_rng(1).standard_normal((16, 4)).astype(np.float32))
+    debugger = MsDebugger(dump_path=str(small_disk), task="tensor", level="L1")
+    losses = []
+    with caplog.at_level(logging.WARNING):
+        for _ in range(20):
+            debugger.start(net)
+            loss, grads = grad_fn(x, y)
+            opt(grads)
+            debugger.stop()
+            debugger.step()
+            losses.append(float(loss.asnumpy()))
+    debugger.close()
+    assert len(losses) == 20
+    warned = [r.getMessage() for r in caplog.records if "stopped dumping" in r.getMessage()]
+    assert len(warned) == 1 and "No space left on device" in warned[0], warned
+    steps = sorted(int(d[4:]) for d in os.listdir(small_disk))
+    assert len(steps) < 20
+    for step in steps:
+        (rank,) = os.listdir(small_disk / f"step{step}")
+        rank_dir = small_disk / f"step{step}" / rank
+        try:
+            dump = _load(rank_dir / "dump.json")
+        except (FileNotFoundError, ValueError):
+            assert step == steps[-1]
+            continue
+        assert "incomplete" not in dump or step == steps[-1]
+        for name in os.listdir(rank_dir / "dump_tensor_data"):
+            if not name.startswith("."):
+                load_tensor_file(rank_dir / "dump_tensor_data" / name)

@@ -67,8 +67,6 @@ class CaptureSession(CallRecords, SessionWriter):
     """
 
     saturating = {}
-    # the flusher may read summaries back itself (see write_idle)
-    idle_readback = False
     structure_levels = ("mix", "L0")
     early_writer = True
 
@@ -104,7 +102,6 @@ class CaptureSession(CallRecords, SessionWriter):
     def _new_summarizer(self):
         raise NotImplementedError
 
-    # -- records in --------------------------------------------------------------------------------
     # -- a write that failed (a full disk, an unwritable or taken directory) ---------------------------
     failed = None  # the error that stopped this session's dump
     on_failure = None  # the debugger's: told once, from whichever thread met the error
@@ -122,6 +119,7 @@ class CaptureSession(CallRecords, SessionWriter):
         if self.on_failure is not None:
             self.on_failure(self, error)
 
+    # -- records in --------------------------------------------------------------------------------
     def emit(self, key, record, waits=(), check=None):
         """Hand over a finished record; overflow_check keeps it only if `check` (default: the record)
         overflows."""
@@ -205,16 +203,21 @@ class CaptureSession(CallRecords, SessionWriter):
         else:
             self._lane_work = run_on(self._lane, finish_and_write)
 
+    def idle_readable(self):
+        """Whether the flusher thread may finish the pending summaries itself (see write_idle)."""
+        return False
+
     def write_idle(self):
         """The flusher's turn: write what was queued if no record came for IDLE_SECONDS, with stack.json.
-        Only records whose summaries are all on the host: reading a tensor back is the training
-        thread's work (MindSpore reads a tensor where its ops run; a device summary launched here
-        would race the step's next kernels), done at its next record, stop() or step()."""
+        Summaries still pending are read back here only where the adapter says it is safe off the
+        training thread (`idle_readable`: MindSpore CPU tensors read without an op); otherwise (a
+        device summary launched here would race the step's next kernels) they wait for the training
+        thread's next record, stop() or step()."""
         if self.failed is not None or time.monotonic() - self._put_at < IDLE_SECONDS:
             return
         summarizer = self.summarizer
         pending = summarizer.pending or getattr(summarizer, "waiting", 0)
-        if pending and not self.idle_readback:
+        if pending and not self.idle_readable():
             return
         if not self._lock.acquire(timeout=1.0):
             return
