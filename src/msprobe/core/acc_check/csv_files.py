@@ -104,7 +104,7 @@ class ResultFiles:
             with open(path, encoding="utf-8-sig", newline="") as f:
                 header = next(csv.reader(f), None)
             if header is None:  # killed before the header went out
-                with open(path, "w", encoding="utf-8-sig", newline="") as f:
+                with open_text(path, encoding="utf-8-sig", newline="") as f:
                     f.write(_line(columns))
             elif tuple(header) != columns:
                 raise MsprobeError(f"-csv_path: '{path}' has columns {header}; expected {list(columns)}")

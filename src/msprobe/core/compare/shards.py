@@ -40,6 +40,7 @@ def load_sharded_sides(target, golden, scratch):
                            hint=single.data)
         merged = readers[0]
         merged.data = merge.merge([r.data for r in readers])
+        merged.assembled_dir = scratch if tensors else None  # its data_names are absolute paths in there
         for r in readers[1:]:
             r.data = {}
         sides = []
