@@ -12,7 +12,8 @@ Guaranteed (what these tests check):
     dump.json. Also on the accelerator path (forced here with MSPROBE_DEVICE_SUMMARY=1).
 
 Not guaranteed:
-  * stack.json of the killed step: it is written only at flush (stop/step/exit), so it is usually absent;
+  * stack.json of the killed step: written at flush (stop/step/exit) and by the idle flusher
+    (tests/core/dump/test_signals.py checks it after an idle kill), not here, killed mid-backward;
   * records made after the last resolve (here the backward records before the kill);
   * records still waiting for background work (files of device tensors, copied to the host and written on
     the writer pool) at the kill, and everything after them in capture order (held back to keep dump.json in

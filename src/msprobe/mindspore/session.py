@@ -21,7 +21,7 @@ from msprobe.core.dump.tensor_files import save_npy
 from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
-from msprobe.mindspore.statistics import Summarizer, host_array
+from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
 
 _SCALARS = (int, float, bool, str)
 # tensors waiting for their statistics before a resolve summarises them at once (bounds the memory held)
@@ -41,6 +41,7 @@ class DumpSession(CaptureSession):
 
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         self._late = []  # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
+        self._on_cpu = ms.get_context("device_target") == "CPU"
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
         self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
@@ -60,6 +61,12 @@ class DumpSession(CaptureSession):
         # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
         # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
         self.synchronous = False
+
+    def idle_readable(self):
+        """The flusher may summarise the waiting tensors: CPU tensors read with no MindSpore op (a
+        contiguous tensor needing no bfloat16 upcast: data_ptr()/asnumpy(), which capture ignores),
+        so nothing it does is captured. A device's are read where their ops run."""
+        return self._on_cpu and all(t.dtype not in _UPCAST and t.is_contiguous() for t, *_ in self._late[:])
 
     def _new_summarizer(self):
         # a weak method: the summarizer must not hold its session in a reference cycle

@@ -160,8 +160,8 @@ class Summarizer:
     def start_resolve(self):
         """The queued tensors as a batch whose `finish()` summarises them (on the training thread: a
         MindSpore tensor is read where its ops run)."""
-        batch = list(self._late)
-        self._late.clear()
+        batch = self._late[:]
+        del self._late[:len(batch)]  # (not clear(): keeps what another thread queued meanwhile)
         return _LateBatch(batch, self._resolver)
 
     def clear(self):

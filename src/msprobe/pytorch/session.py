@@ -125,9 +125,14 @@ class DumpSession(CaptureSession):
         """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place
         edits, nothing for step() to wait for); a CUDA tensor is copied to pinned memory without
         waiting, and written on the pool once the copy is done."""
+        if self.failed is not None:
+            return None
         x = t.detach()
         if x.device.type == "cpu":
-            write_npy(path, numpy_of(host_view(x)))
+            try:
+                write_npy(path, numpy_of(host_view(x)))
+            except OSError as e:  # a full disk: the dump stops, training goes on
+                self._fail(e)
             return None
         w = self._writer()
         if x.device.type == "cuda":

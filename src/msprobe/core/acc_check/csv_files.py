@@ -14,6 +14,7 @@ import re
 
 from msprobe.core.acc_check.results import DETAILS_COLUMNS, RESULT_COLUMNS, ApiResult, DetailRow
 from msprobe.core.errors import MsprobeError
+from msprobe.core.safe_files import make_dirs, open_text
 
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"
@@ -85,16 +86,16 @@ class ResultFiles:
         else:
             if os.path.exists(out_dir) and not os.path.isdir(out_dir):
                 raise MsprobeError(f"-o '{out_dir}': is a file; expected a directory for the result CSVs")
-            os.makedirs(out_dir, exist_ok=True)
+            make_dirs(out_dir)
             self.timestamp = timestamp
             self.result_path = os.path.join(out_dir, result_csv_name(timestamp))
             self.details_path = os.path.join(out_dir, details_csv_name(timestamp))
             for path, columns in ((self.result_path, RESULT_COLUMNS), (self.details_path, DETAILS_COLUMNS)):
-                with open(path, "w", encoding="utf-8-sig", newline="") as f:
+                with open_text(path, encoding="utf-8-sig", newline="") as f:
                     f.write(_line(columns))
             self.done = set()
-        self._result = open(self.result_path, "a", encoding="utf-8", newline="")
-        self._details = open(self.details_path, "a", encoding="utf-8", newline="")
+        self._result = open_text(self.result_path, "a", newline="")
+        self._details = open_text(self.details_path, "a", newline="")
 
     def recover(self):
         """Names of the APIs an interrupted run finished; their rows stay, everything else goes."""
@@ -103,7 +104,7 @@ class ResultFiles:
             with open(path, encoding="utf-8-sig", newline="") as f:
                 header = next(csv.reader(f), None)
             if header is None:  # killed before the header went out
-                with open(path, "w", encoding="utf-8-sig", newline="") as f:
+                with open_text(path, encoding="utf-8-sig", newline="") as f:
                     f.write(_line(columns))
             elif tuple(header) != columns:
                 raise MsprobeError(f"-csv_path: '{path}' has columns {header}; expected {list(columns)}")
@@ -112,7 +113,7 @@ class ResultFiles:
         kept = [row for row in details if case_of_detail(row["API Name"]) in done]
         if len(kept) != len(details):
             tmp = self.details_path + ".tmp"
-            with open(tmp, "w", encoding="utf-8-sig", newline="") as f:
+            with open_text(tmp, encoding="utf-8-sig", newline="") as f:
                 f.write(_line(DETAILS_COLUMNS))
                 f.writelines(_line([row[c] for c in DETAILS_COLUMNS]) for row in kept)
             os.replace(tmp, self.details_path)
@@ -168,7 +169,7 @@ def merge_parts(parts, result_path, details_path, order):
     for path, columns, rows in ((result_path, RESULT_COLUMNS, [results[n] for n in names]),
                                 (details_path, DETAILS_COLUMNS, [r for n in names for r in details[n]])):
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8-sig", newline="") as f:
+        with open_text(tmp, encoding="utf-8-sig", newline="") as f:
             writer = csv.writer(f, lineterminator="\n")  # what _line writes, without a writer per row
             writer.writerow(columns)
             writer.writerows([row.get(c, "") for c in columns] for row in rows)

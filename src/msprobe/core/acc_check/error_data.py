@@ -15,6 +15,7 @@ import numpy as np
 from msprobe.core.dump.api_sources import api_sources_of_case, read_api_sources, write_api_sources
 from msprobe.core.dump.reader import iter_tensor_records
 from msprobe.core.dump.tensor_files import save_npy
+from msprobe.core.safe_files import make_dirs, open_text
 
 
 def save_error_case(root, case, run, framework, script_text, api_sources=None):
@@ -32,7 +33,7 @@ def save_error_case(root, case, run, framework, script_text, api_sources=None):
     """
     case_dir = os.path.join(root, case.name)
     data_dir = os.path.join(case_dir, "dump_tensor_data")
-    os.makedirs(data_dir, exist_ok=True)
+    make_dirs(data_dir)
     forward = copy.deepcopy(case.forward)
     backward = copy.deepcopy(case.backward) if case.backward else None
     for key, array in run.inputs.items():
@@ -57,11 +58,11 @@ def save_error_case(root, case, run, framework, script_text, api_sources=None):
     if backward:
         data[f"{case.name}.backward"] = backward
     doc = {"task": "tensor", "level": "L1", "framework": framework, "dump_data_dir": None, "data": data}
-    with open(os.path.join(case_dir, "dump.json"), "w", encoding="utf-8") as f:
+    with open_text(os.path.join(case_dir, "dump.json")) as f:
         json.dump(doc, f, indent=1)
     write_api_sources(case_dir, api_sources_of_case(read_api_sources(api_sources), case.prefix, case.api))
     script = os.path.join(case_dir, "reproduce.py")
-    with open(script, "w", encoding="utf-8") as f:
+    with open_text(script) as f:
         f.write(script_text)
     return case_dir
 

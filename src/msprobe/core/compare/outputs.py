@@ -10,6 +10,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from msprobe.core.safe_files import make_dirs, open_text
+
 DIAGNOSIS_FILE = "diagnosis.json"
 
 
@@ -79,7 +81,7 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
 
     Raises:
         MsprobeError: bad inputs (see `compare_dumps`, `diagnose`); no pair readable. A damaged step or
-            rank among readable ones is skipped and named in `skipped`.
+            rank among readable ones is skipped and named in `failed_pairs`.
 
     Example:
         >>> out = write_compare("run_bf16/dump", "run_fp32/dump", "out")      # doctest: +SKIP
@@ -94,7 +96,7 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
     if engine not in ENGINES:
         raise ConfigError("engine", engine, ", ".join(ENGINES))
     plan = compare_plan(target_path, golden_path, **compare_kwargs)
-    os.makedirs(output_path, exist_ok=True)
+    make_dirs(output_path)
     pairs_on = open_engine(engine, address=address) if engine != "pool" or address is not None else None
     try:
         results, entries, (working, working_u), reload, failed = compare_and_label(
@@ -109,7 +111,7 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
     if failed:
         diagnosis["failed_pairs"] = [{"step": f.step, "rank": f.rank, "error": f.error} for f in failed]
     path = os.path.join(output_path, DIAGNOSIS_FILE)
-    with open(path, "w", encoding="utf-8") as f:
+    with open_text(path) as f:
         json.dump(diagnosis, f, indent=1)
     pairing = list(dict.fromkeys(r.pairing for r in results if r.pairing))
     return CompareOutputs(results=results, diagnosis=diagnosis, diagnosis_path=path, pairing=pairing,

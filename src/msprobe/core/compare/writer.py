@@ -20,6 +20,7 @@ import time
 from msprobe.core.compare import columns as C
 from msprobe.core.compare import verdict as V
 from msprobe.core.compare.float_text import float_reprs
+from msprobe.core.safe_files import make_dirs, open_text
 
 log = logging.getLogger(__name__)
 EXCEL_MAX_ROWS = 1_048_575  # one row of the sheet is the header
@@ -181,7 +182,7 @@ CSV_CHUNK_ROWS = 65536  # rows rendered and joined into one string per write
 
 def _write_csv_rows(table, path, header):
     columns = [(table[name].to_numpy(dtype=object), name in _TEXT_COLUMNS) for name in table.columns]
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open_text(path, newline="") as f:
         if header:
             f.write(",".join(_csv_quoted(str(c)) for c in table.columns) + "\r\n")
         # rendered a block of rows at a time: the text of all 27 million cells at once took gigabytes
@@ -255,12 +256,13 @@ def write_xlsx(table, path):
             else:
                 row.append(v)
         ws.append(row)
-    wb.save(path)
+    with open_text(path, "wb") as f:
+        wb.save(f)
     return path
 
 
 def write_result(table, output_dir, name):
     """Write `table` as `output_dir/name` (csv or xlsx by the suffix); returns the path."""
-    os.makedirs(output_dir, exist_ok=True)
+    make_dirs(output_dir)
     path = os.path.join(output_dir, name)
     return write_xlsx(table, path) if name.endswith(".xlsx") else write_csv(table, path)

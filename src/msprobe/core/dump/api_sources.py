@@ -15,12 +15,14 @@ before, its Primitives and custom APIs skipped with the reason. The file is writ
 when the step's session closes. Must not import torch or mindspore.
 """
 
+import contextlib
 import os
 
 import orjson
 
 from msprobe.core.errors import DumpFormatError
 from msprobe.core.file_limits import load_json
+from msprobe.core.safe_files import open_text
 
 FILE_NAME = "api_sources.json"
 
@@ -72,8 +74,13 @@ def write_api_sources(rank_dir, doc):
         return None
     path = os.path.join(rank_dir, FILE_NAME)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:  # orjson: json's indenting encoder leaves reference cycles behind
-        f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    try:
+        with open_text(tmp, "wb") as f:  # orjson: json's indenting encoder leaves reference cycles behind
+            f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # never a half-written file left behind
+        raise
     os.replace(tmp, path)
     return path
 
@@ -140,5 +147,8 @@ class StepApiSources:
         super()._close_session()
         self._api_sources = None
         writer = getattr(session, "writer", None)
-        if sources is not None and writer is not None:
-            sources.write(writer.rank_dir)
+        if sources is not None and writer is not None and not writer.failed:
+            try:
+                sources.write(writer.rank_dir)
+            except OSError as e:  # a full disk: the dump stops here, training goes on
+                session._fail(e)

@@ -8,28 +8,45 @@ An adapter supplies interception, its Summarizer (the framework's kernels: `summ
 `start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
 `emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
 construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
-`FLUSH_SECONDS` seconds, at stop() and at the step's end. A process killed by SIGKILL keeps every
-finished step and, of the current one, what the last resolve wrote. With a `lane` (a one-thread executor: CUDA),
+`FLUSH_SECONDS` seconds, at stop() and at the step's end; and, while no record comes, by the
+background flusher (flusher.py) once the queue has been idle `IDLE_SECONDS`. A process killed by
+SIGKILL keeps every finished step and, of the current one, every record captured up to a second
+before. With a `lane` (a one-thread executor: CUDA),
 the host side of a resolve — waiting for the copy, filling and writing records — runs off the
 training thread, in order.
 Framework-free.
 """
 
+import threading
 import time
 from collections import deque
 
 from msprobe.core import naming
+from msprobe.core.dump import flusher
 from msprobe.core.dump.overflow import OverflowGate
 from msprobe.core.dump.records import CallRecords
 from msprobe.core.dump.writer import SessionWriter, run_on
+from msprobe.core.errors import MsprobeError
 from msprobe.core.filters import DumpFilter
 
 _NO_RECORD = object()  # a queue entry of structure notes only
+# what writing a dump can meet: a full disk or I/O error, a directory taken by another run
+_WRITE_ERRORS = (OSError, MsprobeError)
 
 # a resolve when this many records wait, or this many summaries, or this long since the last one
 FLUSH_RECORDS = 2048
 FLUSH_SUMMARIES = 4096
 FLUSH_SECONDS = 1.0
+# the flusher writes a queue no record joined for this long (the training thread is then elsewhere)
+IDLE_SECONDS = 0.5
+
+
+def _reason(error):
+    """One line for dump.json's "incomplete" and the warning."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where}"
+    return str(error)
 
 
 class CaptureSession(CallRecords, SessionWriter):
@@ -74,13 +91,33 @@ class CaptureSession(CallRecords, SessionWriter):
         self._lane = lane
         self._lane_work = None  # the last resolve handed to the lane
         self.announce = None  # the debugger's "dumping ... to ..." line, said at the first write
-        self._resolved_at = time.monotonic()
+        self._resolved_at = self._put_at = time.monotonic()
+        # the queue and the lane's order, shared by the training thread and the flusher
+        self._lock = threading.Lock()
         self._construct_all = cfg.extra_info and cfg.level in self.structure_levels
         # overflow_check writes in few steps: there the first kept record opens the step's files
         self._prepare_writer(pool, early=self.early_writer and cfg.task != "overflow_check")
+        flusher.watch(self)
 
     def _new_summarizer(self):
         raise NotImplementedError
+
+    # -- a write that failed (a full disk, an unwritable or taken directory) ---------------------------
+    failed = None  # the error that stopped this session's dump
+    on_failure = None  # the debugger's: told once, from whichever thread met the error
+
+    def _fail(self, error):
+        """Stop writing: the step's files end after their last whole write, dump.json marked incomplete;
+        every later record is dropped. Training goes on."""
+        if self.failed is not None:
+            return
+        self.failed = error
+        self._queue, self._last = deque(), {}
+        writer = self.writer
+        if writer is not None:
+            writer.mark_incomplete(_reason(error))
+        if self.on_failure is not None:
+            self.on_failure(self, error)
 
     # -- records in --------------------------------------------------------------------------------
     def emit(self, key, record, waits=(), check=None):
@@ -106,44 +143,121 @@ class CaptureSession(CallRecords, SessionWriter):
             self._note(key, [(True, parent)])
 
     def _note(self, key, notes):
-        entry = self._last.get(key)
-        if entry is not None:
-            entry[4].extend(notes)  # written with (and, under overflow_check, only with) its record
-        elif self.gate is None or key in self._kept:
+        with self._lock:  # not into an entry the flusher is writing
+            entry = self._last.get(key)
+            if entry is not None:
+                entry[4].extend(notes)  # written with (and, under overflow_check, only with) its record
+                return
+        if self.gate is None or key in self._kept:
             self._put([key, _NO_RECORD, None, (), notes])
 
     def _put(self, entry):
-        queue = self._queue
-        if queue and (len(queue) >= FLUSH_RECORDS or time.monotonic() - self._resolved_at >= FLUSH_SECONDS
-                      or self.summarizer.pending >= FLUSH_SUMMARIES):
-            self.resolve()
-            queue = self._queue
-        if self.writer is None and self.gate is None:
-            self._writer()  # opened on this thread: a lane only writes through it
-        queue.append(entry)
-        self._last[entry[0]] = entry
+        if self.failed is not None:
+            return
+        now = time.monotonic()
+        try:
+            with self._lock:
+                queue = self._queue
+                if queue and (len(queue) >= FLUSH_RECORDS or now - self._resolved_at >= FLUSH_SECONDS
+                              or self.summarizer.pending >= FLUSH_SUMMARIES):
+                    self._resolve(self.summarizer.start_resolve())
+                    queue = self._queue
+                if self.writer is None and self.gate is None:
+                    self._writer()  # opened on this thread: a lane only writes through it
+                queue.append(entry)
+                self._last[entry[0]] = entry
+                self._put_at = now
+        except _WRITE_ERRORS as e:
+            self._fail(e)
 
     # -- resolve and write ---------------------------------------------------------------------------
     def resolve(self):
         """Bring every pending summary to the host, then write the records queued so far."""
+        try:
+            with self._lock:
+                self._resolve(self.summarizer.start_resolve())
+        except _WRITE_ERRORS as e:
+            self._fail(e)
+
+    def _resolve(self, readback, stacks=False):
+        """Write the queued records once `readback` (None: nothing to read back) is finished; `stacks`:
+        stack.json too. Called holding the lock."""
         self._resolved_at = time.monotonic()
-        readback = self.summarizer.start_resolve()
         entries, self._queue, self._last = list(self._queue), deque(), {}
-        if self._lane is None:
-            readback.finish()
-            self._write(entries)
-            return
 
         def finish_and_write(previous=self._lane_work):
             if previous is not None:
                 previous.result()  # in order
-            readback.finish()
-            self._write(entries)
-        self._lane_work = run_on(self._lane, finish_and_write)
+            if readback is not None:
+                readback.finish()
+            if self.failed is not None:
+                return
+            try:
+                self._write(entries)
+                if stacks and self.writer is not None:
+                    self.writer.write_stacks()
+            except _WRITE_ERRORS as e:
+                self._fail(e)
+        if self._lane is None:
+            finish_and_write()
+        else:
+            self._lane_work = run_on(self._lane, finish_and_write)
+
+    def idle_readable(self):
+        """Whether the flusher thread may finish the pending summaries itself (see write_idle)."""
+        return False
+
+    def write_idle(self):
+        """The flusher's turn: write what was queued if no record came for IDLE_SECONDS, with stack.json.
+        Summaries still pending are read back here only where the adapter says it is safe off the
+        training thread (`idle_readable`: MindSpore CPU tensors read without an op); otherwise (a
+        device summary launched here would race the step's next kernels) they wait for the training
+        thread's next record, stop() or step()."""
+        if self.failed is not None or time.monotonic() - self._put_at < IDLE_SECONDS:
+            return
+        summarizer = self.summarizer
+        pending = summarizer.pending or getattr(summarizer, "waiting", 0)
+        if pending and not self.idle_readable():
+            return
+        if not self._lock.acquire(timeout=1.0):
+            return
+        try:
+            if self._queue or (self.writer is not None and self.writer.stacks_pending):
+                self._resolve(summarizer.start_resolve() if pending else None, stacks=True)
+        finally:
+            self._lock.release()
+
+    def write_now(self, ending=False):
+        """A signal's turn, on the main thread: write everything queued, stack.json too, and wait (a few
+        seconds at most) for it to be on disk. Nothing when the signal came inside the queue's lock.
+        `ending`: the process dies next, so backward records still waiting for gradients are written
+        with those that came, as at a step's end."""
+        if self.failed is not None:
+            return
+        main = threading.current_thread() is threading.main_thread()
+        if ending and main and not self._lock.locked():
+            self.flush()  # the adapter's step-end flush
+            return
+        if not self._lock.acquire(timeout=1.0):
+            return
+        try:
+            pending = self.summarizer.pending or getattr(self.summarizer, "waiting", 0)
+            if not pending:
+                self._resolve(None, stacks=True)
+        finally:
+            self._lock.release()
+        if pending and main:
+            self.resolve()  # the adapter's: reads its tensors back as its tool work
+            with self._lock:
+                self._resolve(None, stacks=True)
+        work = self._lane_work
+        if work is not None:
+            work.result(timeout=5.0)
 
     def wait_written(self):
         """Until everything resolved so far is written (and raise what writing it raised)."""
-        work, self._lane_work = self._lane_work, None
+        with self._lock:
+            work, self._lane_work = self._lane_work, None
         if work is not None:
             work.result()
 
@@ -206,14 +320,23 @@ class CaptureSession(CallRecords, SessionWriter):
         waited for, stack.json written."""
         self.emit_partial_backward()
         self.resolve()
-        self.wait_written()
-        if self.writer is not None:
-            self.writer.flush()
+        try:
+            self.wait_written()
+            with self._lock:  # stack.json: not while the flusher writes it
+                if self.writer is not None and self.failed is None:
+                    self.writer.flush()
+        except _WRITE_ERRORS as e:
+            self._fail(e)
 
     def close(self):
+        flusher.unwatch(self)
         try:
             self.flush()
         finally:
-            self.wait_written()
-            self._close_writer()
+            try:
+                self.wait_written()
+                with self._lock:  # not while the flusher writes
+                    self._close_writer()
+            except _WRITE_ERRORS as e:
+                self._fail(e)
             self.summarizer.clear()

@@ -1,8 +1,11 @@
 """A JSON object file that is valid after every append, so a killed process leaves a readable file.
 
 Each append (one member, or a batch of them: `append_many`) overwrites the closing trailer with
-`, "key": value ...` plus the trailer again, in one `os.pwrite`. A write to a regular file completes even when SIGKILL arrives, so the file on disk is
-always the state after some whole append. Used for dump.json (`data` object) and construct.json.
+`, "key": value ...` plus the trailer again, in one `os.pwrite`. A write to a regular file completes
+even when SIGKILL arrives, so the file on disk is always the state after some whole append. A short
+write (a full disk) is continued; one that fails leaves the file failed: `seal` then ends it after the
+last whole append with a trailer that says so or, if even that cannot be written, cuts the trailer
+off, so that it never looks whole. Used for dump.json (`data` object) and construct.json.
 
 Must not import torch or mindspore.
 """
@@ -13,6 +16,8 @@ import os
 import threading
 
 import orjson
+
+from msprobe.core.safe_files import open_new
 
 
 def json_float(x):
@@ -50,6 +55,16 @@ def encode(value, finite=False):
     return out.encode()
 
 
+def pwrite_all(fd, data, offset):
+    """`os.pwrite` until all of `data` is written (a full disk may take part of it, then raise)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(28, "No space left on device (short write)")
+        view, offset = view[n:], offset + n
+
+
 def _finite(v):
     if isinstance(v, float):
         return json_float(v)
@@ -64,7 +79,7 @@ class JsonAppendFile:
     """An always-valid JSON file whose innermost object grows by appends.
 
     Args:
-        path: file to create (truncated if it exists).
+        path: file to create (0640, never through a symbolic link; truncated if it exists).
         head: the text up to and including the opening brace of the growing object.
         trailer: the text that closes the file after the growing object.
     """
@@ -76,11 +91,43 @@ class JsonAppendFile:
         self._sep_first = indent.encode()
         self._sep = b"," + self._sep_first
         self._lock = threading.Lock()
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-        head_b = head.encode()
-        os.pwrite(self._fd, head_b + self._trailer, 0)
-        self._end = len(head_b)
+        self.failed = False  # a write failed: nothing more is appended (see seal)
+        self._end = 0
+        self._fd = open_new(path)
         self._empty = True
+        try:
+            self._write_end(head.encode())
+        except OSError:
+            self.close()
+            raise
+
+    def _write_end(self, chunk):
+        """Write `chunk` and the trailer at the end of the object (called holding the lock)."""
+        if self.failed or self._fd is None:
+            return
+        try:
+            pwrite_all(self._fd, chunk + self._trailer, self._end)
+        except OSError:
+            self.failed = True
+            raise
+        self._end += len(chunk)
+
+    def seal(self, trailer):
+        """After a failed write: end the file after the last whole append with `trailer` (bytes: e.g. one
+        that marks it incomplete); if that cannot be written either, without a trailer (invalid JSON:
+        never a file that looks whole). Nothing more is appended."""
+        with self._lock:
+            self.failed = True
+            if self._fd is None:
+                return
+            try:
+                pwrite_all(self._fd, trailer, self._end)
+                os.ftruncate(self._fd, self._end + len(trailer))
+            except OSError:
+                try:
+                    os.ftruncate(self._fd, self._end)
+                except OSError:
+                    pass
 
     def append(self, key, value):
         """Append one `"key": value` member. `value` is any JSON-serialisable object; non-finite
@@ -103,9 +150,7 @@ class JsonAppendFile:
             return
         with self._lock:
             body = self._sep.join(parts)
-            chunk = (self._sep_first if self._empty else self._sep) + body
-            os.pwrite(self._fd, chunk + self._trailer, self._end)
-            self._end += len(chunk)
+            self._write_end((self._sep_first if self._empty else self._sep) + body)
             self._empty = False
 
     def append_raw(self, key_json, value_json):
@@ -116,9 +161,7 @@ class JsonAppendFile:
             value_json = value_json.encode()
         with self._lock:
             sep = self._sep_first if self._empty else self._sep
-            chunk = b"".join((sep, key_json, b": ", value_json))
-            os.pwrite(self._fd, chunk + self._trailer, self._end)
-            self._end += len(chunk)
+            self._write_end(b"".join((sep, key_json, b": ", value_json)))
             self._empty = False
 
     def close(self):

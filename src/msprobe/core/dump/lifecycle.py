@@ -20,10 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from msprobe.core.config import config_task, load_config
 from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.core.dump.run_report import RunReport
+from msprobe.core.dump.writer import DumpExistsError, DumpWriter
 from msprobe.core.errors import ConfigError, MsprobeError
 from msprobe.core.exit_hook import ExitHook
 from msprobe.core.gc_pause import CollectorPause
 from msprobe.core.grad_probe.config import grad_probe_config_for_debugger
+from msprobe.core.safe_files import check_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class DumpLifecycle:
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         try:
             self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+            check_output_dir(self.config.dump_path, "dump_path")  # not a file, a link, read-only
         except MsprobeError as e:
             raise e.with_traceback(None) from None
         # overflow_check: overflowing records counted over the whole run, against overflow_nums
@@ -73,6 +76,7 @@ class DumpLifecycle:
         self._pool = None  # the writer threads: see _writer_pool
         self._lane = None  # the thread that completes and writes records resolved from a device: _writer_lane
         self._save_counts = {}
+        self._failure = None  # what stopped the run's dump (a full disk, another run's directory)
         self._collector = CollectorPause()  # no cyclic GC from start() to stop(): see core/gc_pause.py
         # close() at interpreter exit flushes a step still open: held from its session's opening to
         # step() or close() only, since it keeps the debugger, and with it the model, alive
@@ -248,18 +252,44 @@ class DumpLifecycle:
                 setattr(self, name, None)
 
     def _open_session(self):
+        if self._failure is not None:
+            return None  # the dump stopped (said once); training goes on
         if self._session is None:
             rank = self._rank_id if self._rank_id is not None else self._current_rank()
             if self.config.rank and (rank is None or rank not in self.config.rank):
                 self._report.rank_refused(rank)
                 return None
+            try:
+                session = self._new_session(rank)
+            except DumpExistsError as e:
+                if not self._report.sessions:  # the run's first step: refused, before anything is written
+                    raise e.with_traceback(None) from None
+                self._dump_failed(None, e)  # a later step: stop dumping, as for a full disk
+                return None
             self._exit_hook.hold(self._at_exit)
-            self._session = self._new_session(rank)
+            self._session = session
+            for s in (session, getattr(session, "graph", None)):
+                if s is not None:
+                    s.on_failure = self._dump_failed
             self._session.announce = self._report.announce
             self._report.session_opened()
             logger.info("msprobe: dumping step %d to %s", self.current_step, self.config.dump_path)
         self.state.session = self._session
         return self._session
+
+    def _dump_failed(self, session, error):
+        """A session could not write (any thread): said once; no more dumping in this run."""
+        if self._failure is None:
+            self._failure = error
+            if session is None:
+                where = ""
+            elif isinstance(session.writer, DumpWriter):
+                where = f" (step {session.step}: its dump.json is marked incomplete)"
+            else:
+                where = f" (step {session.step}: not written)"
+            logger.warning("msprobe: stopped dumping for the rest of this run, training goes on: %s%s", error, where)
+        if session is not None and self.state.session is session:
+            self.state.session = None
 
     def _close_session(self):
         session, self._session = self._session, None

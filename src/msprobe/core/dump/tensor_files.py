@@ -27,6 +27,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from msprobe.core.errors import DumpFormatError
 from msprobe.core.file_limits import check_regular, open_regular
+from msprobe.core.safe_files import FILE_MODE, open_new
 
 # torch storage class name -> (numpy dtype of the stored elements, torch dtype string).
 # bfloat16 has no numpy dtype: its raw 16-bit patterns are read as uint16 and upcast later.
@@ -230,6 +231,7 @@ def save_npy(path, array) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes it 0600
         with os.fdopen(fd, "wb") as file:
             np.save(file, array, allow_pickle=False)
         os.replace(tmp, path)
@@ -253,20 +255,27 @@ def write_npy(path, array) -> None:
     """Writes ``array`` as ``.npy`` to ``path`` with one ``writev``: header and the array's own memory.
 
     Faster than :func:`save_npy` (no temporary file, no copy of a C-contiguous array) but not atomic:
-    a process killed mid-write leaves a short file, which :func:`load_tensor_file` reports as truncated.
+    a process killed mid-write leaves a short file, which :func:`load_tensor_file` reports as truncated;
+    a failed write (a full disk) removes it. Created 0640, never through a symbolic link.
     """
     if not array.flags.c_contiguous:
         array = array.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     chunks = [npy_header(array.dtype, array.shape), memoryview(array.reshape(-1)).cast("B")]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    fd = open_new(path)
     try:
         while chunks:
             done = os.writev(fd, chunks)
+            if done <= 0:
+                raise OSError(28, "No space left on device (short write)", str(path))
             while chunks and done >= len(chunks[0]):
                 done -= len(chunks[0])
                 chunks.pop(0)
             if chunks and done:
                 chunks[0] = memoryview(chunks[0])[done:]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # a full disk: no short file left to pass for a tensor
+        raise
     finally:
         os.close(fd)
 

@@ -19,8 +19,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import orjson
 
-from msprobe.core.dump.json_append import JsonAppendFile
+from msprobe.core.dump.json_append import JsonAppendFile, pwrite_all
 from msprobe.core.errors import MsprobeError
+from msprobe.core.safe_files import make_dir, make_dirs, open_new, open_text
 from msprobe.core.stack import stack_texts
 
 logger = logging.getLogger(__name__)
@@ -52,28 +53,45 @@ def step_rank_dir(dump_path, step, rank):
     return os.path.join(dump_path, f"step{step}", rank_dir_name(rank))
 
 
-def _make_rank_dir(rank_dir):
+class DumpExistsError(MsprobeError):
+    """The rank directory a run is to write already holds another run's dump."""
+
+    def __init__(self, rank_dir):
+        super().__init__(f"dump_path: {os.path.abspath(rank_dir)} already holds a dump from another run; msprobe never "
+                         "overwrites or mixes runs: give a new dump_path, or remove that directory")
+
+
+# rank dirs this process made -> id of the config of the run that made them: a run may reopen its own
+# step (close() and start() again), never another run's
+_claimed = {}
+
+
+def check_new_rank_dir(rank_dir, owner):
+    """Raise DumpExistsError if `rank_dir` exists and was not made by run `owner` (its config)."""
+    if os.path.lexists(rank_dir) and _claimed.get(os.path.abspath(rank_dir)) != id(owner):
+        raise DumpExistsError(rank_dir)
+
+
+def _make_rank_dir(rank_dir, owner=None):
     """`step{N}/rank{R}` with two mkdir calls in the usual case (the dump path exists): right after a
     training step each file-system call is slow (cold caches), and os.makedirs adds a stat per level.
-    Returns the directories this call made, innermost first."""
+    Directories 0750, none through a link; a rank dir that exists and is not `owner`'s (another run,
+    maybe running now) raises DumpExistsError. Returns the directories this call made, innermost first."""
     step_dir = os.path.dirname(rank_dir)
     made = []
     try:
-        try:
-            os.mkdir(step_dir)
+        if make_dir(step_dir):
             made.append(step_dir)
-        except FileExistsError:
-            pass
-        os.mkdir(rank_dir)
+        make_dir(rank_dir, exist_ok=False)
         made.insert(0, rank_dir)
     except FileExistsError:
-        pass
+        if owner is not None and _claimed.get(os.path.abspath(rank_dir)) != id(owner):
+            raise DumpExistsError(rank_dir) from None
+        make_dir(rank_dir)  # ours: check it is still a real directory
     except FileNotFoundError:  # the dump path itself is missing (or another rank's discard removed step_dir)
-        made, d = [], rank_dir
-        while d and not os.path.isdir(d):
-            made.append(d)
-            d = os.path.dirname(d)
-        os.makedirs(rank_dir, exist_ok=True)
+        made = make_dirs(rank_dir)
+    if owner is not None:
+        _claimed[os.path.abspath(rank_dir)] = id(owner)
     return made
 
 
@@ -93,13 +111,37 @@ class DumpWriter:
     """
 
     def __init__(self, rank_dir, *, task, level, framework, debug=False, pool=None, with_tensors=False,
-                 structure=True, finite_records=False):
+                 structure=True, finite_records=False, owner=None):
         self.rank_dir = rank_dir
-        self._made_dirs = _make_rank_dir(rank_dir)
+        self.on_error = None  # called with an OSError from the writer threads (a full disk)
+        self.failed = False
+        self._made_dirs = _make_rank_dir(rank_dir, owner)
+        self._dump = self._construct = self._stack_fd = None
+        try:
+            self._open_files(task, level, framework, debug, with_tensors, structure, finite_records)
+        except OSError:  # a full disk: nothing half made is left to look like a dump
+            self._remove_made()
+            raise
+        # stack.json entries [keys, lines] by their lines: two calls on one line (told apart by
+        # instruction when captured) share an entry, keys in the order they came
+        self._stack_entries = {}
+        self._stack_of = {}  # captured stack -> its entry, for this writer
+        self._stacks_written = True  # True while stack.json on disk holds every stack added ("{}" now)
+        self._pending = deque()  # [key, record, outstanding-future-count]
+        self._lock = threading.Lock()
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._inflight = 0
+        self._inflight_cv = threading.Condition()
+        self._errors = None
+        self.records = 0
+
+    def _open_files(self, task, level, framework, debug, with_tensors, structure, finite_records):
+        rank_dir = self.rank_dir
         self.tensor_dir = os.path.join(rank_dir, TENSOR_DIR)
         if with_tensors:
-            os.makedirs(self.tensor_dir, exist_ok=True)
-            self._made_dirs.insert(0, self.tensor_dir)
+            if make_dir(self.tensor_dir):
+                self._made_dirs.insert(0, self.tensor_dir)
         data_dir = os.path.abspath(self.tensor_dir) if with_tensors else None
         head = ("{\n" + f' "task": {json.dumps(task)},\n "level": {json.dumps(level)},\n'
                 f' "framework": {json.dumps(framework)},\n "dump_data_dir": {json.dumps(data_dir)},\n'
@@ -115,23 +157,9 @@ class DumpWriter:
         # pwrite from the start leaves a whole file even if the process is killed
         self._stack_fd = None
         if structure:
-            self._stack_fd = os.open(os.path.join(rank_dir, "stack.json"),
-                                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-            os.pwrite(self._stack_fd, b"{}", 0)
+            self._stack_fd = open_new(os.path.join(rank_dir, "stack.json"))
+            pwrite_all(self._stack_fd, b"{}", 0)
         self._stack_len = 2
-        # stack.json entries [keys, lines] by their lines: two calls on one line (told apart by
-        # instruction when captured) share an entry, keys in the order they came
-        self._stack_entries = {}
-        self._stack_of = {}  # captured stack -> its entry, for this writer
-        self._stacks_written = True  # True while stack.json on disk holds every stack added ("{}" now)
-        self._pending = deque()  # [key, record, outstanding-future-count]
-        self._lock = threading.Lock()
-        self._pool = pool
-        self._owns_pool = pool is None
-        self._inflight = 0
-        self._inflight_cv = threading.Condition()
-        self._errors = None
-        self.records = 0
 
     # -- records -------------------------------------------------------------------------------
     def add(self, key, record, waits=()):
@@ -181,11 +209,18 @@ class DumpWriter:
 
     def _one_done(self, entry, fut):
         exc = fut.exception()
-        if exc is not None:
+        if isinstance(exc, OSError) and self.on_error is not None:
+            self.on_error(exc)  # a full disk: the session stops dumping
+        elif exc is not None:
             self.log_error(f"{entry[0]}: {exc!r}")
         with self._lock:
             entry[2] -= 1
-        self._drain()
+        try:
+            self._drain()
+        except OSError as e:  # on a writer thread: the session hears of it
+            if self.on_error is None:
+                raise
+            self.on_error(e)
 
     def _drain(self):
         with self._lock:
@@ -239,24 +274,49 @@ class DumpWriter:
         """Append to dump_error_info.log (created on the first error only)."""
         logger.warning("dump error: %s", message)
         with self._lock:
-            if self._errors is None:
-                self._errors = open(os.path.join(self.rank_dir, "dump_error_info.log"), "a", encoding="utf-8")
-            self._errors.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
-            self._errors.flush()
+            try:
+                if self._errors is None:
+                    self._errors = open_text(os.path.join(self.rank_dir, "dump_error_info.log"), "a")
+                self._errors.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+                self._errors.flush()
+            except OSError:  # a full disk: said above, and the session stops dumping
+                pass
 
     # -- closing -------------------------------------------------------------------------------
+    @property
+    def stacks_pending(self):
+        """Stacks added since stack.json was last written."""
+        return not self._stacks_written
+
     def write_stacks(self):
         """Write stack.json (deduplicated: one entry per distinct stack, listing the keys sharing it);
         nothing to do when no stack came in since the last write (stop() then step())."""
         if not self.structure or self._stacks_written:
             return
+        if self.failed:
+            return
         out = {str(i): entry for i, entry in enumerate(self._stack_entries.values())}
         text = orjson.dumps(out, option=orjson.OPT_INDENT_2)  # json.dump's Python encoder: ms per step
-        os.pwrite(self._stack_fd, text, 0)
+        try:
+            pwrite_all(self._stack_fd, text, 0)
+        except OSError:
+            os.ftruncate(self._stack_fd, 0)  # never part old, part new: an empty file is not whole
+            raise
         if len(text) < self._stack_len:  # cannot happen (entries only grow), but never leave a tail
             os.ftruncate(self._stack_fd, len(text))
         self._stack_len = len(text)
         self._stacks_written = True
+
+    def mark_incomplete(self, reason):
+        """A write failed (a full disk): dump.json ends after its last whole batch with `"incomplete":
+        reason`, construct.json after its last whole batch; nothing more is written. Best effort: a file
+        that cannot be ended so is left without its closing braces (invalid, never looking whole)."""
+        self.failed = True
+        self._dump.seal(b"\n },\n \"incomplete\": " + orjson.dumps(str(reason)) + b"\n}\n")
+        if self._construct is not None:
+            self._construct.seal(b"\n}\n")
+        with self._lock:
+            self._pending.clear()  # records waiting for files that may never be whole
 
     def flush(self):
         """Wait for queued tensor files and checksums; write stack.json. Safe to call repeatedly."""
@@ -287,8 +347,17 @@ class DumpWriter:
         """Close and remove what this writer made, for a step that recorded nothing (see PendingWriter).
         Directories are removed only if this writer made them and they are empty."""
         self.close()
-        paths = [self._dump.path] + ([self._construct.path, os.path.join(self.rank_dir, "stack.json")]
-                                     if self.structure else [])
+        self._remove_made()
+
+    def _remove_made(self):
+        for f in (self._dump, self._construct):
+            if f is not None:
+                f.close()
+        if self._stack_fd is not None:
+            os.close(self._stack_fd)
+            self._stack_fd = None
+        paths = [os.path.join(self.rank_dir, name) for name in ("dump.json", "debug.json", "construct.json",
+                                                                "stack.json")]
         for path in paths:
             try:
                 os.unlink(path)
@@ -331,6 +400,32 @@ class PendingWriter:
         writer.discard()
 
 
+class NoWriter:
+    """The writer of a session whose step directory could not be made: takes everything, writes nothing."""
+
+    failed = True
+    records = 0
+    stacks_pending = False
+    rank_dir = tensor_dir = os.devnull
+
+    def __init__(self):
+        self.on_error = None
+
+    def tensor_path(self, file_name):
+        return os.devnull
+
+    def submit(self, fn, nbytes=0):
+        done = Future()
+        done.set_result(None)
+        return done
+
+    def _nothing(self, *args, **kwargs):
+        return None
+
+    add = add_many = add_constructs = add_construct = add_stack = log_error = _nothing
+    write_stacks = mark_incomplete = flush = close = discard = _nothing
+
+
 class SessionWriter:
     """Mixin of both adapters' DumpSession: `self.writer`, the step's DumpWriter, opened on the pool as
     the session begins (PendingWriter), taken by the first record (`_writer()`), removed again at
@@ -346,6 +441,7 @@ class SessionWriter:
         """`early`: open it now, on `pool` (when there is one); else at the first record. A session whose
         step number may still change must not open early."""
         self.writer = None
+        check_new_rank_dir(step_rank_dir(self.dump_path, self.step, self.rank), self.cfg)  # a rerun: said now
         self._pending_writer = PendingWriter(pool, self._open_writer) if pool is not None and early else None
 
     def _open_writer(self):
@@ -354,13 +450,21 @@ class SessionWriter:
             step_rank_dir(self.dump_path, self.step, self.rank), task=cfg.task, level=cfg.level,
             framework=self.framework, debug=cfg.level == "debug", pool=self.pool,
             with_tensors=cfg.task in ("tensor", "overflow_check") or bool(cfg.tensor_list),
-            structure=self.structure_files, finite_records=True)
+            structure=self.structure_files, finite_records=True, owner=cfg)
 
     def _writer(self):
         if self.writer is None:
             pending, self._pending_writer = self._pending_writer, None
-            self.writer = pending.take() if pending is not None else self._open_writer()
+            try:
+                self.writer = pending.take() if pending is not None else self._open_writer()
+            except (OSError, MsprobeError) as e:  # a full disk, another run's directory
+                self.writer = NoWriter()
+                self._fail(e)
+            self.writer.on_error = self._fail
         return self.writer
+
+    def _fail(self, error):
+        raise NotImplementedError
 
     def _close_writer(self):
         if self.writer is not None:

@@ -20,6 +20,7 @@ from msprobe.core.graph.hierarchy import graph_from_dump
 from msprobe.core.graph.merge import merge_compare
 from msprobe.core.graph.database import write_database
 from msprobe.core.graph.page import render_page
+from msprobe.core.safe_files import FILE_MODE, make_dirs, open_text
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +177,16 @@ def _json_safe(value):
 
 
 def _write(doc, output_path, kind):
-    os.makedirs(output_path, exist_ok=True)
+    make_dirs(output_path)
     stem = os.path.join(output_path, f"{kind}_{time.strftime('%Y%m%d%H%M%S')}")
     n = 1
     while os.path.exists(stem + ".html") or os.path.exists(stem + ".vis.db"):  # same second: keep both
         n += 1
         stem = os.path.join(output_path, f"{kind}_{time.strftime('%Y%m%d%H%M%S')}_{n}")
     db_path, html_path = stem + ".vis.db", stem + ".html"
-    write_database(doc, db_path)
-    with open(html_path, "w", encoding="utf-8") as f:
+    write_database(doc, db_path)  # a fresh file (a link there is removed, not followed)
+    os.chmod(db_path, FILE_MODE)
+    with open_text(html_path) as f:
         f.write(render_page(doc, title=f"msprobe {kind} graph"))
     return GraphOutputs(html_path, db_path, doc)
 

@@ -15,6 +15,7 @@ from typing import List
 from msprobe.core.monitor.ops import OPS
 from msprobe.core.monitor.reader import anomaly_point, load_anomalies, load_monitor_dir
 from msprobe.core.monitor.sparkline import sparkline
+from msprobe.core.safe_files import make_dirs, open_text
 
 LEGEND_MAX = 12
 ANOMALY_ROWS = 500   # rows of the anomaly table (the first ones in time order)
@@ -89,7 +90,8 @@ def _trend_chart(plt, series_by_op, anomalies, rank, tag, title, path):
     axes[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes[-1, 0].set_xlabel("step")
     fig.subplots_adjust(left=0.08, right=0.72, top=0.95, bottom=0.08, hspace=0.15)
-    fig.savefig(path, dpi=72)
+    with open_text(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=72)
     plt.close(fig)
 
 
@@ -118,7 +120,7 @@ def build_report(input_dir, output_dir, ops=None, show_progress=True):
     present = [op for op in OPS if op in df.columns and df[op].notna().any()]
     ops = [op for op in (ops or present) if op in present]
     png_dir = os.path.join(output_dir, "png")
-    os.makedirs(png_dir, exist_ok=True)
+    make_dirs(png_dir)
     result = ReportResult(os.path.join(output_dir, "index.html"), rows=len(df), anomalies=len(records))
 
     groups = sorted(df.groupby(["rank", "tag"]), key=lambda kv: (kv[0][0], _tag_key(kv[0][1])))
@@ -137,7 +139,7 @@ def build_report(input_dir, output_dir, ops=None, show_progress=True):
         result.png_paths.append(os.path.join(png_dir, fname))
         sections.setdefault((rank, tag), []).append((kind, op, fname))
 
-    with open(result.html_path, "w", encoding="utf-8") as f:
+    with open_text(result.html_path) as f:
         f.write(_html(df, ops, records, anomalies, sections, input_dir))
     return result
 

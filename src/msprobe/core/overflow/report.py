@@ -6,6 +6,7 @@ import os
 import time
 
 from msprobe.core.dump.reader import iter_tensor_records
+from msprobe.core.safe_files import make_dirs, open_text
 
 NO_ANOMALY = "Cannot find any anomaly node"
 
@@ -23,9 +24,9 @@ def _json_safe(value):
 
 def write_analysis_json(analysis, out_dir):
     """Write `anomaly_analyze_{YYYYmmddHHMMSS}.json` into `out_dir` (created); returns its path."""
-    os.makedirs(out_dir, exist_ok=True)
+    make_dirs(out_dir)
     path = os.path.join(out_dir, f"anomaly_analyze_{time.strftime('%Y%m%d%H%M%S')}.json")
-    with open(path, "w", encoding="utf-8") as f:
+    with open_text(path) as f:
         json.dump(_json_safe(analysis.by_label()), f, indent=2, allow_nan=False)
     return path
 
