@@ -175,6 +175,40 @@ def test_resume_on_the_pool_skips_completed_pairs(tmp_path, in_workers):
     assert_same_outputs(_in_memory(target, golden, tmp_path / "kept"), again)
 
 
+class _Planted:
+    """A pickle that, when loaded, leaves a file behind: what a hostile part's summary would do."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_resume_never_loads_a_summary_it_did_not_sign(tmp_path, in_workers, monkeypatch):
+    """A part whose summary was swapped for another pickle (its signature left as it was) is compared
+    again on --resume, and the pickle is never loaded."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pickle
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = write_dumps(tmp_path / "t", True)
+    golden = write_dumps(tmp_path / "g", False)
+    whole = _one_at_a_time(target, golden, tmp_path / "out", resume=True)
+    key = tmp_path / "cache" / "msprobe" / "resume.key"
+    assert key.is_file() and (key.stat().st_mode & 0o777) == 0o600
+    part = sorted(glob.glob(str(tmp_path / "out" / "rows" / "step=*" / "rank=*" / "part.parquet")))[0]
+    table = pq.read_table(part)
+    meta = dict(table.schema.metadata)
+    landed = tmp_path / "ran"
+    meta[b"msprobe.pair"] = pickle.dumps(_Planted(str(landed)))
+    pq.write_table(table.replace_schema_metadata(meta), part)
+    before = os.stat(part).st_mtime_ns
+    again = _one_at_a_time(target, golden, tmp_path / "out", resume=True)
+    assert not landed.exists()
+    assert os.stat(part).st_mtime_ns != before  # compared again and written anew
+    assert again.diagnosis == whole.diagnosis
+
+
 def test_resume_of_other_inputs_is_refused(tmp_path, in_workers):
     pytest.importorskip("pyarrow")
     from msprobe.core.errors import MsprobeError

@@ -3,13 +3,16 @@
 
 A part is written under a temporary name and renamed, so a part that exists is complete; it carries
 its pair's summary (counts, diagnosis entry, census) in its metadata, which is what lets a resumed
-compare skip the pair. `rows/_run.json` names the run the parts belong to (its inputs and options, and
+compare skip the pair. The summary is a pickle, so it is signed (HMAC-SHA256 with a key private to the
+user, `signing_key`) and a resume unpickles only a summary whose signature holds: a part that someone
+else wrote or changed is compared again, never loaded. `rows/_run.json` names the run the parts belong to (its inputs and options, and
 the timestamp of its file names) so that a resume with other inputs is refused, not mixed in.
 Needs pyarrow (the `ray` extra). Must not import torch or mindspore.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import pickle
@@ -17,11 +20,13 @@ import shutil
 
 from msprobe.core.compare import columns
 from msprobe.core.errors import MsprobeError
+from msprobe.core.safe_files import make_dirs, open_text
 
 ROWS_DIR = "rows"
 PART_FILE = "part.parquet"
 RUN_FILE = "_run.json"  # "_" and "." names are skipped by pyarrow/pandas dataset readers
 _SUMMARY_KEY = b"msprobe.pair"
+_SIGNATURE_KEY = b"msprobe.pair.hmac"
 _MISSING = {"N/A", "", "None", "nan", "NaN"}
 
 
@@ -82,29 +87,64 @@ def _float_or_none(v):
         return None
 
 
-def write_part(table, rows_dir, step, rank, summary):
-    """`table` as the pair's part, `summary` (any picklable) in its metadata; temp name, then rename."""
+def signing_key():
+    """The user's key for part summaries: `$XDG_CACHE_HOME/msprobe/resume.key` (or ~/.cache), 0600,
+    made once; where it cannot be kept, a key for this run alone (a resume then compares every pair)."""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(home, "msprobe", "resume.key")
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                key = f.read(64)
+            if len(key) == 32 and os.stat(path).st_uid == os.getuid():
+                return key
+            raise OSError(f"{path}: not a key of this user")
+        key = os.urandom(32)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        return key
+    except OSError:
+        return os.urandom(32)
+
+
+def _sign(key, blob):
+    return hmac.new(key, blob, hashlib.sha256).hexdigest().encode()
+
+
+def write_part(table, rows_dir, step, rank, summary, key):
+    """`table` as the pair's part, `summary` (any picklable, signed with `key`) in its metadata; temp
+    name, then rename."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     path = part_path(rows_dir, step, rank)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_dirs(os.path.dirname(path))
     arrow = pa.table({str(c): _column(str(c), table[c]) for c in table.columns})
-    arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)})
+    blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
+    arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: blob, _SIGNATURE_KEY: _sign(key, blob)})
     tmp = os.path.join(os.path.dirname(path), f".{PART_FILE}.{os.getpid()}.tmp")
     pq.write_table(arrow, tmp)
+    os.chmod(tmp, 0o640)
     os.replace(tmp, path)
     return path
 
 
-def read_summary(rows_dir, step, rank):
-    """The summary a complete part carries, or None when the pair has no part (not done yet)."""
+def read_summary(rows_dir, step, rank, key):
+    """The summary a complete part carries, or None when the pair has no part (not done yet) or its
+    summary is not signed with `key` (written by someone else, or changed)."""
     import pyarrow.parquet as pq
     path = part_path(rows_dir, step, rank)
     if not os.path.isfile(path):
         return None
     try:
         meta = pq.read_schema(path).metadata or {}
-        return pickle.loads(meta[_SUMMARY_KEY])  # our own file, written by the run being resumed
+        blob = meta[_SUMMARY_KEY]
+        if not hmac.compare_digest(meta[_SIGNATURE_KEY], _sign(key, blob)):
+            return None
+        return pickle.loads(blob)  # signed by this user's key: written by a compare of this user
     except (OSError, KeyError, pickle.UnpicklingError, ValueError):
         return None  # unreadable: the pair is done again
 
@@ -135,9 +175,9 @@ def start_run(output_path, signature, timestamp, resume):
         return rows, earlier["timestamp"]
     if os.path.isdir(rows):
         shutil.rmtree(rows)
-    os.makedirs(rows)
+    make_dirs(rows)
     tmp = os.path.join(rows, f".{RUN_FILE}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open_text(tmp) as f:
         json.dump({"signature": signature, "timestamp": timestamp}, f)
     os.replace(tmp, run_file)
     return rows, timestamp

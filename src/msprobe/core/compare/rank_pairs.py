@@ -36,6 +36,7 @@ class PairJob:
     rows_dir: str | None = None  # write the pair's Parquet part (parts.py) into this rows folder
     write: bool = True    # write its files (False: only its diagnosis entry again)
     lean: bool = False    # keep no suspect's evidence (read again if listed): the driver holds counts only
+    rows_key: bytes = b""  # signs the part's summary (parts.signing_key)
 
 
 @dataclass
@@ -102,7 +103,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     done = PairDone(job.index, result, entry, census, used, [])
     if write and job.rows_dir:
         from msprobe.core.compare.parts import write_part
-        write_part(table, job.rows_dir, result.step, result.rank, done)
+        write_part(table, job.rows_dir, result.step, result.rank, done, job.rows_key)
     return done
 
 
@@ -219,21 +220,23 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
     given = PrecisionCensus().decide(precision) if precision is not None else None  # checked before any work
     naming = {"several_steps": len({p.target.step for p in plan.pairs}) > 1, "single_file": single_file,
               "xlsx": xlsx, "timestamp": timestamp}
-    rows_dir = None
+    rows_dir, rows_key = None, b""
     if rows or resume:
         from msprobe.core.compare import parts
         parts.require_pyarrow("--resume" if resume else "the Ray engine")
         rows_dir, naming["timestamp"] = parts.start_run(output_path, parts.run_signature(plan, naming, precision),
                                                         timestamp, resume)
+        rows_key = parts.signing_key()
     if engine is None:
         from msprobe.core.compare.engines import open_engine
         engine = open_engine("pool", workers=_worker_count(plan))
     lean = getattr(engine, "lean_driver", False)
-    jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir, lean=lean) for i in range(len(plan.pairs))]
+    jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir, lean=lean, rows_key=rows_key)
+            for i in range(len(plan.pairs))]
     done = [None] * len(jobs)
     if resume:
         for job, pair in zip(jobs, plan.pairs):
-            kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank)
+            kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
             if isinstance(kept, PairDone) and kept.index == job.index and not keep_tables:
                 done[job.index] = kept
     todo = [j for j in jobs if done[j.index] is None]
