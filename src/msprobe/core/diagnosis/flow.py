@@ -13,6 +13,9 @@ row, whether its difference is explained by something earlier:
   work may carry (no more than `AMPLIFICATION` times the largest seen);
 - it is *not explained* when it is a parameter, a changed scalar argument, a value produced by a call
   golden does not have, or the very first difference of the run (model input, untracked computation);
+- a changed scalar argument whose call's outputs agree (HF's `use_cache` under gradient checkpointing)
+  affects no value: it is a structure note, and a (marginal) suspect only when values elsewhere in the
+  step differ beyond rounding;
 - a backward call also reads what its forward saved: the forward's error explains its outputs too;
 - a collective's output may differ because another rank diverged.
 
@@ -71,6 +74,7 @@ class Suspect:
     origins: dict = field(default_factory=dict)   # input row name -> Origin
     folded_modules: list = field(default_factory=list)
     trimmed: bool = False        # its call's rows were let go (suspects.trim_evidence)
+    idle: bool = False           # a changed argument whose call's outputs agree: no value is affected
 
 
 @dataclass
@@ -87,6 +91,7 @@ class RankDiagnosis:
     first_divergence: str | None
     max_error: float             # the largest error of a row no suspect holds (the noise level)
     cancelled_rows: int          # outputs that cancelled to nearly zero (judged against their inputs)
+    idle_arguments: list = field(default_factory=list)  # "use_cache (False vs golden True)" -> call keys
 
 
 def _max_error(rows):
@@ -139,13 +144,30 @@ def diagnose_calls(calls, working_u=0.0):
     walk = _RankWalk(calls, working_u)
     for call in calls:
         walk.visit(call)
+    if walk.diverged:  # values differ somewhere: an argument that changed may be why, so it is listed
+        for s in walk.idle:
+            s.tier = WEAK
+            s.reason += "; its call's outputs agree, but values elsewhere in this step differ"
+        walk.suspects = sorted(walk.suspects + walk.idle, key=lambda s: s.call.order)
     first = next((c.key for c in calls if c.key in walk.diverged_keys), None)
     return RankDiagnosis(suspects=walk.suspects, diverging_calls=len(walk.diverged_keys),
                          propagating_calls=walk.propagating, compared_rows=walk.compared_rows,
                          diverging_rows=walk.diverging_rows, unmatched_calls=walk.unmatched,
                          mispaired_calls=walk.mispaired,
                          first_divergence=first, max_error=walk.noise,
-                         cancelled_rows=sum(r.cancelled for c in calls for r in c.outputs))
+                         cancelled_rows=sum(r.cancelled for c in calls for r in c.outputs),
+                         idle_arguments=_idle_argument_notes(walk.idle))
+
+
+def _idle_argument_notes(idle):
+    """[(what differs, [call keys])] for the changed arguments no value depends on, one per argument."""
+    notes = {}
+    for s in idle:
+        for r in s.call.inputs:
+            if ARGUMENT in r.flags:
+                what = f"{r.slot} ({describe_row(r)})"
+                notes.setdefault(what, []).append(s.call.key)
+    return list(notes.items())
 
 
 class _RankWalk:
@@ -163,8 +185,11 @@ class _RankWalk:
         self.cancelled_values = set()  # value keys of outputs that cancelled to nearly zero
         self.mispaired = []        # keys of value-preserving calls paired with a different golden call
         self.reported = {}         # value key of a differing input already blamed -> that suspect's key
+        self.entry_labels = {}     # value key of a parameter where error enters -> its label (the module
+        #                            record lists it again: there too it introduces, not inherits)
         self.suspects = []
         self.suspect_by_key = {}
+        self.idle = []             # changed arguments whose calls' outputs agree (Suspect.idle)
         self.propagating = 0
         self.diverged = False      # a call introduced error beyond precision (a strong suspect)
         self.seen_nonfinite = False
@@ -209,7 +234,11 @@ class _RankWalk:
             # place to look (named already if it introduced the error), the module is context.
             if key in self.suspect_by_key:
                 self.suspect_by_key[key].folded_modules.append(call.key)
-        if suspect is None:
+        if suspect is not None and suspect.idle:
+            self.diverged_keys.discard(call.key)
+            self.idle.append(suspect)
+            self._label_suspect(call, suspect)
+        elif suspect is None:
             self.propagating += 1
             self._label_inherited(call, inner)
         else:
@@ -233,6 +262,8 @@ class _RankWalk:
                 r.label = ROUNDING
             elif r.differs:
                 r.label = INHERITS
+                if r.role == "input" and self.entry_labels:
+                    r.label = self.entry_labels.get(r.value_key(), INHERITS)
             else:
                 r.label = ROUNDING if r.is_tensor and r.error > r.exact_floor else AGREES
             if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled:
@@ -248,13 +279,15 @@ class _RankWalk:
 
     def _label_suspect(self, call, suspect):
         self._label_agreeing(call.rows)
-        mark = MARGINAL if suspect.tier == WEAK else INTRODUCES
+        mark = MARGINAL if suspect.tier == WEAK or suspect.idle else INTRODUCES
         for r in call.outputs:
             if r.differs:
                 r.label = mark
         for r in call.inputs:
             if r.name in suspect.origins and suspect.origins[r.name].kind is not None:
                 r.label = mark
+                if suspect.origins[r.name].kind == PARAMETER and r.value_key() is not None:
+                    self.entry_labels.setdefault(r.value_key(), mark)
 
     # -- explanations --------------------------------------------------------------------------------
 
@@ -414,8 +447,12 @@ class _RankWalk:
             return make(OVERFLOW, STRONG, f"inputs are finite but {short_name(r.name)} holds inf/nan ({golden})")
         if unexplained:
             r, origin = max(unexplained, key=lambda u: (u[1].strong, bool(u[0].flags), u[0].error))
-            return make(origin.kind, STRONG if origin.strong else WEAK,
-                        f"{short_name(r.name)} differs ({describe_row(r)}) and is {origin.text}")
+            suspect = make(origin.kind, STRONG if origin.strong else WEAK,
+                           f"{short_name(r.name)} differs ({describe_row(r)}) and is {origin.text}")
+            # only arguments changed, and the outputs are what the inputs and rounding explain
+            suspect.idle = (all(o.kind == ARGUMENT_CHANGED for _, o in unexplained) and ratio <= 1
+                            and not any(o.flags for o in div_out))
+            return suspect
         if hidden is not None and not math.isfinite(hidden):
             return None  # parameter gradients, or a backward whose forward's error is unknown
         flagged = [r for r in div_out if r.flags - {NONFINITE}]

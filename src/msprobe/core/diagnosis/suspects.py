@@ -208,7 +208,8 @@ def _set_column(res, labels):
 
 
 def _structure_notes(calls, rows, rd):
-    """What one side has and the other lacks, and whether it matters: calls the target makes that golden
+    """What one side has and the other lacks, and whether it matters: arguments that differ while no
+    value does, calls the target makes that golden
     does not (casts, views and copies whose values downstream agree are harmless), casts and views
     paired by index with a golden call that works on other values, and golden calls nothing in the
     target pairs with."""
@@ -224,7 +225,9 @@ def _structure_notes(calls, rows, rd):
     kept = rows.matched & ~np.isin(rows.target["key"].to_numpy(dtype=object), list(mispaired))
     paired = set(g_keys[rows.gidx[kept]].tolist()) if len(g_keys) else set()
     golden_only = [k for k in dict.fromkeys(g_keys.tolist()) if k not in paired]
-    return {"extra_harmless": {"count": len(harmless), "examples": harmless[:NOTE_EXAMPLES]},
+    return {"idle_arguments": [{"argument": what, "count": len(keys), "examples": keys[:NOTE_EXAMPLES]}
+                               for what, keys in rd.idle_arguments],
+            "extra_harmless": {"count": len(harmless), "examples": harmless[:NOTE_EXAMPLES]},
             "extra_other": {"count": len(other), "examples": other[:NOTE_EXAMPLES]},
             "mispaired": {"count": len(mispaired), "examples": rd.mispaired_calls[:NOTE_EXAMPLES]},
             "golden_only": {"count": len(golden_only), "examples": golden_only[:NOTE_EXAMPLES]}}
@@ -404,22 +407,7 @@ def _verdict(divergence, suspects, count, receiving, per_rank, working, matched_
         return prefix + "nothing to diagnose: structure dumps hold no values"
     beyond = f"beyond {working} precision" if working else "beyond noise"
     if not divergence:
-        rows = sum(p["compared_rows"] for p in per_rank)
-        if rows == 0:
-            return prefix + "nothing to diagnose: no value of the target has a counterpart in golden"
-        if suspects:
-            top = suspects[0]
-            return (prefix + f"no divergence {beyond}: {count} call(s) just past what rounding and "
-                    f"their inputs explain, the first {top['api']} (step {top['step']}): {top['reason']}")
-        places = list(dict.fromkeys(_place(p) for p in per_rank))
-        steps = len({p["step"] for p in per_rank})
-        where = (", ".join(places[:4]) + (" ..." if len(places) > 4 else "")
-                 + (f" over {steps} steps" if steps > 1 else ""))
-        if working:
-            worst = max((p.get("max_error", 0.0) for p in per_rank), default=0.0)
-            return (prefix + f"no divergence {beyond}: {rows} compared values on {where} differ by at most "
-                    f"{worst:.2g} (relative), which rounding to {working} and the ops explain")
-        return prefix + f"no divergence: {rows} compared values on {where} agree within the noise floor of their dtypes"
+        return _no_divergence(prefix, beyond, count, suspects, per_rank, working) + _idle_note(per_rank)
     top = suspects[0]
     ranks = ", ".join(str(r) for r in top["ranks"])
     word = "process" if top["is_proc"] else "rank"
@@ -430,6 +418,41 @@ def _verdict(divergence, suspects, count, receiving, per_rank, working, matched_
         verdict += (f"; rank{'s' if len(receiving) > 1 else ''} {', '.join(str(r) for r in receiving)} "
                     f"only receive{'' if len(receiving) > 1 else 's'} it from other ranks")
     return prefix + verdict
+
+
+def _no_divergence(prefix, beyond, count, suspects, per_rank, working):
+    rows = sum(p["compared_rows"] for p in per_rank)
+    if rows == 0:
+        return prefix + "nothing to diagnose: no value of the target has a counterpart in golden"
+    if suspects:
+        top = suspects[0]
+        return (prefix + f"no divergence {beyond}: {count} call(s) just past what rounding and "
+                f"their inputs explain, the first {top['api']} (step {top['step']}): {top['reason']}")
+    places = list(dict.fromkeys(_place(p) for p in per_rank))
+    steps = len({p["step"] for p in per_rank})
+    where = (", ".join(places[:4]) + (" ..." if len(places) > 4 else "")
+             + (f" over {steps} steps" if steps > 1 else ""))
+    if working:
+        worst = max((p.get("max_error", 0.0) for p in per_rank), default=0.0)
+        return (prefix + f"no divergence {beyond}: {rows} compared values on {where} differ by at most "
+                f"{worst:.2g} (relative), which rounding to {working} and the ops explain")
+    return prefix + f"no divergence: {rows} compared values on {where} agree within the noise floor of their dtypes"
+
+
+def _idle_note(per_rank):
+    """'; use_cache differs (False vs golden True) at 4 calls; no value is affected', over all pairs."""
+    seen = {}
+    for p in per_rank:
+        for a in (p.get("structure") or {}).get("idle_arguments", ()):
+            seen[a["argument"]] = seen.get(a["argument"], 0) + a["count"]
+    if not seen:
+        return ""
+    if len(seen) == 1:
+        (arg, n), = seen.items()
+        what = arg.replace(" (", " differs (", 1) + f" at {n} call{'s' if n > 1 else ''}"
+    else:
+        what = ", ".join(f"{arg} at {n} call{'s' if n > 1 else ''}" for arg, n in seen.items()) + " differ"
+    return f"; {what}; no value is affected"
 
 
 def receiving_ranks(groups):
