@@ -130,6 +130,8 @@ def _notes(d):
     for p in d["ranks"]:
         notes = p.get("structure") or {}
         where = f"step {p['step']} {'process' if p['is_proc'] else 'rank'} {p['rank']}"
+        if p.get("merge_note"):
+            lines.append(f"Ranks merged ({where}): {p['merge_note']}")
         harmless, other, mispaired, golden_only = (notes.get(k, {}) for k in (
             "extra_harmless", "extra_other", "mispaired", "golden_only"))
         for arg in notes.get("idle_arguments", ()):

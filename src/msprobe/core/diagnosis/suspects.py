@@ -164,6 +164,8 @@ def _diagnose_pair(res, working_u):
     entry = {"step": int(res.step or 0), "rank": int(res.rank or 0), "mode": mode,
              "is_proc": bool(getattr(res, "is_proc", False)), "rows": n,
              "matched_rows": int(rows.matched.sum()) if rows is not None else 0}
+    if getattr(res, "merge_note", None):
+        entry["merge_note"] = res.merge_note
     if mode == "structure" or rows is None:
         labels = None
         if rows is not None:
