@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 from msprobe.core import naming
 from msprobe.core.diagnosis import op_model
-from msprobe.core.diagnosis.calls import ARGUMENT, NONFINITE
+from msprobe.core.diagnosis.calls import ARGUMENT, DTYPE, NONFINITE
 from msprobe.core.diagnosis.report import describe_row, short_name
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
-                                               STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
+                                               ROUNDING_UNITS, STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
 
 # Suspect kinds, and the tier each is ranked in (lower first).
 OVERFLOW = "overflow"            # finite inputs, inf/nan outputs
@@ -131,17 +131,20 @@ def _parameter_index(calls):
     return index
 
 
-def diagnose_calls(calls, working_u=0.0):
+def diagnose_calls(calls, working_u=0.0, golden_unpaired=frozenset()):
     """Classify every call of one (step, rank) and label its rows; see the module docstring.
 
     Args:
         calls: list of calls.Call in execution order.
         working_u: unit roundoff of the run's working precision (0.0 when golden's precision).
+        golden_unpaired: (base, direction) of golden's calls no target call pairs with: a target call of
+            the same API left unpaired is one the pairing missed, not one golden lacks.
 
     Returns:
         RankDiagnosis with suspects in call order (ranking across ranks happens in suspects.py).
     """
     walk = _RankWalk(calls, working_u)
+    walk.golden_unpaired = golden_unpaired
     for call in calls:
         walk.visit(call)
     if walk.diverged:  # values differ somewhere: an argument that changed may be why, so it is listed
@@ -190,6 +193,7 @@ class _RankWalk:
         self.suspects = []
         self.suspect_by_key = {}
         self.idle = []             # changed arguments whose calls' outputs agree (Suspect.idle)
+        self.golden_unpaired = frozenset()  # (base, direction) of golden calls left without a partner
         self.propagating = 0
         self.diverged = False      # a call introduced error beyond precision (a strong suspect)
         self.seen_nonfinite = False
@@ -358,6 +362,14 @@ class _RankWalk:
                 if src_call.key in self.carriers:
                     return Origin(f"output of {src_call.key} (golden lacks it), computed from values already off",
                                   producer=src_call.key)
+                base, direction, _ = naming.split_key(src_call.key)
+                # parameter gradients are reduced outside recorded calls: what earlier values carry reaches them
+                reach = max(carried, self.noise) if src_call.is_param_grad else carried
+                # ... and the call may round to the working precision, as a paired one may
+                if ((base, direction) in self.golden_unpaired and not row.flags
+                        and row.error <= AMPLIFICATION * reach + max(row.floor, ROUNDING_UNITS * self.working_u)):
+                    return Origin(f"output of {src_call.key}, left unpaired although golden calls it too (the two "
+                                  f"call sequences align otherwise), carrying its input's error", producer=src_call.key)
                 if row.coarser and any(r.is_tensor and r.target_dtype == row.golden_dtype for r in src_call.inputs):
                     return Origin(f"output of {src_call.key}, which golden does not have, casting "
                                   f"{row.golden_dtype} to {row.target_dtype}", FOREIGN_INPUT, True, src_call.key)
@@ -424,6 +436,12 @@ class _RankWalk:
         out_floor = max((r.floor for r in judged), default=0.0)
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
+        if carried > 0 and op_model.switches(call, self.calls_by_key):
+            # single elements crossed the threshold: what the tensor as a whole carries is its error
+            for r in judged:
+                if not r.flags - {DTYPE}:
+                    r.error = r.l2_error
+            out_err = _max_error(judged)
         grown = max(op_model.amplification(call, self.calls_by_key) * carried,
                     op_model.summed_error(call, judged, self.calls_by_key))
         expected = grown + max(out_floor, 1e-30)

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from msprobe.core import naming
 from msprobe.core.diagnosis import flow, op_model
 from msprobe.core.diagnosis.calls import (TENSOR_METRICS, calls_from_rows, dtype_census, row_labels,
                                          working_precision)
@@ -179,7 +180,7 @@ def _diagnose_pair(res, working_u):
     # a cast or view golden lacks is structure, not a sign of two different models (a layout rewrite,
     # or call sequences aligned around an extra slice): it does not count towards "mostly unmatched"
     entry["rows"] -= sum(len(c.rows) for c in calls if not c.matched and c.short_api in VALUE_PRESERVING_APIS)
-    rd = flow.diagnose_calls(calls, working_u)
+    rd = flow.diagnose_calls(calls, working_u, _golden_unpaired(rows))
     construct = getattr(res, "construct", None) or {}
     suspects = _fold_modules(rd.suspects, construct)
     labels = row_labels(calls, n)
@@ -195,6 +196,15 @@ def _diagnose_pair(res, working_u):
     if rd.unmatched_calls:
         entry["unmatched_examples"] = rd.unmatched_calls[:NOTE_EXAMPLES]
     return entry
+
+
+def _golden_unpaired(rows):
+    """(base, direction) of the golden calls no target row pairs with."""
+    g_keys = rows.golden_rows["key"].to_numpy(dtype=object)
+    if not len(g_keys):
+        return frozenset()
+    paired = set(g_keys[rows.gidx[rows.matched]].tolist())
+    return frozenset(naming.split_key(k)[:2] for k in dict.fromkeys(g_keys.tolist()) if k not in paired)
 
 
 def _set_column(res, labels):
