@@ -39,6 +39,7 @@ class CompareResult:
         merged_ranks: the number of rank dirs merged into one side (a sharded run against a
             single-device run), else None.
         merge_note: what merging a data-parallel run's ranks assumed (one line), or None.
+        merge_unequal: those ranks held unequal parts of the batch.
         seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
             "metrics" (tensor mode) and "table".
         pairing: how this pair's runs were chosen among several proc{pid} runs of its step (one line),
@@ -67,6 +68,7 @@ class CompareResult:
     construct: dict = field(default_factory=dict)
     merged_ranks: int | None = None
     merge_note: str | None = None
+    merge_unequal: bool = False
     counts: dict | None = None
     row_count: int | None = None
 
@@ -277,7 +279,9 @@ def compare_pair(target, golden, opts, maps=None):
                          rows=rows, stacks=stacks or {}, construct=t_reader.construct,
                          merged_ranks=next((len(p) for p in (target.path, golden.path)
                                             if isinstance(p, tuple)), None),
-                         merge_note=getattr(t_reader, "merge_note", None) or getattr(g_reader, "merge_note", None))
+                         merge_note=getattr(t_reader, "merge_note", None) or getattr(g_reader, "merge_note", None),
+                         merge_unequal=bool(getattr(t_reader, "merge_unequal", False)
+                                            or getattr(g_reader, "merge_unequal", False)))
 
 
 def _counts_differ(t_rows, g_rows):

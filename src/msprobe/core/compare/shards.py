@@ -46,7 +46,7 @@ def load_sharded_sides(target, golden, scratch):
                            hint=single.data)
         merged = readers[0]
         merged.data = merge.merge([r.data for r in readers])
-        merged.merge_note = merge.note()
+        merged.merge_note, merged.merge_unequal = merge.note(), merge.unequal()
         for r in readers[1:]:
             r.data = {}
         sides = []
@@ -92,6 +92,11 @@ class ShardMerge:
         return (f"data-parallel merge: {split}; {self.averaged} per-rank value(s) shaped as golden's (losses, "
                 f"local gradients) averaged by those parts and backward pieces scaled by them, as holds for a loss "
                 f"that is the mean over the batch (another reduction needs its own golden)")
+
+    def unequal(self):
+        """The ranks split the batch into unequal parts: gradients averaged with equal weights then differ
+        from the whole batch's."""
+        return bool(self.data_parallel and self.split and len(set(self.split.values())) > 1)
 
     def _weights(self, ranks):
         """Each rank's share of the batch (equal shares when the split was not seen)."""

@@ -182,6 +182,8 @@ def _diagnose_pair(res, working_u):
     entry["rows"] -= sum(len(c.rows) for c in calls if not c.matched and c.short_api in VALUE_PRESERVING_APIS)
     rd = flow.diagnose_calls(calls, working_u, _golden_unpaired(rows))
     construct = getattr(res, "construct", None) or {}
+    if getattr(res, "merge_unequal", False):
+        _demote_equal_averaging(rd.suspects, calls)
     suspects = _fold_modules(rd.suspects, construct)
     labels = row_labels(calls, n)
     _set_column(res, labels)
@@ -205,6 +207,20 @@ def _golden_unpaired(rows):
         return frozenset()
     paired = set(g_keys[rows.gidx[rows.matched]].tolist())
     return frozenset(naming.split_key(k)[:2] for k in dict.fromkeys(g_keys.tolist()) if k not in paired)
+
+
+def _demote_equal_averaging(suspects, calls):
+    """Data-parallel ranks on unequal parts of the batch: their gradients, averaged with equal weights, are
+    not the whole batch's, so parameter gradients and what the optimizer computes from them differ by
+    design. Their suspects are listed as marginal, not a divergence."""
+    first_backward = min((c.order for c in calls if c.direction == "backward"), default=None)
+    if first_backward is None:
+        return
+    for s in suspects:
+        if s.call.is_param_grad or (s.call.direction == "forward" and s.call.order > first_backward):
+            s.tier = flow.WEAK
+            s.reason += ("; the data-parallel ranks hold unequal parts of the batch, and gradients averaged with "
+                         "equal weights differ from the whole batch's by design")
 
 
 def _set_column(res, labels):
