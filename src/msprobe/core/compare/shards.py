@@ -143,7 +143,9 @@ class ShardMerge:
                 self.split = {rank: r["shape"][dim] for rank, r in zip(ranks, recs)}
                 self.split_at = stem
                 self.data_parallel = self.data_parallel or dim == 0
-            if pieces is None and (backward or _numel(recs[0]["shape"]) == 1) and _reduced_per_rank(recs, hint):
+            # a gradient that differs between tensor-parallel ranks is a partial sum, not a per-rank mean
+            if (pieces is None and ((backward and self.data_parallel) or _numel(recs[0]["shape"]) == 1)
+                    and _reduced_per_rank(recs, hint)):
                 self.data_parallel = True
                 return self._averaged(recs, ranks, stem)
             if pieces is not None and backward and self.data_parallel:
