@@ -3,8 +3,9 @@ mean-reduced MSE, its ranks each holding a part of the batch, under DDP, FSDP2 a
 all-reduce of the gradients, each at level mix into ROOT/SETUP; rank 0 first trains the same model on
 the whole batch in one process into ROOT/single (the golden).
 
-    python dp_worker.py ROOT SETUPS SPLIT    (SETUPS: comma list of ddp, fsdp, allreduce, planted; SPLIT:
-                                              the rows of each rank, e.g. 4,4 or 5,3)
+    python dp_worker.py ROOT SETUPS SPLIT [TASK]   (SETUPS: comma list of ddp, fsdp, allreduce, planted;
+                                                    SPLIT: the rows of each rank, e.g. 4,4 or 5,3; TASK:
+                                                    statistics (default) or tensor)
 
 `planted` is DDP with one weight of the last rank's copy perturbed after DDP broadcast rank 0's.
 """
@@ -21,6 +22,7 @@ from torch import nn
 from msprobe.pytorch import PrecisionDebugger
 
 root, setups, split = sys.argv[1], sys.argv[2].split(","), [int(n) for n in sys.argv[3].split(",")]
+task = sys.argv[4] if len(sys.argv) > 4 else "statistics"
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
@@ -45,7 +47,7 @@ def train(model, dump, part, after_backward=None):
         start = sum(split[:part])
         x, y = x[start:start + split[part]], y[start:start + split[part]]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    debugger = PrecisionDebugger(dump_path=dump, level="mix")
+    debugger = PrecisionDebugger(dump_path=dump, level="mix", task=task)
     debugger.start(model)
     loss = F.mse_loss(model(x), y)
     loss.backward()

@@ -65,3 +65,15 @@ def test_unequal_parts_weigh_the_losses_and_say_what_differs_by_design(tmp_path)
     assert "the parts are unequal" in d["ranks"][0]["merge_note"]
     assert d["divergence"] is False, format_diagnosis(d)  # the optimizer reads equally averaged gradients
     assert all("unequal parts" in s["reason"] for s in d["suspects"])
+
+
+def test_tensor_mode_assembles_the_averaged_and_scaled_tensors(tmp_path):
+    """Tensor mode: the merged tensors are written from the ranks' files (weighted mean of the local weight
+    gradients, scaled activation gradients) and their metrics agree with the single process."""
+    run_ranks(WORKER, 2, [tmp_path, "allreduce", "4,4", "tensor"])
+    results = compare_dumps(str(tmp_path / "allreduce"), str(tmp_path / "single"), progress=False)
+    d = diagnose(results)
+    assert d["mode"] == "tensor" and d["divergence"] is False, format_diagnosis(d)
+    table = results[0].table.set_index("NPU Name")
+    assert float(table.loc["Functional.mse_loss.0.backward.output.0", "Cosine"]) > 0.99999
+    assert float(table.loc["Functional.linear.0.backward.output.1", "MaxAbsErr"]) < 1e-6
