@@ -287,3 +287,15 @@ def test_compile_overhead_quick(tmp_path):
     assert got["recompiles_while_timed"] == 0 and got["graph_breaks"] == 0
     assert got["configs"]["stat_L1"]["ratio"] > 0 and len(got["configs"]["stat_L1"]["round_ratios"]) == 2
     assert "stat_L1" in done.stdout and "after_stop" in done.stdout
+
+
+def test_ms_pt_migration_quick(tmp_path):
+    """One plant and one negative of the migration suite: it runs, names the perturbed conv weight and
+    keeps quiet on identical twins."""
+    pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
+    out = tmp_path / "migration.json"
+    done = run("ms_pt_migration.py", "--families", "vision", "--levels", "mix", "--scenarios",
+               "conv_weight,identical", "--json", str(out))
+    runs = {r["plant"]: r for r in json.loads(out.read_text())}
+    assert runs["conv_weight"]["named"] and not runs["identical"]["divergence"]
+    assert "| vision (tuning) | mix | 1/1 | 0/1 | 0/2 |" in done.stdout

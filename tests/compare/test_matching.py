@@ -246,3 +246,48 @@ def test_fuzzy_alignment_stays_in_step_through_scattered_differences():
     assert pairs and all(pairs[k] == k for k in pairs)
     # calls squeezed between two differences closer than FUZZY_RUN may stay unpaired, never mispaired
     assert len(pairs) >= sum(k != "Functional.other.0.forward" for k in target) - 10
+
+
+def test_api_mapping_fused_calls_pair_as_one_golden_call(make_pair, tmp_path):
+    """A user's `ms_calls` entry (-am): two consecutive MindSpore calls that PyTorch makes as one; the
+    value between them has no counterpart and is not counted missing; a bad entry is one line."""
+    from msprobe.core.compare.matching import INSIDE_FUSED
+    ms = {"Functional.my_mm.0.forward": _fwd(tensor(2.0), inputs=[tensor(1.0), tensor(4.0)]),
+          "Functional.my_bias.0.forward": _fwd(tensor(3.0), inputs=[tensor(2.0), tensor(5.0)])}
+    pt = {"Functional.their_linear.0.forward": _fwd(tensor(3.0), inputs=[tensor(1.0), tensor(4.0), tensor(5.0)])}
+    t, g = make_pair(ms, pt, target_kw={"framework": "mindspore"})
+    user = tmp_path / "api.yaml"
+    user.write_text(yaml.safe_dump([{"ms_calls": ["Functional.my_mm", "Functional.my_bias"],
+                                     "pt_api": "Functional.their_linear",
+                                     "inputs": {0: [0, 0], 1: [0, 1], 2: [1, 1]}, "outputs": {0: [1, 0]}}]))
+    (res,) = compare_dumps(t, g, api_mapping=str(user), progress=False)
+    pairs = _pairs(res)
+    assert pairs["Functional.my_mm.0.forward.input.1"] == "Functional.their_linear.0.forward.input.1"
+    assert pairs["Functional.my_bias.0.forward.input.1"] == "Functional.their_linear.0.forward.input.2"
+    assert pairs["Functional.my_bias.0.forward.output.0"] == "Functional.their_linear.0.forward.output.0"
+    inside = set(res.table["NPU Name"][res.rows.gidx == INSIDE_FUSED])
+    assert inside == {"Functional.my_mm.0.forward.output.0", "Functional.my_bias.0.forward.input.0"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump([{"ms_calls": ["Functional.a", "Functional.b"], "pt_api": "Torch.c",
+                                    "inputs": {0: [2, 0]}}]))
+    with pytest.raises(MsprobeError, match=r"inputs must map a PyTorch position to \[call index below 2"):
+        compare_dumps(t, g, api_mapping=str(bad), progress=False)
+
+
+def test_backward_records_follow_their_forward_partner_in_alignment():
+    """Backward passes of two frameworks order their records differently (a parameter gradient before or
+    after its call's): aligned forward calls take their backward and parameters_grad records along."""
+    from msprobe.core.compare.matching import _fuzzy_pairs
+    golden = ["Functional.conv2d.0.forward", "Module.conv.Conv2d.forward.0", "Tensor.add_.0.forward",
+              "Functional.relu.0.forward", "Functional.linear.0.forward", "Module.fc.Linear.forward.0",
+              "Module.fc.Linear.backward.0", "Module.fc.Linear.parameters_grad.0", "Functional.linear.0.backward",
+              "Functional.relu.0.backward", "Module.conv.Conv2d.parameters_grad.0", "Functional.conv2d.0.backward",
+              "Module.conv.Conv2d.backward.0"]
+    target = ["Functional.conv2d.0.forward", "Module.conv.Conv2d.forward.0", "Functional.relu.0.forward",
+              "Tensor.astype.0.forward", "Functional.linear.0.forward", "Module.fc.Linear.forward.0",
+              "Functional.linear.0.backward", "Module.fc.Linear.parameters_grad.0", "Module.fc.Linear.backward.0",
+              "Tensor.astype.0.backward", "Functional.relu.0.backward", "Functional.conv2d.0.backward",
+              "Module.conv.Conv2d.backward.0", "Module.conv.Conv2d.parameters_grad.0"]
+    pairs = _fuzzy_pairs(target, golden)
+    assert all(pairs[k] == k for k in target if "astype" not in k), pairs
+    assert "Tensor.astype.0.forward" not in pairs and "Tensor.astype.0.backward" not in pairs

@@ -275,3 +275,35 @@ def test_overflow_filter_and_badges(tmp_path, open_page):
     assert badges == {"Torch.exp.0.forward": "overflow critical", "Tensor.sum.0.forward": "overflow high"}
     assert page.inner_text("#detail h2") == "Torch.exp.0.forward"
     assert page.inner_text("#detail .tensor[data-name='Torch.exp.0.forward.output.0'] td[data-col='NPU max']") == "inf"
+
+
+def test_hostile_names_and_stacks_stay_text(tmp_path, open_page):
+    """A dump whose node name and stack lines carry HTML and script: the page shows them as text and runs
+    nothing (the tree, the detail panel and the stack)."""
+    hostile = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>"
+    src = os.path.join(os.path.dirname(__file__), os.pardir, "data", "msprobe-samples", "pt_dump",
+                       "transformer_statistics_mix_statistics")
+    dump = tmp_path / "step0" / "rank0"
+    shutil.copytree(src, dump)
+    doc = json.load(open(dump / "dump.json"))
+    evil = f"Functional.{hostile}.0.forward"
+    doc["data"][evil] = doc["data"]["Functional.embedding.0.forward"]
+    json.dump(doc, open(dump / "dump.json", "w"))
+    construct = json.load(open(dump / "construct.json"))
+    construct[evil] = "Module.emb.Embedding.forward.0"
+    json.dump(construct, open(dump / "construct.json", "w"))
+    stacks = {k: [keys, [hostile] * 3] for k, (keys, _) in json.load(open(dump / "stack.json")).items()}
+    stacks["evil"] = [[evil], [hostile]]
+    json.dump(stacks, open(dump / "stack.json", "w"))
+    msprobe("graph_visualize", "-tp", str(dump), "-o", str(tmp_path / "out"), "--no-progress")
+    (html,) = glob.glob(str(tmp_path / "out" / "*.html"))
+    page = open_page(html)
+    page.click("#spacer .row[data-name='Module.emb.Embedding.forward.0'] .tw")
+    node = page.locator("#spacer .row").filter(has_text="onerror")
+    assert node.count() == 1
+    node.click()
+    assert page.inner_text("#detail h2") == evil
+    assert hostile in page.inner_text("#detail pre.stack")
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.pwned") is None
+    assert page.eval_on_selector_all("#detail img, #spacer img, #detail script", "e => e.length") == 0

@@ -130,3 +130,45 @@ def test_bad_input_is_one_line(tmp_path):
     (bad / "actv_0-0.csv").write_text("foo,bar\n1,2\n")
     res = msprobe("monitor_report", "-i", tmp_path / "bad", "-o", tmp_path / "rep")
     assert res.returncode == 1 and "missing columns name/step" in res.stderr
+
+
+HOSTILE = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>"
+
+
+def test_a_hostile_anomaly_file_stays_text(tmp_path):
+    """Every string of an anomaly file (step, rank, series, message) is text on the page: parsed, the page
+    has no element the file brought, and a real Chromium runs none of its script."""
+    from html.parser import HTMLParser
+    rank_dir = tmp_path / "Nov21_08-54-28-rank0-d419d415"
+    rank_dir.mkdir()
+    shutil.copy(f"{SAMPLES}/actv_1-1.csv", rank_dir / "actv_1-1.csv")
+    (tmp_path / "anomaly_detected").mkdir()
+    record = {"rank": HOSTILE, "step": HOSTILE, "call_id": HOSTILE, "tag_name": HOSTILE, "message": HOSTILE}
+    sample = json.load(open(f"{SAMPLES}/anomaly.json"))
+    (tmp_path / "anomaly_detected" / "anomaly_0.json").write_text(json.dumps({"evil": record, **sample}))
+    res = msprobe("monitor_report", "-i", rank_dir, "-o", tmp_path / "rep")
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "rep" / "index.html").read_text()
+
+    class Tags(HTMLParser):
+        found = []
+
+        def handle_starttag(self, tag, attrs):
+            self.found.append((tag, dict(attrs)))
+    parser = Tags()
+    parser.feed(page)
+    assert not [t for t, _ in parser.found if t == "script"]
+    assert not [a for t, a in parser.found if t == "img" and not a.get("src", "").startswith("png/")]
+    assert page.count(HOSTILE.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")) >= 4
+    from playwright import sync_api
+    chromium = os.environ.get("MSPROBE_CHROMIUM", "/usr/bin/chromium")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            view = browser.new_page()
+            view.goto((tmp_path / "rep" / "index.html").as_uri())
+            view.wait_for_timeout(300)
+            assert view.evaluate("window.pwned") is None
+            assert view.inner_text("body").count(HOSTILE) >= 4   # shown as the text it is
+        finally:
+            browser.close()

@@ -38,6 +38,9 @@ def add_arguments(parser):
                         help="where APIs recorded as PREFIX.name (register_custom_api) are defined, "
                              "e.g. MyOps=mypkg.ops; repeatable")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the random inputs (default 1234)")
+    parser.add_argument("--max-elements", "--max_elements", dest="max_elements", type=int, default=None,
+                        metavar="N", help="an API whose recorded tensors hold more than N elements in all is "
+                                          "skipped, not built (default 300,000,000)")
     options.add_progress(parser)
 
 
@@ -59,9 +62,11 @@ def run(args):
                            "use multi_acc_check for several")
     if any(d < 0 for d in devices):
         raise MsprobeError(f"-d {min(devices)}: device ids are integers >= 0")
+    if args.max_elements is not None and args.max_elements < 1:
+        raise MsprobeError(f"--max-elements {args.max_elements}: expected a number of tensor elements >= 1")
     common = dict(out_path=args.out_path, resume_csv=args.result_csv_path, save_error_data=args.save_error_data,
                   custom_apis=tuple(args.custom_api), progress=not args.no_progress and sys.stderr.isatty(),
-                  seed=args.seed)
+                  seed=args.seed, max_elements=args.max_elements)
     if multi:
         framework_of_dump, accelerators = _accelerators(args.api_info)
         # fork is safe here (no framework op has run in this process) and saves each worker a torch

@@ -11,14 +11,16 @@ npu_path (target), bench_path (golden), stack_path and is_print_compare_log.
 The diagnosis names where error is introduced beyond what the target's precision explains (printed
 whole, or in one line with --brief) and labels every row in the Diagnosis column.
 Exit code: 0, 1 on bad input, 2 with --fail-on-divergence when the diagnosis finds a divergence or the
-two dumps mostly do not match.
+two dumps mostly do not match, 3 when a step or rank could not be read (named on stderr; the others
+are compared).
 """
 
 import argparse
 import json
+import sys
 
 from msprobe.cli import options
-from msprobe.core.errors import ConfigError, MsprobeError
+from msprobe.core.errors import EXIT_PARTIAL, ConfigError, MsprobeError
 
 _COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log"}
 
@@ -132,4 +134,8 @@ def run(args):
             _print_log(r)
     print(format_diagnosis(out.diagnosis, brief=args.brief))
     print(f"diagnosis -> {out.diagnosis_path}")
-    return 2 if args.fail_on_divergence and out.failed else 0
+    for line in out.skipped:
+        print(line, file=sys.stderr)
+    if args.fail_on_divergence and out.failed:
+        return 2
+    return EXIT_PARTIAL if out.skipped else 0

@@ -8,13 +8,16 @@ level L0 or mix. Without a golden dump one graph is built; with it, each step/ra
 nodes are coloured pass / warning / error / unmatched. compare.json holds "npu_path", "bench_path",
 optional "stack_path" and "is_print_compare_log". Writes build_{ts}.html or compare_{ts}.html and the
 same graph as SQLite, {name}.vis.db (tables graphs, nodes, tensors, stacks).
+Exit code: 0, 1 on bad input, 3 when a step or rank could not be read (named on stderr; the others are
+drawn).
 """
 
 import logging
 import os
+import sys
 
 from msprobe.cli import options
-from msprobe.core.errors import ConfigError, MsprobeError
+from msprobe.core.errors import EXIT_PARTIAL, ConfigError, MsprobeError
 
 _COMPARE_JSON_FIELDS = ("npu_path", "bench_path", "stack_path", "is_print_compare_log")
 
@@ -61,7 +64,9 @@ def run(args):
     print(f"{len(out.document['graphs'])} graph(s), {nodes} nodes")
     print(f"page: {os.path.abspath(out.html_path)}")
     print(f"data: {os.path.abspath(out.db_path)}")
-    return 0
+    for line in out.skipped:
+        print(line, file=sys.stderr)
+    return EXIT_PARTIAL if out.skipped else 0
 
 
 def read_compare_json(path):

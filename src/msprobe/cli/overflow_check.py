@@ -5,11 +5,15 @@
 Reads statistics or tensor dumps (ours or msProbe's, rank{N} or proc{pid} directories). A collective
 whose inf/nan came from another rank is traced to the op on that rank that produced it. Prints the
 culprit with its call stack and writes anomaly_analyze_{timestamp}.json into the output directory.
+Exit code: 0, 1 on bad input, 3 when a step or rank could not be read (named on stderr; the others are
+checked).
 """
 
 import os
+import sys
 
 from msprobe.cli import options
+from msprobe.core.errors import EXIT_PARTIAL
 
 
 def add_arguments(parser):
@@ -28,4 +32,6 @@ def run(args):
     print(format_analysis(analysis))
     path = write_analysis_json(analysis, args.output)
     print(f"Result written to {os.path.abspath(path)}")
-    return 0
+    for line in analysis.skipped:
+        print(line, file=sys.stderr)
+    return EXIT_PARTIAL if analysis.skipped else 0

@@ -1,9 +1,15 @@
 """Summarise a dump: per step and rank, what was recorded and where values look suspicious.
 
   msprobe summary -i ./dump_path
+
+Exit code: 0, 1 on bad input, 3 when a step or rank could not be read (named on stderr; the others are
+summarised).
 """
 
+import sys
+
 from msprobe.core.dump.summary import format_summary, summarize_dump
+from msprobe.core.errors import EXIT_PARTIAL, DumpFormatError
 
 
 def add_arguments(parser):
@@ -12,5 +18,12 @@ def add_arguments(parser):
 
 
 def run(args):
-    print(format_summary(summarize_dump(args.input), top=args.top))
-    return 0
+    skipped = []
+    summaries = summarize_dump(args.input, skipped=skipped)
+    if not summaries and skipped:
+        raise DumpFormatError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
+                              f"no rank directory could be read; first: {skipped[0]}")
+    print(format_summary(summaries, top=args.top))
+    for line in skipped:
+        print(line, file=sys.stderr)
+    return EXIT_PARTIAL if skipped else 0

@@ -1,5 +1,10 @@
 """User-facing errors. The CLI prints these as one line and exits 1; anything else is a bug."""
 
+# Exit status of an analysis (compare, graph_visualize, overflow_check, summary) that ran on every step
+# and rank it could read but skipped damaged ones, each named in one line (1 is a user error, 2 a
+# divergence under --fail-on-divergence).
+EXIT_PARTIAL = 3
+
 
 class MsprobeError(Exception):
     """An error caused by the user's input (config, files, arguments), not by msprobe itself."""
@@ -16,8 +21,14 @@ class ConfigError(MsprobeError):
 
     def __init__(self, field, value, allowed):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"config field '{field}': got {value!r}; allowed: {allowed}")
+        shown = repr(str(field))[1:-1]  # a field name from a file may hold line breaks: keep one line
+        super().__init__(f"config field '{shown}': got {value!r}; allowed: {allowed}")
 
 
 class DumpFormatError(MsprobeError):
     """A dump file is missing, truncated or not in the dump format."""
+
+
+def where(step, rank, is_proc=False):
+    """How a one-line message names a step's rank dir: "step 1 rank 0", "step 0 process 4242"."""
+    return f"step {step} {'process' if is_proc else 'rank'} {rank}"

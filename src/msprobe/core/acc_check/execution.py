@@ -8,6 +8,7 @@ Must not import torch or mindspore; executors are loaded by module path in the p
 """
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -15,7 +16,12 @@ import numpy as np
 
 from msprobe.core.acc_check.api_names import Unresolvable
 from msprobe.core.acc_check.input_spec import UnsupportedArgument, forward_inputs, gradient_inputs
-from msprobe.core.errors import MsprobeError
+from msprobe.core.dump.reader import iter_tensor_records
+from msprobe.core.errors import DumpFormatError, MsprobeError
+
+# Tensor elements one API may take as inputs and outputs together: 3e8 float32 elements are 1.2 GB each
+# side and 2.4 GB more for the float64 benchmark; a recorded shape above it is refused, not allocated.
+DEFAULT_MAX_ELEMENTS = 300_000_000
 
 # framework (dump.json "framework") -> executor module; each has `create_executor(**options)`.
 EXECUTOR_MODULES = {
@@ -61,7 +67,7 @@ class ExecutorSpec:
     """How to build an executor in any process (picklable for spawn workers)."""
 
     framework: str
-    options: tuple = ()  # (name, value) pairs passed to create_executor
+    options: tuple = ()  # (name, value) pairs passed to create_executor; "max_elements" sets the case limit
 
     def create(self, **overrides):
         module_path = EXECUTOR_MODULES.get(self.framework)
@@ -73,7 +79,11 @@ class ExecutorSpec:
         except ImportError as e:
             raise MsprobeError(f"acc_check for a {self.framework} dump needs {self.framework} installed ({e})") \
                 from None
-        return module.create_executor(**{**dict(self.options), **overrides})
+        options = {**dict(self.options), **overrides}
+        max_elements = options.pop("max_elements", None)
+        executor = module.create_executor(**options)
+        executor.max_elements = max_elements or DEFAULT_MAX_ELEMENTS
+        return executor
 
 
 class SkipCase(Exception):
@@ -88,6 +98,7 @@ class CaseExecutor:
     """
 
     resolver = None
+    max_elements = DEFAULT_MAX_ELEMENTS
 
     def run(self, case, source, rng):
         run = CaseRun(backward=[] if case.backward else None)
@@ -116,16 +127,37 @@ class CaseExecutor:
             raise SkipCase(str(e)) from None
         try:
             tree, named = forward_inputs(case)
+            too_big = oversized(case, self.max_elements)
         except UnsupportedArgument as e:
             raise SkipCase(str(e)) from None
+        if too_big:
+            raise SkipCase(too_big)
         name = case.api.split(".", 1)[0]
         reason = self._random_api_reason(case, name)
         if reason:
             raise SkipCase(reason)
-        for key, spec in named:
-            run.inputs[key] = source.array(spec, rng)
+        try:
+            for key, spec in named:
+                run.inputs[key] = source.array(spec, rng)
+        except DumpFormatError as e:  # an unreadable or inconsistent tensor file: this API only
+            raise SkipCase(str(e)) from None
         inplace = in_place(name)
         if case.backward and inplace:
             run.backward_skip = "in-place API: its input is overwritten, no gradient to compare"
         grad_index = gradient_inputs(case, named) if case.backward and not inplace else []
         return func, tree, named, grad_index
+
+
+def oversized(case, limit):
+    """Why a case's recorded tensors are too big to build (one line), or "" when they fit in `limit`
+    elements (inputs and outputs together, as the run holds them all at once)."""
+    fwd = case.forward
+    shapes = [r["shape"] for _, r in iter_tensor_records([fwd.get(k) for k in ("input_args", "input_kwargs", "output")])
+              if isinstance(r.get("shape"), list) and all(isinstance(n, int) and n >= 0 for n in r["shape"])]
+    sizes = [math.prod(shape) for shape in shapes]
+    total = sum(sizes)
+    if total <= limit:
+        return ""
+    biggest = shapes[sizes.index(max(sizes))]
+    return (f"refused: its tensors hold {total:,} elements (largest {biggest}), over the limit of "
+            f"{limit:,} (--max-elements)")

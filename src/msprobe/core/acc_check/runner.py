@@ -70,10 +70,11 @@ def timestamp():
     return time.strftime("%Y%m%d%H%M%S")
 
 
-def executor_options(reader, device, custom_apis, threads):
-    """ExecutorSpec options: the device, `--custom_api` entries, threads, and the dump's api_sources.json."""
+def executor_options(reader, device, custom_apis, threads, max_elements=None):
+    """ExecutorSpec options: the device, `--custom_api` entries, threads, the dump's api_sources.json and
+    the limit on a case's tensor elements."""
     return (("device", device), ("custom_apis", tuple(custom_apis)), ("threads", threads),
-            ("api_sources", api_sources_path(reader.rank_dir)))
+            ("api_sources", api_sources_path(reader.rank_dir)), ("max_elements", max_elements))
 
 
 def check_cases(cases, reader, spec, files, save_error_data=False, error_root="", progress=None, seed=1234,
@@ -128,7 +129,7 @@ def _progress_bar(total, initial, enabled):
 
 
 def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=False, device=None,
-                  custom_apis=(), progress=True, seed=1234, threads=1):
+                  custom_apis=(), progress=True, seed=1234, threads=1, max_elements=None):
     """Check every API of a dump in this process.
 
     Args:
@@ -142,13 +143,15 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         seed: seed of the random inputs.
         threads: the framework's intra-op threads. Defaults to 1: most APIs of a dump are small, where
             a second thread mostly spins (7 CPU-seconds instead of 1.2 for the benchmark's 153 APIs).
+        max_elements: an API whose recorded tensors hold more elements in all is a SKIP row saying so;
+            None = execution.DEFAULT_MAX_ELEMENTS.
 
     Returns:
         RunReport.
     """
     start = time.perf_counter()
     reader, cases = load_dump(api_info)
-    spec = ExecutorSpec(reader.framework, executor_options(reader, device, custom_apis, threads))
+    spec = ExecutorSpec(reader.framework, executor_options(reader, device, custom_apis, threads, max_elements))
     out_path = os.path.abspath(out_path)
     with ResultFiles(out_path, timestamp(), resume_csv) as files:
         todo = [c for c in cases if c.name not in files.done]
@@ -234,7 +237,8 @@ def _exit_with_parent():
 
 
 def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, save_error_data=False,
-                        custom_apis=(), progress=True, seed=1234, accelerator_count=0, start_method="spawn"):
+                        custom_apis=(), progress=True, seed=1234, accelerator_count=0, start_method="spawn",
+                        max_elements=None):
     """Check every API of a dump with one worker process per entry of `devices`.
 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
@@ -290,8 +294,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     done = ctx.RawArray("q", max(n_workers, 1))
     inherited = (reader, ordered) if start_method == "fork" else None
     procs = []
-    options = [executor_options(reader, devices[i] if accelerator_count else None, custom_apis, threads)
-               for i in range(n_workers)]
+    options = [executor_options(reader, devices[i] if accelerator_count else None, custom_apis, threads,
+                                max_elements) for i in range(n_workers)]
     part_dirs = [os.path.join(parts_root, f"worker{i}.{attempt}") for i in range(n_workers)]
     # One BLAS thread from before the fork to the end: the workers' check_cases then find it so and
     # leave OpenBLAS's pool alone (one_blas_thread).

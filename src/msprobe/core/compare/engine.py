@@ -18,7 +18,7 @@ from msprobe.core.checksum import checksum_kind
 from msprobe.core.compare.matching import MatchOptions, match_rows
 from msprobe.core.compare.pairing import pair_inputs
 from msprobe.core.dump.reader import DumpReader
-from msprobe.core.errors import MsprobeError
+from msprobe.core.errors import DumpFormatError, MsprobeError, where
 from msprobe.core.gc_pause import CollectorPause
 
 log = logging.getLogger(__name__)
@@ -249,11 +249,14 @@ def compare_pair(target, golden, opts, maps=None):
                                f"{t_reader.dump_file} is a PyTorch dump")
         ms_target = (cross and t_fw == "mindspore") or bool(opts.api_mapping)
         match_opts = MatchOptions(
-            fuzzy=opts.fuzzy_match or (not maps.data and not ms_target and _counts_differ(t_rows, g_rows)),
+            # across frameworks the call sequences always differ somewhere (a Primitive where the other
+            # side has a Functional, an extra cast): pairing by call index would shift every later call
+            fuzzy=opts.fuzzy_match or (not maps.data and (cross or _counts_differ(t_rows, g_rows))),
             renumber_backward=not t_reader.dump_file.endswith("debug.json"),
             # with -am on MindSpore vs MindSpore-on-torch (mindtorch) names too
             cross_framework=ms_target,
             api_rules=mappings.load_api_mapping(maps.api_file) if ms_target else {},
+            cell_table=mappings.load_cell_table() if ms_target else None,
             cell_mapping=maps.cell, layer_mapping=maps.layer, data_mapping=maps.data)
         phases.set_postfix_str("matching")
         gidx = match_rows(t_rows, g_rows, match_opts)
@@ -297,16 +300,8 @@ def _counts_differ(t_rows, g_rows):
 def _stack_of(reader, stack_path):
     """key -> stack lines of the target (from `stack_path` when given), None without stack.json."""
     if stack_path:
-        from msprobe.core.dump.reader import load_json
-        doc = load_json(stack_path)
-        out = {}
-        for name, entry in doc.items():
-            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
-                for k in entry[0] if isinstance(entry[0], list) else [entry[0]]:
-                    out[k] = entry[1]
-            else:
-                out[name] = entry
-        return out
+        from msprobe.core.dump.reader import load_stack
+        return load_stack(stack_path)
     if not os.path.isfile(os.path.join(reader.rank_dir, "stack.json")):
         return None
     return reader.stack
@@ -314,7 +309,7 @@ def _stack_of(reader, stack_path):
 
 def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=None, cell_mapping=None,
                   api_mapping=None, layer_mapping=None, stack=True, progress=True, stack_path=None,
-                  workers=None, target_run=None, golden_run=None):
+                  workers=None, target_run=None, golden_run=None, skipped=None):
     """Compare a target dump with a golden (benchmark) dump.
 
     Args:
@@ -333,6 +328,8 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
         target_run, golden_run: where a step holds several `proc{pid}` runs (dumps made without a process
             group, one per run into the same dump_path): the run to compare ("proc4242"), or "all" to pair
             them all in time order. Defaults to the newest of each side; `CompareResult.pairing` says so.
+        skipped: a list to collect one line per pair whose dump cannot be read, which is then skipped;
+            None raises on the first one.
 
     Returns:
         list[CompareResult], one per (step, rank) pair, ordered by step then rank.
@@ -351,8 +348,18 @@ def compare_dumps(target_path, golden_path, *, fuzzy_match=False, data_mapping=N
                         stack=stack, stack_path=stack_path, progress=progress, workers=workers,
                         target_run=target_run, golden_run=golden_run)
     from tqdm import tqdm
-    return [plan.compare(p) for p in tqdm(plan.pairs, desc="compare", unit="rank pair", leave=False,
-                                          disable=not progress or len(plan.pairs) < 2)]
+    results = []
+    for p in tqdm(plan.pairs, desc="compare", unit="rank pair", leave=False,
+                  disable=not progress or len(plan.pairs) < 2):
+        try:
+            results.append(plan.compare(p))
+        except DumpFormatError as e:
+            if skipped is None:
+                raise
+            side = p.target
+            place = where(side.step, side.rank, side.is_proc) if side.step is not None else "dump"
+            skipped.append(f"{place}: skipped: {e}")
+    return results
 
 
 @dataclass

@@ -18,12 +18,18 @@ from operator import add, eq
 import numpy as np
 
 from msprobe.core.compare.dtypes import dtypes_compatible, per_dtype_pair
-from msprobe.core.naming import BACKWARD, api_key, module_key, split_key
+from msprobe.core.compare.mappings import ApiRule, FusedRule
+from msprobe.core.naming import BACKWARD, FORWARD, api_key, module_key, split_key
 
 # MindSpore dump prefixes whose PyTorch counterparts only differ in the prefix (facts §8.8).
 MS_PREFIX_TO_PT = {"Mint": "Torch", "MintFunctional": "Functional", "Cell": "Module",
                    "MintDistributed": "Distributed"}
 _INDEXED_ROLE = re.compile(r"^\.(input|output)\.(\d+)(.*)$")
+# match_rows' golden index for a target value with no counterpart by construction: it only exists inside
+# one golden call (nn.Dense's MatMul output against F.linear), or only the target's API returns it
+# (MindSpore BatchNorm's batch statistics). Unpaired, and not missing either.
+INSIDE_FUSED = -2
+INSIDE = ".inside"
 
 
 @dataclass
@@ -34,7 +40,8 @@ class MatchOptions:
         fuzzy: align call sequences ignoring call indices.
         renumber_backward: renumber backward call indices by occurrence (off for debug.json and fuzzy).
         cross_framework: target is MindSpore and golden PyTorch: apply prefix swaps and `api_rules`.
-        api_rules: ms dump base name -> mappings.ApiRule.
+        api_rules: ms dump base name -> mappings.ApiRule; tuple of ms names -> mappings.FusedRule.
+        cell_table: mappings.CellTable (Cell class and parameter names) for cross_framework.
         cell_mapping: module `path.Class` or substring, target -> golden.
         layer_mapping: `{LayerClass: {target child: golden child}}`.
         data_mapping: full tensor names, target -> golden (checked without dtype compatibility).
@@ -44,6 +51,7 @@ class MatchOptions:
     renumber_backward: bool = True
     cross_framework: bool = False
     api_rules: dict = field(default_factory=dict)
+    cell_table: object = None
     cell_mapping: dict = field(default_factory=dict)
     layer_mapping: dict = field(default_factory=dict)
     data_mapping: dict = field(default_factory=dict)
@@ -105,6 +113,9 @@ class _KeyMapper:
             base = rule.pt_api
         elif opts.cross_framework:
             prefix, dot, rest = base.partition(".")
+            if prefix == "Cell" and opts.cell_table is not None and "." in rest:
+                path, _, cls = rest.rpartition(".")
+                rest = path + "." + opts.cell_table.classes.get(cls, cls)
             base = MS_PREFIX_TO_PT.get(prefix, prefix) + dot + rest
         prefix, dot, rest = base.partition(".")
         if prefix not in ("Module", "Cell") or not rest:
@@ -165,11 +176,12 @@ def _positions(seq):
     return where
 
 
-def _next_agreement(seq, where, start, other, at):
-    """Smallest k > 0 (within the window) where seq[start+k:] begins like other[at:]: -1 if none."""
+def _next_agreement(seq, where, start, other, at, run_len=FUZZY_RUN):
+    """Smallest k > 0 (within the window) where seq[start+k:] begins like other[at:] for `run_len` calls:
+    -1 if none."""
     import bisect
     spots = where.get(other[at], ())
-    run = other[at:at + FUZZY_RUN]
+    run = other[at:at + run_len]
     for pos in spots[bisect.bisect_right(spots, start):]:
         k = pos - start
         if k > FUZZY_WINDOW:
@@ -179,7 +191,19 @@ def _next_agreement(seq, where, start, other, at):
     return -1
 
 
-def _fuzzy_pairs(target_keys, golden_keys):
+def _realign_options(a, b, where_a, where_b, i, j, run):
+    """(cost, kind, target calls to skip, golden calls to skip) of the ways back to `run` agreeing calls."""
+    skip_a = _next_agreement(a, where_a, i, b, j, run)  # extra target calls before a[i + skip_a]
+    skip_b = _next_agreement(b, where_b, j, a, i, run)  # extra golden calls
+    # or d calls differ on each side and the sequences agree right after them (preferred on a tie:
+    # a periodic pattern such as transformer layers also agrees after skipping one whole period)
+    differ = next((d for d in range(1, FUZZY_DIFFER + 1)
+                   if a[i + d:i + d + run] == b[j + d:j + d + run] and i + d < len(a)), 0)
+    options = [(differ, 0, differ, differ)] if differ else []
+    return options + [(k, 1, k, 0) for k in (skip_a,) if k > 0] + [(k, 1, 0, k) for k in (skip_b,) if k > 0]
+
+
+def _align(target_keys, golden_keys):
     """target key -> golden key by aligning the two call sequences with call indices removed.
 
     Walks both sequences together; at a disagreement it takes the cheapest way back to FUZZY_RUN agreeing
@@ -197,17 +221,66 @@ def _fuzzy_pairs(target_keys, golden_keys):
             i += 1
             j += 1
             continue
-        skip_a = _next_agreement(a, where_a, i, b, j)  # extra target calls before a[i + skip_a]
-        skip_b = _next_agreement(b, where_b, j, a, i)  # extra golden calls
-        # or d calls differ on each side and the sequences agree right after them (preferred on a tie:
-        # a periodic pattern such as transformer layers also agrees after skipping one whole period)
-        differ = next((d for d in range(1, FUZZY_DIFFER + 1)
-                       if a[i + d:i + d + FUZZY_RUN] == b[j + d:j + d + FUZZY_RUN]), 0)
-        options = [(differ, 0, differ, differ)] if differ else []
-        options += [(k, 1, k, 0) for k in (skip_a,) if k > 0] + [(k, 1, 0, k) for k in (skip_b,) if k > 0]
+        # the cheapest way back to FUZZY_RUN agreeing calls; failing that, to fewer (two frameworks
+        # differ every few calls: an extra cast here, a reshape against a flatten there)
+        options = _realign_options(a, b, where_a, where_b, i, j, FUZZY_RUN)
+        # or one extra call right here (a cast beside another difference), before differing calls
+        options += [(1, 2, 1, 0)] if i + 1 < len(a) and a[i + 1] == b[j] else (
+            [(1, 2, 0, 1)] if j + 1 < len(b) and a[i] == b[j + 1] else [])
+        for run in range(FUZZY_RUN - 1, 1, -1):
+            if options:
+                break
+            options = _realign_options(a, b, where_a, where_b, i, j, run)
         _, _, di, dj = min(options) if options else (0, 0, 1, 1)
         i += di
         j += dj
+    return pairs
+
+
+_GRAD_DIRECTIONS = (BACKWARD, "parameters_grad")
+
+
+def _forward_of(key):
+    """The forward key of a backward or parameters_grad key (same call index), else None."""
+    base, direction, index = split_key(key)
+    if direction not in _GRAD_DIRECTIONS:
+        return None
+    if key.endswith("." + BACKWARD):
+        return f"{base}.{index}.{FORWARD}"
+    return f"{base}.{FORWARD}.{index}"
+
+
+def _grad_of(forward_key, direction):
+    """The backward (or parameters_grad) key of a forward key, in its grammar."""
+    base, _, index = split_key(forward_key)
+    if forward_key.endswith("." + FORWARD):
+        return f"{base}.{index}.{direction}" if direction == BACKWARD else None
+    return f"{base}.{direction}.{index}"
+
+
+def _fuzzy_pairs(target_keys, golden_keys):
+    """target key -> golden key, forward calls by aligning the two forward call sequences (`_align`);
+    a backward or parameters_grad record follows its forward call's partner (the order of a backward
+    pass differs between frameworks and runs even when the calls agree); the ones without a paired
+    forward call are aligned among themselves."""
+    fwd_t = [k for k in target_keys if _forward_of(k) is None]
+    fwd_g = [k for k in golden_keys if _forward_of(k) is None]
+    pairs = _align(fwd_t, fwd_g)
+    golden = set(golden_keys)
+    rest = []
+    for k in target_keys:
+        forward = _forward_of(k)
+        if forward is None:
+            continue
+        partner = pairs.get(forward)
+        wanted = _grad_of(partner, split_key(k)[1]) if partner is not None else None
+        if wanted in golden:
+            pairs[k] = wanted
+        else:
+            rest.append(k)
+    if rest:
+        used = set(pairs.values())
+        pairs.update(_align(rest, [k for k in golden_keys if _forward_of(k) is not None and k not in used]))
     return pairs
 
 
@@ -227,13 +300,118 @@ def differing_call_counts(target_keys, golden_keys):
     return None
 
 
-def _map_suffix(suffix, rule):
+def _map_suffix(suffix, rule, direction):
+    """A target row's suffix as PyTorch names it: inputs by `args`, outputs by `outputs`; in a backward
+    record the roles swap (its inputs are the gradients of the forward outputs)."""
     m = _INDEXED_ROLE.match(suffix)
     if not m:
         return suffix
     role, idx, rest = m.group(1), int(m.group(2)), m.group(3)
-    table = rule.args if role == "input" else rule.outputs
-    return f".{role}.{table.get(idx, idx)}{rest}"
+    own_output = (role == "output") != (direction == BACKWARD)  # an output, or its gradient
+    if own_output and rule.outputs and idx not in rule.outputs:
+        return INSIDE + suffix  # an output only MindSpore's call returns
+    if direction == BACKWARD:
+        if role == "output":
+            to = rule.grads.get(idx, rule.args.get(idx, idx))
+            to = to if isinstance(to, int) else idx
+        else:
+            to = rule.outputs.get(idx, idx)
+    else:
+        to = (rule.args if role == "input" else rule.outputs).get(idx, idx)
+    return f".{role}.{to}{rest}"
+
+
+class _FusedMember:
+    """A target call that makes one PyTorch call together with its neighbours (mappings.FusedRule):
+    its rows' suffixes as the PyTorch call names them; a row with no counterpart (a value that only
+    exists inside the PyTorch call) gets a suffix nothing pairs with."""
+
+    __slots__ = ("forward", "backward")
+
+    def __init__(self, rule, member):
+        self.forward, self.backward = {}, {}
+        for role, table in (("input", rule.inputs), ("output", rule.outputs)):
+            grad_role = "output" if role == "input" else "input"
+            for pt_pos, (call, ms_pos) in table.items():
+                if call == member:
+                    self.forward[(role, ms_pos)] = f".{role}.{pt_pos}"
+                    if isinstance(pt_pos, int) and not (role == "input" and rule.grads):
+                        self.backward[(grad_role, ms_pos)] = f".{grad_role}.{pt_pos}"
+        for pt_pos, (call, ms_pos) in (rule.grads or {}).items():
+            if call == member:
+                self.backward[("output", ms_pos)] = f".output.{pt_pos}"
+
+    def suffix(self, suffix, direction):
+        m = _INDEXED_ROLE.match(suffix)
+        if not m:
+            return suffix
+        table = self.backward if direction == BACKWARD else self.forward
+        to = table.get((m.group(1), int(m.group(2))))
+        return INSIDE + suffix if to is None else to + m.group(3)
+
+
+def _fused_calls(t_keys, fused_rules):
+    """target key -> (golden base, group number, _FusedMember) for the forward calls that make one
+    PyTorch call together (consecutive API calls, longest rule first) and for their backward calls."""
+    if not fused_rules:
+        return {}
+    rules = sorted(fused_rules, key=lambda r: -len(r.ms_calls))
+    fwd = [(k, split_key(k)) for k in t_keys]
+    fwd = [(k, base, index) for k, (base, direction, index) in fwd
+           if direction == FORWARD and not base.startswith("Cell.")]
+    bases = [b for _, b, _ in fwd]
+    out, by_origin, group, i = {}, {}, 0, 0
+    while i < len(fwd):
+        rule = next((r for r in rules if tuple(bases[i:i + len(r.ms_calls)]) == r.ms_calls), None)
+        if rule is None:
+            i += 1
+            continue
+        for member in range(len(rule.ms_calls)):
+            key, base, index = fwd[i + member]
+            entry = (rule.pt_api, group, _FusedMember(rule, member))
+            out[key] = entry
+            by_origin[(base, index)] = entry
+        group += 1
+        i += len(rule.ms_calls)
+    for k in t_keys:
+        base, direction, index = split_key(k)
+        if direction == BACKWARD and (base, index) in by_origin:
+            out[k] = by_origin[(base, index)]
+    return out
+
+
+def _renumber_apis(t_keys, mapped, fused):
+    """Cross-framework: the mapped API keys numbered 0, 1, ... per golden API in forward call order (a
+    fused group shares one number; a backward call takes its forward call's), so that two MindSpore
+    calls that became one PyTorch name (`ops.dense` and nn.Dense's MatMul) do not collide."""
+    counters = defaultdict(int)
+    numbers = {}  # (target base, target index) or fused group -> new index
+    out = dict(mapped)
+    for k in t_keys:
+        new = mapped[k]
+        base, direction, index = split_key(new)
+        if direction != FORWARD or not new.endswith(FORWARD):  # modules keep their numbers
+            continue
+        t_base, _, t_index = split_key(k)
+        origin = ("fused", fused[k][1]) if k in fused else (t_base, t_index)
+        if origin not in numbers:
+            numbers[origin] = counters[base]
+            counters[base] += 1
+        numbers[(t_base, t_index)] = numbers[origin]
+        out[k] = _rebuild(new, base, direction, numbers[origin])
+    for k in t_keys:
+        new = mapped[k]
+        base, direction, _ = split_key(new)
+        t_base, _, t_index = split_key(k)
+        if direction == BACKWARD and new.endswith(BACKWARD) and (t_base, t_index) in numbers:
+            out[k] = _rebuild(new, base, direction, numbers[(t_base, t_index)])
+    return out
+
+
+def _map_parameter_suffix(suffix, names):
+    """`.parameters.gamma` / `.gamma` (parameters_grad) with MindSpore's parameter name as PyTorch's."""
+    head, dot, last = suffix.rpartition(".")
+    return head + dot + names[last] if last in names else suffix
 
 
 def _joined(keys, suffixes):
@@ -255,6 +433,36 @@ def _first_positions(names):
     return dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
 
 
+def _suffix_mappers(t_keys, mapper, fused, cell_table):
+    """target key -> function giving a row suffix as the golden record names it, for the keys that
+    need one: API rules that reorder arguments, fused calls, Cells with MindSpore parameter names."""
+    out = {}
+    params = cell_table.parameters if cell_table is not None else {}
+    keywords = cell_table.keywords if cell_table is not None else {}
+    for k in t_keys:
+        base, direction, _ = split_key(k)
+        if k in fused:
+            member = fused[k][2]
+            out[k] = lambda s, m=member, d=direction: m.suffix(s, d)
+            continue
+        rule = mapper.rule_for(base)
+        if isinstance(rule, ApiRule) and (rule.args or rule.outputs or rule.grads):
+            out[k] = lambda s, r=rule, d=direction: _map_keyword(_map_suffix(s, r, d), keywords)
+        elif params and base.startswith("Cell."):
+            out[k] = lambda s: _map_parameter_suffix(s, params)
+        elif keywords and direction == FORWARD:
+            out[k] = lambda s: _map_keyword(s, keywords)
+    return out
+
+
+def _map_keyword(suffix, names):
+    """`.input.axis` as PyTorch names the keyword (`.input.dim`)."""
+    if not suffix.startswith(".input.") or suffix[7:8].isdigit():
+        return suffix
+    name, dot, rest = suffix[7:].partition(".")
+    return ".input." + names.get(name, name) + dot + rest
+
+
 def match_rows(target, golden, opts):
     """Golden row index for every target row, -1 where nothing pairs.
 
@@ -263,7 +471,8 @@ def match_rows(target, golden, opts):
         opts: MatchOptions.
 
     Returns:
-        numpy int64 array, one entry per target row.
+        numpy int64 array, one entry per target row: -1 where nothing pairs, INSIDE_FUSED (-2) for a
+        value inside what the golden run makes as one call (nn.Dense's MatMul output against F.linear).
     """
     t_key_list, g_key_list = target["key"].tolist(), golden["key"].tolist()
     t_keys = list(dict.fromkeys(t_key_list))
@@ -272,13 +481,20 @@ def match_rows(target, golden, opts):
     g_renum = renumbered_keys(g_keys, renumber)
     t_renum = renumbered_keys(t_keys, renumber)
     mapper = _KeyMapper(opts, t_keys)
+    fused = {}
     if opts.cross_framework or opts.cell_mapping or opts.layer_mapping:
         mapped = {k: mapper.golden_key(t_renum[k]) for k in t_keys}
+        if opts.cross_framework:
+            fused = _fused_calls(t_keys, [r for r in opts.api_rules.values() if isinstance(r, FusedRule)])
+            for k, (pt_api, _, _) in fused.items():
+                base, direction, index = split_key(k)
+                mapped[k] = api_key(*pt_api.split(".", 1), index, direction)
+            mapped = _renumber_apis(t_keys, mapped, fused)
     else:
         mapped = t_renum
     g_suffix = golden["suffix"].tolist()
     if opts.fuzzy:
-        renum_to_golden = _fuzzy_pairs([mapped[k] for k in t_keys], g_keys)
+        renum_to_golden = _fuzzy_pairs(list(dict.fromkeys(mapped[k] for k in t_keys)), g_keys)
         mapped = {k: renum_to_golden.get(mapped[k]) for k in t_keys}
         golden_match = _joined(g_key_list, g_suffix)
     else:
@@ -286,13 +502,12 @@ def match_rows(target, golden, opts):
                         _joined(map(g_renum.__getitem__, g_key_list), g_suffix))
 
     suffix = target["suffix"]
-    if opts.cross_framework and opts.api_rules:
-        rules = {k: mapper.rule_for(split_key(k)[0]) for k in t_keys}
-        remapped = {k for k, r in rules.items() if r is not None and (r.args or r.outputs)}
-        if remapped:
-            sel = target["key"].isin(remapped)
+    if opts.cross_framework:
+        suffix_of = _suffix_mappers(t_keys, mapper, fused, opts.cell_table)
+        if suffix_of:
+            sel = target["key"].isin(suffix_of.keys())
             suffix = suffix.copy()
-            suffix[sel] = [_map_suffix(s, rules[k]) for s, k in zip(target["suffix"][sel], target["key"][sel])]
+            suffix[sel] = [suffix_of[k](s) for s, k in zip(target["suffix"][sel], target["key"][sel])]
     if suffix is target["suffix"] and _unchanged(mapped):
         match = target["name"].tolist()  # key + suffix already
     else:
@@ -318,4 +533,6 @@ def match_rows(target, golden, opts):
         ok = per_dtype_pair(t_dt, g_dt, lambda a, b: a == b or dtypes_compatible(a, b))
         idx = np.flatnonzero(paired)
         gidx[idx[~ok]] = -1
+    if opts.cross_framework:  # values inside one PyTorch call (nn.Dense's MatMul output): no counterpart
+        gidx[(gidx < 0) & suffix.str.startswith(INSIDE).to_numpy()] = INSIDE_FUSED
     return gidx

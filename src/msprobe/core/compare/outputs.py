@@ -23,12 +23,14 @@ class CompareOutputs:
         diagnosis: diagnosis.json's content (see `msprobe.core.diagnosis.diagnose`).
         diagnosis_path: where diagnosis.json was written.
         pairing: one line per step where a run was chosen among several `proc{pid}` runs.
+        skipped: one line per step and rank whose dump could not be read (the others were compared).
     """
 
     results: list
     diagnosis: dict
     diagnosis_path: str
     pairing: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
 
     @property
     def files(self):
@@ -70,7 +72,8 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
         CompareOutputs; false when the diagnosis finds a divergence or the dumps mostly do not match.
 
     Raises:
-        MsprobeError: bad inputs (see `compare_dumps`, `diagnose`).
+        MsprobeError: bad inputs (see `compare_dumps`, `diagnose`); no pair readable. A damaged step or
+            rank among readable ones is skipped and named in `skipped`.
 
     Example:
         >>> out = write_compare("run_bf16/dump", "run_fp32/dump", "out")      # doctest: +SKIP
@@ -82,7 +85,7 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
 
     plan = compare_plan(target_path, golden_path, **compare_kwargs)
     os.makedirs(output_path, exist_ok=True)
-    results, entries, (working, working_u), reload = compare_and_label(
+    results, entries, (working, working_u), reload, skipped = compare_and_label(
         plan, output_path, xlsx=xlsx, precision=precision, timestamp=timestamp or time.strftime("%Y%m%d%H%M%S"),
         keep_tables=keep_tables, progress=plan.opts.progress, single_file=os.path.isfile(target_path))
     diagnosis = combine(entries, working, working_u, inferred=precision is None, reload=reload)
@@ -90,4 +93,5 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
     with open(path, "w", encoding="utf-8") as f:
         json.dump(diagnosis, f, indent=1)
     pairing = list(dict.fromkeys(r.pairing for r in results if r.pairing))
-    return CompareOutputs(results=results, diagnosis=diagnosis, diagnosis_path=path, pairing=pairing)
+    return CompareOutputs(results=results, diagnosis=diagnosis, diagnosis_path=path, pairing=pairing,
+                          skipped=skipped)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from msprobe.core.compare.writer import result_file_name, write_result
 from msprobe.core.diagnosis.suspects import PrecisionCensus, diagnose_pair, trim_evidence
+from msprobe.core.errors import DumpFormatError, MsprobeError, where
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
 PARALLEL_MIN_BYTES = 32 << 20
@@ -77,6 +78,24 @@ def run_pair(plan, pair, job, opts=None, write=True):
     return PairDone(job.index, result, entry, census, used, [])
 
 
+@dataclass
+class PairSkipped:
+    """A pair whose dump could not be read (truncated, corrupt, refused): named, and the rest go on."""
+
+    index: int
+    line: str             # "step 1 rank 0: <the reader's one-line error>"
+    logs: list
+
+
+def _run_or_skip(plan, pair, job, opts=None):
+    try:
+        return run_pair(plan, pair, job, opts)
+    except DumpFormatError as e:
+        side = pair.target
+        place = where(side.step, side.rank, side.is_proc) if side.step is not None else "dump"
+        return PairSkipped(job.index, f"{place}: skipped: {e}", [])
+
+
 class _Collect(logging.Handler):
     def __init__(self):
         super().__init__(logging.INFO)
@@ -95,7 +114,7 @@ def _run_in_worker(task):
     propagate, logger.propagate = logger.propagate, False
     logger.addHandler(handler)
     try:
-        done = run_pair(plan, pair, job, opts)
+        done = _run_or_skip(plan, pair, job, opts)
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
@@ -114,7 +133,7 @@ def _worker_count(plan):
 
 
 def run_pairs(plan, jobs, progress=True):
-    """PairDone of every pair, in pair order, each pair done once; with worker processes when the
+    """PairDone (or PairSkipped) of every pair, in pair order, each pair done once; with worker processes when the
     compare is big (each worker compares one pair at a time, its tensors without workers of its own)."""
     from tqdm import tqdm
     workers = _worker_count(plan)
@@ -124,7 +143,7 @@ def run_pairs(plan, jobs, progress=True):
     try:
         if workers <= 1:
             for pair, job in zip(plan.pairs, jobs):
-                done.append(run_pair(plan, pair, job))
+                done.append(_run_or_skip(plan, pair, job))
                 bar.update()
             return done
         from concurrent.futures import ProcessPoolExecutor
@@ -151,15 +170,24 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
     """Every pair of `plan` compared, labelled and written into `output_path`.
 
     Returns:
-        (results, entries, (working dtype, unit roundoff), reload): CompareResults in pair order (tables
-        only with `keep_tables`), their diagnosis entries, the working precision over all pairs, and
-        what `diagnosis.suspects.combine` calls to read a pair's trimmed evidence again.
+        (results, entries, (working dtype, unit roundoff), reload, skipped): CompareResults in pair order
+        (tables only with `keep_tables`), their diagnosis entries, the working precision over all pairs,
+        what `diagnosis.suspects.combine` calls to read a pair's trimmed evidence again, and one line per
+        pair whose dump could not be read (skipped; the others are compared).
+
+    Raises:
+        MsprobeError: no pair could be read (the first one's error).
     """
     given = PrecisionCensus().decide(precision) if precision is not None else None  # checked before any work
     naming = {"several_steps": len({p.target.step for p in plan.pairs}) > 1, "single_file": single_file,
               "xlsx": xlsx, "timestamp": timestamp}
     jobs = [PairJob(i, output_path, naming, given, keep_tables) for i in range(len(plan.pairs))]
     done = run_pairs(plan, jobs, progress)
+    skipped = [d.line for d in done if isinstance(d, PairSkipped)]
+    done = [d for d in done if not isinstance(d, PairSkipped)]
+    if not done:
+        raise MsprobeError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
+                           f"no pair could be read; first: {skipped[0]}")
     census = PrecisionCensus()
     for d in done:
         census.merge(d.census)
@@ -173,4 +201,4 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
         again = replace(jobs[entry["_pair"]], working=working, keep_table=True)
         return run_pair(plan, plan.pairs[entry["_pair"]], again, write=False).entry
 
-    return [d.result for d in done], [d.entry for d in done], working, reload
+    return [d.result for d in done], [d.entry for d in done], working, reload, skipped

@@ -47,6 +47,7 @@ def load_sharded_sides(target, golden, scratch):
         merged = readers[0]
         merged.data = merge.merge([r.data for r in readers])
         merged.merge_note, merged.merge_unequal = merge.note(), merge.unequal()
+        merged.assembled_dir = scratch if tensors else None  # its data_names are absolute paths in there
         for r in readers[1:]:
             r.data = {}
         sides = []

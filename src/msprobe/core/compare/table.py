@@ -94,6 +94,8 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
         same_rg = _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
     cols[C.REQUIRES_GRAD_CONSISTENT] = same_rg.astype(object)
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
+    if mode == "tensor" and "unreadable" in tensor_metrics:
+        cols[C.RESULT][tensor_metrics["unreadable"]] = "N/A"  # nothing was compared: never "pass"
     V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=bool),
                  g["fused"].to_numpy(dtype=bool), matched)
 

@@ -19,6 +19,7 @@ from msprobe.core.dump.tensor_files import load_tensor_file
 from msprobe.core.errors import MsprobeError
 
 UNSUPPORTED = "unsupported"
+UNREADABLE = "tensor file unreadable"  # such a row's Result is N/A: nothing was compared
 # below this many bytes in all, starting worker processes costs more than it saves
 PARALLEL_MIN_BYTES = 64 << 20
 
@@ -30,7 +31,7 @@ def _one_pair(task):
         t = load_tensor_file(t_path).array
         g = load_tensor_file(g_path).array
     except MsprobeError as e:
-        return row, None, f"tensor file unreadable: {e}"
+        return row, None, f"{UNREADABLE}: {e}"
     if t.shape != g.shape:
         return row, None, f"shapes of the saved tensors differ: {list(t.shape)} vs {list(g.shape)}"
     if t.dtype.kind not in "biufc" or g.dtype.kind not in "biufc":
@@ -101,6 +102,16 @@ def tensor_dir(reader):
     return reader.dump_data_dir
 
 
+def _plain_name(name, reader):
+    """A file name in the tensor folder, or a tensor shards.py assembled for a merged side."""
+    if not isinstance(name, str):
+        return False
+    assembled = getattr(reader, "assembled_dir", None)
+    if assembled and os.path.dirname(name) == os.path.abspath(assembled):
+        return True
+    return os.path.basename(name) == name and name not in (".", "..")
+
+
 def default_workers():
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -111,7 +122,8 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
     Returns:
         dict: float arrays cosine, euc, max_abs, max_rel, one_k, five_k; "display" (column -> object
         array for the table); "messages" (object array of per-row notes); "nonfinite_moved" (bool
-        array: both tensors hold inf/nan, at different elements).
+        array: both tensors hold inf/nan, at different elements); "unreadable" (bool array: a tensor
+        file of the row could not be read, or is inconsistent).
     """
     n = len(target)
     arrays = {k: np.full(n, np.nan) for k in ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")}
@@ -130,17 +142,23 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
     for c in TENSOR_METRICS:
         display[c][not_tensor] = UNSUPPORTED
     t_dir, g_dir = tensor_dir(t_reader), tensor_dir(g_reader)
+    unreadable = np.zeros(n, dtype=bool)
     tasks = []
     for i in np.flatnonzero(matched & ~not_tensor):
         if not t_files[i] or not g_files[i]:
             messages[i] = "no saved tensor on " + ("either side" if not t_files[i] and not g_files[i]
                                                    else "the target side" if not t_files[i] else "the golden side")
             continue
+        odd = [name for name, r in ((t_files[i], t_reader), (g_files[i], g_reader)) if not _plain_name(name, r)]
+        if odd:  # a name reaching outside the tensor folder ("../x", "/etc/x") is not followed
+            messages[i], unreadable[i] = f"{UNREADABLE}: data_name {odd[0]!r} is not a file name", True
+            continue
         tasks.append((int(i), os.path.join(t_dir, t_files[i]), os.path.join(g_dir, g_files[i])))
     for row, values, message in _run_tasks(tasks, workers or default_workers(), progress):
         if message:
             messages[row] = message
         if values is None:
+            unreadable[row] = message.startswith(UNREADABLE)
             continue
         cos, euc, mx_abs, mx_rel, one_k, five_k, size, moved = values
         nonfinite_moved[row] = moved
@@ -153,4 +171,5 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
             messages[row] = ""
         for c, v in zip(TENSOR_METRICS, cells):
             display[c][row] = v if not (isinstance(v, float) and math.isnan(v)) else "N/A"
-    return {**arrays, "display": display, "messages": messages, "nonfinite_moved": nonfinite_moved}
+    return {**arrays, "display": display, "messages": messages, "nonfinite_moved": nonfinite_moved,
+            "unreadable": unreadable}

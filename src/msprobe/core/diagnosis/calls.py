@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from msprobe.core.compare.frame import STAT_FIELDS
-from msprobe.core.diagnosis.errors import dtype_relation, noise_floor, row_errors, row_floor, unit_roundoff
+from msprobe.core.compare.matching import INSIDE_FUSED
+from msprobe.core.diagnosis.errors import (cross_framework, dtype_relation, noise_floor, row_errors, row_floor,
+                                           unit_roundoff)
+from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE
 
 # Flags: reasons a row differs that are not (only) a number.
 DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
@@ -47,6 +50,7 @@ class Row:
     coarser: str | None = None  # the target's dtype when it is a coarser float than golden's
     layout_only: bool = False   # shapes differ, values do not: a view or layout golden takes otherwise
     cancelled: bool = False     # an output that cancelled to nearly zero (see flow._mark_cancelled)
+    inside: bool = False        # no golden counterpart by construction (matching.INSIDE_FUSED)
     flags: set = field(default_factory=set)
     tensor_metrics: tuple = ()  # tensor mode: (Cosine, MaxRelativeErr, One Thousandth Err Ratio)
     l2_error: float = 0.0     # the error without its element-wise maximum term (see op_model.switches)
@@ -70,6 +74,15 @@ class Row:
         """max(|Max|, |Min|) of the golden tensor (0.0 when unknown)."""
         scale = 0.0
         for v in self.golden[:2]:
+            if type(v) is float and abs(v) > scale and v != math.inf:
+                scale = abs(v)
+        return scale
+
+    @property
+    def target_scale(self):
+        """max(|Max|, |Min|) of the target tensor (0.0 when unknown)."""
+        scale = 0.0
+        for v in self.target[:2]:
             if type(v) is float and abs(v) > scale and v != math.inf:
                 scale = abs(v)
         return scale
@@ -172,6 +185,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     target, golden = paired.target, paired.golden
     n = len(paired)
     matched = paired.matched
+    gidx = getattr(paired, "gidx", None)
+    inside = (gidx == INSIDE_FUSED) if gidx is not None and (gidx == INSIDE_FUSED).any() else None
     t, tp = paired.stats("target")
     g, gp = paired.stats("golden")
     errors, nonfinite = row_errors(t, tp, g, gp, paired.metric("euc"), paired.metric("max_abs"))
@@ -206,7 +221,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
             gv = tuple(g_raw[f][i] for f in STAT_FIELDS)
         row = Row(index=i, name=cols["name"][i], role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param,
                   matched=bool(matched[i]), target_dtype=str(cols["dtype"][i]), golden_dtype=str(g_cols["dtype"][i]),
-                  numel=numel_of(cols["shape"][i]) if is_tensor else None, target=tv, golden=gv)
+                  numel=numel_of(cols["shape"][i]) if is_tensor else None, target=tv, golden=gv,
+                  inside=bool(inside[i]) if inside is not None else False)
         if row.matched:
             _judge(row, cols["shape"][i], g_cols["shape"][i], g_cols["kind"][i], errors[i], nonfinite[i],
                    bool(moved[i]) if moved is not None else False, t_md5[i], g_md5[i], working_u)
@@ -260,6 +276,8 @@ def _floors(t_dtype, g_dtype, working_u):
     of dtype pairs."""
     kind, coarser = dtype_relation(t_dtype, g_dtype)
     exact = noise_floor(g_dtype) if kind != "integer" else 0.0
+    if kind != "integer" and cross_framework(t_dtype, g_dtype):
+        exact *= CROSS_FRAMEWORK_NOISE
     return kind, coarser, exact, row_floor(t_dtype, g_dtype, working_u)
 
 

@@ -10,8 +10,8 @@ import math
 import numpy as np
 
 from msprobe.core.compare.dtypes import canonical_dtype
-from msprobe.core.diagnosis.thresholds import (DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR, ROUNDING_UNITS,
-                                               UNIT_ROUNDOFF, UNKNOWN_DTYPE_NOISE_FLOOR)
+from msprobe.core.diagnosis.thresholds import (CROSS_FRAMEWORK_NOISE, DTYPE_NOISE_FLOOR, INTEGER_NOISE_FLOOR,
+                                               ROUNDING_UNITS, UNIT_ROUNDOFF, UNKNOWN_DTYPE_NOISE_FLOOR)
 
 INTEGER_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
@@ -28,6 +28,12 @@ def noise_floor(*dtypes):
         else:
             floors.append(UNKNOWN_DTYPE_NOISE_FLOOR)
     return max(floors) if floors else UNKNOWN_DTYPE_NOISE_FLOOR
+
+
+def cross_framework(t_dtype, g_dtype):
+    """Whether the two dtype names are spelled by different frameworks (MindSpore's `Float32` against
+    PyTorch's `torch.float32`): then different kernels computed the two values."""
+    return str(t_dtype).startswith("torch.") != str(g_dtype).startswith("torch.")
 
 
 def unit_roundoff(dtype):
@@ -60,6 +66,8 @@ def row_floor(t_dtype, g_dtype, working_u):
     allows when the target holds the value in a coarser float."""
     kind, coarser = dtype_relation(str(t_dtype), str(g_dtype))
     floor = noise_floor(g_dtype) if kind != "integer" else INTEGER_NOISE_FLOOR
+    if kind != "integer" and cross_framework(t_dtype, g_dtype):
+        floor *= CROSS_FRAMEWORK_NOISE
     if kind == "coarser" and working_u:
         floor = max(floor, ROUNDING_UNITS * min(unit_roundoff(coarser), working_u))
     return floor

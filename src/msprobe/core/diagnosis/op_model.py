@@ -94,14 +94,19 @@ def mark_cancelled(call, calls_by_key, working_u, cancelled_values):
     if not cancelled_values and not any(r.differs for r in call.outputs):
         return  # nothing differs, nothing recorded before cancelled: nothing to mark
     u = max(working_u, _FP32_U)
-    scale_in = max((r.golden_scale for r in call.inputs if r.matched and r.is_tensor), default=0.0)
+    # an input with no golden counterpart (inside a fused golden call) still tells the sum's size
+    scale_in = max((r.golden_scale if r.matched else r.target_scale for r in call.inputs if r.is_tensor),
+                   default=0.0)
     sums = sum_slots(call, calls_by_key)
     for r in call.inputs:
         r.cancelled = r.matched and not r.flags and r.value_key() in cancelled_values
+    numel_in = max((r.numel or 0 for r in call.inputs if r.is_tensor), default=0)
     for r in call.outputs:
         value = r.value_key()
+        # a sum of k terms rounds by up to k units of its largest term (a bias gradient sums a batch)
+        terms = max(1.0, numel_in / r.numel) if r.numel else 1.0
         r.cancelled = r.matched and r.is_tensor and not r.flags and (
-            (r.slot in sums and r.golden_scale < u * scale_in) or value in cancelled_values)
+            (r.slot in sums and r.golden_scale < terms * u * scale_in) or value in cancelled_values)
         if r.cancelled and value is not None:
             cancelled_values.add(value)
 

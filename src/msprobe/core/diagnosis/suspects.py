@@ -16,6 +16,7 @@ from msprobe.core.diagnosis import flow, op_model
 from msprobe.core.diagnosis.calls import (TENSOR_METRICS, calls_from_rows, dtype_census, row_labels,
                                          working_precision)
 from msprobe.core.diagnosis.report import stack_line
+from msprobe.core.compare.matching import INSIDE_FUSED
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, EVIDENCE_ROWS, INTRODUCED_RATIO,
                                                MAX_SUSPECTS, MIN_MATCHED_SHARE, ROUNDING_UNITS, UNIT_ROUNDOFF,
                                                VALUE_PRESERVING_APIS, WORKING_PRECISION_SHARE)
@@ -180,6 +181,8 @@ def _diagnose_pair(res, working_u):
     # a cast or view golden lacks is structure, not a sign of two different models (a layout rewrite,
     # or call sequences aligned around an extra slice): it does not count towards "mostly unmatched"
     entry["rows"] -= sum(len(c.rows) for c in calls if not c.matched and c.short_api in VALUE_PRESERVING_APIS)
+    # nor does a value inside what golden makes as one call (nn.Dense's MatMul output against F.linear)
+    entry["rows"] -= int((rows.gidx == INSIDE_FUSED).sum())
     rd = flow.diagnose_calls(calls, working_u, _golden_unpaired(rows))
     construct = getattr(res, "construct", None) or {}
     if getattr(res, "merge_unequal", False):

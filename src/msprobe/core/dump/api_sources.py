@@ -15,12 +15,12 @@ before, its Primitives and custom APIs skipped with the reason. The file is writ
 when the step's session closes. Must not import torch or mindspore.
 """
 
-import json
 import os
 
 import orjson
 
 from msprobe.core.errors import DumpFormatError
+from msprobe.core.file_limits import load_json
 
 FILE_NAME = "api_sources.json"
 
@@ -104,21 +104,17 @@ def read_api_sources(path):
         DumpFormatError: the file is not a JSON object.
     """
     doc = {}
-    if path is not None and os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DumpFormatError(f"{path}: not valid JSON ({e}); delete it to check the dump without it") from None
-        if not isinstance(doc, dict):
-            raise DumpFormatError(f"{path}: expected a JSON object with custom_apis and primitives")
+    if path is not None and os.path.lexists(path):
+        doc = load_json(path)
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k) or {}, dict) for k in ("custom_apis", "primitives")):
+            raise DumpFormatError(f"{path}: expected a JSON object with custom_apis and primitives objects")
     return {"custom_apis": doc.get("custom_apis") or {}, "primitives": doc.get("primitives") or {}}
 
 
 def api_sources_path(rank_dir):
     """Where a rank dir's api_sources.json is, or None when it has none."""
     path = os.path.join(rank_dir, FILE_NAME)
-    return path if os.path.isfile(path) else None
+    return path if os.path.lexists(path) else None
 
 
 class StepApiSources:

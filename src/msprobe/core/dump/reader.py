@@ -5,12 +5,12 @@ candidates, a miss suggests the nearest keys. Must not import torch or mindspore
 """
 
 import difflib
-import json
 import os
 import re
 from dataclasses import dataclass
 
 from msprobe.core.errors import DumpFormatError, MsprobeError
+from msprobe.core.file_limits import load_json  # noqa: F401 (the one JSON reader; imported from here too)
 
 _STEP_RE = re.compile(r"^step(\d+)$")
 _RANK_RE = re.compile(r"^(rank|proc)(\d+)$")
@@ -25,23 +25,30 @@ def stat_value(v):
     return v
 
 
-def load_json(path):
-    """The parsed JSON file; orjson first (dump.json files reach hundreds of MB), the standard parser
-    for what orjson refuses but Python's json accepts (msProbe's bare NaN/Infinity tokens)."""
-    import orjson
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise DumpFormatError(f"{path}: file not found") from None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DumpFormatError(f"{path}: not valid JSON ({e}); the file may be truncated or corrupt") from None
+def load_stack(path):
+    """key -> list of stack lines of a stack.json: ours and msProbe's `{"0": [[key, ...], [line, ...]]}`,
+    older msProbe's `{key: [line, ...]}`.
+
+    Raises:
+        DumpFormatError: not a JSON object of those entries.
+    """
+    doc = load_json(path)
+    if not isinstance(doc, dict):
+        raise DumpFormatError(f"{path}: expected a JSON object (stack id -> [keys, lines]), got {type(doc).__name__}")
+    stacks = {}
+    for name, entry in doc.items():
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
+            keys, lines = entry
+            keys = keys if isinstance(keys, list) else [keys]
+        else:
+            keys, lines = [name], entry
+        if not isinstance(lines, list):
+            raise DumpFormatError(f"{path}: entry {name!r} is not a list of stack lines")
+        lines = [str(line) for line in lines]
+        for k in keys:
+            if isinstance(k, str):
+                stacks[k] = lines
+    return stacks
 
 
 @dataclass(frozen=True)
@@ -159,17 +166,8 @@ class DumpReader:
     def stack(self):
         """key -> list of stack lines (empty when stack.json is absent)."""
         if self._stack is None:
-            self._stack = {}
             path = os.path.join(self.rank_dir, "stack.json")
-            if os.path.isfile(path):
-                for name, entry in load_json(path).items():
-                    if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
-                        keys, lines = entry  # {"0": [[key, ...], [line, ...]]}
-                        keys = keys if isinstance(keys, list) else [keys]
-                    else:
-                        keys, lines = [name], entry  # older msProbe: {key: [line, ...]}
-                    for k in keys:
-                        self._stack[k] = lines
+            self._stack = load_stack(path) if os.path.lexists(path) else {}
         return self._stack
 
     @property
@@ -177,10 +175,15 @@ class DumpReader:
         """node key -> parent module key or None (empty at L1 or when construct.json is absent)."""
         if self._construct is None:
             path = os.path.join(self.rank_dir, "construct.json")
-            self._construct = load_json(path) if os.path.isfile(path) else {}
+            doc = load_json(path) if os.path.lexists(path) else {}
+            if not isinstance(doc, dict) or not all(v is None or isinstance(v, str) for v in doc.values()):
+                raise DumpFormatError(f"{path}: expected a JSON object (node -> parent module name or null)")
+            self._construct = doc
         return self._construct
 
     def tensor_path(self, data_name):
+        if not isinstance(data_name, str) or os.path.basename(data_name) != data_name or data_name in ("", ".", ".."):
+            raise DumpFormatError(f"{self.dump_file}: data_name {data_name!r} is not a file name in the tensor folder")
         base = self.dump_data_dir if self.dump_data_dir and os.path.isdir(self.dump_data_dir) else \
             os.path.join(self.rank_dir, "dump_tensor_data")
         return os.path.join(base, data_name)

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records, stat_value
+from msprobe.core.errors import DumpFormatError, where
 
 
 @dataclass
@@ -26,11 +27,22 @@ class RankSummary:
     largest: list = field(default_factory=list)  # (norm, key)
 
 
-def summarize_dump(path):
-    """RankSummary for every rank directory under `path`."""
+def summarize_dump(path, skipped=None):
+    """RankSummary for every rank directory under `path`.
+
+    Args:
+        skipped: a list to collect one line per rank directory that cannot be read, which is then left
+            out; None raises on the first one.
+    """
     out = []
     for rd in find_rank_dirs(path):
-        r = DumpReader(rd.path)
+        try:
+            r = DumpReader(rd.path)
+        except DumpFormatError as e:
+            if skipped is None:
+                raise
+            skipped.append(f"{where(rd.step, rd.rank, rd.is_proc)}: skipped: {e}")
+            continue
         s = RankSummary(rd.path, rd.step, os.path.basename(rd.path), r.task, r.level, r.framework)
         for key, rec in r.items():
             s.records += 1

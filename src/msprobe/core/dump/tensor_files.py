@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import pickle
 import tempfile
@@ -25,6 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from msprobe.core.errors import DumpFormatError
+from msprobe.core.file_limits import check_regular, open_regular
 
 # torch storage class name -> (numpy dtype of the stored elements, torch dtype string).
 # bfloat16 has no numpy dtype: its raw 16-bit patterns are read as uint16 and upcast later.
@@ -160,9 +162,22 @@ def _load_pt(path):
 
 def _load_npy(path, mmap):
     # np.load would take anything without the magic for a pickle (or, for a zip, an .npz archive).
-    with open(path, "rb") as file:
+    with open_regular(path, "MSPROBE_MAX_TENSOR_BYTES") as file:
         if file.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
             raise ValueError("no .npy magic number at the start of the file")
+        file.seek(0)
+        version = np.lib.format.read_magic(file)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in read_header:
+            raise ValueError(f".npy format version {version} is not supported")
+        shape, _fortran, dtype = read_header[version](file)
+        if dtype.hasobject:
+            raise ValueError(f"dtype {dtype} holds Python objects")
+        expected = file.tell() + math.prod(shape) * dtype.itemsize
+        size = os.fstat(file.fileno()).st_size
+    if size != expected:  # the header's shape and the data disagree: truncated, or a lying header
+        raise ValueError(f"header says shape {list(shape)} {dtype} ({expected:,} bytes with the header), "
+                         f"the file holds {size:,} bytes")
     array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     return LoadedTensor(array, array.dtype.name)
 
@@ -190,6 +205,10 @@ def load_tensor_file(path, *, mmap=True) -> LoadedTensor:
         raise DumpFormatError(f"{path}: unknown tensor file type {path.suffix!r}; expected .npy or .pt")
     expected = "an .npy array file" if suffix == ".npy" else "a torch.save tensor file (.pt zip archive)"
     try:
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
+        if suffix == ".pt":
+            check_regular(path, "MSPROBE_MAX_TENSOR_BYTES")
         return _load_npy(path, mmap) if suffix == ".npy" else _load_pt(path)
     except FileNotFoundError as exc:
         raise DumpFormatError(f"{path}: no such file; expected {expected}") from exc

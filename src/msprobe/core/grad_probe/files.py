@@ -10,6 +10,7 @@ takes both. Must not import torch or mindspore.
 """
 
 import csv
+import io
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import re
 import numpy as np
 
 from msprobe.core.errors import DumpFormatError
+from msprobe.core.file_limits import check_regular, read_bytes
 
 _SUMMARY_RE = re.compile(r"^grad_summary_(\d+)\.csv$")
 _RANK_RE = re.compile(r"^rank(\d+)$")
@@ -99,8 +101,8 @@ def read_summary(rank_path, step):
     """{param: {column: value}} of one step; Shape as a list, numbers as float, MD5 as str."""
     path = os.path.join(rank_path, f"grad_summary_{step}.csv")
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+        text = read_bytes(path).decode("utf-8")
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DumpFormatError(f"{path}: not readable as CSV ({e})") from None
     out = {}
@@ -132,8 +134,9 @@ def load_direction(rank_path, step, param, numel):
     Accepts our packed files and msProbe's unpacked bool arrays.
     """
     path = os.path.join(rank_path, f"step{step}", param.replace(os.sep, "_") + ".npy")
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return None
+    check_regular(path)
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:

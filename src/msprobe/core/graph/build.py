@@ -13,8 +13,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from msprobe.core.dump.reader import find_rank_dirs, load_json
-from msprobe.core.errors import MsprobeError
+from msprobe.core.dump.reader import find_rank_dirs, load_stack
+from msprobe.core.errors import DumpFormatError, MsprobeError, where
 from msprobe.core.graph.document import compare_graph_json, graph_document, single_graph_json
 from msprobe.core.graph.hierarchy import graph_from_dump
 from msprobe.core.graph.merge import merge_compare
@@ -32,6 +32,7 @@ class GraphOutputs:
     db_path: str
     document: dict
     pairing: tuple = ()   # how runs were chosen among several proc{pid} runs, one line per step
+    skipped: tuple = ()   # one line per step and rank whose dump could not be read (the others are drawn)
 
 
 def rank_dirs_for_graph(path):
@@ -60,9 +61,19 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         GraphOutputs.
 
     Raises:
-        MsprobeError: a dump is missing, has no hierarchy (level L1) or the compare failed.
+        MsprobeError: a dump is missing, has no hierarchy (level L1) or the compare failed; no rank dir
+            could be read. A damaged one among readable ones is skipped and named in `skipped`.
     """
     from tqdm import tqdm
+    skipped = []
+
+    def readable(d):
+        """d's graph, or None (the damage noted in `skipped`)."""
+        try:
+            return graph_from_dump(d.path)
+        except DumpFormatError as e:
+            skipped.append(f"{where(d.step, d.rank, d.is_proc)}: skipped: {e}")
+            return None
 
     targets = rank_dirs_for_graph(target_path)
     if stack_path is not None and len(targets) > 1:
@@ -70,20 +81,31 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
                            f"holds {len(targets)} rank directories")
     graphs = {}
     for d in tqdm(targets, desc="hierarchy", unit="rank", disable=not progress or len(targets) < 2):
-        graphs[_norm(d.path)] = (d, graph_from_dump(d.path))
+        graph = readable(d)
+        if graph is not None:
+            graphs[_norm(d.path)] = (d, graph)
+    if not graphs:
+        raise MsprobeError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
+                           f"no rank directory could be read; first: {skipped[0]}")
     if stack_path is not None:
         only = next(iter(graphs.values()))[1]
-        only.stacks = _stacks_from_file(stack_path)
+        only.stacks = load_stack(stack_path)
     if golden_path is None:
         entries = [single_graph_json(g, d.step, d.rank, overflow_check) for d, g in graphs.values()]
         doc = graph_document(entries, "build")
-        return _write(doc, output_path, "build")
-    goldens = {_norm(d.path): graph_from_dump(d.path)  # fails fast on an L1 golden, before the compare
+        out = _write(doc, output_path, "build")
+        out.skipped = tuple(skipped)
+        return out
+    goldens = {_norm(d.path): readable(d)  # fails fast on an L1 golden, before the compare
                for d in rank_dirs_for_graph(golden_path)}
+    compare_skipped = []
 
     from msprobe.core.compare.engine import compare_dumps
     results = compare_dumps(target_path, golden_path, fuzzy_match=fuzzy_match, layer_mapping=layer_mapping,
-                            stack_path=stack_path, progress=progress, target_run=target_run, golden_run=golden_run)
+                            stack_path=stack_path, progress=progress, target_run=target_run, golden_run=golden_run,
+                            skipped=compare_skipped)
+    skipped += [line for line in compare_skipped if line not in skipped]
+    results = [r for r in results if _norm(r.target_dir) in graphs and goldens.get(_norm(r.golden_dir), 1)]
     if not results:
         raise MsprobeError(f"compare '{target_path}' with '{golden_path}': no step/rank pair to compare")
     diagnosis = _diagnose(results)
@@ -98,24 +120,13 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
     doc = graph_document(entries, "compare", diagnosis=_json_safe(diagnosis))
     out = _write(doc, output_path, "compare")
     out.pairing = tuple(dict.fromkeys(r.pairing for r in results if r.pairing))
+    out.skipped = tuple(skipped)
     return out
 
 
 def _norm(path):
     path = os.path.abspath(path)
     return os.path.dirname(path) if os.path.isfile(path) else path
-
-
-def _stacks_from_file(path):
-    stacks = {}
-    for name, entry in load_json(path).items():
-        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
-            keys = entry[0] if isinstance(entry[0], list) else [entry[0]]
-            for k in keys:
-                stacks[k] = entry[1]
-        else:
-            stacks[name] = entry
-    return stacks
 
 
 def _diagnose(results):

@@ -5,11 +5,11 @@ A monitor dir is the output root (holding `*-rank{r}-*` dirs and `anomaly_detect
 """
 
 import glob
-import json
 import os
 import re
 
 from msprobe.core.errors import DumpFormatError
+from msprobe.core.file_limits import check_regular, load_json, open_regular
 from msprobe.core.monitor.ops import OPS
 
 _CSV_NAME = re.compile(r"^(?P<tag>.+)_(?P<first>\d+)-(?P<last>\d+)\.csv$")
@@ -49,7 +49,8 @@ def _read_csvs(rank, rank_dir):
         if not m:
             continue
         try:
-            df = pd.read_csv(os.path.join(rank_dir, f))
+            with open_regular(os.path.join(rank_dir, f)) as fh:
+                df = pd.read_csv(fh)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise DumpFormatError(f"monitor_report: {os.path.join(rank_dir, f)}: not a monitor CSV ({e})") from None
         if not {"name", "step"} <= set(df.columns):
@@ -65,6 +66,9 @@ def _read_events(rank_dir):
     import pandas as pd
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    for f in os.listdir(rank_dir):
+        if f.startswith("events.out.tfevents"):
+            check_regular(os.path.join(rank_dir, f), "MSPROBE_MAX_JSON_BYTES")  # a FIFO would hang the reader
     acc = EventAccumulator(rank_dir, size_guidance={"scalars": 0})
     acc.Reload()
     rows = {}
@@ -119,11 +123,13 @@ def load_anomalies(path):
         files = sorted(glob.glob(os.path.join(root, "anomaly_detected", "*.json")))
         for f in files:
             try:
-                with open(f, encoding="utf-8") as fh:
-                    data = json.load(fh)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DumpFormatError(f"monitor_report: {f}: not an anomaly JSON ({e})") from None
-            records += list(data.values()) if isinstance(data, dict) else list(data)
+                data = load_json(f)
+            except DumpFormatError as e:
+                raise DumpFormatError(f"monitor_report: {e}") from None
+            if not isinstance(data, (dict, list)):
+                raise DumpFormatError(f"monitor_report: {f}: expected an object or a list of anomaly records, "
+                                      f"got {type(data).__name__}")
+            records += [r for r in (data.values() if isinstance(data, dict) else data) if isinstance(r, dict)]
         if files:
             break
     return records
@@ -142,4 +148,7 @@ def anomaly_point(record):
     if op is None:
         found = _MSPROBE_OP.search(str(record.get("message", "")))
         op = found.group(1) if found else None
-    return int(m.group("rank")), m.group("tag"), m.group("name"), int(record.get("step", -1)), op
+    step = record.get("step", -1)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None  # a step that is not a number marks nothing (the page still lists the record, escaped)
+    return int(m.group("rank")), m.group("tag"), m.group("name"), step, op

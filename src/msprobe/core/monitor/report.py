@@ -145,9 +145,9 @@ def build_report(input_dir, output_dir, ops=None, show_progress=True):
 def _module_table(g, ops, anomalies, rank, tag):
     """One row per module/parameter: a sparkline per op (anomalies as red dots), first/last/max of the first op."""
     per_step = g.groupby(["name", "step"])[ops].mean()
-    head = "".join(f"<th>{html.escape(op)} trend</th>" for op in ops)
-    out = [f"<table><tr><th>name</th>{head}<th>steps</th><th>{ops[0]} first</th><th>{ops[0]} last</th>"
-           f"<th>{ops[0]} max</th><th>anomaly steps</th></tr>"]
+    head = "".join(f"<th>{_e(op)} trend</th>" for op in ops)
+    out = [f"<table><tr><th>name</th>{head}<th>steps</th><th>{_e(ops[0])} first</th><th>{_e(ops[0])} last</th>"
+           f"<th>{_e(ops[0])} max</th><th>anomaly steps</th></tr>"]
     for name in dict.fromkeys(g["name"]):
         s = per_step.loc[name]
         steps = [int(x) for x in s.index]
@@ -158,9 +158,9 @@ def _module_table(g, ops, anomalies, rank, tag):
         marked = sorted(set().union(*[_marked_steps(anomalies, rank, tag, name, o) for o in ops + [None]]))
         cls = ' class="bad"' if marked else ""
         first = s[ops[0]]
-        out.append(f"<tr{cls}><td>{html.escape(name or '(model)')}</td>{''.join(cells)}"
-                   f"<td>{steps[0]}–{steps[-1]}</td><td>{first.iloc[0]:.6g}</td><td>{first.iloc[-1]:.6g}</td>"
-                   f"<td>{first.max():.6g}</td><td>{', '.join(map(str, marked)) or '-'}</td></tr>")
+        out.append(f"<tr{cls}><td>{_e(name or '(model)')}</td>{''.join(cells)}"
+                   f"<td>{_e(steps[0])}–{_e(steps[-1])}</td><td>{first.iloc[0]:.6g}</td><td>{first.iloc[-1]:.6g}</td>"
+                   f"<td>{first.max():.6g}</td><td>{_e(', '.join(map(str, marked)) or '-')}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -168,7 +168,17 @@ def _module_table(g, ops, anomalies, rank, tag):
 def time_order(records):
     """Anomaly records in the order they happened: by step, then by call within the step (`call_id`: our
     rows come in hook order, msProbe's count the calls), then by rank."""
-    return sorted(records, key=lambda r: (r.get("step", 0), r.get("call_id", 0), r.get("rank", 0)))
+    return sorted(records, key=lambda r: tuple(_order(r.get(k, 0)) for k in ("step", "call_id", "rank")))
+
+
+def _order(value):
+    """A sort key for a number a file gave, whatever its type (numbers first, then the rest as text)."""
+    return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))
+
+
+def _e(value):
+    """Text from a file, as HTML text: every string that came from a file goes through here."""
+    return html.escape(str(value))
 
 
 def _anomaly_section(records):
@@ -181,16 +191,15 @@ def _anomaly_section(records):
     per_step = {}
     for rec in ordered:
         per_step[rec.get("step")] = per_step.get(rec.get("step"), 0) + 1
-    steps = ", ".join(f"{step} ({n})" for step, n in list(per_step.items())[:STEPS_LISTED])
+    steps = ", ".join(f"{_e(step)} ({n})" for step, n in list(per_step.items())[:STEPS_LISTED])
     more = f", ... {len(per_step) - STEPS_LISTED} more steps" if len(per_step) > STEPS_LISTED else ""
-    parts = [f"<p class='anomaly' id='first-anomaly'>First anomaly: step {first.get('step')}, rank "
-             f"{first.get('rank')}: {html.escape(str(first.get('message')))}</p>",
+    parts = [f"<p class='anomaly' id='first-anomaly'>First anomaly: step {_e(first.get('step'))}, rank "
+             f"{_e(first.get('rank'))}: {_e(first.get('message'))}</p>",
              f"<p>Steps with anomalies (count): {steps}{more}</p>",
              "<table><tr><th>step</th><th>rank</th><th>series</th><th>message</th></tr>"]
     for rec in ordered[:ANOMALY_ROWS]:
-        parts.append(f"<tr class='bad'><td>{rec.get('step')}</td><td>{rec.get('rank')}</td>"
-                     f"<td>{html.escape(str(rec.get('tag_name')))}</td>"
-                     f"<td class='anomaly'>{html.escape(str(rec.get('message')))}</td></tr>")
+        parts.append(f"<tr class='bad'><td>{_e(rec.get('step'))}</td><td>{_e(rec.get('rank'))}</td>"
+                     f"<td>{_e(rec.get('tag_name'))}</td><td class='anomaly'>{_e(rec.get('message'))}</td></tr>")
     parts.append("</table>")
     if len(records) > ANOMALY_ROWS:
         parts.append(f"<p>... and {len(records) - ANOMALY_ROWS} later ones in anomaly_detected/*.json</p>")
@@ -205,17 +214,17 @@ def _html(df, ops, records, anomalies, sections, input_dir):
         "tr.bad{background:#ffe0e0}img{max-width:100%;border:1px solid #ddd;margin:4px 0}"
         "h2{border-bottom:1px solid #888}.anomaly{color:#b00}svg.spark{display:block}</style></head><body>",
         "<h1>msprobe monitor report</h1>",
-        f"<p>source: <code>{html.escape(os.path.abspath(input_dir))}</code> · ranks "
-        f"{', '.join(map(str, sorted(df['rank'].unique())))} · steps {df['step'].min()}–{df['step'].max()} · "
-        f"{len(df)} rows · ops {', '.join(ops)}</p>",
+        f"<p>source: <code>{_e(os.path.abspath(input_dir))}</code> · ranks "
+        f"{_e(', '.join(map(str, sorted(df['rank'].unique()))))} · steps {_e(df['step'].min())}–"
+        f"{_e(df['step'].max())} · {len(df)} rows · ops {_e(', '.join(ops))}</p>",
         f"<h2 id='anomalies'>Anomalies ({len(records)})</h2>",
     ]
     parts += _anomaly_section(records)
     for (rank, tag), items in sections.items():
-        parts.append(f"<h2 id='rank{rank}-{html.escape(tag)}'>rank {rank} · {html.escape(tag)}</h2>")
+        parts.append(f"<h2 id='rank{_e(rank)}-{_e(tag)}'>rank {_e(rank)} · {_e(tag)}</h2>")
         for kind, op, fname in items:
             alt = f"{tag} trend of {', '.join(ops)}"
-            parts.append(f"<img src='png/{html.escape(fname)}' alt='{html.escape(alt)}'>")
+            parts.append(f"<img src='png/{_e(fname)}' alt='{_e(alt)}'>")
         g = df[(df["rank"] == rank) & (df["tag"] == tag)]
         parts.append(_module_table(g, ops, anomalies, rank, tag))
     parts.append("</body></html>")

@@ -17,6 +17,7 @@ from typing import List, Optional
 
 from msprobe.core.dump.reader import RankDir, find_rank_dirs
 from msprobe.core.dump.writer import rank_dir_name
+from msprobe.core.errors import DumpFormatError, where
 from msprobe.core.naming import MODULE_PREFIXES
 from msprobe.core.overflow.scan import scan_rank
 
@@ -69,10 +70,12 @@ class OverflowAnalysis:
         anomalies: the culprit first, then every other rank's first origin in that step, then the
             collectives that only passed a peer's inf/nan on.
         scanned: how many rank directories were read.
+        skipped: one line per rank directory that could not be read (the others were checked).
     """
 
     anomalies: List[Anomaly]
     scanned: int
+    skipped: List[str] = field(default_factory=list)
 
     @property
     def culprit(self) -> Optional[Anomaly]:
@@ -142,7 +145,8 @@ def analyze_overflow(root, progress=False):
         OverflowAnalysis; empty when no value anywhere is inf or nan.
 
     Raises:
-        MsprobeError: no dump below `root`; DumpFormatError: a dump.json is not readable.
+        MsprobeError: no dump below `root`; DumpFormatError: no dump.json is readable (a damaged one
+            among readable ones is skipped and named in `skipped`).
     """
     if os.path.isfile(root) and os.path.basename(root) not in ("dump.json", "debug.json"):
         rank_dirs = [RankDir(root, 0, 0, False)]  # a dump.json saved under another name
@@ -155,25 +159,34 @@ def analyze_overflow(root, progress=False):
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(rank_dirs), desc="overflow_check", unit="rank dir")
-    scanned, fallback = 0, None
+    scanned, fallback, skipped = 0, None, []
     try:
         for step in sorted(by_step):
             scans = []
             for rd in by_step[step]:
-                reader, nodes = scan_rank(rd.path)
+                try:
+                    reader, nodes = scan_rank(rd.path)
+                except DumpFormatError as e:
+                    if len(rank_dirs) == 1:
+                        raise
+                    skipped.append(f"{where(rd.step, rd.rank, rd.is_proc)}: skipped: {e}")
+                    continue
+                finally:
+                    if bar is not None:
+                        bar.update(1)
                 scans.append((rd, reader, nodes))
                 scanned += 1
-                if bar is not None:
-                    bar.update(1)
             result = _analyze_step(scans)
             if result:
-                return OverflowAnalysis(result, scanned)
+                return OverflowAnalysis(result, scanned, skipped)
             if fallback is None:
                 fallback = _first_nonfinite(scans)
     finally:
         if bar is not None:
             bar.close()
-    return OverflowAnalysis([fallback] if fallback else [], scanned)
+    if not scanned:
+        raise DumpFormatError(f"no rank directory could be read; first: {skipped[0]}")
+    return OverflowAnalysis([fallback] if fallback else [], scanned, skipped)
 
 
 def _analyze_step(scans):

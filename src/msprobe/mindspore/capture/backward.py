@@ -7,7 +7,9 @@ input's gradient (backward `output`). Outputs get hooks that see their gradients
 an API call's outputs are hooked themselves (Tensor.register_hook: an output's total gradient is what
 flows back through all its uses), a Cell's through a stand-in (see hook_outputs). Hooking an input
 itself would give its *total* gradient, not this call's share. Only done while MindSpore records a
-gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing.
+gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing. A tensor MindSpore
+records no gradient for (made from constants only: a sliced mask buffer, `ops.ones`) gets no hook: it
+refuses a tensor hook, and no gradient would come.
 
 In-place calls must change the caller's own tensor, not a stand-in: the tensor they change (the first
 argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
@@ -34,6 +36,12 @@ _executor = ms.common.api._pynative_executor
 def grad_recording():
     """True while a forward pass runs under mindspore.grad / value_and_grad / a training cell."""
     return _executor.requires_grad()
+
+
+def needs_grad(v):
+    """Whether MindSpore records a gradient for `v`: False for what only constants made inside the
+    gradient pass (`mask[:t, :t]`, `ops.ones(...)`), which refuses a tensor hook."""
+    return getattr(v, "_requires_grad", True) is not False
 
 
 def _through_hook(v, hook, synchronous):
@@ -78,9 +86,9 @@ class GradTracker:
         pos = [0]
         self.in_place = in_place
         if in_place and args and isinstance(args[0], ms.Tensor):
-            self._tensor_hook(args[0], self._input_hook(0))
             pos[0] = 1
-            self.left += 1
+            if needs_grad(args[0]) and self._tensor_hook(args[0], self._input_hook(0)):
+                self.left += 1
             new = (args[0],) + tuple(self._wrap_in(a, pos) for a in args[1:])
         else:
             new = tuple(self._wrap_in(a, pos) for a in args)
@@ -88,7 +96,12 @@ class GradTracker:
         return new
 
     def _tensor_hook(self, t, hook):
-        self.session.tensor_hooks.append(t.register_hook(hook))
+        """Hook `t` itself; False when it takes no hook (it needs no gradient)."""
+        try:
+            self.session.tensor_hooks.append(t.register_hook(hook))
+        except RuntimeError:
+            return False
+        return True
 
     def _wrap_in(self, v, pos):
         if isinstance(v, ms.Tensor):
@@ -96,6 +109,8 @@ class GradTracker:
             # pipeline that waits for the op making it): an integer tensor simply never sees a gradient
             i = pos[0]
             pos[0] += 1
+            if not needs_grad(v):  # a constant: no gradient will come, the record needs no wait
+                return v
             self.left += 1
             new = _through_hook(v, self._input_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
@@ -126,10 +141,13 @@ class GradTracker:
         if isinstance(v, ms.Tensor):
             i = pos[0]
             pos[0] += 1
-            self.outs_left += 1
-            if self.outputs_by_tensor_hook:
-                self._tensor_hook(v, self._output_hook(i))
+            if not needs_grad(v):  # made from constants only: recorded in forward, no backward
                 return v
+            if self.outputs_by_tensor_hook:
+                if self._tensor_hook(v, self._output_hook(i)):
+                    self.outs_left += 1
+                return v
+            self.outs_left += 1
             new = _through_hook(v, self._output_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
             return new

@@ -1,7 +1,13 @@
 """L0 capture: forward pre/post hooks on every sub-Cell of the model(s) passed to start(); backward
 through GradTracker (inputs and outputs passed through HookBackward by the hooks themselves);
 parameter gradients through Parameter hooks. The root Cell itself is not recorded.
+
+A Cell with a custom `bprop` takes no forward hook (MindSpore ignores one) and its construct runs
+without recording a gradient: its forward record comes from its construct, wrapped for the step, and
+its backward record from its bprop (dout in, the gradients it returns out), whose ops are not recorded.
 """
+
+import mindspore as ms
 
 from msprobe.core import naming
 from msprobe.mindspore import _state
@@ -61,15 +67,21 @@ class CellCapture:
         self._fwd_handles = []
         self._grad_handles = []
         self._frames = []
+        self._bprop_cells = []  # Cells with a custom bprop whose construct and bprop are wrapped
+        self._bprop_pending = {}  # id(cell) -> [(forward key, save, backward parent)], latest last
 
     def attach(self):
         if self._fwd_handles:
             return
         for path, cell in self.cells:
             jit = is_jit_cell(cell)
-            pre = self._pre(path, type(cell).__name__, jit)
+            custom_bprop = bool(getattr(cell, "has_bprop", False)) and not jit
+            pre = self._pre(path, type(cell).__name__, jit, cell if custom_bprop else None)
             self._fwd_handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
-            self._fwd_handles.append(cell.register_forward_hook(self._post(cell), with_kwargs=True))
+            if custom_bprop:
+                self._wrap_bprop_cell(cell)
+            else:
+                self._fwd_handles.append(cell.register_forward_hook(self._post(cell), with_kwargs=True))
         if not self._grad_handles:
             self._attach_grad_hooks()
 
@@ -77,15 +89,53 @@ class CellCapture:
         for h in self._fwd_handles:
             h.remove()
         self._fwd_handles = []
+        for cell in self._bprop_cells:  # the bprop stays wrapped until release(): backward may follow
+            cell.__dict__.pop("construct", None)
 
     def release(self):
         self.detach()
         for h in self._grad_handles:
             h.remove()
         self._grad_handles = []
+        for cell in self._bprop_cells:
+            cell.__dict__.pop("bprop", None)
+        self._bprop_cells = []
+        self._bprop_pending = {}
+
+    # -- Cells with a custom bprop -------------------------------------------------------------------
+    def _wrap_bprop_cell(self, cell):
+        if cell.__dict__.get("construct") is not None:
+            return
+        construct, bprop, post = type(cell).construct.__get__(cell), cell.bprop, self._post(cell)
+
+        def wrapped_construct(*args, **kwargs):
+            out = construct(*args, **kwargs)
+            new = post(cell, args, kwargs, out)
+            return out if new is None else new
+
+        def wrapped_bprop(*args):
+            pending = self._bprop_pending.get(id(cell))
+            entry = pending.pop() if pending else None
+            _state.depth += 1  # the bprop's own ops are the backward of this Cell, not forward calls
+            try:
+                grads = bprop(*args)
+            finally:
+                _state.depth -= 1
+            session = _state.session
+            if entry is not None and session is not None and session.filter.backward and not _state.busy:
+                _state.busy = True
+                try:
+                    _emit_bprop_record(session, entry, args[-1], grads)
+                finally:
+                    _state.busy = False
+            return grads
+
+        object.__setattr__(cell, "construct", wrapped_construct)
+        object.__setattr__(cell, "bprop", wrapped_bprop)
+        self._bprop_cells.append(cell)
 
     # -- forward -------------------------------------------------------------------------------
-    def _pre(self, path, cls, jit):
+    def _pre(self, path, cls, jit, bprop_cell=None):
         base = f"Cell.{path}.{cls}"  # the counter's name: forward and parameters_grad count apart
 
         def hook(cell, args, kwargs):
@@ -106,7 +156,10 @@ class CellCapture:
                 graph = session.graph if jit else None
                 # a jit Cell is also recorded in graph/ (what msProbe's in-graph dump gives at its border)
                 graph_frame = graph.begin_cell(key, args, kwargs, track=False)[0] if graph is not None else None
-                frame, new_args = session.begin_cell(key, args, kwargs)
+                frame, new_args = session.begin_cell(key, args, kwargs, track=bprop_cell is None)
+                if bprop_cell is not None:
+                    self._bprop_pending.setdefault(id(bprop_cell), []).append(
+                        (key, session.saves_tensor(key), naming.backward_of(parent) if parent else None))
             finally:
                 _state.busy = False
             self._frames.append((key, parent, frame, graph_frame))
@@ -146,6 +199,22 @@ class CellCapture:
             state = _ParamGradState(f"Cell.{path}.{type(cell).__name__}", [n for n, _ in params])
             for name, p in params:
                 self._grad_handles.append(p.register_hook(state.hook(name)))
+
+
+def _emit_bprop_record(session, entry, dout, grads):
+    """The backward record of a Cell with a custom bprop: `dout` (the gradients of its outputs) as input,
+    the gradients its bprop returned as output."""
+    from msprobe.mindspore.capture.backward import GradTracker
+    key, save, parent = entry
+    tracker = GradTracker(session, naming.backward_of(key), save, parent)
+    douts = dout if isinstance(dout, (tuple, list)) else (dout,)
+    outs = grads if isinstance(grads, (tuple, list)) else (grads,)
+    tracker.out_recs = [session.gradient_record(g, f"{tracker.key}.input.{i}", save, tracker.waits)
+                        if isinstance(g, ms.Tensor) else None for i, g in enumerate(douts)]
+    tracker.in_recs = [session.gradient_record(g, f"{tracker.key}.output.{i}", save, tracker.waits)
+                       if isinstance(g, ms.Tensor) else None for i, g in enumerate(outs)]
+    tracker.left = tracker.outs_left = 0
+    tracker._emit()
 
 
 class _ParamGradState:

@@ -20,5 +20,7 @@ IGNORED_FUNCTIONS = frozenset(("absolute_import", "print_", "TensorDump", "tenso
                                "depend", "jit", "is_tensor", "is_nonzero", "typeof", "dtype", "rank", "shape",
                                "size", "isconstant", "get_grad", "custom_info_register", "get_vm_impl_fn",
                                "constexpr", "primitive", "prim_attr_register", "deprecated"))
+# Primitives a Cell holds that only read metadata (nn.Dense's shape_op): nothing computed to compare.
+IGNORED_PRIMITIVES = frozenset(("Shape", "DType", "Rank", "TensorShape", "DynamicShape"))
 IN_PLACE_DUNDERS = frozenset(("__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
                               "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__"))

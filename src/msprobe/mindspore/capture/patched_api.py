@@ -19,6 +19,7 @@ import functools
 
 from msprobe.core.errors import MsprobeError
 from msprobe.mindspore import _state
+from msprobe.mindspore.capture.ignored_apis import IGNORED_PRIMITIVES
 from msprobe.mindspore.capture.primitive_attrs import describe_primitive
 
 
@@ -163,7 +164,7 @@ class PatchedApis:
             return
         for cell in cells:
             for attr, value in list(vars(cell).items()):
-                if isinstance(value, Primitive):
+                if isinstance(value, Primitive) and value.name not in IGNORED_PRIMITIVES:
                     self._prims.append((cell, attr, value))
                     cell.__dict__[attr] = PrimitiveCall(value, attr, sources)
 

@@ -12,6 +12,9 @@ import importlib
 import math
 
 import mindspore as ms
+from mindspore.ops import Primitive
+
+from msprobe.core.acc_check.api_policy import SIDE_EFFECT_NAME, RefusedApi
 
 
 def _encoded(value):
@@ -58,17 +61,33 @@ def _decoded(value, name):
                                 "recordable")
 
 
+def check_primitive_class(name, cls):
+    """Raises RefusedApi unless `cls` is a compute Primitive of mindspore.ops (not a Custom op, which
+    loads code, nor one that writes files, prints, or calls Python back)."""
+    if not (isinstance(cls, type) and issubclass(cls, Primitive) and cls.__module__.startswith("mindspore.ops")
+            and not SIDE_EFFECT_NAME.search(cls.__name__)):
+        raise RefusedApi(f"refused: {name} is not a compute Primitive of mindspore.ops; acc_check runs only "
+                         "the framework's operators and custom APIs (see docs/safety.md)")
+
+
 def primitive_from_entry(entry):
     """The Primitive an `api_sources.json` instance entry describes, built with its recorded arguments.
 
     Raises:
         UnrebuildableArgument: an argument was not recordable, or the class is not in this MindSpore.
     """
-    module_name, _, class_name = entry["class"].rpartition(".")
+    name = entry.get("class") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name.startswith("mindspore.ops."):
+        raise RefusedApi(f"refused: api_sources.json names class {name!r}; a Primitive is rebuilt only from "
+                         "mindspore.ops (see docs/safety.md)")
+    module_name, _, class_name = name.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError):
         raise UnrebuildableArgument(f"MindSpore {ms.__version__} has no {entry['class']}") from None
+    check_primitive_class(name, cls)
+    if not isinstance(entry.get("init", {}), dict):
+        raise UnrebuildableArgument(f"{name}: its recorded 'init' is not an object")
     init = {k: _decoded(v, k) for k, v in entry.get("init", {}).items()}
     try:
         return cls(**init)
