@@ -11,6 +11,11 @@ they were set, and its numbers are reported as they came.
     python benchmarks/bf16_diagnosis.py --record             # all four configs (a few minutes), into RESULTS.md
     python benchmarks/bf16_diagnosis.py --configs statistics:mix
     python benchmarks/bf16_diagnosis.py --json out.json      # also every run's suspect #1
+    python benchmarks/bf16_diagnosis.py --models none --negatives gru,mha   # only some clean families
+
+Clean models of other shapes (`bf16_negatives.py`: attention variants, a layout-only rewrite, convs with
+batch norm, a recurrent cell, a long RMSNorm residual stream), two seeds each, give the second table: false
+alarms per family, in the half the diagnosis was changed on (`tuning`) and the half it was not (`held out`).
 
 Columns: `hits` = suspect #1 is the planted call; `wrong place named` = #1 is elsewhere; `false alarms`
 = a negative control reported as a divergence; for the diagnosis also the plant runs that list another
@@ -34,6 +39,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import autocast_plants as plants  # noqa: E402
+import bf16_negatives as negatives  # noqa: E402
 
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose  # noqa: E402
@@ -156,10 +162,46 @@ def table_text(by_config):
     return "\n".join(lines)
 
 
+def run_negatives(root, family, task, level, log):
+    """{seed: {"divergence": bool, "verdict": str, "diagnosis": suspect #1 api or None}} of one clean family."""
+    out = {}
+    for seed in negatives.SEEDS:
+        t0 = time.perf_counter()
+        stem = os.path.join(root, f"neg_{family}_{task}_{level}_{seed}")
+        golden = negatives.dump_run(stem + "_golden", family, task=task, level=level, seed=seed, golden_layout=True)
+        target = negatives.dump_run(stem + "_bf16", family, task=task, level=level, seed=seed,
+                                    autocast=torch.bfloat16)
+        d = diagnose(compare_dumps(target, golden, progress=False, workers=1))
+        top = d["suspects"][0]["api"] if d["suspects"] and d["divergence"] else None
+        out[seed] = {"divergence": bool(d["divergence"]), "verdict": d["verdict"], "diagnosis": top}
+        log(f"negative {family:13s} {task:10s} {level:3s} seed {seed} {'ALARM' if d['divergence'] else 'quiet'} "
+            f"{time.perf_counter() - t0:5.1f}s  {d['verdict'][:100]}")
+    return out
+
+
+def negatives_text(by_family):
+    lines = ["| family | half | config | false alarms | suspect #1 of an alarm |", "|---|---|---|---|---|"]
+    totals = {}
+    for (family, config), runs in by_family.items():
+        half = negatives.FAMILIES[family][0]
+        alarms = [r for r in runs.values() if r["divergence"]]
+        t = totals.setdefault(half, [0, 0])
+        t[0] += len(alarms)
+        t[1] += len(runs)
+        named = ", ".join(sorted({r["diagnosis"] for r in alarms if r["diagnosis"]})) or "-"
+        lines.append(f"| {family} | {half} | {config} | {len(alarms)}/{len(runs)} | {named} |")
+    lines.append("")
+    lines.append("False alarms per half: " + "; ".join(f"{h} {a}/{n}" for h, (a, n) in totals.items()) + ".")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma list of task:level")
-    parser.add_argument("--models", default=",".join(plants.MODELS), help="comma list of suite models")
+    parser.add_argument("--models", default=",".join(plants.MODELS),
+                        help="comma list of suite models, or none")
+    parser.add_argument("--negatives", default=",".join(negatives.FAMILIES),
+                        help="comma list of clean families (bf16_negatives.py), or none")
     parser.add_argument("--json", help="write every run's outcome here")
     parser.add_argument("--quiet", action="store_true", help="no line per run")
     args = parser.parse_args()
@@ -167,24 +209,38 @@ def main():
     for c in configs:
         if c not in CONFIGS:
             parser.error(f"--configs: '{c}'; allowed: {', '.join(CONFIGS)}")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = [m.strip() for m in args.models.split(",") if m.strip() and m.strip() != "none"]
     for m in models:
         if m not in plants.MODELS:
-            parser.error(f"--models: '{m}'; allowed: {', '.join(plants.MODELS)}")
+            parser.error(f"--models: '{m}'; allowed: {', '.join(plants.MODELS)} or none")
+    families = [f.strip() for f in args.negatives.split(",") if f.strip() and f.strip() != "none"]
+    for f in families:
+        if f not in negatives.FAMILIES:
+            parser.error(f"--negatives: '{f}'; allowed: {', '.join(negatives.FAMILIES)} or none")
     torch.set_num_threads(1)  # the same rounding on every machine
     log = (lambda *_: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-    by_config = {}
+    by_config, by_family = {}, {}
     with tempfile.TemporaryDirectory() as root:
         for model in models:
             for c in configs:
                 task, level = c.split(":")
                 by_config[(model, c)] = run_config(root, model, task, level, log)
-    print(f"Planted bugs in an autocast target against an fp32 golden (autocast_plants.py), torch "
-          f"{torch.__version__}: hits and false alarms, not timings.\n")
-    print(table_text(by_config))
+        for family in families:
+            for c in configs:
+                task, level = c.split(":")
+                by_family[(family, c)] = run_negatives(root, family, task, level, log)
+    if by_config:
+        print(f"Planted bugs in an autocast target against an fp32 golden (autocast_plants.py), torch "
+              f"{torch.__version__}: hits and false alarms, not timings.\n")
+        print(table_text(by_config))
+    if by_family:
+        print(f"\nClean models of other shapes (bf16_negatives.py), bf16 autocast against fp32, "
+              f"seeds {', '.join(map(str, negatives.SEEDS))}: a careful verdict is no divergence on every run.\n")
+        print(negatives_text(by_family))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({f"{m} {c}": runs for (m, c), runs in by_config.items()}, f, indent=1)
+            json.dump({**{f"{m} {c}": runs for (m, c), runs in by_config.items()},
+                       **{f"negative {fam} {c}": runs for (fam, c), runs in by_family.items()}}, f, indent=1)
     return 0
 
 

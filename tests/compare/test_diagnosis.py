@@ -106,6 +106,19 @@ def test_evidence_of_each_plant(planted_dumps, task):
     assert top["kind"] == "overflow" and "nonfinite" in out["flags"] and out["target"]["max"] == "inf"
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_the_perturbed_parameter_row_says_introduces(planted_dumps, task):
+    """The module record lists the perturbed weight again after the linear inside it: there too the
+    Diagnosis column (and so the graph viewer) says the error enters, not that it is carried."""
+    results = compare_dumps(planted_dumps[(task, "weight")], planted_dumps[(task, None)], progress=False)
+    diagnose(results)
+    labels = results[0].table.set_index("NPU Name")["Diagnosis"]
+    assert labels["Functional.linear.1.forward.input.1"] == "introduces"
+    assert labels["Module.fc2.Linear.forward.0.parameters.weight"] == "introduces"
+    assert labels["Module.fc2.Linear.forward.0.parameters.bias"] == "agrees"
+    assert labels["Module.fc2.Linear.backward.0.output.0"] == "inherits"
+
+
 @pytest.mark.parametrize("plant", planted.PLANTS)
 def test_md5_mode_names_the_planted_call_from_checksums_alone(tmp_path_factory, plant):
     """md5 tables carry no statistics: a call is suspect when its input checksums match and its

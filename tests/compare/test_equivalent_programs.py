@@ -28,7 +28,7 @@ def _dump(path, net, x, loss_fn, level="mix"):
     debugger.stop()
     debugger.step()
     debugger.close()
-    return out.detach()
+    return out.detach() if isinstance(out, torch.Tensor) else out
 
 
 class Attention(nn.Module):
@@ -169,3 +169,83 @@ def test_cli_does_not_fail_on_the_cross_framework_pair(ms_and_pt_dumps, tmp_path
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((tmp_path / "diagnosis.json").read_text())["divergence"] is False
+
+
+def _gpt2_run(path, checkpointing):
+    """A two-layer HF GPT-2 built from its config, one backward; HF turns `use_cache` off under gradient
+    checkpointing, and nothing else changes."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=16,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config).train()
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(1))
+    return _dump(path, model, ids, lambda out: out.logits.square().mean()).logits
+
+
+def test_an_argument_that_changes_no_value_is_a_structure_note(tmp_path):
+    """use_cache False against True, every value equal: no divergence, the argument named in a note and
+    its rows marginal (not introduces)."""
+    golden = _gpt2_run(tmp_path / "g", checkpointing=False)
+    target = _gpt2_run(tmp_path / "t", checkpointing=True)
+    assert torch.equal(golden, target)  # the premise
+    results = compare_dumps(str(tmp_path / "t"), str(tmp_path / "g"), progress=False)
+    d = diagnose(results)
+    assert d["divergence"] is False and d["suspects"] == [], format_diagnosis(d)
+    assert "use_cache differs (False vs golden True)" in d["verdict"]
+    assert d["verdict"].endswith("no value is affected")
+    [note] = d["ranks"][0]["structure"]["idle_arguments"]
+    assert note["argument"] == "use_cache (False vs golden True)" and note["count"] >= 2
+    table = results[0].table
+    rows = table[table["NPU Name"].str.endswith(".input.use_cache")]
+    assert (rows["Diagnosis"] == "marginal").sum() == note["count"]  # the others are equal (GPT2Model's)
+    assert "introduces" not in set(table["Diagnosis"])
+    assert "use_cache differs (False vs golden True) at" in format_diagnosis(d)
+
+
+class FlagNet(nn.Module):
+    """A block called with a flag that changes no value, then a head."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x, trace=False):
+            return torch.tanh(self.fc(x))
+
+    def __init__(self, trace):
+        super().__init__()
+        self.block, self.head, self.trace = FlagNet.Block(), nn.Linear(8, 2), trace
+
+    def forward(self, x):
+        return self.head(self.block(x, trace=self.trace))
+
+
+def _flag_run(path, trace, perturbed=False):
+    torch.manual_seed(0)
+    net = FlagNet(trace)
+    if perturbed:
+        with torch.no_grad():
+            net.head.weight[0, 3] += 0.5
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return _dump(path, net, x, lambda out: out.square().mean())
+
+
+def test_a_changed_argument_is_listed_only_when_values_differ(tmp_path):
+    """The same flag against a run whose head weight differs as well: the weight introduces the error; the
+    flag is listed after it as marginal. Without the perturbed weight the flag is a note only."""
+    _flag_run(tmp_path / "g", trace=False)
+    _flag_run(tmp_path / "t", trace=True)
+    d = diagnose(compare_dumps(str(tmp_path / "t"), str(tmp_path / "g"), progress=False))
+    assert d["divergence"] is False and d["suspects"] == [], format_diagnosis(d)
+    assert d["verdict"].endswith("trace differs (True vs golden False) at 1 call; no value is affected")
+    _flag_run(tmp_path / "p", trace=True, perturbed=True)
+    d = diagnose(compare_dumps(str(tmp_path / "p"), str(tmp_path / "g"), progress=False))
+    assert d["divergence"] is True, format_diagnosis(d)
+    assert (d["suspects"][0]["kind"], d["suspects"][0]["tier"]) == ("parameter", "strong")
+    flag = next(s for s in d["suspects"] if s["kind"] == "argument")
+    assert flag["tier"] == "weak" and flag["api"] == "Module.block.Block.forward.0"
+    assert "values elsewhere in this step differ" in flag["reason"]

@@ -38,6 +38,8 @@ class CompareResult:
         is_proc: the rank number is a process id (dumps made without a process group).
         merged_ranks: the number of rank dirs merged into one side (a sharded run against a
             single-device run), else None.
+        merge_note: what merging a data-parallel run's ranks assumed (one line), or None.
+        merge_unequal: those ranks held unequal parts of the batch.
         seconds: wall seconds of each phase: "read" (parse and flatten both dumps), "match",
             "metrics" (tensor mode) and "table".
         pairing: how this pair's runs were chosen among several proc{pid} runs of its step (one line),
@@ -65,6 +67,8 @@ class CompareResult:
     stacks: dict = field(default_factory=dict)
     construct: dict = field(default_factory=dict)
     merged_ranks: int | None = None
+    merge_note: str | None = None
+    merge_unequal: bool = False
     counts: dict | None = None
     row_count: int | None = None
 
@@ -277,7 +281,10 @@ def compare_pair(target, golden, opts, maps=None):
                          target_framework=t_fw, golden_framework=g_fw, is_proc=target.is_proc, seconds=seconds,
                          rows=rows, stacks=stacks or {}, construct=t_reader.construct,
                          merged_ranks=next((len(p) for p in (target.path, golden.path)
-                                            if isinstance(p, tuple)), None))
+                                            if isinstance(p, tuple)), None),
+                         merge_note=getattr(t_reader, "merge_note", None) or getattr(g_reader, "merge_note", None),
+                         merge_unequal=bool(getattr(t_reader, "merge_unequal", False)
+                                            or getattr(g_reader, "merge_unequal", False)))
 
 
 def _counts_differ(t_rows, g_rows):

@@ -9,6 +9,12 @@ Per tensor (same key and position on every rank):
 - a plain tensor (a tensor-parallel rank's local activation, a data-parallel rank's batch): concatenated
   along the one dimension where the ranks' shapes differ, or where the golden run's shape is their sum;
   the same shape as the golden's on every rank: replicated, rank 0's record;
+- data parallel (the ranks split the batch: the first tensor concatenated in forward is along dim 0, or
+  ranks hold different values of a tensor shaped as golden's): a value each rank reduced over its own part
+  of the batch (a one-element value such as its mean loss, a local weight gradient) is merged as the mean of the ranks' values weighted
+  by their rows (exact Mean; Max/Min/Norm only for one-element tensors), and the pieces of a backward
+  record (activation gradients, each rank's scaled by its 1/rows) by their share of the rows. This holds
+  for losses that are means over the batch; `ShardMerge.note` says what was assumed;
 - anything else: rank 0's value.
 In tensor mode the shards' files are assembled into one .npy per tensor (placed at their offsets,
 Partial pieces summed), written to `out_dir`. Must not import torch or mindspore.
@@ -40,6 +46,7 @@ def load_sharded_sides(target, golden, scratch):
                            hint=single.data)
         merged = readers[0]
         merged.data = merge.merge([r.data for r in readers])
+        merged.merge_note, merged.merge_unequal = merge.note(), merge.unequal()
         merged.assembled_dir = scratch if tensors else None  # its data_names are absolute paths in there
         for r in readers[1:]:
             r.data = {}
@@ -65,6 +72,39 @@ class ShardMerge:
         self.out_dir = out_dir
         self.hint = hint or {}
         self.files = 0
+        self.split = None           # rank -> rows of the batch, from the first tensor concatenated in forward
+        self.split_at = None        # where it was seen
+        self.data_parallel = False  # the ranks split the batch
+        self.averaged = 0           # values merged as the ranks' weighted mean
+
+    def note(self):
+        """One line on what a data-parallel merge assumed, or None when the ranks did not split a batch."""
+        if not self.data_parallel:
+            return None
+        if self.split:
+            rows = ", ".join(str(n) for n in self.split.values())
+            split = (f"the ranks hold {rows} of the batch's {sum(self.split.values())} rows (split seen at "
+                     f"{self.split_at})")
+        else:
+            split = "the batch's split among the ranks was not seen: equal parts assumed"
+        if self.split and len(set(self.split.values())) > 1:
+            split += ("; the parts are unequal, and DDP and FSDP average the ranks' gradients with equal weights, "
+                      "which is not the whole batch's gradient: from that averaging on, values differ by design")
+        return (f"data-parallel merge: {split}; {self.averaged} per-rank value(s) shaped as golden's (losses, "
+                f"local gradients) averaged by those parts and backward pieces scaled by them, as holds for a loss "
+                f"that is the mean over the batch (another reduction needs its own golden)")
+
+    def unequal(self):
+        """The ranks split the batch into unequal parts: gradients averaged with equal weights then differ
+        from the whole batch's."""
+        return bool(self.data_parallel and self.split and len(set(self.split.values())) > 1)
+
+    def _weights(self, ranks):
+        """Each rank's share of the batch (equal shares when the split was not seen)."""
+        if self.split and all(r in self.split for r in ranks):
+            total = sum(self.split[r] for r in ranks)
+            return [self.split[r] / total for r in ranks]
+        return [1.0 / len(ranks)] * len(ranks)
 
     def merge(self, datas):
         keys = dict.fromkeys(k for d in datas for k in d)  # rank 0's order, then keys only others have
@@ -98,6 +138,20 @@ class ShardMerge:
         else:
             pieces, shape = _plain_pieces(recs, ranks, hint)
             partial = False
+            backward = ".backward." in stem or ".parameters_grad." in stem
+            if pieces is not None and self.split is None and not backward:
+                dim = next(d for d, n in enumerate(shape) if n != recs[0]["shape"][d] or len(recs) == 1)
+                self.split = {rank: r["shape"][dim] for rank, r in zip(ranks, recs)}
+                self.split_at = stem
+                self.data_parallel = self.data_parallel or dim == 0
+            # a gradient that differs between tensor-parallel ranks is a partial sum, not a per-rank mean
+            if (pieces is None and ((backward and self.data_parallel) or _numel(recs[0]["shape"]) == 1)
+                    and _reduced_per_rank(recs, hint)):
+                self.data_parallel = True
+                return self._averaged(recs, ranks, stem)
+            if pieces is not None and backward and self.data_parallel:
+                weights = dict(zip(ranks, self._weights(ranks)))
+                pieces = [(rank, offset, _scaled(rec, weights[rank])) for rank, offset, rec in pieces]
         if pieces is None:  # replicated, or split in a way the shapes do not tell
             return recs[0]
         out = {k: v for k, v in recs[0].items() if k not in ("shard", "data_name")}
@@ -124,6 +178,8 @@ class ShardMerge:
                 part = np.asarray(load_tensor_file(os.path.join(self.tensor_dirs[rank], name)).array)
             except MsprobeError:
                 return None
+            if "_scale" in rec:
+                part = part * np.asarray(rec["_scale"], dtype=part.dtype)
             if whole is None:
                 whole = np.zeros(shape, dtype=part.dtype)
             region = tuple(slice(o, o + n) for o, n in zip(offset, part.shape))
@@ -137,6 +193,50 @@ class ShardMerge:
         path = os.path.join(self.out_dir, f"{self.files}.{stem}.npy")
         save_npy(path, whole)
         return path
+
+
+    def _averaged(self, recs, ranks, stem):
+        """The ranks' weighted mean of a value each reduced over its part of the batch."""
+        self.averaged += 1
+        weights = self._weights(ranks)
+        out = {k: v for k, v in recs[0].items() if k not in ("shard", "data_name")}
+        means = [_float(r.get("Mean")) for r in recs]
+        mean = None if any(m is None for m in means) else sum(w * m for w, m in zip(weights, means))
+        out.update(dict.fromkeys(_STATS))
+        if mean is not None:
+            out["Mean"] = _json_number(mean)
+            if _numel(recs[0]["shape"]) == 1:
+                out.update(Max=out["Mean"], Min=out["Mean"], Norm=_json_number(abs(mean)))
+        if "md5" in out:
+            out["md5"] = None
+        if self.tensor_dirs is not None and self.out_dir is not None:
+            pieces = [(rank, (0,) * len(r["shape"]), dict(r, _scale=w)) for rank, r, w in zip(ranks, recs, weights)]
+            path = self._assemble(pieces, recs[0]["shape"], True, stem)
+            if path is not None:
+                out["data_name"] = path
+        return out
+
+
+def _reduced_per_rank(recs, hint):
+    """Float tensors shaped as golden's on every rank whose values differ between ranks: each rank reduced
+    them over its own part of the batch (a mean loss, a weight gradient before it is averaged). Asked of
+    one-element values and gradients only: a weight that differs between ranks is no reduction."""
+    if len(recs) < 2 or not (hint and _is_tensor(hint)) or "float" not in str(recs[0].get("dtype", "")).lower():
+        return False
+    shape = recs[0]["shape"]
+    if hint["shape"] != shape or any(r["shape"] != shape for r in recs):
+        return False
+    return any(r.get(s) != recs[0].get(s) for r in recs[1:] for s in _STATS)
+
+
+def _scaled(rec, factor):
+    """A record with its statistics multiplied by a positive factor (its tensor file too, when assembled)."""
+    out = dict(rec, _scale=factor * rec.get("_scale", 1.0))
+    for s in _STATS:
+        v = _float(rec.get(s))
+        if v is not None and not isinstance(rec.get(s), bool):
+            out[s] = _json_number(v * factor) if math.isfinite(v) else rec.get(s)
+    return out
 
 
 def _is_tensor(v):

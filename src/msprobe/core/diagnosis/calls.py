@@ -53,6 +53,7 @@ class Row:
     inside: bool = False        # no golden counterpart by construction (matching.INSIDE_FUSED)
     flags: set = field(default_factory=set)
     tensor_metrics: tuple = ()  # tensor mode: (Cosine, MaxRelativeErr, One Thousandth Err Ratio)
+    l2_error: float = 0.0     # the error without its element-wise maximum term (see op_model.switches)
     label: str = ""           # the Diagnosis column (see labels.py)
 
     @property
@@ -189,6 +190,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     t, tp = paired.stats("target")
     g, gp = paired.stats("golden")
     errors, nonfinite = row_errors(t, tp, g, gp, paired.metric("euc"), paired.metric("max_abs"))
+    l2_errors = row_errors(t, tp, g, gp, paired.metric("euc"), np.full(n, np.nan))[0].tolist()
     moved = (paired.metrics or {}).get("nonfinite_moved")
     metrics = [paired.metric(m) for _, m in TENSOR_METRICS] if paired.metrics is not None else None
     cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape")}
@@ -226,6 +228,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
                    bool(moved[i]) if moved is not None else False, t_md5[i], g_md5[i], working_u)
             if metrics is not None and is_tensor:
                 row.tensor_metrics = tuple(float(m[i]) for m in metrics)
+            row.l2_error = min(row.error, l2_errors[i])
         (call.inputs if role == "input" else call.outputs).append(row)
     return calls
 

@@ -13,6 +13,9 @@ row, whether its difference is explained by something earlier:
   work may carry (no more than `AMPLIFICATION` times the largest seen);
 - it is *not explained* when it is a parameter, a changed scalar argument, a value produced by a call
   golden does not have, or the very first difference of the run (model input, untracked computation);
+- a changed scalar argument whose call's outputs agree (HF's `use_cache` under gradient checkpointing)
+  affects no value: it is a structure note, and a (marginal) suspect only when values elsewhere in the
+  step differ beyond rounding;
 - a backward call also reads what its forward saved: the forward's error explains its outputs too;
 - a collective's output may differ because another rank diverged.
 
@@ -28,10 +31,10 @@ from dataclasses import dataclass, field
 
 from msprobe.core import naming
 from msprobe.core.diagnosis import op_model
-from msprobe.core.diagnosis.calls import ARGUMENT, NONFINITE
+from msprobe.core.diagnosis.calls import ARGUMENT, DTYPE, NONFINITE
 from msprobe.core.diagnosis.report import describe_row, short_name
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
-                                               STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
+                                               ROUNDING_UNITS, STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
 
 # Suspect kinds, and the tier each is ranked in (lower first).
 OVERFLOW = "overflow"            # finite inputs, inf/nan outputs
@@ -71,6 +74,7 @@ class Suspect:
     origins: dict = field(default_factory=dict)   # input row name -> Origin
     folded_modules: list = field(default_factory=list)
     trimmed: bool = False        # its call's rows were let go (suspects.trim_evidence)
+    idle: bool = False           # a changed argument whose call's outputs agree: no value is affected
 
 
 @dataclass
@@ -87,6 +91,7 @@ class RankDiagnosis:
     first_divergence: str | None
     max_error: float             # the largest error of a row no suspect holds (the noise level)
     cancelled_rows: int          # outputs that cancelled to nearly zero (judged against their inputs)
+    idle_arguments: list = field(default_factory=list)  # "use_cache (False vs golden True)" -> call keys
 
 
 def _max_error(rows):
@@ -126,26 +131,46 @@ def _parameter_index(calls):
     return index
 
 
-def diagnose_calls(calls, working_u=0.0):
+def diagnose_calls(calls, working_u=0.0, golden_unpaired=frozenset()):
     """Classify every call of one (step, rank) and label its rows; see the module docstring.
 
     Args:
         calls: list of calls.Call in execution order.
         working_u: unit roundoff of the run's working precision (0.0 when golden's precision).
+        golden_unpaired: (base, direction) of golden's calls no target call pairs with: a target call of
+            the same API left unpaired is one the pairing missed, not one golden lacks.
 
     Returns:
         RankDiagnosis with suspects in call order (ranking across ranks happens in suspects.py).
     """
     walk = _RankWalk(calls, working_u)
+    walk.golden_unpaired = golden_unpaired
     for call in calls:
         walk.visit(call)
+    if walk.diverged:  # values differ somewhere: an argument that changed may be why, so it is listed
+        for s in walk.idle:
+            s.tier = WEAK
+            s.reason += "; its call's outputs agree, but values elsewhere in this step differ"
+        walk.suspects = sorted(walk.suspects + walk.idle, key=lambda s: s.call.order)
     first = next((c.key for c in calls if c.key in walk.diverged_keys), None)
     return RankDiagnosis(suspects=walk.suspects, diverging_calls=len(walk.diverged_keys),
                          propagating_calls=walk.propagating, compared_rows=walk.compared_rows,
                          diverging_rows=walk.diverging_rows, unmatched_calls=walk.unmatched,
                          mispaired_calls=walk.mispaired,
                          first_divergence=first, max_error=walk.noise,
-                         cancelled_rows=sum(r.cancelled for c in calls for r in c.outputs))
+                         cancelled_rows=sum(r.cancelled for c in calls for r in c.outputs),
+                         idle_arguments=_idle_argument_notes(walk.idle))
+
+
+def _idle_argument_notes(idle):
+    """[(what differs, [call keys])] for the changed arguments no value depends on, one per argument."""
+    notes = {}
+    for s in idle:
+        for r in s.call.inputs:
+            if ARGUMENT in r.flags:
+                what = f"{r.slot} ({describe_row(r)})"
+                notes.setdefault(what, []).append(s.call.key)
+    return list(notes.items())
 
 
 class _RankWalk:
@@ -163,8 +188,12 @@ class _RankWalk:
         self.cancelled_values = set()  # value keys of outputs that cancelled to nearly zero
         self.mispaired = []        # keys of value-preserving calls paired with a different golden call
         self.reported = {}         # value key of a differing input already blamed -> that suspect's key
+        self.entry_labels = {}     # value key of a parameter where error enters -> its label (the module
+        #                            record lists it again: there too it introduces, not inherits)
         self.suspects = []
         self.suspect_by_key = {}
+        self.idle = []             # changed arguments whose calls' outputs agree (Suspect.idle)
+        self.golden_unpaired = frozenset()  # (base, direction) of golden calls left without a partner
         self.propagating = 0
         self.diverged = False      # a call introduced error beyond precision (a strong suspect)
         self.seen_nonfinite = False
@@ -209,7 +238,11 @@ class _RankWalk:
             # place to look (named already if it introduced the error), the module is context.
             if key in self.suspect_by_key:
                 self.suspect_by_key[key].folded_modules.append(call.key)
-        if suspect is None:
+        if suspect is not None and suspect.idle:
+            self.diverged_keys.discard(call.key)
+            self.idle.append(suspect)
+            self._label_suspect(call, suspect)
+        elif suspect is None:
             self.propagating += 1
             self._label_inherited(call, inner)
         else:
@@ -233,6 +266,8 @@ class _RankWalk:
                 r.label = ROUNDING
             elif r.differs:
                 r.label = INHERITS
+                if r.role == "input" and self.entry_labels:
+                    r.label = self.entry_labels.get(r.value_key(), INHERITS)
             else:
                 r.label = ROUNDING if r.is_tensor and r.error > r.exact_floor else AGREES
             if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled:
@@ -248,13 +283,15 @@ class _RankWalk:
 
     def _label_suspect(self, call, suspect):
         self._label_agreeing(call.rows)
-        mark = MARGINAL if suspect.tier == WEAK else INTRODUCES
+        mark = MARGINAL if suspect.tier == WEAK or suspect.idle else INTRODUCES
         for r in call.outputs:
             if r.differs:
                 r.label = mark
         for r in call.inputs:
             if r.name in suspect.origins and suspect.origins[r.name].kind is not None:
                 r.label = mark
+                if suspect.origins[r.name].kind == PARAMETER and r.value_key() is not None:
+                    self.entry_labels.setdefault(r.value_key(), mark)
 
     # -- explanations --------------------------------------------------------------------------------
 
@@ -325,6 +362,14 @@ class _RankWalk:
                 if src_call.key in self.carriers:
                     return Origin(f"output of {src_call.key} (golden lacks it), computed from values already off",
                                   producer=src_call.key)
+                base, direction, _ = naming.split_key(src_call.key)
+                # parameter gradients are reduced outside recorded calls: what earlier values carry reaches them
+                reach = max(carried, self.noise) if src_call.is_param_grad else carried
+                # ... and the call may round to the working precision, as a paired one may
+                if ((base, direction) in self.golden_unpaired and not row.flags
+                        and row.error <= AMPLIFICATION * reach + max(row.floor, ROUNDING_UNITS * self.working_u)):
+                    return Origin(f"output of {src_call.key}, left unpaired although golden calls it too (the two "
+                                  f"call sequences align otherwise), carrying its input's error", producer=src_call.key)
                 if row.coarser and any(r.is_tensor and r.target_dtype == row.golden_dtype for r in src_call.inputs):
                     return Origin(f"output of {src_call.key}, which golden does not have, casting "
                                   f"{row.golden_dtype} to {row.target_dtype}", FOREIGN_INPUT, True, src_call.key)
@@ -391,6 +436,12 @@ class _RankWalk:
         out_floor = max((r.floor for r in judged), default=0.0)
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
+        if carried > 0 and op_model.switches(call, self.calls_by_key):
+            # single elements crossed the threshold: what the tensor as a whole carries is its error
+            for r in judged:
+                if not r.flags - {DTYPE}:
+                    r.error = r.l2_error
+            out_err = _max_error(judged)
         grown = max(op_model.amplification(call, self.calls_by_key) * carried,
                     op_model.summed_error(call, judged, self.calls_by_key))
         expected = grown + max(out_floor, 1e-30)
@@ -414,8 +465,12 @@ class _RankWalk:
             return make(OVERFLOW, STRONG, f"inputs are finite but {short_name(r.name)} holds inf/nan ({golden})")
         if unexplained:
             r, origin = max(unexplained, key=lambda u: (u[1].strong, bool(u[0].flags), u[0].error))
-            return make(origin.kind, STRONG if origin.strong else WEAK,
-                        f"{short_name(r.name)} differs ({describe_row(r)}) and is {origin.text}")
+            suspect = make(origin.kind, STRONG if origin.strong else WEAK,
+                           f"{short_name(r.name)} differs ({describe_row(r)}) and is {origin.text}")
+            # only arguments changed, and the outputs are what the inputs and rounding explain
+            suspect.idle = (all(o.kind == ARGUMENT_CHANGED for _, o in unexplained) and ratio <= 1
+                            and not any(o.flags for o in div_out))
+            return suspect
         if hidden is not None and not math.isfinite(hidden):
             return None  # parameter gradients, or a backward whose forward's error is unknown
         tensors = [r for r in call.inputs if r.is_tensor]

@@ -11,7 +11,7 @@ from msprobe.core import naming
 from msprobe.core.diagnosis.errors import row_error
 from msprobe.core.diagnosis.thresholds import (ADDITIVE_APIS, AMPLIFICATION, CAST_APIS, INTRODUCED_RATIO,
                                                PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS,
-                                               VALUE_PRESERVING_APIS)
+                                               THRESHOLD_APIS, VALUE_PRESERVING_APIS)
 
 # float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
 _FP32_U = 2.0 ** -24
@@ -55,6 +55,12 @@ def amplification(call, calls_by_key):
         scale = max((r.golden_scale for r in reads if r.matched and r.is_tensor), default=0.0)
         return AMPLIFICATION + RANGE_AMPLIFICATION * scale
     return AMPLIFICATION
+
+
+def switches(call, calls_by_key):
+    """The call's output switches branch at a threshold (relu and its backward, max-pool ...): judged by
+    its L2 error, not its element-wise maximum one."""
+    return _op(call, calls_by_key)[0] in THRESHOLD_APIS
 
 
 def sum_slots(call, calls_by_key):

@@ -130,8 +130,14 @@ def _notes(d):
     for p in d["ranks"]:
         notes = p.get("structure") or {}
         where = f"step {p['step']} {'process' if p['is_proc'] else 'rank'} {p['rank']}"
+        if p.get("merge_note"):
+            lines.append(f"Ranks merged ({where}): {p['merge_note']}")
         harmless, other, mispaired, golden_only = (notes.get(k, {}) for k in (
             "extra_harmless", "extra_other", "mispaired", "golden_only"))
+        for arg in notes.get("idle_arguments", ()):
+            lines.append(f"Structure ({where}): {arg['argument'].replace(' (', ' differs (', 1)} at {arg['count']} "
+                         f"call(s), e.g. "
+                         f"{', '.join(arg['examples'][:3])}; no value is affected")
         if harmless.get("count"):
             lines.append(f"Structure ({where}): {harmless['count']} extra cast/view/copy call(s) in the target whose "
                          f"values downstream agree (harmless), e.g. {', '.join(harmless['examples'][:3])}")

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from msprobe.core import naming
 from msprobe.core.diagnosis import flow, op_model
 from msprobe.core.diagnosis.calls import (TENSOR_METRICS, calls_from_rows, dtype_census, row_labels,
                                          working_precision)
@@ -165,6 +166,8 @@ def _diagnose_pair(res, working_u):
     entry = {"step": int(res.step or 0), "rank": int(res.rank or 0), "mode": mode,
              "is_proc": bool(getattr(res, "is_proc", False)), "rows": n,
              "matched_rows": int(rows.matched.sum()) if rows is not None else 0}
+    if getattr(res, "merge_note", None):
+        entry["merge_note"] = res.merge_note
     if mode == "structure" or rows is None:
         labels = None
         if rows is not None:
@@ -180,8 +183,10 @@ def _diagnose_pair(res, working_u):
     entry["rows"] -= sum(len(c.rows) for c in calls if not c.matched and c.short_api in VALUE_PRESERVING_APIS)
     # nor does a value inside what golden makes as one call (nn.Dense's MatMul output against F.linear)
     entry["rows"] -= int((rows.gidx == INSIDE_FUSED).sum())
-    rd = flow.diagnose_calls(calls, working_u)
+    rd = flow.diagnose_calls(calls, working_u, _golden_unpaired(rows))
     construct = getattr(res, "construct", None) or {}
+    if getattr(res, "merge_unequal", False):
+        _demote_equal_averaging(rd.suspects, calls)
     suspects = _fold_modules(rd.suspects, construct)
     labels = row_labels(calls, n)
     _set_column(res, labels)
@@ -198,6 +203,29 @@ def _diagnose_pair(res, working_u):
     return entry
 
 
+def _golden_unpaired(rows):
+    """(base, direction) of the golden calls no target row pairs with."""
+    g_keys = rows.golden_rows["key"].to_numpy(dtype=object)
+    if not len(g_keys):
+        return frozenset()
+    paired = set(g_keys[rows.gidx[rows.matched]].tolist())
+    return frozenset(naming.split_key(k)[:2] for k in dict.fromkeys(g_keys.tolist()) if k not in paired)
+
+
+def _demote_equal_averaging(suspects, calls):
+    """Data-parallel ranks on unequal parts of the batch: their gradients, averaged with equal weights, are
+    not the whole batch's, so parameter gradients and what the optimizer computes from them differ by
+    design. Their suspects are listed as marginal, not a divergence."""
+    first_backward = min((c.order for c in calls if c.direction == "backward"), default=None)
+    if first_backward is None:
+        return
+    for s in suspects:
+        if s.call.is_param_grad or (s.call.direction == "forward" and s.call.order > first_backward):
+            s.tier = flow.WEAK
+            s.reason += ("; the data-parallel ranks hold unequal parts of the batch, and gradients averaged with "
+                         "equal weights differ from the whole batch's by design")
+
+
 def _set_column(res, labels):
     """The Diagnosis column, right after Err_message (msProbe's columns keep their places)."""
     table = res.table
@@ -211,7 +239,8 @@ def _set_column(res, labels):
 
 
 def _structure_notes(calls, rows, rd):
-    """What one side has and the other lacks, and whether it matters: calls the target makes that golden
+    """What one side has and the other lacks, and whether it matters: arguments that differ while no
+    value does, calls the target makes that golden
     does not (casts, views and copies whose values downstream agree are harmless), casts and views
     paired by index with a golden call that works on other values, and golden calls nothing in the
     target pairs with."""
@@ -227,7 +256,9 @@ def _structure_notes(calls, rows, rd):
     kept = rows.matched & ~np.isin(rows.target["key"].to_numpy(dtype=object), list(mispaired))
     paired = set(g_keys[rows.gidx[kept]].tolist()) if len(g_keys) else set()
     golden_only = [k for k in dict.fromkeys(g_keys.tolist()) if k not in paired]
-    return {"extra_harmless": {"count": len(harmless), "examples": harmless[:NOTE_EXAMPLES]},
+    return {"idle_arguments": [{"argument": what, "count": len(keys), "examples": keys[:NOTE_EXAMPLES]}
+                               for what, keys in rd.idle_arguments],
+            "extra_harmless": {"count": len(harmless), "examples": harmless[:NOTE_EXAMPLES]},
             "extra_other": {"count": len(other), "examples": other[:NOTE_EXAMPLES]},
             "mispaired": {"count": len(mispaired), "examples": rd.mispaired_calls[:NOTE_EXAMPLES]},
             "golden_only": {"count": len(golden_only), "examples": golden_only[:NOTE_EXAMPLES]}}
@@ -407,22 +438,7 @@ def _verdict(divergence, suspects, count, receiving, per_rank, working, matched_
         return prefix + "nothing to diagnose: structure dumps hold no values"
     beyond = f"beyond {working} precision" if working else "beyond noise"
     if not divergence:
-        rows = sum(p["compared_rows"] for p in per_rank)
-        if rows == 0:
-            return prefix + "nothing to diagnose: no value of the target has a counterpart in golden"
-        if suspects:
-            top = suspects[0]
-            return (prefix + f"no divergence {beyond}: {count} call(s) just past what rounding and "
-                    f"their inputs explain, the first {top['api']} (step {top['step']}): {top['reason']}")
-        places = list(dict.fromkeys(_place(p) for p in per_rank))
-        steps = len({p["step"] for p in per_rank})
-        where = (", ".join(places[:4]) + (" ..." if len(places) > 4 else "")
-                 + (f" over {steps} steps" if steps > 1 else ""))
-        if working:
-            worst = max((p.get("max_error", 0.0) for p in per_rank), default=0.0)
-            return (prefix + f"no divergence {beyond}: {rows} compared values on {where} differ by at most "
-                    f"{worst:.2g} (relative), which rounding to {working} and the ops explain")
-        return prefix + f"no divergence: {rows} compared values on {where} agree within the noise floor of their dtypes"
+        return _no_divergence(prefix, beyond, count, suspects, per_rank, working) + _idle_note(per_rank)
     top = suspects[0]
     ranks = ", ".join(str(r) for r in top["ranks"])
     word = "process" if top["is_proc"] else "rank"
@@ -433,6 +449,41 @@ def _verdict(divergence, suspects, count, receiving, per_rank, working, matched_
         verdict += (f"; rank{'s' if len(receiving) > 1 else ''} {', '.join(str(r) for r in receiving)} "
                     f"only receive{'' if len(receiving) > 1 else 's'} it from other ranks")
     return prefix + verdict
+
+
+def _no_divergence(prefix, beyond, count, suspects, per_rank, working):
+    rows = sum(p["compared_rows"] for p in per_rank)
+    if rows == 0:
+        return prefix + "nothing to diagnose: no value of the target has a counterpart in golden"
+    if suspects:
+        top = suspects[0]
+        return (prefix + f"no divergence {beyond}: {count} call(s) just past what rounding and "
+                f"their inputs explain, the first {top['api']} (step {top['step']}): {top['reason']}")
+    places = list(dict.fromkeys(_place(p) for p in per_rank))
+    steps = len({p["step"] for p in per_rank})
+    where = (", ".join(places[:4]) + (" ..." if len(places) > 4 else "")
+             + (f" over {steps} steps" if steps > 1 else ""))
+    if working:
+        worst = max((p.get("max_error", 0.0) for p in per_rank), default=0.0)
+        return (prefix + f"no divergence {beyond}: {rows} compared values on {where} differ by at most "
+                f"{worst:.2g} (relative), which rounding to {working} and the ops explain")
+    return prefix + f"no divergence: {rows} compared values on {where} agree within the noise floor of their dtypes"
+
+
+def _idle_note(per_rank):
+    """'; use_cache differs (False vs golden True) at 4 calls; no value is affected', over all pairs."""
+    seen = {}
+    for p in per_rank:
+        for a in (p.get("structure") or {}).get("idle_arguments", ()):
+            seen[a["argument"]] = seen.get(a["argument"], 0) + a["count"]
+    if not seen:
+        return ""
+    if len(seen) == 1:
+        (arg, n), = seen.items()
+        what = arg.replace(" (", " differs (", 1) + f" at {n} call{'s' if n > 1 else ''}"
+    else:
+        what = ", ".join(f"{arg} at {n} call{'s' if n > 1 else ''}" for arg, n in seen.items()) + " differ"
+    return f"; {what}; no value is affected"
 
 
 def receiving_ranks(groups):

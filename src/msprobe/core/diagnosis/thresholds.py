@@ -74,6 +74,14 @@ RANGE_APIS = frozenset({
     "softplus", "mish", "elu", "selu", "celu", "cross_entropy", "nll_loss", "kl_div", "pow", "__pow__",
     "scaled_dot_product_attention", "Softmax", "Exp",
 })
+# Calls whose output switches branch at a threshold (relu's zero, a max-pool's winner): an input off by
+# rounding puts single elements on the other side, so an element-wise maximum error can reach the
+# tensor's full scale while the tensor as a whole (its L2 error) carries only its input's error.
+THRESHOLD_APIS = frozenset({
+    "relu", "relu_", "relu6", "leaky_relu", "hardtanh", "threshold", "hardswish", "hardsigmoid", "clamp",
+    "clamp_", "clip", "maximum", "minimum", "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "ReLU", "MaxPool2d",
+})
 # Argument slots of common APIs that hold parameters (weights read directly at level L1, where no
 # module record names them): base API name -> {position or keyword: parameter name}.
 _WEIGHT_BIAS = {"1": "weight", "2": "bias", "weight": "weight", "bias": "bias"}

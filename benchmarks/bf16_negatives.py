@@ -1,0 +1,181 @@
+"""Clean models of other shapes for the bf16 diagnosis' false alarms: no bug anywhere, one SGD step in
+fp32 (the golden) and under whole-model bf16 autocast (the target). A careful verdict on every one is "no
+divergence beyond bfloat16 precision".
+
+Two halves. `tuning`: the models looked at while the diagnosis was changed (a GPT-style transformer, the
+same with a layout-only rewrite of its heads, a conv net with batch norm). `held out`: written beside them
+and run only to report (nn.GRU, nn.MultiheadAttention with a post-norm, a deep residual stream with RMSNorm
+and SiLU); their numbers are reported as they came.
+
+Used by `bf16_diagnosis.py` (the false-alarm table per family and half) and tests/compare/test_noise_aware.py.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class GptBlock(nn.Module):
+    """Pre-norm causal self-attention and a GELU MLP; `layout` "view" splits heads with view/transpose,
+    "permute" with reshape/permute (the same math)."""
+
+    def __init__(self, d, heads, layout):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads, self.layout = heads, layout
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        if self.layout == "view":
+            q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
+        else:
+            q, k, v = (z.reshape(b, t, h, d // h).permute(0, 2, 1, 3) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        if self.layout == "view":
+            y = y.transpose(1, 2).contiguous().view(b, t, d)
+        else:
+            y = y.permute(0, 2, 1, 3).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, layout="view", vocab=64, d=32, heads=4, blocks=2, t=16):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(t, d)
+        self.blocks = nn.ModuleList(GptBlock(d, heads, layout) for _ in range(blocks))
+        self.lnf, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.lnf(x))
+
+
+class ConvBn(nn.Module):
+    """Two conv + batch-norm + ReLU stages with a residual add, global pooling, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.c2, self.b2 = nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = F.relu(self.b1(self.c1(x)))
+        h = h + F.relu(self.b2(self.c2(h)))
+        return self.head(h.mean(dim=(2, 3)))
+
+
+class Gru(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.rnn, self.head = nn.Embedding(64, 24), nn.GRU(24, 32, batch_first=True), nn.Linear(32, 64)
+
+    def forward(self, idx):
+        out, _ = self.rnn(self.emb(idx))
+        return self.head(out)
+
+
+class Mha(nn.Module):
+    """nn.MultiheadAttention with post-norm residuals (another attention variant)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.emb = nn.Embedding(64, d)
+        self.attn, self.norm1 = nn.MultiheadAttention(d, 4, batch_first=True), nn.LayerNorm(d)
+        self.ff, self.norm2 = nn.Sequential(nn.Linear(d, 64), nn.ReLU(), nn.Linear(64, d)), nn.LayerNorm(d)
+        self.head = nn.Linear(d, 64)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        x = self.norm1(x + self.attn(x, x, x, need_weights=False)[0])
+        return self.head(self.norm2(x + self.ff(x)))
+
+
+class RmsResidual(nn.Module):
+    """Six residual SiLU layers, each pre-normed with RMSNorm: a long residual stream."""
+
+    def __init__(self, d=32, depth=6):
+        super().__init__()
+        self.inp = nn.Linear(16, d)
+        self.norms = nn.ModuleList(nn.RMSNorm(d) for _ in range(depth))
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(depth))
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for norm, layer in zip(self.norms, self.layers):
+            h = h + F.silu(layer(norm(h)))
+        return self.head(h)
+
+
+def _tokens(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    idx = torch.randint(0, 64, (2, 16), generator=gen)
+    return idx, torch.randint(0, 64, (2, 16), generator=gen)
+
+
+def _images(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    return torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+
+
+def _vectors(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    return torch.randn(8, 16, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+
+
+def _sequence_loss(model, x, y):
+    return F.cross_entropy(model(x).float().reshape(-1, 64), y.reshape(-1))
+
+
+def _class_loss(model, x, y):
+    return F.cross_entropy(model(x).float(), y)
+
+
+# family -> (half, build(), batch(seed), loss(model, x, y))
+FAMILIES = {
+    "gpt": ("tuning", lambda: Gpt("view"), _tokens, _sequence_loss),
+    "gpt_layout": ("tuning", lambda: Gpt("permute"), _tokens, _sequence_loss),
+    "conv_bn": ("tuning", ConvBn, _images, _class_loss),
+    "gru": ("held out", Gru, _tokens, _sequence_loss),
+    "mha": ("held out", Mha, _tokens, _sequence_loss),
+    "rms_residual": ("held out", RmsResidual, _vectors, _class_loss),
+}
+SEEDS = (0, 1)
+
+
+def dump_run(dump_path, family, *, task="statistics", level="mix", autocast=None, seed=0, golden_layout=False):
+    """One SGD step of a family's model under a PrecisionDebugger writing dump_path/step0/rank0. The
+    golden of `gpt_layout` is `gpt` (`golden_layout`: the view layout in fp32), of the others the model
+    itself in fp32. Returns dump_path as a string."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    _, build, batch, loss_fn = FAMILIES["gpt" if golden_layout and family == "gpt_layout" else family]
+    torch.manual_seed(seed)
+    net = build()
+    x, y = batch(seed)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
+    try:
+        debugger.start(net, rank_id=0)
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = loss_fn(net, x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        debugger.stop()
+        debugger.step()
+    finally:
+        debugger.close()
+    return str(dump_path)
