@@ -11,12 +11,12 @@ import logging
 import torch
 
 from msprobe.core import naming
+from msprobe.core.dump.call_capture import CallCapture
 from msprobe.core.dump.capture import CaptureSession
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
-from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
@@ -26,13 +26,6 @@ from msprobe.pytorch.statistics import Summarizer, host_copy, host_view, numpy_o
 _SCALARS = (int, float, bool, str)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 logger = logging.getLogger(__name__)
-
-
-def _edges_before(flt, args, kwargs, inplace):
-    """Graph edges of a call's inputs before it runs (an in-place call moves them); None if not needed."""
-    if flt.backward and not inplace and torch.is_grad_enabled():
-        return input_edges(flat_tensors(args) + flat_tensors(kwargs))
-    return None
 
 
 def _needs_backward(edges, out):
@@ -53,6 +46,56 @@ def _run_nested(func, args, kwargs):
         _state.depth -= 1
 
 
+class TorchCallOps:
+    """PyTorch's operations in CallCapture's per-call flow (see core/dump/call_capture.py)."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session):
+        self.session = session
+
+    work = tool_work
+
+    def before_call(self):
+        pass
+
+    @staticmethod
+    def run(func, args, kwargs):
+        return _run_nested(func, args, kwargs)
+
+    def before_mutation(self, args, kwargs):
+        self.session.before_mutation(args, kwargs)
+
+    def result_of(self, out, args, inplace):
+        """`__setitem__` and collectives return None and mutate their first argument; an in-place
+        result's cached statistics are stale."""
+        if not inplace:
+            return out
+        result = args[0] if args and not isinstance(out, torch.Tensor) else out
+        self.session.summarizer.forget(flat_tensors(result))
+        return result
+
+    @staticmethod
+    def backward_begin(key, parent, args, kwargs, save, inplace, module):
+        """The graph edges of the inputs before the call (an in-place call moves them: no backward) and,
+        for a module, the autograd watermark: nodes made from here on belong to it."""
+        if inplace or not torch.is_grad_enabled():
+            return None, args
+        edges = input_edges(flat_tensors(args) + flat_tensors(kwargs))
+        return (edges, _state.seq_watermark if module else None), args
+
+    def backward_end(self, state, key, parent, out, result, save, inplace, module):
+        edges, floor = state
+        if torch.is_grad_enabled() and (out is not None if module else _needs_backward(edges, out)):
+            s = self.session
+            s.track_backward(key, edges, out, save and s.gate is None, parent, floor)
+        return out
+
+    def param_record(self, p, stem, save, waits):
+        # parameters change in place only in the optimizer, which launches what waits (debugger)
+        return self.session.tensor_record(p, stem, save, waits, defer=True)
+
+
 class DumpSession(CaptureSession):
     """Recording state for one step of one rank (see CaptureSession for the arguments)."""
 
@@ -67,12 +110,12 @@ class DumpSession(CaptureSession):
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, lane=lane)
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
-        self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
         # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
         self.defer_forward = cfg.level in ("L1", "mix")
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
+        self.calls = CallCapture(self, TorchCallOps(self))
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -179,93 +222,26 @@ class DumpSession(CaptureSession):
         return "optimizer" if self.in_optimizer else None
 
     def record_call(self, prefix, name, func, args, kwargs, inplace=False, mutates=False, buffers=()):
-        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result.
-        `mutates`: the call changes an argument in place (also `F.relu(x, inplace=True)`, which is not
-        recorded as an in-place call). `buffers`: positions and names of the arguments it only writes."""
-        index = self.counter.next(f"{prefix}.{name}")
-        key = naming.api_key(prefix, name, index, naming.FORWARD)
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}` (CallCapture.call).
+        Returns its result. `mutates`: the call changes an argument in place (also
+        `F.relu(x, inplace=True)`, which is not recorded as an in-place call). `buffers`: positions and
+        names of the arguments it only writes."""
         if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
-            outer, self.current_api = self.current_api, key
+            index = self.counter.next(f"{prefix}.{name}")
+            outer, self.current_api = self.current_api, naming.api_key(prefix, name, index, naming.FORWARD)
             try:
                 return func(*args, **kwargs)
             finally:
                 self.current_api = outer
-        flt = self.filter
-        gate = self.gate
-        if not flt.want_call(key, self.module_stack) or (gate is not None and gate.exhausted):
-            return func(*args, **kwargs)
-        # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
-        # their memory is overwritten)
-        save = flt.saves_tensor(key) or gate is not None
-        listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
-        forward = flt.forward and listed_forward
-        waits = []
-        with tool_work():
-            stack = capture_stack() if self.with_stack else None
-            if forward and flt.input:
-                in_args, in_kwargs = self.args_records(key, args, kwargs, "input",
-                                                       save and not (inplace and gate is not None), waits,
-                                                       buffers)
-            else:
-                in_args, in_kwargs = [], {}
-            # graph edges of the inputs before the call: an in-place call moves them
-            edges = _edges_before(flt, args, kwargs, inplace)
-            if inplace or mutates:
-                self.before_mutation(args, kwargs)
-        out = _run_nested(func, args, kwargs)
-        with tool_work():
-            result = self._result_of(out, args, inplace)
-            if forward:
-                outs = self.outputs_record(key, result, save, waits) if flt.output or gate is not None else []
-                record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
-                self.emit(key, record, waits, check=outs)
-            if listed_forward:
-                self.note_structure(key, self.parent_key(), stack)
-            if edges is not None and torch.is_grad_enabled() and _needs_backward(edges, out):
-                self._track_api_backward(prefix, name, index, edges, out, save and gate is None)
-        return out
-
-    def _result_of(self, out, args, inplace):
-        """What a call produced: `__setitem__` and collectives return None and mutate their first argument.
-        An in-place result's cached statistics are stale."""
-        result = args[0] if inplace and args and not isinstance(out, torch.Tensor) else out
-        if inplace:
-            self.summarizer.forget(flat_tensors(result))
-        return result
+        return self.calls.call(prefix, name, func, args, kwargs, inplace, mutates, buffers)
 
     def record_aten(self, name, func, args, kwargs, inplace):
         """L2: run aten operator `func` and record it as `Aten.{name}.{n}.forward` (name: `mm.default`)."""
-        key = naming.api_key("Aten", name, self.counter.next("Aten." + name), naming.FORWARD)
-        flt = self.filter
-        if not flt.forward or not flt.want_call(key, self.module_stack):
+        if not self.filter.forward:
+            self.counter.next("Aten." + name)
             return func(*args, **kwargs)
-        gate = self.gate
-        if gate is not None and gate.exhausted:
-            return func(*args, **kwargs)
-        save = flt.saves_tensor(key) or gate is not None
-        waits = []
-        with tool_work():
-            stack = capture_stack() if self.with_stack else None
-            in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save and not inplace, waits)
-                                  if flt.input else ([], {}))
-        out = func(*args, **kwargs)
-        with tool_work():
-            if inplace:
-                self.summarizer.forget(flat_tensors(out))
-            outs = self.outputs_record(key, out, save, waits) if flt.output or gate is not None else []
-            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
-            self.emit(key, record, waits, check=outs)
-            self.note_structure(key, self.current_api, stack)
-        return out
-
-    def begin_module(self, key, args, kwargs):
-        """Module pre-hook: statistics of the inputs now, before an in-place forward changes them."""
-        inputs = self.module_inputs(key, args, kwargs, capture_stack() if self.with_stack else None)
-        # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
-        edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
-                 if self.filter.backward and torch.is_grad_enabled() else None)
-        # autograd nodes made from here on belong to this module, also those of the calls inside it
-        return inputs + (edges, _state.seq_watermark)
+        return self.calls.call("Aten", name, func, args, kwargs, inplace, parent=self.current_api,
+                               backward=False)
 
     def module_inputs(self, key, args, kwargs, stack):
         """The first half of a module's record: (save, waits, stack, input_args, input_kwargs)."""
@@ -278,16 +254,10 @@ class DumpSession(CaptureSession):
                               if forward and flt.input else ([], {}))
         return save, waits, stack, in_args, in_kwargs
 
-    def end_module(self, key, parent, module, frame, args, kwargs, output):
-        save, edges, floor = frame[0], frame[5], frame[6]
-        self.emit_module(key, parent, frame[:5], own_parameters(module), output)
-        if edges is not None and torch.is_grad_enabled() and output is not None:
-            self.track_backward(naming.backward_of(key), edges, output, save and self.gate is None,
-                                parent=naming.backward_of(parent) if parent else None, floor=floor)
-
     def emit_module(self, key, parent, inputs, params, output):
         """A module's record from `module_inputs`' half, its own (name, parameter) pairs and its output;
-        returns the output records (None when not recorded)."""
+        returns the output records (None when not recorded). For modules of compiled graphs
+        (capture/compiled_calls.py); eager modules go through CallCapture."""
         save, waits, stack, in_args, in_kwargs = inputs
         flt = self.filter
         self.recorded_modules.add(key.rsplit(".", 2)[0])
@@ -318,11 +288,6 @@ class DumpSession(CaptureSession):
         if not self.defer_forward:
             self.summarizer.launch([g for g in grads.values() if g is not None])
         self.emit(key, record, waits)
-
-    def _track_api_backward(self, prefix, name, index, edges, out, save):
-        """Hook the backward of API call `{prefix}.{name}.{index}`, under the enclosing module's backward."""
-        parent = naming.backward_of(self.module_stack[-1]) if self.module_stack else None
-        self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save, parent)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
         """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
@@ -364,12 +329,6 @@ def _split_module_base(base):
     prefix, rest = base.split(".", 1)
     path, cls = rest.rsplit(".", 1)
     return prefix, path, cls
-
-
-def own_parameters(module):
-    """`module.named_parameters(recurse=False)` without its generator machinery (once per recorded
-    module call): the module's own registered parameters, unset (None) ones left out."""
-    return [(n, p) for n, p in module._parameters.items() if p is not None]
 
 
 def flat_tensors(v):

@@ -62,6 +62,7 @@ class CaptureSession(CallRecords, SessionWriter):
         self.filter = DumpFilter(cfg)
         self.counter = naming.CallCounter()
         self.module_stack = []  # forward keys of the modules/Cells being run, innermost last
+        self.recorded_modules = set()  # "Module.{path}.{Class}" / "Cell..." recorded in forward this step
         self.trackers = {}  # backward trackers waiting for gradients, in creation order
         self.with_stack = cfg.extra_info
         self.tensor_count = 0
