@@ -41,19 +41,16 @@ class _Busy:
 
 
 class MindSporeCallOps:
-    """MindSpore's operations in CallCapture's per-call flow (see core/dump/call_capture.py)."""
+    """MindSpore's operations in CallCapture's per-call flow (see core/dump/call_capture.py); `s` is
+    the DumpSession."""
 
-    __slots__ = ("session",)
-
-    def __init__(self, session):
-        self.session = session
-
+    __slots__ = ()
     work = _Busy
 
-    def before_call(self):
+    @staticmethod
+    def before_call(s):
         """A forward call: the backward pass is over (stuck trackers go out) and the gradients it
         queued are summarised."""
-        s = self.session
         if s.stuck:
             s.release_stuck(-1)
         if s._after_backward:
@@ -67,32 +64,32 @@ class MindSporeCallOps:
         finally:
             _state.depth -= 1
 
-    def before_mutation(self, args, kwargs):
-        s = self.session
+    @staticmethod
+    def before_mutation(s, args, kwargs):
         s.resolve()  # queued records must see the values before this call changes them
         changed = _tensors_in(args)
         s.summarizer.forget(changed)
         s.params_changed(changed)
 
     @staticmethod
-    def result_of(out, args, inplace):
+    def result_of(s, out, args, inplace):
         if inplace and args and not isinstance(out, ms.Tensor):
             return args[0]  # __setitem__, collectives: the changed argument is the result
         return out
 
-    def backward_begin(self, key, parent, args, kwargs, save, inplace, module):
+    @staticmethod
+    def backward_begin(s, key, parent, args, kwargs, save, inplace, module):
         """A GradTracker whose hooks the inputs pass through (an in-place call's first argument keeps
         its identity: the call must change the caller's tensor, not a hook copy of it)."""
         if not grad_recording():
             return None, args
-        s = self.session
         s._seq += 1
         tracker = GradTracker(s, key, save, parent, s._seq)
         s.trackers[tracker] = None  # creation order: the order partial records go out in
         return tracker, tracker.hook_inputs(args, in_place=inplace)
 
-    def backward_end(self, tracker, key, parent, out, result, save, inplace, module):
-        s = self.session
+    @staticmethod
+    def backward_end(s, tracker, key, parent, out, result, save, inplace, module):
         if module:  # a Cell returns stand-ins (see GradTracker.hook_outputs)
             return s._track(tracker, out) if out is not None else out
         if inplace:
@@ -100,8 +97,12 @@ class MindSporeCallOps:
             return out
         return s._track(tracker, out, tensor_hooks=s.synchronous)
 
-    def param_record(self, p, stem, save, waits):
-        return self.session.tensor_record(p, stem, save, waits)
+    @staticmethod
+    def param_record(s, p, stem, save, waits):
+        return s.tensor_record(p, stem, save, waits)
+
+
+CALLS = CallCapture(MindSporeCallOps())
 
 
 class DumpSession(CaptureSession):
@@ -118,7 +119,7 @@ class DumpSession(CaptureSession):
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         self._late = []  # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
-        self.calls = CallCapture(self, MindSporeCallOps(self))
+        self.calls = CALLS
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
         self.stuck = {}  # trackers with every output gradient in and some input gradient missing
         self._seq = 0
@@ -276,7 +277,7 @@ class DumpSession(CaptureSession):
             try:
                 self.tensor_record_now(t, stem, save, waits, into=rec)
             except Exception as e:  # noqa: BLE001 - one bad tensor: logged, its record written without it
-                self._writer().log_error(f"{stem}: {e!r}")
+                self._writer().log_error(f"{stem or rec.get('type', 'a tensor')}: {e!r}")
         self.summarizer.drop_aliases()
 
     def resolve(self):
@@ -295,9 +296,12 @@ class DumpSession(CaptureSession):
         if isinstance(v, _SCALARS):
             return scalar_record(v)
         if isinstance(v, (list, tuple)):
+            if not save:
+                return [self.value_record(x, None, False, waits) for x in v]
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):
-            return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+            return {str(k): self.value_record(x, f"{file_stem}.{k}" if save else None, save, waits)
+                    for k, x in v.items()}
         if isinstance(v, ms.nn.Cell):
             return None  # the `self` of a jit-compiled Cell method (Jit.SGD's first argument)
         return other_value_record(v)
@@ -309,7 +313,7 @@ class DumpSession(CaptureSession):
     def record_call(self, prefix, name, func, args, kwargs, inplace=False):
         """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}` (CallCapture.call).
         Returns its result."""
-        return self.calls.call(prefix, name, func, args, kwargs, inplace)
+        return self.calls.call(self, prefix, name, func, args, kwargs, inplace)
 
     def _track(self, tracker, out, tensor_hooks=False):
         new = tracker.hook_outputs(out, tensor_hooks)
@@ -321,12 +325,12 @@ class DumpSession(CaptureSession):
     def begin_cell(self, key, parent, args, kwargs, track=True):
         """Cell pre-hook: input records now; returns the frame for end_cell and the (hooked) args.
         `track`: hook its backward."""
-        self.calls.ops.before_call()
-        return self.calls.begin(key, parent, args, kwargs, backward=track)
+        self.calls.ops.before_call(self)
+        return self.calls.begin(self, key, parent, args, kwargs, backward=track)
 
     def end_cell(self, frame, cell, output):
         """Cell post-hook: the forward record; returns the (hooked) output."""
-        return self.calls.end(frame, output, params=cell.parameters_and_names(expand=False))
+        return self.calls.end(self, frame, output, params=cell.parameters_and_names(expand=False))
 
     def emit_params_grad(self, base, grads):
         if not self.filter.backward or self.overflow_done:

@@ -47,36 +47,36 @@ def _run_nested(func, args, kwargs):
 
 
 class TorchCallOps:
-    """PyTorch's operations in CallCapture's per-call flow (see core/dump/call_capture.py)."""
+    """PyTorch's operations in CallCapture's per-call flow (see core/dump/call_capture.py); `s` is the
+    DumpSession."""
 
-    __slots__ = ("session",)
-
-    def __init__(self, session):
-        self.session = session
-
+    __slots__ = ()
     work = tool_work
 
-    def before_call(self):
+    @staticmethod
+    def before_call(s):
         pass
 
     @staticmethod
     def run(func, args, kwargs):
         return _run_nested(func, args, kwargs)
 
-    def before_mutation(self, args, kwargs):
-        self.session.before_mutation(args, kwargs)
+    @staticmethod
+    def before_mutation(s, args, kwargs):
+        s.before_mutation(args, kwargs)
 
-    def result_of(self, out, args, inplace):
+    @staticmethod
+    def result_of(s, out, args, inplace):
         """`__setitem__` and collectives return None and mutate their first argument; an in-place
         result's cached statistics are stale."""
         if not inplace:
             return out
         result = args[0] if args and not isinstance(out, torch.Tensor) else out
-        self.session.summarizer.forget(flat_tensors(result))
+        s.summarizer.forget(flat_tensors(result))
         return result
 
     @staticmethod
-    def backward_begin(key, parent, args, kwargs, save, inplace, module):
+    def backward_begin(s, key, parent, args, kwargs, save, inplace, module):
         """The graph edges of the inputs before the call (an in-place call moves them: no backward) and,
         for a module, the autograd watermark: nodes made from here on belong to it."""
         if inplace or not torch.is_grad_enabled():
@@ -84,16 +84,20 @@ class TorchCallOps:
         edges = input_edges(flat_tensors(args) + flat_tensors(kwargs))
         return (edges, _state.seq_watermark if module else None), args
 
-    def backward_end(self, state, key, parent, out, result, save, inplace, module):
+    @staticmethod
+    def backward_end(s, state, key, parent, out, result, save, inplace, module):
         edges, floor = state
         if torch.is_grad_enabled() and (out is not None if module else _needs_backward(edges, out)):
-            s = self.session
             s.track_backward(key, edges, out, save and s.gate is None, parent, floor)
         return out
 
-    def param_record(self, p, stem, save, waits):
+    @staticmethod
+    def param_record(s, p, stem, save, waits):
         # parameters change in place only in the optimizer, which launches what waits (debugger)
-        return self.session.tensor_record(p, stem, save, waits, defer=True)
+        return s.tensor_record(p, stem, save, waits, defer=True)
+
+
+CALLS = CallCapture(TorchCallOps())
 
 
 class DumpSession(CaptureSession):
@@ -115,7 +119,7 @@ class DumpSession(CaptureSession):
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
         self.defer_forward = cfg.level in ("L1", "mix")
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
-        self.calls = CallCapture(self, TorchCallOps(self))
+        self.calls = CALLS
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -210,9 +214,12 @@ class DumpSession(CaptureSession):
         if isinstance(v, (list, tuple)):
             if isinstance(v, torch.Size):
                 return {"type": "torch.Size", "value": list(v)}
+            if not save:
+                return [self.value_record(x, None, False, waits) for x in v]
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):
-            return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+            return {str(k): self.value_record(x, f"{file_stem}.{k}" if save else None, save, waits)
+                    for k, x in v.items()}
         return other_value_record(v)
 
     # -- calls -----------------------------------------------------------------------------------
@@ -233,14 +240,14 @@ class DumpSession(CaptureSession):
                 return func(*args, **kwargs)
             finally:
                 self.current_api = outer
-        return self.calls.call(prefix, name, func, args, kwargs, inplace, mutates, buffers)
+        return self.calls.call(self, prefix, name, func, args, kwargs, inplace, mutates, buffers)
 
     def record_aten(self, name, func, args, kwargs, inplace):
         """L2: run aten operator `func` and record it as `Aten.{name}.{n}.forward` (name: `mm.default`)."""
         if not self.filter.forward:
             self.counter.next("Aten." + name)
             return func(*args, **kwargs)
-        return self.calls.call("Aten", name, func, args, kwargs, inplace, parent=self.current_api,
+        return self.calls.call(self, "Aten", name, func, args, kwargs, inplace, parent=self.current_api,
                                backward=False)
 
     def module_inputs(self, key, args, kwargs, stack):

@@ -52,15 +52,11 @@ class LateSummaries:
 
 
 class NumpyOps:
-    """The stand-in's operations in the per-call flow."""
-
-    def __init__(self, session):
-        self.session = session
-        self.backward_hooked = []  # (backward key, parent) of the calls hooked
+    """The stand-in's operations in the per-call flow (`s`: the session)."""
 
     work = contextlib.nullcontext
 
-    def before_call(self):
+    def before_call(self, s):
         pass
 
     @staticmethod
@@ -71,27 +67,25 @@ class NumpyOps:
         finally:
             STATE["depth"] -= 1
 
-    def before_mutation(self, args, kwargs):
-        self.session.summarizer.launch()
+    def before_mutation(self, s, args, kwargs):
+        s.summarizer.launch()
 
     @staticmethod
-    def result_of(out, args, inplace):
+    def result_of(s, out, args, inplace):
         return args[0] if inplace and out is None else out
 
-    def backward_begin(self, key, parent, args, kwargs, save, inplace, module):
+    def backward_begin(self, s, key, parent, args, kwargs, save, inplace, module):
         return (key, parent), args
 
-    def backward_end(self, state, key, parent, out, result, save, inplace, module):
-        self.backward_hooked.append(state)
-        s = self.session
+    def backward_end(self, s, state, key, parent, out, result, save, inplace, module):
         grad = np.ones_like(out)  # the stand-in's gradient arrives at once
         waits = []
         s.emit(key, {"input": [s.tensor_record(grad, f"{key}.input.0", save, waits)], "output": []}, waits)
         s.note_backward(key, parent)
         return out
 
-    def param_record(self, p, stem, save, waits):
-        return self.session.tensor_record(p, stem, save, waits)
+    def param_record(self, s, p, stem, save, waits):
+        return s.tensor_record(p, stem, save, waits)
 
 
 class NumpySession(CaptureSession):
@@ -100,8 +94,7 @@ class NumpySession(CaptureSession):
 
     def __init__(self, cfg):
         super().__init__(cfg, 0, 0)
-        self.ops = NumpyOps(self)
-        self.calls = CallCapture(self, self.ops)
+        self.calls = CALLS
 
     def _new_summarizer(self):
         return LateSummaries()
@@ -134,6 +127,9 @@ class NumpySession(CaptureSession):
         write_npy(path, value)
 
 
+CALLS = CallCapture(NumpyOps())
+
+
 def api(name, inplace=False):
     """A stand-in API: recorded through CallCapture while a session records, unless nested."""
     def wrap(func):
@@ -141,7 +137,7 @@ def api(name, inplace=False):
             s = STATE["session"]
             if s is None or STATE["depth"]:
                 return func(*args, **kwargs)
-            return s.calls.call("NP", name, func, args, kwargs, inplace=inplace)
+            return s.calls.call(s, "NP", name, func, args, kwargs, inplace=inplace)
         return call
     return wrap
 
@@ -173,10 +169,10 @@ class Layer:
         parent = s.module_stack[-1] if s.module_stack else None
         want = s.filter.want_call(key, s.module_stack)
         s.module_stack.append(key)
-        frame = s.calls.begin(key, parent, (x,), {})[0] if want else None
+        frame = s.calls.begin(s, key, parent, (x,), {})[0] if want else None
         out = add(np.matmul(x, self.weight), 1.0)
         s.module_stack.pop()
-        return s.calls.end(frame, out, params=[("weight", self.weight)]) if frame is not None else out
+        return s.calls.end(s, frame, out, params=[("weight", self.weight)]) if frame is not None else out
 
 
 def run(tmp_path, body, task="statistics", level="mix", **block):
@@ -264,3 +260,18 @@ def test_core_flow_imports_no_framework():
     code = ("import sys, msprobe.core.dump.call_capture, msprobe.core.dump.capture; "
             "bad = [m for m in ('torch', 'mindspore') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_session_is_freed_without_the_cyclic_collector(tmp_path):
+    """Neither CallCapture nor the ops hold the session: no reference cycle through them."""
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        x = np.ones(2)
+        _, _, _, s = run(tmp_path, lambda: Layer("fc", np.eye(2))(add(x, x)))
+        ref = weakref.ref(s)
+        del s
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -120,7 +120,7 @@ class ModuleCapture:
             if not want:
                 self._frames.append((key, parent, None))
                 return None
-            frame = session.calls.begin(key, parent, args, kwargs)[0]
+            frame = session.calls.begin(session, key, parent, args, kwargs)[0]
             self._frames.append((key, parent, frame))
             return None
         return hook
@@ -142,7 +142,7 @@ class ModuleCapture:
                 session.module_stack.pop()
             if frame is None:
                 return None
-            session.calls.end(frame, output, params=own_parameters(module))
+            session.calls.end(session, frame, output, params=own_parameters(module))
             return None
         return hook
 
