@@ -66,8 +66,8 @@ class MindSporeCallOps:
 
     @staticmethod
     def before_mutation(s, args, kwargs):
-        s.resolve()  # queued records must see the values before this call changes them
         changed = _tensors_in(args)
+        s.before_mutation(changed)  # queued records must see the values before this call changes them
         s.summarizer.forget(changed)
         s.params_changed(changed)
 

@@ -164,8 +164,7 @@ class DumpSession(CaptureSession):
         """Something is about to change tensors in place (a call with `args`, `kwargs`, when known):
         launch the summaries waiting for them."""
         if self.summarizer.waiting:
-            with tool_work():
-                self.summarizer.launch(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
+            super().before_mutation(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
 
     def save_tensor_file(self, t, path):
         """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place

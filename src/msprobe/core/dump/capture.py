@@ -4,8 +4,8 @@
       -> queue (capture order) -> resolve: the summaries reach the host in one transfer per batch
       -> sinks: the overflow gate (task overflow_check), dump.json, construct.json, stack.json
 
-An adapter supplies interception, its Summarizer (the framework's kernels: `summarize`, `pending`,
-`start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
+An adapter supplies interception, its Summarizer (the framework's kernels: `summarize`; summaries
+that wait: `waiting`, `launch` before a mutation, `pending`, `start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
 `emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
 construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
 `FLUSH_SECONDS` seconds, at stop() and at the step's end. A process killed by SIGKILL keeps every
@@ -105,6 +105,14 @@ class CaptureSession(CallRecords, SessionWriter):
         """construct.json entry of a backward record (its parent: the enclosing module's backward)."""
         if self._construct_all:
             self._note(key, [(True, parent)])
+
+    def before_mutation(self, tensors=None):
+        """Something is about to change `tensors` in place (None: which ones is not known): the summaries
+        waiting for a batch go first — launched on the device (PyTorch) or read (MindSpore) — so that
+        their records show the values as they were. The one deferral rule of both adapters."""
+        if self.summarizer.waiting:
+            with self.calls.ops.work():
+                self.summarizer.launch(tensors)
 
     def _note(self, key, notes):
         entry = self._last.get(key)
