@@ -67,7 +67,10 @@ class MindSporeCallOps:
     @staticmethod
     def before_mutation(s, args, kwargs):
         changed = _tensors_in(args)
-        s.before_mutation(changed)  # queued records must see the values before this call changes them
+        if s.gate is not None:  # overflow_check: the kept records' files are written before the change
+            s.resolve()
+        else:
+            s.before_mutation(changed)  # queued records must see the values before this call changes them
         s.summarizer.forget(changed)
         s.params_changed(changed)
 
