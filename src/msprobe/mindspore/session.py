@@ -13,12 +13,12 @@ import mindspore as ms
 import numpy as np
 
 from msprobe.core import naming
+from msprobe.core.dump.call_capture import CallCapture
 from msprobe.core.dump.capture import CaptureSession
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.core.stack import capture_stack
 from msprobe.mindspore import _state
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
 from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
@@ -26,6 +26,86 @@ from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
 _SCALARS = (int, float, bool, str)
 # tensors waiting for their statistics before a resolve summarises them at once (bounds the memory held)
 LATE_LIMIT = 512
+
+
+class _Busy:
+    """Context manager: `_state.busy` set for msprobe's own work (its tensor reads are not recorded)."""
+
+    __slots__ = ("prev",)
+
+    def __enter__(self):
+        self.prev, _state.busy = _state.busy, True
+
+    def __exit__(self, *exc):
+        _state.busy = self.prev
+
+
+class MindSporeCallOps:
+    """MindSpore's operations in CallCapture's per-call flow (see core/dump/call_capture.py); `s` is
+    the DumpSession."""
+
+    __slots__ = ()
+    work = _Busy
+
+    @staticmethod
+    def before_call(s):
+        """A forward call: the backward pass is over (stuck trackers go out) and the gradients it
+        queued are summarised."""
+        if s.stuck:
+            s.release_stuck(-1)
+        if s._after_backward:
+            s.resolve()
+
+    @staticmethod
+    def run(func, args, kwargs):
+        _state.depth += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _state.depth -= 1
+
+    @staticmethod
+    def before_mutation(s, args, kwargs):
+        changed = _tensors_in(args)
+        if s.gate is not None:  # overflow_check: the kept records' files are written before the change
+            s.resolve()
+        else:
+            s.before_mutation(changed)  # queued records must see the values before this call changes them
+        s.summarizer.forget(changed)
+        s.params_changed(changed)
+
+    @staticmethod
+    def result_of(s, out, args, inplace):
+        if inplace and args and not isinstance(out, ms.Tensor):
+            return args[0]  # __setitem__, collectives: the changed argument is the result
+        return out
+
+    @staticmethod
+    def backward_begin(s, key, parent, args, kwargs, save, inplace, module):
+        """A GradTracker whose hooks the inputs pass through (an in-place call's first argument keeps
+        its identity: the call must change the caller's tensor, not a hook copy of it)."""
+        if not grad_recording():
+            return None, args
+        s._seq += 1
+        tracker = GradTracker(s, key, save, parent, s._seq)
+        s.trackers[tracker] = None  # creation order: the order partial records go out in
+        return tracker, tracker.hook_inputs(args, in_place=inplace)
+
+    @staticmethod
+    def backward_end(s, tracker, key, parent, out, result, save, inplace, module):
+        if module:  # a Cell returns stand-ins (see GradTracker.hook_outputs)
+            return s._track(tracker, out) if out is not None else out
+        if inplace:
+            s._track(tracker, result)  # tensor hooks: the caller keeps its own result
+            return out
+        return s._track(tracker, out, tensor_hooks=s.synchronous)
+
+    @staticmethod
+    def param_record(s, p, stem, save, waits):
+        return s.tensor_record(p, stem, save, waits)
+
+
+CALLS = CallCapture(MindSporeCallOps())
 
 
 class DumpSession(CaptureSession):
@@ -43,7 +123,7 @@ class DumpSession(CaptureSession):
         self._late = []  # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
         self._on_cpu = ms.get_context("device_target") == "CPU"
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
-        self.recorded_cells = set()  # "Cell.{path}.{Class}" recorded in forward this step
+        self.calls = CALLS
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
         self.stuck = {}  # trackers with every output gradient in and some input gradient missing
         self._seq = 0
@@ -207,7 +287,7 @@ class DumpSession(CaptureSession):
             try:
                 self.tensor_record_now(t, stem, save, waits, into=rec)
             except Exception as e:  # noqa: BLE001 - one bad tensor: logged, its record written without it
-                self._writer().log_error(f"{stem}: {e!r}")
+                self._writer().log_error(f"{stem or rec.get('type', 'a tensor')}: {e!r}")
         self.summarizer.drop_aliases()
 
     def resolve(self):
@@ -226,9 +306,12 @@ class DumpSession(CaptureSession):
         if isinstance(v, _SCALARS):
             return scalar_record(v)
         if isinstance(v, (list, tuple)):
+            if not save:
+                return [self.value_record(x, None, False, waits) for x in v]
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):
-            return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+            return {str(k): self.value_record(x, f"{file_stem}.{k}" if save else None, save, waits)
+                    for k, x in v.items()}
         if isinstance(v, ms.nn.Cell):
             return None  # the `self` of a jit-compiled Cell method (Jit.SGD's first argument)
         return other_value_record(v)
@@ -238,69 +321,9 @@ class DumpSession(CaptureSession):
         return self.module_stack[-1] if self.module_stack else None
 
     def record_call(self, prefix, name, func, args, kwargs, inplace=False):
-        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result."""
-        if self.stuck:
-            self.release_stuck(-1)  # a forward call: the backward pass is over
-        if self._after_backward:
-            self.resolve()
-        index = self.counter.next(f"{prefix}.{name}")
-        key = naming.api_key(prefix, name, index, naming.FORWARD)
-        flt = self.filter
-        if not flt.want_call(key, self.module_stack) or self.overflow_done:
-            return func(*args, **kwargs)
-        save = self.saves_tensor(key)
-        waits = []
-        tracker = None
-        _state.busy = True
-        try:
-            stack = capture_stack() if self.with_stack else None
-            if flt.forward and flt.input:
-                in_args, in_kwargs = self.args_records(key, args, kwargs, "input", save, waits)
-            else:
-                in_args, in_kwargs = [], {}
-            if inplace:
-                self.resolve()  # queued records must see the values before this call changes them
-                changed = _tensors_in(args)
-                self.summarizer.forget(changed)
-                self.params_changed(changed)
-            if flt.backward and grad_recording():
-                self._seq += 1
-                tracker = GradTracker(self, naming.api_key(prefix, name, index, naming.BACKWARD), save,
-                                      _backward_parent(self.module_stack), self._seq)
-                self.trackers[tracker] = None  # creation order: the order partial records go out in
-                # in place: the call must change the caller's tensor, not a hook copy of it
-                args = tracker.hook_inputs(args, in_place=inplace)
-        finally:
-            _state.busy = False
-        _state.depth += 1
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            _state.depth -= 1
-        _state.busy = True
-        try:
-            result = out
-            if inplace and args and not isinstance(out, ms.Tensor):
-                result = args[0]  # __setitem__, collectives: the changed argument is the result
-            if flt.forward:
-                outs = self._outputs_checked(key, result, save, waits)
-                record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
-                self.emit(key, record, waits, check=outs)
-            self.note_structure(key, self.parent_key(), stack)
-            if tracker is not None and inplace:
-                self._track(tracker, result)  # tensor hooks: the caller keeps its own result
-            elif tracker is not None:
-                out = self._track(tracker, out, tensor_hooks=self.synchronous)
-        finally:
-            _state.busy = False
-        return out
-
-    def _outputs_checked(self, key, out, save, waits):
-        """Output records when data_mode has them; overflow_check summarises them anyway (no files) to
-        decide on the record."""
-        if self.filter.output:
-            return self.outputs_record(key, out, save, waits)
-        return self.outputs_record(key, out, False, waits) if self.gate is not None else []
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}` (CallCapture.call).
+        Returns its result."""
+        return self.calls.call(self, prefix, name, func, args, kwargs, inplace)
 
     def _track(self, tracker, out, tensor_hooks=False):
         new = tracker.hook_outputs(out, tensor_hooks)
@@ -309,44 +332,15 @@ class DumpSession(CaptureSession):
             self.trackers.pop(tracker, None)
         return new
 
-    def begin_cell(self, key, args, kwargs, track=True):
-        """Cell pre-hook: input statistics now; returns the frame for end_cell and the (hooked) args."""
-        if self.stuck:
-            self.release_stuck(-1)
-        if self._after_backward:
-            self.resolve()
-        flt = self.filter
-        save = self.saves_tensor(key)
-        waits = []
-        stack = capture_stack() if self.with_stack else None
-        done = self.overflow_done
-        in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
-                              if flt.forward and flt.input and not done else ([], {}))
-        tracker = None
-        if track and flt.backward and grad_recording() and not done:
-            self._seq += 1
-            tracker = GradTracker(self, naming.backward_of(key), save,
-                                  _backward_parent(self.module_stack[:-1]), self._seq)
-            self.trackers[tracker] = None
-            args = tracker.hook_inputs(args)
-        return (save, waits, stack, in_args, in_kwargs, tracker), args
+    def begin_cell(self, key, parent, args, kwargs, track=True):
+        """Cell pre-hook: input records now; returns the frame for end_cell and the (hooked) args.
+        `track`: hook its backward."""
+        self.calls.ops.before_call(self)
+        return self.calls.begin(self, key, parent, args, kwargs, backward=track)
 
-    def end_cell(self, key, parent, cell, frame, output):
+    def end_cell(self, frame, cell, output):
         """Cell post-hook: the forward record; returns the (hooked) output."""
-        save, waits, stack, in_args, in_kwargs, tracker = frame
-        flt = self.filter
-        self.recorded_cells.add(key.rsplit(".", 2)[0])
-        if flt.forward and not self.overflow_done:
-            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits)
-                      for n, p in cell.parameters_and_names(expand=False)}
-            outs = self._outputs_checked(key, output, save, waits)
-            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else [],
-                      "parameters": params}
-            self.emit(key, record, waits, check=outs)
-        self.note_structure(key, parent, stack)
-        if tracker is not None and output is not None:
-            return self._track(tracker, output)
-        return output
+        return self.calls.end(self, frame, output, params=cell.parameters_and_names(expand=False))
 
     def emit_params_grad(self, base, grads):
         if not self.filter.backward or self.overflow_done:

@@ -157,6 +157,16 @@ class Summarizer:
         """Tensors queued for the next resolve."""
         return len(self._late)
 
+    @property
+    def waiting(self):
+        """Tensors queued, not read yet (CaptureSession.before_mutation)."""
+        return len(self._late)
+
+    def launch(self, touching=None):
+        """Summarise the queued tensors now: something is about to change some of them in place (which
+        ones does not matter: a read waits for MindSpore's whole pipeline anyway)."""
+        self.start_resolve().finish()
+
     def start_resolve(self):
         """The queued tensors as a batch whose `finish()` summarises them (on the training thread: a
         MindSpore tensor is read where its ops run)."""

@@ -11,12 +11,12 @@ import logging
 import torch
 
 from msprobe.core import naming
+from msprobe.core.dump.call_capture import CallCapture
 from msprobe.core.dump.capture import CaptureSession
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
-from msprobe.core.stack import capture_stack
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
@@ -27,13 +27,6 @@ from msprobe.pytorch.summary.transfer import host_copy, host_view, numpy_of
 _SCALARS = (int, float, bool, str)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 logger = logging.getLogger(__name__)
-
-
-def _edges_before(flt, args, kwargs, inplace):
-    """Graph edges of a call's inputs before it runs (an in-place call moves them); None if not needed."""
-    if flt.backward and not inplace and torch.is_grad_enabled():
-        return input_edges(flat_tensors(args) + flat_tensors(kwargs))
-    return None
 
 
 def _needs_backward(edges, out):
@@ -54,6 +47,60 @@ def _run_nested(func, args, kwargs):
         _state.depth -= 1
 
 
+class TorchCallOps:
+    """PyTorch's operations in CallCapture's per-call flow (see core/dump/call_capture.py); `s` is the
+    DumpSession."""
+
+    __slots__ = ()
+    work = tool_work
+
+    @staticmethod
+    def before_call(s):
+        pass
+
+    @staticmethod
+    def run(func, args, kwargs):
+        return _run_nested(func, args, kwargs)
+
+    @staticmethod
+    def before_mutation(s, args, kwargs):
+        s.before_mutation(args, kwargs)
+
+    @staticmethod
+    def result_of(s, out, args, inplace):
+        """`__setitem__` and collectives return None and mutate their first argument; an in-place
+        result's cached statistics are stale."""
+        if not inplace:
+            return out
+        result = args[0] if args and not isinstance(out, torch.Tensor) else out
+        s.summarizer.forget(flat_tensors(result))
+        return result
+
+    @staticmethod
+    def backward_begin(s, key, parent, args, kwargs, save, inplace, module):
+        """The graph edges of the inputs before the call (an in-place call moves them: no backward) and,
+        for a module, the autograd watermark: nodes made from here on belong to it."""
+        if inplace or not torch.is_grad_enabled():
+            return None, args
+        edges = input_edges(flat_tensors(args) + flat_tensors(kwargs))
+        return (edges, _state.seq_watermark if module else None), args
+
+    @staticmethod
+    def backward_end(s, state, key, parent, out, result, save, inplace, module):
+        edges, floor = state
+        if torch.is_grad_enabled() and (out is not None if module else _needs_backward(edges, out)):
+            s.track_backward(key, edges, out, save and s.gate is None, parent, floor)
+        return out
+
+    @staticmethod
+    def param_record(s, p, stem, save, waits):
+        # parameters change in place only in the optimizer, which launches what waits (debugger)
+        return s.tensor_record(p, stem, save, waits, defer=True)
+
+
+CALLS = CallCapture(TorchCallOps())
+
+
 class DumpSession(CaptureSession):
     """Recording state for one step of one rank (see CaptureSession for the arguments)."""
 
@@ -68,12 +115,12 @@ class DumpSession(CaptureSession):
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, lane=lane)
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
-        self.recorded_modules = set()  # "Module.{path}.{Class}" recorded in forward this step
         # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
         self.defer_forward = cfg.level in ("L1", "mix")
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
+        self.calls = CALLS
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -118,8 +165,7 @@ class DumpSession(CaptureSession):
         """Something is about to change tensors in place (a call with `args`, `kwargs`, when known):
         launch the summaries waiting for them."""
         if self.summarizer.waiting:
-            with tool_work():
-                self.summarizer.launch(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
+            super().before_mutation(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
 
     def save_tensor_file(self, t, path):
         """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place
@@ -173,9 +219,12 @@ class DumpSession(CaptureSession):
         if isinstance(v, (list, tuple)):
             if isinstance(v, torch.Size):
                 return {"type": "torch.Size", "value": list(v)}
+            if not save:
+                return [self.value_record(x, None, False, waits) for x in v]
             return [self.value_record(x, f"{file_stem}.{i}", save, waits) for i, x in enumerate(v)]
         if isinstance(v, dict):
-            return {str(k): self.value_record(x, f"{file_stem}.{k}", save, waits) for k, x in v.items()}
+            return {str(k): self.value_record(x, f"{file_stem}.{k}" if save else None, save, waits)
+                    for k, x in v.items()}
         return other_value_record(v)
 
     # -- calls -----------------------------------------------------------------------------------
@@ -185,93 +234,26 @@ class DumpSession(CaptureSession):
         return "optimizer" if self.in_optimizer else None
 
     def record_call(self, prefix, name, func, args, kwargs, inplace=False, mutates=False, buffers=()):
-        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`. Returns its result.
-        `mutates`: the call changes an argument in place (also `F.relu(x, inplace=True)`, which is not
-        recorded as an in-place call). `buffers`: positions and names of the arguments it only writes."""
-        index = self.counter.next(f"{prefix}.{name}")
-        key = naming.api_key(prefix, name, index, naming.FORWARD)
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}` (CallCapture.call).
+        Returns its result. `mutates`: the call changes an argument in place (also
+        `F.relu(x, inplace=True)`, which is not recorded as an in-place call). `buffers`: positions and
+        names of the arguments it only writes."""
         if self.cfg.level == "L2":  # the API only names the parent of the aten ops it issues
-            outer, self.current_api = self.current_api, key
+            index = self.counter.next(f"{prefix}.{name}")
+            outer, self.current_api = self.current_api, naming.api_key(prefix, name, index, naming.FORWARD)
             try:
                 return func(*args, **kwargs)
             finally:
                 self.current_api = outer
-        flt = self.filter
-        gate = self.gate
-        if not flt.want_call(key, self.module_stack) or (gate is not None and gate.exhausted):
-            return func(*args, **kwargs)
-        # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
-        # their memory is overwritten)
-        save = flt.saves_tensor(key) or gate is not None
-        listed_forward = flt.wants_forward(key, self.module_stack)  # False: only its backward key is listed
-        forward = flt.forward and listed_forward
-        waits = []
-        with tool_work():
-            stack = capture_stack() if self.with_stack else None
-            if forward and flt.input:
-                in_args, in_kwargs = self.args_records(key, args, kwargs, "input",
-                                                       save and not (inplace and gate is not None), waits,
-                                                       buffers)
-            else:
-                in_args, in_kwargs = [], {}
-            # graph edges of the inputs before the call: an in-place call moves them
-            edges = _edges_before(flt, args, kwargs, inplace)
-            if inplace or mutates:
-                self.before_mutation(args, kwargs)
-        out = _run_nested(func, args, kwargs)
-        with tool_work():
-            result = self._result_of(out, args, inplace)
-            if forward:
-                outs = self.outputs_record(key, result, save, waits) if flt.output or gate is not None else []
-                record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
-                self.emit(key, record, waits, check=outs)
-            if listed_forward:
-                self.note_structure(key, self.parent_key(), stack)
-            if edges is not None and torch.is_grad_enabled() and _needs_backward(edges, out):
-                self._track_api_backward(prefix, name, index, edges, out, save and gate is None)
-        return out
-
-    def _result_of(self, out, args, inplace):
-        """What a call produced: `__setitem__` and collectives return None and mutate their first argument.
-        An in-place result's cached statistics are stale."""
-        result = args[0] if inplace and args and not isinstance(out, torch.Tensor) else out
-        if inplace:
-            self.summarizer.forget(flat_tensors(result))
-        return result
+        return self.calls.call(self, prefix, name, func, args, kwargs, inplace, mutates, buffers)
 
     def record_aten(self, name, func, args, kwargs, inplace):
         """L2: run aten operator `func` and record it as `Aten.{name}.{n}.forward` (name: `mm.default`)."""
-        key = naming.api_key("Aten", name, self.counter.next("Aten." + name), naming.FORWARD)
-        flt = self.filter
-        if not flt.forward or not flt.want_call(key, self.module_stack):
+        if not self.filter.forward:
+            self.counter.next("Aten." + name)
             return func(*args, **kwargs)
-        gate = self.gate
-        if gate is not None and gate.exhausted:
-            return func(*args, **kwargs)
-        save = flt.saves_tensor(key) or gate is not None
-        waits = []
-        with tool_work():
-            stack = capture_stack() if self.with_stack else None
-            in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save and not inplace, waits)
-                                  if flt.input else ([], {}))
-        out = func(*args, **kwargs)
-        with tool_work():
-            if inplace:
-                self.summarizer.forget(flat_tensors(out))
-            outs = self.outputs_record(key, out, save, waits) if flt.output or gate is not None else []
-            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
-            self.emit(key, record, waits, check=outs)
-            self.note_structure(key, self.current_api, stack)
-        return out
-
-    def begin_module(self, key, args, kwargs):
-        """Module pre-hook: statistics of the inputs now, before an in-place forward changes them."""
-        inputs = self.module_inputs(key, args, kwargs, capture_stack() if self.with_stack else None)
-        # graph edges of the inputs before forward: an in-place module (ReLU(inplace=True)) moves them
-        edges = (input_edges(flat_tensors(args) + flat_tensors(kwargs))
-                 if self.filter.backward and torch.is_grad_enabled() else None)
-        # autograd nodes made from here on belong to this module, also those of the calls inside it
-        return inputs + (edges, _state.seq_watermark)
+        return self.calls.call(self, "Aten", name, func, args, kwargs, inplace, parent=self.current_api,
+                               backward=False)
 
     def module_inputs(self, key, args, kwargs, stack):
         """The first half of a module's record: (save, waits, stack, input_args, input_kwargs)."""
@@ -284,16 +266,10 @@ class DumpSession(CaptureSession):
                               if forward and flt.input else ([], {}))
         return save, waits, stack, in_args, in_kwargs
 
-    def end_module(self, key, parent, module, frame, args, kwargs, output):
-        save, edges, floor = frame[0], frame[5], frame[6]
-        self.emit_module(key, parent, frame[:5], own_parameters(module), output)
-        if edges is not None and torch.is_grad_enabled() and output is not None:
-            self.track_backward(naming.backward_of(key), edges, output, save and self.gate is None,
-                                parent=naming.backward_of(parent) if parent else None, floor=floor)
-
     def emit_module(self, key, parent, inputs, params, output):
         """A module's record from `module_inputs`' half, its own (name, parameter) pairs and its output;
-        returns the output records (None when not recorded)."""
+        returns the output records (None when not recorded). For modules of compiled graphs
+        (capture/compiled_calls.py); eager modules go through CallCapture."""
         save, waits, stack, in_args, in_kwargs = inputs
         flt = self.filter
         self.recorded_modules.add(key.rsplit(".", 2)[0])
@@ -324,11 +300,6 @@ class DumpSession(CaptureSession):
         if not self.defer_forward:
             self.summarizer.launch([g for g in grads.values() if g is not None])
         self.emit(key, record, waits)
-
-    def _track_api_backward(self, prefix, name, index, edges, out, save):
-        """Hook the backward of API call `{prefix}.{name}.{index}`, under the enclosing module's backward."""
-        parent = naming.backward_of(self.module_stack[-1]) if self.module_stack else None
-        self.track_backward(naming.api_key(prefix, name, index, naming.BACKWARD), edges, out, save, parent)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
         """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
@@ -370,12 +341,6 @@ def _split_module_base(base):
     prefix, rest = base.split(".", 1)
     path, cls = rest.rsplit(".", 1)
     return prefix, path, cls
-
-
-def own_parameters(module):
-    """`module.named_parameters(recurse=False)` without its generator machinery (once per recorded
-    module call): the module's own registered parameters, unset (None) ones left out."""
-    return [(n, p) for n, p in module._parameters.items() if p is not None]
 
 
 def flat_tensors(v):

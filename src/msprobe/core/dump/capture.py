@@ -4,8 +4,8 @@
       -> queue (capture order) -> resolve: the summaries reach the host in one transfer per batch
       -> sinks: the overflow gate (task overflow_check), dump.json, construct.json, stack.json
 
-An adapter supplies interception, its Summarizer (the framework's kernels: `summarize`, `pending`,
-`start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
+An adapter supplies interception, its Summarizer (the framework's kernels: `summarize`; summaries
+that wait: `waiting`, `launch` before a mutation, `pending`, `start_resolve`) and backward tracking; it builds records with `CallRecords` and hands them here with
 `emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
 construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
 `FLUSH_SECONDS` seconds, at stop() and at the step's end; and, while no record comes, by the
@@ -79,6 +79,7 @@ class CaptureSession(CallRecords, SessionWriter):
         self.filter = DumpFilter(cfg)
         self.counter = naming.CallCounter()
         self.module_stack = []  # forward keys of the modules/Cells being run, innermost last
+        self.recorded_modules = set()  # "Module.{path}.{Class}" / "Cell..." recorded in forward this step
         self.trackers = {}  # backward trackers waiting for gradients, in creation order
         self.with_stack = cfg.extra_info
         self.tensor_count = 0
@@ -141,6 +142,14 @@ class CaptureSession(CallRecords, SessionWriter):
         """construct.json entry of a backward record (its parent: the enclosing module's backward)."""
         if self._construct_all:
             self._note(key, [(True, parent)])
+
+    def before_mutation(self, tensors=None):
+        """Something is about to change `tensors` in place (None: which ones is not known): the summaries
+        waiting for a batch go first — launched on the device (PyTorch) or read (MindSpore) — so that
+        their records show the values as they were. The one deferral rule of both adapters."""
+        if self.summarizer.waiting:
+            with self.calls.ops.work():
+                self.summarizer.launch(tensors)
 
     def _note(self, key, notes):
         with self._lock:  # not into an entry the flusher is writing

@@ -2,7 +2,9 @@
 
 A session supplies `value_record(v, file_stem, save, waits)` (tensors, scalars, framework types);
 `CallRecords` turns a call's arguments and result into `input_args` (a list), `input_kwargs` (a dict)
-and `output` (a list), with tensor file stems `{key}.{role}.{i}` / `{key}.{role}.{name}`. The records
+and `output` (a list), with tensor file stems `{key}.{role}.{i}` / `{key}.{role}.{name}` — built only
+when the call saves tensor files (`file_stem` is None otherwise: nothing is built for a tensor that is
+only summarised). The records
 of the non-tensor values both frameworks pass alike (slices, Ellipsis, other objects) are here too.
 Framework-free.
 """
@@ -17,6 +19,14 @@ class CallRecords:
     def args_records(self, key, args, kwargs, role, save, waits, buffers=()):
         """`buffers`: positions and names of arguments the call only writes into (a collective's output
         tensors): their memory before the call is not data, so their records are `buffer_record`s."""
+        if not save:
+            if buffers:
+                return ([self.buffer_record(x) if i in buffers else self.value_record(x, None, False, waits)
+                         for i, x in enumerate(args)],
+                        {n: self.buffer_record(x) if n in buffers else self.value_record(x, None, False, waits)
+                         for n, x in kwargs.items()})
+            return ([self.value_record(x, None, False, waits) for x in args],
+                    {n: self.value_record(x, None, False, waits) for n, x in kwargs.items()})
         stem = f"{key}.{role}"
         if buffers:
             a = [self.buffer_record(x) if i in buffers else self.value_record(x, f"{stem}.{i}", save, waits)
@@ -29,10 +39,11 @@ class CallRecords:
         return a, k
 
     def outputs_record(self, key, out, save, waits):
-        stem = f"{key}.output"
         if isinstance(out, (list, tuple)) and not isinstance(out, self.atomic_sequences):
-            return [self.value_record(x, f"{stem}.{i}", save, waits) for i, x in enumerate(out)]
-        return [self.value_record(out, f"{stem}.0", save, waits)]
+            if not save:
+                return [self.value_record(x, None, False, waits) for x in out]
+            return [self.value_record(x, f"{key}.output.{i}", save, waits) for i, x in enumerate(out)]
+        return [self.value_record(out, f"{key}.output.0" if save else None, save, waits)]
 
 
 def common_value_record(v):

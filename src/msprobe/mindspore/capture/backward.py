@@ -179,8 +179,8 @@ class GradTracker:
                 self.session.release_stuck(self.seq, keep_in_place=self.outputs_by_tensor_hook)
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
             if g is not None and self.out_recs[i] is None:
-                self.out_recs[i] = self.session.gradient_record(g, f"{self.key}.input.{i}", self.save,
-                                                                self.waits)
+                stem = f"{self.key}.input.{i}" if self.save else None  # a file name only for a file
+                self.out_recs[i] = self.session.gradient_record(g, stem, self.save, self.waits)
             self.outs_left -= 1
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()
@@ -193,8 +193,8 @@ class GradTracker:
         with tool_work():
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
             if g is not None and self.in_recs[i] is None:
-                self.in_recs[i] = self.session.gradient_record(g, f"{self.key}.output.{i}", self.save,
-                                                               self.waits)
+                stem = f"{self.key}.output.{i}" if self.save else None
+                self.in_recs[i] = self.session.gradient_record(g, stem, self.save, self.waits)
             self.left -= 1
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()

@@ -155,8 +155,8 @@ class CellCapture:
             try:
                 graph = session.graph if jit else None
                 # a jit Cell is also recorded in graph/ (what msProbe's in-graph dump gives at its border)
-                graph_frame = graph.begin_cell(key, args, kwargs, track=False)[0] if graph is not None else None
-                frame, new_args = session.begin_cell(key, args, kwargs, track=bprop_cell is None)
+                graph_frame = graph.begin_cell(key, None, args, kwargs, track=False)[0] if graph is not None else None
+                frame, new_args = session.begin_cell(key, parent, args, kwargs, track=bprop_cell is None)
                 if bprop_cell is not None:
                     self._bprop_pending.setdefault(id(bprop_cell), []).append(
                         (key, session.saves_tensor(key), naming.backward_of(parent) if parent else None))
@@ -180,8 +180,8 @@ class CellCapture:
             _state.busy = True
             try:
                 if graph_frame is not None and session.graph is not None:
-                    session.graph.end_cell(key, None, cell, graph_frame, output)
-                new_out = session.end_cell(key, parent, cell, frame, output)
+                    session.graph.end_cell(graph_frame, cell, output)
+                new_out = session.end_cell(frame, cell, output)
             finally:
                 _state.busy = False
             return new_out if new_out is not output else None
@@ -231,7 +231,7 @@ class _ParamGradState:
             if session is None:
                 return None
             session.params_changed()  # the optimizer may update the Parameters from now on
-            if self.base not in session.recorded_cells:
+            if self.base not in session.recorded_modules:
                 return None
             prev, _state.busy = _state.busy, True
             try:

@@ -175,15 +175,17 @@ class BackwardTracker:
         with tool_work():
             g = grad_outputs[out_nr]
             if g is not None:
-                self.out_recs[0] = session.gradient_record(g, f"{key}.input.0", save, waits)
+                self.out_recs[0] = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
             for slot, pos in slots:
                 g = grad_inputs[slot]
                 if g is not None:
-                    self.in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}", save, waits)
+                    self.in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}" if save else None, save,
+                                                                waits)
             session.emit_backward(self)
 
     def _record(self, role, i, g):
-        return self.session.gradient_record(g, f"{self.key}.{role}.{i}", self.save, self.waits)
+        stem = f"{self.key}.{role}.{i}" if self.save else None  # a file name only for a file
+        return self.session.gradient_record(g, stem, self.save, self.waits)
 
     def _record_outputs(self, outs, grad_outputs):
         if self.session is not None:
@@ -231,7 +233,8 @@ class BackwardTracker:
         session, self.session = self.session, None
         with tool_work():
             for pos, (g, _) in self.in_sums.items():  # edges that never ran: record what arrived
-                self.in_recs[pos] = session.gradient_record(g, f"{self.key}.output.{pos}", self.save, self.waits)
+                stem = f"{self.key}.output.{pos}" if self.save else None
+                self.in_recs[pos] = session.gradient_record(g, stem, self.save, self.waits)
             self.in_sums = {}
             session.emit_backward(self)
 

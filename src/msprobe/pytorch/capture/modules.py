@@ -10,6 +10,12 @@ from msprobe.pytorch.capture.recompute import recomputing
 from msprobe.pytorch.tool_work import tool_work
 
 
+def own_parameters(module):
+    """`module.named_parameters(recurse=False)` without its generator machinery: the module's own
+    registered parameters, unset (None) ones left out (read only when its record is made)."""
+    return ((n, p) for n, p in module._parameters.items() if p is not None)
+
+
 def class_name(module):
     """The module's class name; fully_shard's FSDP{Class} subclass is named by the model's own class (the
     same keys as the unsharded model's)."""
@@ -114,8 +120,7 @@ class ModuleCapture:
             if not want:
                 self._frames.append((key, parent, None))
                 return None
-            with tool_work():
-                frame = session.begin_module(key, args, kwargs)
+            frame = session.calls.begin(session, key, parent, args, kwargs)[0]
             self._frames.append((key, parent, frame))
             return None
         return hook
@@ -137,8 +142,7 @@ class ModuleCapture:
                 session.module_stack.pop()
             if frame is None:
                 return None
-            with tool_work():
-                session.end_module(key, parent, module, frame, args, kwargs, output)
+            session.calls.end(session, frame, output, params=own_parameters(module))
             return None
         return hook
 

@@ -1,0 +1,136 @@
+"""CallCapture: the per-call flow of a dump, written once for both frameworks.
+
+    key -> filter / overflow gate -> save tensor files? -> stack -> input records -> before a mutation
+      -> backward hooks on the inputs -> run -> output records -> emit -> structure -> backward tracking
+
+An API call goes through `call` (begin, run, end); a module's (Cell's) pre-hook calls `begin` and its
+post-hook `end`. What differs between frameworks is in the `ops` object the adapter composes in:
+
+    ops.work()                          context manager around msprobe's own work (not recorded itself)
+    ops.before_call(s)                  a forward call starts (MindSpore: resolve what backward queued)
+    ops.run(func, args, kwargs)         run the call; calls it makes itself are nested, not recorded
+    ops.before_mutation(s, args, kwargs)  the call changes these in place: summaries waiting for them go first
+    ops.result_of(s, out, args, inplace)  what the call produced (an in-place call's changed argument)
+    ops.backward_begin(s, key, parent, args, kwargs, save, inplace, module) -> (state, args)
+                                        before it runs (`key`, `parent`: backward keys; state None: none)
+    ops.backward_end(s, state, key, parent, out, result, save, inplace, module) -> out   hook its backward
+    ops.param_record(s, p, stem, save, waits)   a module's parameter record
+
+`s` is the session: neither CallCapture nor the ops hold it (a session holding its CallCapture would
+otherwise be a reference cycle, freed only by the cyclic collector).
+
+Records of values come from the session (`args_records` / `outputs_record`, core/dump/records.py,
+over its `value_record`); the records go to the session's `emit` / `note_structure` (capture.py).
+Framework-free.
+"""
+
+from msprobe.core import naming
+from msprobe.core.stack import capture_stack
+
+_PARENT = object()  # `call`'s default parent: the session's parent_key()
+
+
+class CallFrame:
+    """A call between `begin` and `end`."""
+
+    __slots__ = ("key", "parent", "save", "waits", "stack", "in_args", "in_kwargs", "forward", "listed",
+                 "inplace", "module", "backward", "bparent")
+
+
+class CallCapture:
+    """The per-call flow of a framework's sessions (`ops`: see the module doc); each method takes the
+    session `s` (a CaptureSession) first."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def call(self, s, prefix, name, func, args, kwargs, inplace=False, mutates=False, buffers=(),
+             parent=_PARENT, backward=True):
+        """Run `func(*args, **kwargs)` and record it as API `{prefix}.{name}.{n}`; returns its result.
+        `mutates`: it changes an argument in place without being an in-place call (`out=`,
+        `inplace=True`); `buffers`: positions and names of arguments it only writes into; `parent`:
+        its parent in construct.json (default: the session's `parent_key()`); `backward`: track it."""
+        ops = self.ops
+        ops.before_call(s)
+        key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
+        gate = s.gate
+        if not s.filter.want_call(key, s.module_stack) or (gate is not None and gate.exhausted):
+            return func(*args, **kwargs)
+        frame, args = self.begin(s, key, s.parent_key() if parent is _PARENT else parent, args, kwargs,
+                                 inplace=inplace, mutates=mutates, buffers=buffers, module=False,
+                                 backward=backward)
+        out = ops.run(func, args, kwargs)
+        return self.end(s, frame, out, args)
+
+    def begin(self, s, key, parent, args, kwargs, inplace=False, mutates=False, buffers=(), module=True,
+              backward=True):
+        """Everything before call `key` runs (its filter passed). Returns (frame, args): the arguments
+        to run it with (MindSpore passes them through its backward hooks)."""
+        ops = self.ops
+        flt = s.filter
+        gate = s.gate
+        f = CallFrame()
+        f.key, f.parent, f.inplace, f.module = key, parent, inplace, module
+        # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
+        # their memory is overwritten before the gate decides)
+        f.save = save = flt.saves_tensor(key) or gate is not None
+        f.waits = waits = []
+        exhausted = gate is not None and gate.exhausted
+        # False: only its backward key is listed. A module's structure is noted anyway (its calls hang on it).
+        listed = flt.wants_forward(key, s.module_stack)
+        f.listed = listed or module
+        f.forward = forward = flt.forward and listed and not exhausted
+        with ops.work():
+            f.stack = capture_stack() if s.with_stack else None
+            if forward and flt.input:
+                f.in_args, f.in_kwargs = s.args_records(key, args, kwargs, "input",
+                                                        save and not (inplace and gate is not None), waits,
+                                                        buffers)
+            else:
+                f.in_args, f.in_kwargs = [], {}
+            if inplace or mutates:
+                ops.before_mutation(s, args, kwargs)
+            if backward and flt.backward and not exhausted:
+                # the enclosing module's backward is the parent of this one's
+                enclosing = parent if module else (s.module_stack[-1] if s.module_stack else None)
+                f.bparent = naming.backward_of(enclosing) if enclosing else None
+                f.backward, args = ops.backward_begin(s, naming.backward_of(key), f.bparent, args, kwargs, save,
+                                                      inplace, module)
+            else:
+                f.backward = None
+        return f, args
+
+    def end(self, s, f, out, args=(), params=None):
+        """Everything after the call of frame `f` returned `out`; `params`: a module's own
+        (name, parameter) pairs. Returns the output to hand on (MindSpore: through backward hooks)."""
+        ops = self.ops
+        flt = s.filter
+        gate = s.gate
+        key = f.key
+        with ops.work():
+            result = ops.result_of(s, out, args, f.inplace)
+            if f.forward and not (gate is not None and gate.exhausted):
+                save, waits = f.save, f.waits
+                record = {"input_args": f.in_args, "input_kwargs": f.in_kwargs}
+                if params is not None:
+                    params = {n: ops.param_record(s, p, f"{key}.parameters.{n}" if save else None, save, waits) for n, p in params}
+                if flt.output:
+                    outs = record["output"] = s.outputs_record(key, result, save, waits)
+                elif gate is not None:  # summarised to decide on the record, without files
+                    outs = s.outputs_record(key, result, False, waits)
+                    record["output"] = []
+                else:
+                    outs = record["output"] = []
+                if params is not None:
+                    record["parameters"] = params
+                s.emit(key, record, waits, check=outs)
+            if f.module:
+                s.recorded_modules.add(key.rsplit(".", 2)[0])  # its parameters' gradients are recorded
+            if f.listed:
+                s.note_structure(key, f.parent, f.stack)
+            if f.backward is not None:
+                out = ops.backward_end(s, f.backward, naming.backward_of(key), f.bparent, out, result, f.save,
+                                       f.inplace, f.module)
+        return out
