@@ -69,6 +69,7 @@ def _run():
                 session.write_idle()
             except Exception as e:  # noqa: BLE001 - the flusher never stops; the training thread meets it too
                 logger.debug("msprobe: background flush: %r", e)
+        sessions = session = None  # holding none while waiting: a closed session is freed at once
         with _cond:
             if _thread is not me:
                 return

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -460,7 +461,7 @@ class SessionWriter:
             except (OSError, MsprobeError) as e:  # a full disk, another run's directory
                 self.writer = NoWriter()
                 self._fail(e)
-            self.writer.on_error = self._fail
+            self.writer.on_error = _weak_call(self._fail)  # the writer must not keep its session alive
         return self.writer
 
     def _fail(self, error):
@@ -472,3 +473,14 @@ class SessionWriter:
         elif self._pending_writer is not None:  # nothing recorded: no directory for this step
             self._pending_writer.discard()
             self._pending_writer = None
+
+
+def _weak_call(method):
+    """`method` called through a weak reference to its object (gone: nothing is called)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args):
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+    return call
