@@ -10,6 +10,8 @@ the same weights, for the migration compare (MindSpore target, PyTorch golden). 
 Loaded with `load_private` (tests/ has no packages); benchmarks/ms_pt_migration.py runs the suite.
 """
 
+import os
+
 import numpy as np
 
 PLANTS = ("conv_weight", "ln_eps", "gelu_tanh", "attn_scale", "residual_scale", "softmax_fp16",
@@ -155,18 +157,20 @@ def train_ms(family, net, x, y, plant=None, debugger=None, steps=1):
         loss_fn = nn.MSELoss()
     net.set_train()
     grad_fn = ms.value_and_grad(lambda a, b: loss_fn(net(a), b), None, opt.parameters)
-    xt, yt = ms.Tensor(x), ms.Tensor(y)
-    losses = []
-    for _ in range(steps):
-        if debugger is not None:
-            debugger.start(net)
-        loss, grads = grad_fn(xt, yt)
-        opt(grads)
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
-        losses.append(float(loss.asnumpy()))
-    return losses
+    return _ms_models().run_steps(grad_fn, opt, ms.Tensor(x), ms.Tensor(y), steps, debugger, net)
+
+
+def _ms_models():
+    """tests/mindspore/models.py (its training loop), under the private name the MindSpore tests use."""
+    import importlib.util
+    import sys
+    name = "msprobe_ms_test_models"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mindspore", "models.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 # ---------------------------------------------------------------------------------------------- PyTorch

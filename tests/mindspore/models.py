@@ -94,12 +94,17 @@ def train(net, x, y, steps=2, debugger=None, start_model=True):
         return mint.mean((net(xb) - yb) ** 2)
 
     grad_fn = ms.value_and_grad(loss_fn, None, opt.parameters)
-    xt, yt = ms.Tensor(x), ms.Tensor(y)
+    return run_steps(grad_fn, opt, ms.Tensor(x), ms.Tensor(y), steps, debugger, net if start_model else None)
+
+
+def run_steps(grad_fn, opt, x, y, steps, debugger=None, model=None):
+    """`steps` steps of `grad_fn` (value_and_grad) and `opt` on one batch; with a debugger,
+    start(model)/stop/step around each. Returns the losses."""
     losses = []
     for _ in range(steps):
         if debugger is not None:
-            debugger.start(net if start_model else None)
-        loss, grads = grad_fn(xt, yt)
+            debugger.start(model)
+        loss, grads = grad_fn(x, y)
         opt(grads)
         if debugger is not None:
             debugger.stop()

@@ -5,12 +5,17 @@ hooking (capture/backward.py)."""
 
 import glob
 import json
+import os
 
 import numpy as np
 import pytest
 
+from private_modules import load_private
+
 ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
 from mindspore import nn, ops  # noqa: E402
+
+MODELS = load_private("msprobe_ms_test_models", os.path.join(os.path.dirname(__file__), "models.py"))
 
 
 class CausalBlock(nn.Cell):
@@ -50,17 +55,7 @@ def _train(debugger, jit_head=False):
     x = ms.Tensor(rng.standard_normal((2, 6, 8)).astype(np.float32))
     y = ms.Tensor(rng.standard_normal((2, 2)).astype(np.float32))
     grad_fn = ms.value_and_grad(lambda a, b: loss_fn(net(a), b), None, opt.parameters)
-    losses = []
-    for _ in range(2):
-        if debugger is not None:
-            debugger.start(net)
-        loss, grads = grad_fn(x, y)
-        opt(grads)
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
-        losses.append(float(loss.asnumpy()))
-    return losses
+    return MODELS.run_steps(grad_fn, opt, x, y, 2, debugger, net)
 
 
 @pytest.mark.parametrize("jit_head", [False, True], ids=["pynative", "jit"])
