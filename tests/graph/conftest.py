@@ -1,15 +1,10 @@
-"""Fixtures for the graph tests: real dumps from our PyTorch dumper and a real headless Chromium."""
+"""Fixtures for the graph tests: real dumps from our PyTorch dumper, and pages opened in the session's headless Chromium."""
 
 import os
-import shutil
 
 import pytest
 
 import graph_dumps
-
-CHROMIUM = os.environ.get("MSPROBE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="session")
@@ -19,18 +14,6 @@ def transformer_dumps(tmp_path_factory):
     golden = graph_dumps.dump_transformer(root / "golden", layers=3)
     target = graph_dumps.dump_transformer(root / "target", layers=3, perturbed=True)
     return golden, target
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """A headless Chromium driven by Playwright (the Debian package, not a Playwright download)."""
-    from playwright import sync_api  # the `test` extra installs it
-    if not shutil.which(CHROMIUM) and not os.path.isfile(CHROMIUM):
-        pytest.fail(f"Chromium not found at {CHROMIUM}: install the Debian 'chromium' package (.ci/run does)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_bad_input_is_one_line(tmp_path):
 HOSTILE = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>"
 
 
-def test_a_hostile_anomaly_file_stays_text(tmp_path):
+def test_a_hostile_anomaly_file_stays_text(tmp_path, browser):
     """Every string of an anomaly file (step, rank, series, message) is text on the page: parsed, the page
     has no element the file brought, and a real Chromium runs none of its script."""
     from html.parser import HTMLParser
@@ -160,15 +160,11 @@ def test_a_hostile_anomaly_file_stays_text(tmp_path):
     assert not [t for t, _ in parser.found if t == "script"]
     assert not [a for t, a in parser.found if t == "img" and not a.get("src", "").startswith("png/")]
     assert page.count(HOSTILE.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")) >= 4
-    from playwright import sync_api
-    chromium = os.environ.get("MSPROBE_CHROMIUM", "/usr/bin/chromium")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
-        try:
-            view = browser.new_page()
-            view.goto((tmp_path / "rep" / "index.html").as_uri())
-            view.wait_for_timeout(300)
-            assert view.evaluate("window.pwned") is None
-            assert view.inner_text("body").count(HOSTILE) >= 4   # shown as the text it is
-        finally:
-            browser.close()
+    view = browser.new_page()
+    try:
+        view.goto((tmp_path / "rep" / "index.html").as_uri())
+        view.wait_for_timeout(300)
+        assert view.evaluate("window.pwned") is None
+        assert view.inner_text("body").count(HOSTILE) >= 4   # shown as the text it is
+    finally:
+        view.close()
