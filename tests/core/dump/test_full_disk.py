@@ -148,7 +148,8 @@ def test_mindspore_training_outlives_a_full_disk(small_disk, caplog):
     debugger.close()
     assert len(losses) == 20
     warned = [r.getMessage() for r in caplog.records if "stopped dumping" in r.getMessage()]
-    assert len(warned) == 1 and "No space left on device" in warned[0], warned
+    # the tensor file's write may fail as ENOSPC or as numpy's short write, whichever reaches the limit
+    assert len(warned) == 1 and ("No space left on device" in warned[0] or "disk may be full" in warned[0]), warned
     steps = sorted(int(d[4:]) for d in os.listdir(small_disk))
     assert len(steps) < 20
     for step in steps:

@@ -287,6 +287,8 @@ class DumpLifecycle:
                 where = f" (step {session.step}: its dump.json is marked incomplete)"
             else:
                 where = f" (step {session.step}: not written)"
+            if isinstance(error, OSError) and error.errno is None:  # numpy's short write names no cause
+                error = f"{error} (a short write: the disk may be full)"
             logger.warning("msprobe: stopped dumping for the rest of this run, training goes on: %s%s", error, where)
         if session is not None and self.state.session is session:
             self.state.session = None
