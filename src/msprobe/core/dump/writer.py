@@ -80,16 +80,21 @@ def _make_rank_dir(rank_dir, owner=None):
     maybe running now) raises DumpExistsError. Returns the directories this call made, innermost first."""
     step_dir = os.path.dirname(rank_dir)
     made = []
-    try:
-        if make_dir(step_dir):
-            made.append(step_dir)
-        make_dir(rank_dir, exist_ok=False)
-        made.insert(0, rank_dir)
-    except FileExistsError:
-        if owner is not None and _claimed.get(os.path.abspath(rank_dir)) != id(owner):
-            raise DumpExistsError(rank_dir) from None
-        make_dir(rank_dir)  # ours: check it is still a real directory
-    except FileNotFoundError:  # the dump path itself is missing (or another rank's discard removed step_dir)
+    for _ in range(3):  # the rank dir itself is always made exclusively: two runs never share it
+        try:
+            if make_dir(step_dir):
+                made.append(step_dir)
+            make_dir(rank_dir, exist_ok=False)
+            made.insert(0, rank_dir)
+            break
+        except FileExistsError:
+            if owner is not None and _claimed.get(os.path.abspath(rank_dir)) != id(owner):
+                raise DumpExistsError(rank_dir) from None
+            make_dir(rank_dir)  # ours: check it is still a real directory
+            break
+        except FileNotFoundError:  # the dump path is missing (or another rank's discard removed step_dir)
+            made += [d for d in make_dirs(step_dir) if d not in made]
+    else:
         made = make_dirs(rank_dir)
     if owner is not None:
         _claimed[os.path.abspath(rank_dir)] = id(owner)
