@@ -116,7 +116,7 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
     torch = pytest.importorskip("torch")
     dump_overhead = _bench_module("dump_overhead")
     torch.manual_seed(0)
-    work = dump_overhead.Workload("mlp")
+    work = _bench_module("models").Workload("mlp")
     for config in ("stat_L0", "stat_mix"):
         runner = dump_overhead.Runner(config, work, str(tmp_path))
         steps = dump_overhead._slot(runner, 2)
@@ -126,16 +126,16 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
         assert not left, (config, left[:3])
 
 
-def test_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
-    """The floor probe reads every module output, each module's own parameters, the gradients of
-    the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
+def test_l0_floor_reads_what_an_l0_record_holds_once():
+    """host_cost.py's L0 floor probe reads every module output, each module's own parameters, the gradients
+    of the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
     torch = pytest.importorskip("torch")
-    l0_floor = _bench_module("l0_floor")
-    work = l0_floor.Workload("cnn")
+    floor_probes, models = _bench_module("floor_probes"), _bench_module("models")
+    work = models.Workload("cnn")
     submodules = [m for name, m in work.model.named_modules() if name]
     params = list(work.model.parameters())
     seen = []
-    probe = l0_floor.HookFloor(read=True)
+    probe = floor_probes.HookFloor(read=True)
     probe.start(work.model)
     work.train_step()
     seen, probe.results = probe.results, seen
@@ -146,97 +146,6 @@ def test_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
     left = [m for m in submodules if m._forward_hooks]
     left += [p for p in params if getattr(p, "_post_accumulate_grad_hooks", None)]
     assert not left and torch.is_grad_enabled()
-
-    out = tmp_path / "floor.json"
-    done = run("l0_floor.py", "--models", "cnn", "--rounds", "2", "--quiet", "--json", str(out))
-    cnn = json.loads(out.read_text())["results"]["cnn"]
-    assert set(cnn["ratios"]) == {"none", "hooks", "floor", "stat_L0", "no_files", "no_stats", "no_bwd"}
-    assert cnn["ratios"]["none"] == 1.0
-    assert "cnn" in done.stdout and "no_bwd" in done.stdout
-
-
-def _l0_records(dump_path):
-    found = {}
-    for root, _, files in os.walk(dump_path):
-        if "dump.json" in files:
-            with open(os.path.join(root, "dump.json")) as f:
-                found.update(json.load(f)["data"])
-    return found
-
-
-def test_l0_floor_knock_outs_switch_off_one_part_for_their_step_only(tmp_path):
-    """no_files writes no records, no_stats reads no tensor, no_bwd records no backward; the plain
-    stat_L0 debugger beside them is untouched."""
-    pytest.importorskip("torch")
-    l0_floor = _bench_module("l0_floor")
-    work = l0_floor.Workload("cnn")
-
-    def dump(probe, path):
-        probe.start(work.model)
-        work.train_step()
-        probe.stop()
-        probe.step()
-        probe.close()
-        return _l0_records(path)
-
-    plain = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "plain")),
-                 tmp_path / "plain")
-    runs = {part: dump(l0_floor.KnockOut(part, str(tmp_path / part)), tmp_path / part)
-            for part in ("files", "stats", "bwd")}
-    again = dump(l0_floor.PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "again")),
-                 tmp_path / "again")
-    from msprobe.pytorch.session import DumpSession
-    assert DumpSession.tensor_record.__module__ == "msprobe.pytorch.session"  # msprobe's own again
-    backward = {k for k in plain if ".backward." in k}
-    assert backward and {k for k in plain if ".parameters_grad" in k}
-    assert runs["files"] == {}
-    assert set(runs["bwd"]) == set(plain) - backward
-    assert set(runs["stats"]) == set(plain)
-    conv = runs["stats"]["Module.features.0.Conv2d.forward.0"]["output"][0]
-    assert (conv["Max"], conv["Norm"], conv["shape"]) == (0.0, 0.0, [1])
-    assert plain["Module.features.0.Conv2d.forward.0"]["output"][0]["Norm"] > 0
-    assert set(again) == set(plain)
-
-
-_MS_FLOOR_PROBE = """
-import json, math, sys
-sys.path.insert(0, sys.argv[1])
-import ms_l0_floor  # sets up the synchronous process before MindSpore runs an op
-runner = ms_l0_floor.Runner("mlp")
-net = runner.net
-called = [c for name, c in net.cells_and_names() if name and name != "hidden"]  # a CellList is not called
-params = net.trainable_params()
-out = {}
-for late in (False, True):
-    probe = ms_l0_floor.CellHookFloor(read=True, late=late)
-    probe.start(net)
-    runner.step()
-    probe.stop()  # late: reads what the hooks held
-    seen = list(probe.results)
-    probe.step()
-    runner.step()  # hooks gone: nothing read
-    out[str(late)] = {"seen": len(seen), "want": 2 * len(called) + 2 * len(params),
-                      "finite": all(r is not None and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen),
-                      "after": len(probe.results) + len(probe.held)}
-print(json.dumps(out))
-"""
-
-
-def test_mindspore_l0_floor_reads_what_an_l0_record_holds_once(tmp_path):
-    """The MindSpore floor probe reads every sub-Cell output and its gradient, each Cell's own
-    Parameters and every Parameter gradient, each once with the statistics kernel, and leaves no hook."""
-    pytest.importorskip("mindspore")
-    done = subprocess.run([sys.executable, "-c", _MS_FLOOR_PROBE, BENCH], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, GLOG_v="3"))
-    assert done.returncode == 0, done.stderr[-4000:]
-    for late, got in json.loads(done.stdout.strip().splitlines()[-1]).items():
-        assert got["seen"] == got["want"] and got["finite"] and got["after"] == 0, (late, got)
-
-    out = tmp_path / "floor.json"
-    done = run("ms_l0_floor.py", "--models", "mlp", "--rounds", "2", "--quiet", "--json", str(out))
-    mlp = json.loads(out.read_text())["results"]["mlp"]
-    assert set(mlp["ratios"]) == {"none", "hooks", "floor", "late", "stat_L0"} and mlp["ratios"]["none"] == 1.0
-    assert "mlp" in done.stdout and "stat_L0" in done.stdout
 
 
 def test_mindspore_synchronous_process_stays_synchronous():
