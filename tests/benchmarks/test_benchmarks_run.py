@@ -32,29 +32,22 @@ def run(script, *args, timeout=600):
 
 
 def test_pytorch_dump_overhead_quick(tmp_path):
+    """One quick run: every config measured, a debugger never started writes nothing, and async_dump (the
+    default path now) writes the records the default writes (sizes differ by the digits of the numbers)."""
     pytest.importorskip("torch")
     out = tmp_path / "out.json"
-    run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs", "none,created,stat_L0",
-        "--json", str(out))
+    run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs",
+        "none,created,stat_L0,stat_L1,stat_L1_async", "--json", str(out))
     cnn = json.loads(out.read_text())["results"]["cnn"]
     assert cnn["created"]["dump_bytes_per_step"] == 0  # constructed, never started: writes nothing
     assert cnn["stat_L0"]["dump_bytes_per_step"] > 0
     assert cnn["stat_L0"]["ratio"] > 0 and len(cnn["stat_L0"]["round_ratios"]) == 2
-
-
-def test_async_config_writes_what_the_default_writes(tmp_path):
-    """async_dump is the default path now: the same records (sizes differ by the digits of the numbers)."""
-    pytest.importorskip("torch")
-    out = tmp_path / "out.json"
-    run("dump_overhead.py", "--quick", "--quiet", "--models", "mlp", "--configs", "none,stat_L1,stat_L1_async",
-        "--json", str(out))
-    mlp = json.loads(out.read_text())["results"]["mlp"]
-    assert mlp["stat_L1"]["dump_bytes_per_step"] > 0
-    assert mlp["stat_L1_async"]["dump_bytes_per_step"] == pytest.approx(mlp["stat_L1"]["dump_bytes_per_step"],
+    assert cnn["stat_L1"]["dump_bytes_per_step"] > 0
+    assert cnn["stat_L1_async"]["dump_bytes_per_step"] == pytest.approx(cnn["stat_L1"]["dump_bytes_per_step"],
                                                                         rel=0.02)
 
 
-def test_host_cost_and_profile_step_run():
+def test_host_cost_quick():
     done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device")
     rows = {ln.split()[0]: ln.split() for ln in done.stdout.splitlines()
             if ln.startswith(("L1 ", "mix_device", "L1_floor"))}
@@ -63,10 +56,15 @@ def test_host_cost_and_profile_step_run():
     # msprobe's L1 row says how far above the floor it is (mix has no floor measured: no column)
     assert len(rows["L1"]) == len(rows["L1_floor"]) + 1 == len(rows["mix_device"]) + 1
     assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
-    done = run("profile_step.py", "--steps", "1", "--top", "5", "--model", "mlp")
-    assert "function calls" in done.stdout
-    done = run("profile_step.py", "--steps", "1", "--model", "mlp", "--plain")  # for a sampler outside
-    assert "function calls" not in done.stdout
+
+
+def test_profile_step_profiles_or_runs_plain_for_a_sampler_outside(capsys):
+    pytest.importorskip("torch")
+    profile_step = _bench_module("profile_step")
+    assert profile_step.main(["--steps", "1", "--top", "5", "--model", "mlp"]) == 0
+    assert "function calls" in capsys.readouterr().out
+    assert profile_step.main(["--steps", "1", "--model", "mlp", "--plain"]) == 0
+    assert "function calls" not in capsys.readouterr().out
 
 
 def test_api_floor_reads_each_tensor_of_each_recorded_api_once():
@@ -92,22 +90,26 @@ def test_api_floor_reads_each_tensor_of_each_recorded_api_once():
     assert not torch.overrides._get_current_function_mode_stack() and probe.results == []
 
 
-def test_host_cost_measures_a_baseline_checkout_in_turn(tmp_path):
-    """--baseline-src: the other side's runs import msprobe from the folder given, not this checkout."""
+def test_host_cost_measures_a_baseline_checkout_in_turn(tmp_path, monkeypatch, capsys):
+    """--baseline-src: the other side's runs import msprobe from the folder given, not this checkout.
+    The parent only starts and reads its two children: it runs here."""
     pytest.importorskip("torch")
+    monkeypatch.setenv("MSPROBE_QUIET", "1")  # what the script sets for itself, undone after the test
+    host_cost = _bench_module("host_cost")
     old = tmp_path / "old_src"
     shutil.copytree(os.path.join(ROOT, "src", "msprobe"), old / "msprobe",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    done = run("host_cost.py", "--quick", "--configs", "L0", "--alternations", "1", "--baseline-src", str(old))
-    row = next(ln.split() for ln in done.stdout.splitlines() if ln.startswith("L0 "))
+    assert host_cost.main(["--quick", "--configs", "L0", "--alternations", "1", "--baseline-src", str(old)]) == 0
+    out = capsys.readouterr().out
+    row = next(ln.split() for ln in out.splitlines() if ln.startswith("L0 "))
     assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("x")
-    assert f"(baseline: {old / 'msprobe'})" in done.stdout
-    bad = subprocess.run([sys.executable, os.path.join(BENCH, "host_cost.py"), "--baseline-src", str(tmp_path)],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "no msprobe package in it" in bad.stderr
-    bad = subprocess.run([sys.executable, os.path.join(BENCH, "host_cost.py"), "--device", "cuda", "--configs",
-                          "L1_device"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown config ['L1_device'] for --device cuda" in bad.stderr
+    assert f"(baseline: {old / 'msprobe'})" in out
+    for argv, said in ((["--baseline-src", str(tmp_path)], "no msprobe package in it"),
+                       (["--device", "cuda", "--configs", "L1_device"],
+                        "unknown config ['L1_device'] for --device cuda")):
+        with pytest.raises(SystemExit) as bad:
+            host_cost.main(argv)
+        assert bad.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
@@ -150,13 +152,17 @@ def test_l0_floor_reads_what_an_l0_record_holds_once():
 
 def test_mindspore_synchronous_process_stays_synchronous():
     """Every slot of the synchronous process runs its one way (a slot that switched the option off
-    after its steps left the slots after it measuring asynchronous steps)."""
+    after its steps left the slots after it measuring asynchronous steps). The measuring process is
+    run alone, as the script's parent starts it for that execution."""
     pytest.importorskip("mindspore")
-    done = run("ms_dump_overhead.py", "--quick", "--execution", "synchronous", "--models", "mlp",
-               "--configs", "stat_L0")
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "ms_dump_overhead.py"), "--quick", "--json",
+                           "--models", "mlp", "--configs", "stat_L0"], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, GLOG_v="3", MSPROBE_BENCH_EXECUTION="synchronous"))
+    assert done.returncode == 0, done.stderr[-4000:]
     ways = [line for line in done.stderr.splitlines() if "fastest way" in line]
     assert ways == ["mlp: fastest way of the 2 slots without the tool: plain 2; with it: plain 2"], ways
-    assert "| mlp |" in done.stdout and "stat_L0" in done.stdout
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(results) == {"mlp", "mlp (cpu)"} and results["mlp"]["stat_L0"] > 0
 
 
 def test_acc_check_throughput_single_round(tmp_path):
@@ -172,11 +178,13 @@ def test_bf16_diagnosis_suite_quick(tmp_path):
     """One suite and config of the planted-bug benchmark: it runs, and the JSON holds every run."""
     pytest.importorskip("torch")
     out = tmp_path / "bf16.json"
-    done = run("bf16_diagnosis.py", "--models", "mixer", "--configs", "statistics:mix", "--quiet",
-               "--json", str(out))
-    runs = json.loads(out.read_text())["mixer statistics:mix"]
-    assert len(runs) == 5 + 3  # the mixer's plants and the three controls
+    done = run("bf16_diagnosis.py", "--models", "mixer", "--configs", "statistics:mix", "--negatives", "mha",
+               "--quiet", "--json", str(out))
+    runs = json.loads(out.read_text())
+    assert len(runs["mixer statistics:mix"]) == 5 + 3  # the mixer's plants and the three controls
+    assert set(runs) == {"mixer statistics:mix", "negative mha statistics:mix"}  # one clean family of six
     assert "| mixer (held out) | statistics:mix | msprobe diagnosis |" in done.stdout
+    assert "| mha | held out | statistics:mix |" in done.stdout
 
 
 def test_multirank_compare_names_the_planted_rank():
