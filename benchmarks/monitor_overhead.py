@@ -1,6 +1,6 @@
 """Step-time overhead of msprobe's TrainerMon (PyTorch) against no monitor, measured in one interleaved run.
 
-The workload is the transformer of `benchmarks/dump_overhead.py` (4 blocks, d_model 256, batch 4x128)
+The workload is the transformer of `benchmarks/models.py` (4 blocks, d_model 256, batch 4x128)
 trained with AdamW. Configs:
 
     none    no monitor (the baseline)
