@@ -34,7 +34,7 @@ class CallFrame:
     """A call between `begin` and `end`."""
 
     __slots__ = ("key", "parent", "save", "waits", "stack", "in_args", "in_kwargs", "forward", "listed",
-                 "inplace", "module", "backward", "bparent")
+                 "inplace", "module", "backward", "bkey", "bparent")
 
 
 class CallCapture:
@@ -96,8 +96,8 @@ class CallCapture:
                 # the enclosing module's backward is the parent of this one's
                 enclosing = parent if module else (s.module_stack[-1] if s.module_stack else None)
                 f.bparent = naming.backward_of(enclosing) if enclosing else None
-                f.backward, args = ops.backward_begin(s, naming.backward_of(key), f.bparent, args, kwargs, save,
-                                                      inplace, module)
+                f.bkey = naming.backward_of(key)  # built once: begin and end both hand it on
+                f.backward, args = ops.backward_begin(s, f.bkey, f.bparent, args, kwargs, save, inplace, module)
             else:
                 f.backward = None
         return f, args
@@ -131,6 +131,5 @@ class CallCapture:
             if f.listed:
                 s.note_structure(key, f.parent, f.stack)
             if f.backward is not None:
-                out = ops.backward_end(s, f.backward, naming.backward_of(key), f.bparent, out, result, f.save,
-                                       f.inplace, f.module)
+                out = ops.backward_end(s, f.backward, f.bkey, f.bparent, out, result, f.save, f.inplace, f.module)
         return out
