@@ -111,6 +111,7 @@ class CallCapture:
         key = f.key
         with ops.work():
             result = ops.result_of(s, out, args, f.inplace)
+            listed = f.listed
             if f.forward and not (gate is not None and gate.exhausted):
                 save, waits = f.save, f.waits
                 record = {"input_args": f.in_args, "input_kwargs": f.in_kwargs}
@@ -125,10 +126,12 @@ class CallCapture:
                     outs = record["output"] = []
                 if params is not None:
                     record["parameters"] = params
-                s.emit(key, record, waits, check=outs)
+                # its structure notes ride in the record's queue entry
+                s.emit(key, record, waits, check=outs, notes=s.structure_notes(f.parent, f.stack) if listed else None)
+                listed = False
             if f.module:
                 s.recorded_modules.add(key.rsplit(".", 2)[0])  # its parameters' gradients are recorded
-            if f.listed:
+            if listed:
                 s.note_structure(key, f.parent, f.stack)
             if f.backward is not None:
                 out = ops.backward_end(s, f.backward, f.bkey, f.bparent, out, result, f.save, f.inplace, f.module)

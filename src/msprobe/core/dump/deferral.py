@@ -29,11 +29,11 @@ class Deferral:
         select: callable (items, touching) -> (items to read now, items that keep waiting), or None.
     """
 
-    __slots__ = ("_items", "_sizes", "_bytes", "max_items", "max_bytes", "_run", "_select")
+    __slots__ = ("_queue", "_bytes", "max_items", "max_bytes", "_run", "_select")
 
     def __init__(self, run, max_items, max_bytes=None, select=None):
-        self._items = []
-        self._sizes = []  # bytes of each item, in step with _items
+        # (item, bytes) pairs: one list, so that a take() on another thread never splits a pair
+        self._queue = []
         self._bytes = 0
         self.max_items = max_items
         self.max_bytes = max_bytes
@@ -41,49 +41,44 @@ class Deferral:
         self._select = select
 
     def __len__(self):
-        return len(self._items)
+        return len(self._queue)
 
     def __bool__(self):
-        return bool(self._items)
+        return bool(self._queue)
 
     def items(self):
         """The items waiting now (a copy: another thread may add meanwhile)."""
-        return self._items[:]
+        return [item for item, _ in self._queue[:]]
 
     def add(self, item, nbytes=0):
         """Queue `item` (`nbytes` of tensor data held); True when the batch is full."""
-        self._items.append(item)
-        self._sizes.append(nbytes)
+        self._queue.append((item, nbytes))
         self._bytes += nbytes
-        return len(self._items) >= self.max_items or (self.max_bytes is not None and self._bytes >= self.max_bytes)
+        return len(self._queue) >= self.max_items or (self.max_bytes is not None and self._bytes >= self.max_bytes)
 
     def launch(self, touching=None):
         """Read what waits now: the items `touching` may change (all of them without `select`, or when
         `touching` is None or empty); the others keep waiting for a larger batch."""
-        if not self._items:
+        if not self._queue:
             return
         if touching and self._select is not None:
-            go, _ = self._select(self._items, touching)
+            go, _ = self._select(self.items(), touching)
             if not go:
                 return
-            if len(go) < len(self._items):
+            if len(go) < len(self._queue):
                 chosen = {id(item) for item in go}
-                kept = [(item, n) for item, n in zip(self._items, self._sizes) if id(item) not in chosen]
-                self._items = [item for item, _ in kept]
-                self._sizes = [n for _, n in kept]
-                self._bytes = sum(self._sizes)
+                self._queue = [pair for pair in self._queue if id(pair[0]) not in chosen]
+                self._bytes = sum(n for _, n in self._queue)
                 self._call(go)
                 return
         self._call(self.take().items)
 
     def take(self):
         """Everything waiting, removed, as a Batch (`finish()` reads it)."""
-        items = self._items[:]
-        # (not clear(): keeps what another thread queued meanwhile)
-        del self._items[:len(items)]
-        del self._sizes[:len(items)]
-        self._bytes = sum(self._sizes)
-        return Batch(items, self._run)
+        pairs = self._queue[:]
+        del self._queue[:len(pairs)]  # (not clear(): keeps what another thread queued meanwhile)
+        self._bytes = sum(n for _, n in self._queue)
+        return Batch([item for item, _ in pairs], self._run)
 
     def _call(self, items):
         run = self._run()
