@@ -3,8 +3,9 @@
 The capture layers (wrapped APIs, Cell hooks, GradTracker, debug save) call into the session; the flow
 after a record is made (queue, batch resolve, overflow gate, writer) is core/dump/capture.py. Reading
 a MindSpore tensor makes the PyNative pipeline wait for it, so statistics are read in batches: a
-record's tensors wait in `_late` (a Deferral, core/dump/deferral.py) until a resolve (after a backward pass, before an in-place call, every
-LATE_LIMIT tensors, at stop() and at the step's end). Hot path: `record_call`.
+record's tensors wait in `_late` (a Deferral, core/dump/deferral.py) until a resolve (after a backward
+pass, before an in-place call, every LATE_LIMIT tensors, at stop() and at the step's end). Hot path:
+`record_call`.
 """
 
 import weakref
