@@ -275,6 +275,11 @@ class _RankWalk:
 
     def _label_inherited(self, call, inner):
         self._label_agreeing(call.rows)
+        if not any(r.differs for r in call.inputs):  # outputs within what rounding inside the call explains
+            rounding = op_model.internal_rounding(call, self.calls_by_key, self.working_u)
+            for r in call.outputs:
+                if r.label == INHERITS and r.error <= rounding:
+                    r.label = ROUNDING
         if inner:  # a module: its rows are its inner calls' rows
             for r in call.outputs:
                 found = self.producers.find(r)
@@ -433,7 +438,8 @@ class _RankWalk:
         in_err = _max_error(call.inputs)
         judged = op_model.judged_outputs(call)
         out_err = _max_error(judged)
-        out_floor = max((r.floor for r in judged), default=0.0)
+        out_floor = max(max((r.floor for r in judged), default=0.0),
+                        op_model.internal_rounding(call, self.calls_by_key, self.working_u))
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
         if carried > 0 and op_model.switches(call, self.calls_by_key):
