@@ -258,29 +258,6 @@ def _grad_of(forward_key, direction):
     return f"{base}.{direction}.{index}"
 
 
-def _same_counts(target_keys, golden_keys):
-    """target key -> golden key for the APIs and modules both runs call equally often: the i-th call
-    with the i-th (what their call indices say). Aligning them too lets a run of like calls (an
-    optimizer's 30 `add_`) slide by one behind layout calls one program makes more of."""
-    from collections import Counter
-    t = Counter(_strip_index(k) for k in target_keys)
-    g = Counter(_strip_index(k) for k in golden_keys)
-    same = {name for name, n in t.items() if g.get(name) == n}
-    by_name = defaultdict(list)
-    for k in golden_keys:
-        name = _strip_index(k)
-        if name in same:
-            by_name[name].append(k)
-    seen = Counter()
-    pairs = {}
-    for k in target_keys:
-        name = _strip_index(k)
-        if name in same:
-            pairs[k] = by_name[name][seen[name]]
-            seen[name] += 1
-    return pairs
-
-
 def _fuzzy_pairs(target_keys, golden_keys):
     """target key -> golden key, forward calls by aligning the two forward call sequences (`_align`);
     a backward or parameters_grad record follows its forward call's partner (the order of a backward
@@ -288,8 +265,7 @@ def _fuzzy_pairs(target_keys, golden_keys):
     forward call are aligned among themselves."""
     fwd_t = [k for k in target_keys if _forward_of(k) is None]
     fwd_g = [k for k in golden_keys if _forward_of(k) is None]
-    pairs = _same_counts(fwd_t, fwd_g)
-    pairs.update(_align([k for k in fwd_t if k not in pairs], [k for k in fwd_g if k not in pairs.values()]))
+    pairs = _align(fwd_t, fwd_g)
     golden = set(golden_keys)
     rest = []
     for k in target_keys:
