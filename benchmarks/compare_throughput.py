@@ -421,6 +421,7 @@ def engine_bench(root, pairs, records, tensor_pairs):
     for label, n, per_rank, p, r, same in rows:
         print(f"{label:14s}{n:6d}{per_rank:10d}{p['wall']:8.1f}{r['wall']:8.1f}{r['wall'] / p['wall']:9.2f}"
               f"{1000 * p['wall'] / n:13.0f}{1000 * r['wall'] / n:12.0f}{p['rss_mb']:11.0f} /{r['rss_mb']:6.0f}  {same}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     big = rows[0]
     ratio, rss = big[4]["wall"] / big[3]["wall"], big[4]["rss_mb"]
     print(f"targets at {big[1]} pairs: Ray within {ENGINE_TARGETS['ray/pool wall']}x of the pool's wall: "
