@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from msprobe.core.compare.engines.summary import Interner, slim_suspects
 from msprobe.core.compare.writer import result_file_name, write_result
 from msprobe.core.diagnosis.suspects import PrecisionCensus, diagnose_pair, trim_evidence
-from msprobe.core.diagnosis.thresholds import MAX_SUSPECTS
 from msprobe.core.errors import MsprobeError, where
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
@@ -87,7 +86,10 @@ def run_pair(plan, pair, job, opts=None, write=True):
     entry = diagnose_pair(result, used[1])
     entry["_pair"] = job.index
     if not job.keep_table:
-        trim_evidence(entry, keep=0 if job.lean else MAX_SUSPECTS)
+        if job.lean:
+            trim_evidence(entry, keep=0)
+        else:
+            trim_evidence(entry)
         entry["_suspects"] = slim_suspects(entry["_suspects"])  # what goes back to the driver: small
     debug = not os.path.isfile(os.path.join(result.target_dir, "dump.json"))  # a debug.json dump
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
