@@ -260,6 +260,24 @@ def test_the_driver_holds_each_pairs_trimmed_suspects_slim_and_shared(tmp_path, 
     for s in slim:
         assert calls.setdefault((s.call.key, s.call.order), s.call) is s.call  # one Call over all pairs
     assert len(calls) < len(slim) / (RANKS * STEPS) * 2
+    kept = _in_memory(target, golden, tmp_path / "kept")
     streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
     assert streamed.diagnosis["suspect_count"] > 10
+    assert_same_outputs(kept, streamed)
+
+
+def test_many_pairs_keep_no_suspects_rows_on_the_pool_either(tmp_path, in_workers, monkeypatch):
+    """From LEAN_MIN_PAIRS pairs on, the pool's driver too holds every suspect slim; the listed ones
+    are read again, and the diagnosis is the one of whole pairs."""
+    from msprobe.core.compare.engine import compare_plan
+    from msprobe.core.compare.engines.summary import SlimSuspect
+    monkeypatch.setattr(rank_pairs, "LEAN_MIN_PAIRS", RANKS * STEPS)
+    target, golden = write_dumps(tmp_path / "t", True), write_dumps(tmp_path / "g", False)
+    _, entries, *_ = rank_pairs.compare_and_label(compare_plan(target, golden, progress=False),
+                                                  str(tmp_path / "out"), keep_tables=False, progress=False,
+                                                  timestamp="20260101000000")
+    suspects = [s for e in entries for s in e["_suspects"]]
+    assert suspects and all(isinstance(s, SlimSuspect) for s in suspects)
+    streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
+    assert streamed.diagnosis["suspects"][0]["inputs"]  # read again: evidence, not an empty shell
     assert_same_outputs(_in_memory(target, golden, tmp_path / "kept"), streamed)

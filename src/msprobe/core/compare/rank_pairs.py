@@ -22,6 +22,8 @@ from msprobe.core.errors import MsprobeError, where
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
 PARALLEL_MIN_BYTES = 32 << 20
 PARALLEL_MIN_PAIRS = 4
+# from this many pairs on, every engine's driver keeps no suspect's rows (the listed few are read again)
+LEAN_MIN_PAIRS = 256
 _LOGGER = "msprobe"
 
 
@@ -235,7 +237,7 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
     if engine is None:
         from msprobe.core.compare.engines import open_engine
         engine = open_engine("pool", workers=_worker_count(plan))
-    lean = getattr(engine, "lean_driver", False)
+    lean = getattr(engine, "lean_driver", False) or len(plan.pairs) >= LEAN_MIN_PAIRS
     jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir, lean=lean, rows_key=rows_key)
             for i in range(len(plan.pairs))]
     done = [None] * len(jobs)
