@@ -246,9 +246,10 @@ def _moment(timestamp):
     """The datetime of a `%Y%m%d%H%M%S` timestamp; now (to the second) when it is none or not one."""
     import datetime
     try:
-        return datetime.datetime.strptime(str(timestamp), "%Y%m%d%H%M%S")
+        when = datetime.datetime.strptime(str(timestamp), "%Y%m%d%H%M%S")
     except ValueError:
-        return datetime.datetime.now().replace(microsecond=0)
+        when = datetime.datetime.now().replace(microsecond=0)
+    return max(when, datetime.datetime(1980, 1, 1))  # a zip holds no earlier time
 
 
 def write_xlsx(table, path, timestamp=None):
