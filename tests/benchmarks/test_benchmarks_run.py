@@ -182,9 +182,9 @@ def test_bf16_diagnosis_suite_quick(tmp_path):
                "--quiet", "--json", str(out))
     runs = json.loads(out.read_text())
     assert len(runs["mixer statistics:mix"]) == 5 + 3  # the mixer's plants and the three controls
-    assert set(runs) == {"mixer statistics:mix", "negative mha statistics:mix"}  # one clean family of six
+    assert set(runs) == {"mixer statistics:mix", "negative mha statistics:mix"}  # one clean family
     assert "| mixer (held out) | statistics:mix | msprobe diagnosis |" in done.stdout
-    assert "| mha | held out | statistics:mix |" in done.stdout
+    assert "| mha | tuning | statistics:mix |" in done.stdout
 
 
 def test_multirank_compare_names_the_planted_rank():

@@ -26,11 +26,11 @@ SETUPS = ("ddp", "fsdp", "allreduce")
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every run of this module from one launch of the two ranks: halves (every setup), unequal parts
-    (5 and 3 rows), halves in tensor mode."""
+    (5 and 3 rows), halves in tensor mode (all-reduce, FSDP2, DDP)."""
     root = tmp_path_factory.mktemp("dp")
     run_ranks(WORKER, 2, [root / "halves", ",".join(SETUPS + ("planted",)), "4,4", "statistics",
                           root / "unequal", "allreduce", "5,3", "statistics",
-                          root / "tensor", "allreduce", "4,4", "tensor"])
+                          root / "tensor", "allreduce,fsdp,ddp", "4,4", "tensor"])
     return root
 
 
@@ -88,11 +88,11 @@ def test_tensor_mode_assembles_the_averaged_and_scaled_tensors(runs):
     assert float(table.loc["Functional.linear.0.backward.output.1", "MaxAbsErr"]) < 1e-6
 
 
-def test_fsdp2_and_ddp_in_tensor_mode_against_one_process(tmp_path):
+def test_fsdp2_and_ddp_in_tensor_mode_against_one_process(runs):
     """Tensor mode writes a tensor from its own memory without marking its storage non-resizable: FSDP2
     frees each unsharded parameter after forward with storage.resize_(0), which had raised. DDP's model
     is named as the single process names it (no `Module.module.`), so its module records pair too."""
-    run_ranks(WORKER, 2, [tmp_path, "fsdp,ddp", "4,4", "tensor"])
+    tmp_path = runs / "tensor"
     for setup in ("fsdp", "ddp"):
         results = compare_dumps(str(tmp_path / setup), str(tmp_path / "single"), progress=False)
         d = diagnose(results)
