@@ -122,11 +122,11 @@ class _Producers:
 
 
 def _passed_through(call):
-    """Value keys of a call's unpaired outputs that are one of its inputs unchanged (nn.Dense's BiasAdd
-    and Reshape hand the incoming gradient on, values golden holds inside F.linear): the value's
-    producer stays the call that made it, so an error it carries is traced there."""
+    """Value keys of a call's outputs that golden holds inside one call (matching.INSIDE_FUSED) and that
+    are one of its inputs unchanged (nn.Dense's BiasAdd and Reshape hand the incoming gradient on inside
+    F.linear): the value's producer stays the call that made it, so an error it carries is traced there."""
     ins = {r.value_key() for r in call.inputs if r.is_tensor}
-    return {k for r in call.outputs if not r.matched and (k := r.value_key()) is not None and k in ins}
+    return {k for r in call.outputs if r.inside and (k := r.value_key()) is not None and k in ins}
 
 
 def _parameter_index(calls):
