@@ -202,7 +202,8 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         for model in models:
             if isinstance(model, torch.nn.Module):
                 for name, p in model.named_parameters():
-                    names.setdefault(id(p), name)
+                    # a torch.compile'd model's parameters are named as the eager model's
+                    names.setdefault(id(p), ".".join(part for part in name.split(".") if part != "_orig_mod"))
         return [(names.get(id(p), f"param_groups.{g}.{i}"), p, p.grad)
                 for g, group in enumerate(optimizer.param_groups)
                 for i, p in enumerate(group["params"]) if p.grad is not None]
