@@ -108,13 +108,13 @@ class _KeyMapper:
 
     def map_base(self, base):
         opts = self.opts
+        if base.startswith(_OPTIMIZER_DOT):
+            return self._map_update(base)
         rule = self.rule_for(base)
         if rule is not None:
             base = rule.pt_api
         elif opts.cross_framework:
             prefix, dot, rest = base.partition(".")
-            if prefix == OPTIMIZER_PREFIX and opts.cell_table is not None:
-                return prefix + dot + _optimizer_update_name(rest, opts.cell_table)
             if prefix == "Cell" and opts.cell_table is not None and "." in rest:
                 path, _, cls = rest.rpartition(".")
                 rest = path + "." + opts.cell_table.classes.get(cls, cls)
@@ -127,6 +127,17 @@ class _KeyMapper:
         if opts.cell_mapping:
             rest = self._map_cells(rest)
         return prefix + dot + rest
+
+    def _map_update(self, base):
+        """An optimizer update `Optimizer.{Class}.{module path}.{parameter}`: MindSpore's class and
+        parameter names as PyTorch's, the module path through the layer mapping."""
+        opts = self.opts
+        cls, _, param = base[len(_OPTIMIZER_DOT):].partition(".")
+        if opts.cross_framework and opts.cell_table is not None:
+            cls, param = _optimizer_update_name(cls + "." + param, opts.cell_table).split(".", 1)
+        if opts.layer_mapping and "." in param:
+            param = self._map_layers(param)  # the parameter's name stands where a module's class would
+        return _OPTIMIZER_DOT + cls + "." + param
 
     def _map_layers(self, path_cls):
         path, _, cls = path_cls.rpartition(".")
