@@ -168,4 +168,4 @@ def test_cli_compare_json_is_validated(tmp_path, transformer_dumps):
     res = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "graph", "-i", str(bad), "-o", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1
-    assert "'bench_path'" in res.stderr and "an existing file or directory" in res.stderr
+    assert "compare.json: bench_path'" in res.stderr and "an existing dump.json" in res.stderr

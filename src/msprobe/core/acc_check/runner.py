@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from msprobe.core.acc_check.checker import badness, judge
 from msprobe.core.acc_check.csv_files import ResultFiles, merge_parts, read_rows, results_from_csv
 from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
-from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
+from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec, executor_module
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.input_spec import cases_from_dump
 from msprobe.core.acc_check.work_split import work_order
@@ -236,8 +237,16 @@ def _exit_with_parent():
     threading.Thread(target=watch, name="acc_check-parent-watch", daemon=True).start()
 
 
+def default_start_method(framework, accelerator_count):
+    """How run_multi_acc_check starts its workers when not told."""
+    # fork is safe before any framework op has run here and saves each worker a torch import; MindSpore
+    # starts threads at import, and CUDA/NPU contexts must not be forked
+    fork = framework == "pytorch" and not accelerator_count and sys.platform.startswith("linux")
+    return "fork" if fork else "spawn"
+
+
 def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, save_error_data=False,
-                        custom_apis=(), progress=True, seed=1234, accelerator_count=0, start_method="spawn",
+                        custom_apis=(), progress=True, seed=1234, accelerator_count=None, start_method=None,
                         max_elements=None):
     """Check every API of a dump with one worker process per entry of `devices`.
 
@@ -253,15 +262,19 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     into the result and details CSVs at the end (and on a resumed run, with what was there).
 
     Args:
-        accelerator_count: how many accelerators the executor's framework sees (0 = CPU workers).
-        start_method: multiprocessing start method. "spawn" (the default) is always safe; "fork" starts
-            a worker in milliseconds instead of seconds (no second torch import), which is what makes two
-            workers pay off on a small dump, but is only safe from a process that has not run framework
-            ops yet (the command line uses it for PyTorch dumps on CPU machines).
+        accelerator_count: how many accelerators the dump's framework sees (0 = CPU workers); default:
+            asked of the framework, which is imported for it.
+        start_method: multiprocessing start method; default: "fork" for a PyTorch dump on a Linux CPU
+            machine (no second torch import per worker, which is what makes two workers pay off on a
+            small dump), else "spawn". Pass "spawn" when this process has already run framework ops.
         Others as run_acc_check.
     """
     start = time.perf_counter()
     reader, cases = load_dump(api_info)
+    if accelerator_count is None:
+        accelerator_count = executor_module(reader.framework).accelerator_count()
+    if start_method is None:
+        start_method = default_start_method(reader.framework, accelerator_count)
     devices = list(devices) or [0]
     if len(set(devices)) != len(devices):
         raise MsprobeError(f"-d {' '.join(map(str, devices))}: a device is listed twice")
