@@ -77,6 +77,19 @@ def test_every_written_file_is_printed_with_its_full_path(work):
     assert_every_file_named(str(work / "grads"), out)
 
 
+@pytest.mark.parametrize("command", [("acc_check", "-api_info", "RUN"), ("grad_compare", "../grads_a", "../grads_b"),
+                                     ("overflow_check", "-i", "../overflow")])
+def test_every_command_writes_to_one_default_output_folder(work, command):
+    """Without -o every command writes under ./output (msProbe's compare default), as its help says."""
+    cwd = work / f"default_{command[0]}"
+    cwd.mkdir()
+    args = [("../" + dump_json(work, "run_fp32")) if a == "RUN" else a for a in command]
+    out = msprobe(cwd, *args, "--no-progress")
+    assert os.listdir(cwd) == ["output"]
+    assert_every_file_named(str(cwd / "output"), out)
+    assert "(default ./output)" in msprobe(cwd, command[0], "-h")
+
+
 def test_acc_check_reports_the_time_the_user_waited(work):
     started = time.perf_counter()
     out = msprobe(work, "acc_check", "-api_info", dump_json(work, "run_bf16"), "-o", "acc2", "--no_progress")
