@@ -82,25 +82,19 @@ def check_cases(cases, reader, spec, files, save_error_data=False, error_root=""
                 executor=None):
     """Run `cases` with one executor, appending each result to `files`; yields each ApiResult in order.
 
-    Each API is run, then judged and written, in this thread. Judging the previous API in a second
-    thread meanwhile (what acc_check did while judging cost a quarter of the work) now loses: 8.2
-    instead of 7.8 s and 9.2 instead of 7.7 CPU s for the 1,413 APIs of
-    `benchmarks/acc_check_throughput.py --blocks 40` (GIL hand-offs, both threads in the allocator
-    and the caches).
+    Each API is run, then judged and written, in this thread: judging in a second thread loses to
+    GIL hand-offs and both threads sharing the allocator and caches (benchmarks/RESULTS.md, design notes).
     BLAS runs on one thread meanwhile: OpenBLAS's extra threads spin between the metrics' small dot
-    products and take a whole core (2 CPU s per second of checking), which left a second worker
-    process nothing to run on.
+    products and take a core a second worker process would run on.
     """
     with one_blas_thread():
         yield from _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor)
 
 
 def one_blas_thread():
-    """A context with BLAS on one thread (see check_cases); nothing to do where it already is. After a
-    fork OpenBLAS has stopped its thread pool, and setting its thread count, even to the count it has,
-    starts the pool again: the new thread spins for its first ~0.1 s, ~0.05 CPU s that each of two
-    workers on two cores lost to it (0.54 s of checking each on the 153 APIs of
-    benchmarks/acc_check_throughput.py)."""
+    """A context with BLAS on one thread (see check_cases); nothing to do where it already is: after a
+    fork, setting OpenBLAS's thread count, even to the count it has, restarts its pool with a spinning
+    thread."""
     from threadpoolctl import ThreadpoolController
     blas = ThreadpoolController().select(user_api="blas")
     if all(lib.num_threads == 1 for lib in blas.lib_controllers):
@@ -143,7 +137,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         progress: show a progress bar.
         seed: seed of the random inputs.
         threads: the framework's intra-op threads. Defaults to 1: most APIs of a dump are small, where
-            a second thread mostly spins (7 CPU-seconds instead of 1.2 for the benchmark's 153 APIs).
+            a second thread mostly spins.
         max_elements: an API whose recorded tensors hold more elements in all is a SKIP row saying so;
             None = execution.DEFAULT_MAX_ELEMENTS.
 
@@ -253,9 +247,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
     count CPU workers, which share the cores (one torch thread each). Worker 0 is this process, which
     takes its share once the others are started: one process fewer to start, and a share that begins
-    at once on memory this process has already touched (a forked worker's first writes to inherited
-    pages cost it ~0.1 s on the 153 APIs of `benchmarks/acc_check_throughput.py`); `-d 0` alone runs
-    no other process.
+    at once on memory this process has already touched (a forked worker pays for its first writes to
+    inherited pages); `-d 0` alone runs no other process.
     Workers take the cases (dump order, the last tenth biggest first: work_split.py) from one
     shared queue and write part files under
     `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
@@ -314,9 +307,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     # leave OpenBLAS's pool alone (one_blas_thread).
     restore_blas = contextlib.ExitStack()
     restore_blas.enter_context(one_blas_thread())
-    # Forked workers share the parent's objects page by page until they write to them. A garbage
-    # collection in a worker writes to every tracked object (0.1 s and ~6k copied pages per worker
-    # with torch imported); frozen objects are never collected, so the pages stay shared.
+    # Forked workers share the parent's pages until they write to them, and a collection writes to every
+    # tracked object: frozen objects are never collected, so their pages stay shared.
     gc.freeze()
     try:
         for i in range(1, n_workers):  # worker 0 is this process

@@ -185,7 +185,7 @@ def _write_csv_rows(table, path, header):
     with open_text(path, newline="") as f:
         if header:
             f.write(",".join(_csv_quoted(str(c)) for c in table.columns) + "\r\n")
-        # rendered a block of rows at a time: the text of all 27 million cells at once took gigabytes
+        # a block of rows at a time: the text of every cell at once would hold the whole file in memory
         for start in range(0, len(table), CSV_CHUNK_ROWS):
             cols = [_csv_column(values[start:start + CSV_CHUNK_ROWS], text) for values, text in columns]
             f.write("\r\n".join(map(",".join, zip(*cols))) + "\r\n")
