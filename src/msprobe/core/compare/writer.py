@@ -6,8 +6,8 @@ cells behind each message are filled red (error) or yellow (warning), and the Di
 (introduces), yellow (marginal) or orange (inherits).
 
 The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
-joined row by row: csv.writer's per-cell work took most of a million-row write. Guarded by
-benchmarks/compare_throughput.py (statistics part) and tests/compare/test_compare_speedups.py.
+joined row by row: pandas' to_csv writes the same bytes with twice the CPU, pyarrow's writer other
+bytes (benchmarks/RESULTS.md, design notes; tests/compare/test_compare_speedups.py checks the text).
 """
 from __future__ import annotations
 
