@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser):
     parser.add_argument("-api_info", "--api_info_file", dest="api_info", required=True,
                         help="dump.json of one rank (level L1 or mix)")
-    options.add_output(parser, "directory for the result CSVs", "--out_path")
+    options.add_output(parser, "directory for the result CSVs", "--out_path", default=options.ACC_CHECK_OUTPUT)
     parser.add_argument("-csv_path", "--result_csv_path", dest="result_csv_path", default=None,
                         help="accuracy_checking_result_{timestamp}.csv of an interrupted run: resume it")
     parser.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",

@@ -5,7 +5,9 @@ explains them alike. Old spellings stay accepted as aliases (`--no_progress` of 
 PRECISIONS = ("bfloat16", "float16", "tf32", "float8_e4m3fn", "float8_e5m2", "float32")
 FRAMEWORKS = ("pytorch", "mindspore")
 # msProbe's compare default (a folder `output` in the working directory), for every command that writes
+# but acc_check, whose msProbe default (the working directory) its quick start relies on
 DEFAULT_OUTPUT = "./output"
+ACC_CHECK_OUTPUT = "./"
 
 
 def add_input(parser, help, **kw):
@@ -14,11 +16,10 @@ def add_input(parser, help, **kw):
     parser.add_argument("-i", "--input_path", "--input", dest="input_path", help=help, **kw)
 
 
-def add_output(parser, what, *aliases, required=False):
-    """`-o`/`--output_path`/`--output` (dest `output_path`), default DEFAULT_OUTPUT: where results are written."""
-    default = None if required else DEFAULT_OUTPUT
+def add_output(parser, what, *aliases, default=DEFAULT_OUTPUT):
+    """`-o`/`--output_path`/`--output` (dest `output_path`): where results are written."""
     parser.add_argument("-o", "--output_path", "--output", *aliases, dest="output_path", default=default,
-                        required=required, help=what if required else f"{what} (default {DEFAULT_OUTPUT})")
+                        help=f"{what} (default {default})")
 
 
 def add_framework(parser, dest="framework"):
