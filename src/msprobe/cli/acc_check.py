@@ -58,10 +58,6 @@ def run(args):
     if not multi and len(devices) > 1:
         raise MsprobeError(f"-d {' '.join(map(str, devices))}: acc_check runs on one device; "
                            "use multi_acc_check for several")
-    if any(d < 0 for d in devices):
-        raise MsprobeError(f"-d {min(devices)}: device ids are integers >= 0")
-    if args.max_elements is not None and args.max_elements < 1:
-        raise MsprobeError(f"--max-elements {args.max_elements}: expected a number of tensor elements >= 1")
     common = dict(out_path=args.output_path, resume_csv=args.result_csv_path, save_error_data=args.save_error_data,
                   custom_apis=tuple(args.custom_api), progress=not args.no_progress and sys.stderr.isatty(),
                   seed=args.seed, max_elements=args.max_elements)

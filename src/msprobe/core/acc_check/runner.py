@@ -51,6 +51,14 @@ class RunReport:
     worker_cpu_s: list = field(default_factory=list)  # CPU seconds of each worker process (multi only)
 
 
+def _check_options(devices, max_elements):
+    """The device ids and the element limit a caller gave, before anything is read."""
+    if any(d < 0 for d in devices):
+        raise MsprobeError(f"-d {min(devices)}: device ids are integers >= 0")
+    if max_elements is not None and max_elements < 1:
+        raise MsprobeError(f"--max-elements {max_elements}: expected a number of tensor elements >= 1")
+
+
 def load_dump(api_info):
     """(reader, cases) of a dump.json; refuses what acc_check cannot use."""
     if os.path.isdir(api_info):
@@ -145,6 +153,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         RunReport.
     """
     start = time.perf_counter()
+    _check_options([] if device is None else [device], max_elements)
     reader, cases = load_dump(api_info)
     spec = ExecutorSpec(reader.framework, executor_options(reader, device, custom_apis, threads, max_elements))
     out_path = os.path.abspath(out_path)
@@ -263,6 +272,7 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
         Others as run_acc_check.
     """
     start = time.perf_counter()
+    _check_options(list(devices), max_elements)
     reader, cases = load_dump(api_info)
     if accelerator_count is None:
         accelerator_count = executor_module(reader.framework).accelerator_count()
