@@ -18,7 +18,7 @@ import os
 import sys
 
 from msprobe.cli import options
-from msprobe.core.errors import EXIT_PARTIAL, MsprobeError
+from msprobe.core.errors import EXIT_PARTIAL
 
 def _command(parser):
     return parser.prog.split()[-1]  # this module serves both `graph_visualize` and `graph`
@@ -50,9 +50,6 @@ def run(args):
                         stack_path=cfg.stack_path, progress=not args.no_progress,
                         target_run=args.target_run, golden_run=args.golden_run)
     else:
-        for flag, value in (("-tp", args.target_path), ("-gp", args.golden_path), ("-lm", args.layer_mapping)):
-            if value is not None and not os.path.exists(value):
-                raise MsprobeError(f"{flag} '{value}': no such file or directory")
         out = visualize(args.target_path, args.output_path, golden_path=args.golden_path,
                         layer_mapping=args.layer_mapping, fuzzy_match=args.fuzzy_match,
                         overflow_check=args.overflow_check, progress=not args.no_progress,
