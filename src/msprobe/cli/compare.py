@@ -24,6 +24,7 @@ import sys
 from msprobe.cli import options
 from msprobe.core.errors import EXIT_PARTIAL, MsprobeError
 
+
 def add_arguments(parser):
     src = parser.add_argument_group("inputs")
     options.add_input(src, "compare.json with npu_path, bench_path, stack_path, is_print_compare_log, engine, "

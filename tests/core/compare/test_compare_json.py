@@ -31,6 +31,7 @@ def test_every_field_read(tmp_path, dumps):
                             "is_print_compare_log": True, "engine": "ray", "address": "head:6379"})
     assert read_compare_json(path) == CompareJson(t, g, t + "/dump.json", True, "ray", "head:6379")
     assert read_compare_json(write(tmp_path, {"npu_path": t}), golden_required=False) == CompareJson(t)
+    assert read_compare_json(write(tmp_path, {"npu_path": t, "bench_path": g, "stack_path": ""})) == CompareJson(t, g)
 
 
 @pytest.mark.parametrize("doc, field, allowed", [
@@ -38,7 +39,7 @@ def test_every_field_read(tmp_path, dumps):
     ({"npu_path": "T"}, "bench_path", "an existing dump.json"),
     ({"npu_path": "T", "bench_path": "/no/such/dump"}, "bench_path", "an existing dump.json"),
     ({"npu_path": 3, "bench_path": "G"}, "npu_path", "an existing dump.json"),
-    ({"npu_path": "T", "bench_path": "G", "stack_path": ""}, "stack_path", "an existing"),
+    ({"npu_path": "T", "bench_path": "G", "stack_path": 0}, "stack_path", "an existing"),
     ({"npu_path": "T", "bench_path": "G", "is_print_compare_log": "yes"}, "is_print_compare_log", "true, false"),
     ({"npu_path": "T", "bench_path": "G", "engine": "spark"}, "engine", "pool, ray"),
     ({"npu_path": "T", "bench_path": "G", "address": ""}, "address", "host:port"),
