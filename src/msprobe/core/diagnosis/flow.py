@@ -110,14 +110,23 @@ class _Producers:
         self._by_value = {}
 
     def add(self, call, rows):
+        passed = _passed_through(call)
         for r in rows:
             k = r.value_key()
-            if k is not None:
+            if k is not None and not (k in passed and k in self._by_value):
                 self._by_value[k] = (call, r)
 
     def find(self, row):
         k = row.value_key()
         return self._by_value.get(k) if k is not None else None
+
+
+def _passed_through(call):
+    """Value keys of a call's outputs that golden holds inside one call (matching.INSIDE_FUSED) and that
+    are one of its inputs unchanged (nn.Dense's BiasAdd and Reshape hand the incoming gradient on inside
+    F.linear): the value's producer stays the call that made it, so an error it carries is traced there."""
+    ins = {r.value_key() for r in call.inputs if r.is_tensor}
+    return {k for r in call.outputs if r.inside and (k := r.value_key()) is not None and k in ins}
 
 
 def _parameter_index(calls):
@@ -202,6 +211,10 @@ class _RankWalk:
         self.compared_rows = self.diverging_rows = 0
 
     def visit(self, call):
+        if (call.short_api in VALUE_PRESERVING_APIS and any(r.is_tensor for r in call.rows)
+                and not any(r.matched for r in call.rows if r.is_tensor)):
+            for r in call.rows:  # only its scalar arguments found a partner: a view golden makes elsewhere
+                r.matched = False
         mispaired = call.matched and self._mispaired(call)
         if mispaired:  # paired by call index with a different golden call: as good as unmatched
             for r in call.rows:
@@ -222,7 +235,9 @@ class _RankWalk:
         op_model.mark_cancelled(call, self.calls_by_key, self.working_u, self.cancelled_values)
         if call.short_api in VALUE_PRESERVING_APIS and not any(r.differs for r in call.rows if r.is_tensor):
             for r in call.inputs:  # the same values laid out otherwise: other dims are no argument change
-                r.flags.discard(ARGUMENT)
+                if ARGUMENT in r.flags:
+                    r.flags.discard(ARGUMENT)
+                    r.error = 0.0
         div_in = [r for r in call.inputs if r.differs]
         div_out = [r for r in call.outputs if r.differs]
         if not div_in and not div_out:
@@ -275,6 +290,11 @@ class _RankWalk:
 
     def _label_inherited(self, call, inner):
         self._label_agreeing(call.rows)
+        if not any(r.differs for r in call.inputs):  # outputs within what rounding inside the call explains
+            rounding = op_model.internal_rounding(call, self.calls_by_key, self.working_u)
+            for r in call.outputs:
+                if r.label == INHERITS and r.error <= rounding:
+                    r.label = ROUNDING
         if inner:  # a module: its rows are its inner calls' rows
             for r in call.outputs:
                 found = self.producers.find(r)
@@ -433,7 +453,8 @@ class _RankWalk:
         in_err = _max_error(call.inputs)
         judged = op_model.judged_outputs(call)
         out_err = _max_error(judged)
-        out_floor = max((r.floor for r in judged), default=0.0)
+        out_floor = max(max((r.floor for r in judged), default=0.0),
+                        op_model.internal_rounding(call, self.calls_by_key, self.working_u))
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
         if carried > 0 and op_model.switches(call, self.calls_by_key):

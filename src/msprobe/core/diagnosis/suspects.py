@@ -13,7 +13,7 @@ import numpy as np
 
 from msprobe.core import naming
 from msprobe.core.diagnosis import flow, op_model
-from msprobe.core.diagnosis.calls import (TENSOR_METRICS, calls_from_rows, dtype_census, row_labels,
+from msprobe.core.diagnosis.calls import (TENSOR_METRICS, calls_from_rows, dtype_census, implicit_lowering, row_labels,
                                          working_precision)
 from msprobe.core.diagnosis.report import stack_line
 from msprobe.core.compare.matching import INSIDE_FUSED
@@ -71,13 +71,15 @@ class PrecisionCensus:
     gathered one compare pair at a time (a many-rank compare keeps one pair's rows at once)."""
 
     def __init__(self):
-        self.counts, self.total = {}, 0
+        self.counts, self.total, self.lowered = {}, 0, set()
 
     def add(self, result):
         self._count(*dtype_census(result))
+        self.lowered |= implicit_lowering(result)
 
     def merge(self, other):
         self._count(other.counts, other.total)
+        self.lowered |= getattr(other, "lowered", set())
 
     def _count(self, counts, total):
         for dtype, k in counts.items():
@@ -87,7 +89,7 @@ class PrecisionCensus:
     def decide(self, precision=None):
         """(dtype, unit roundoff): `precision` when given (checked), else the census' working precision."""
         if precision is None:
-            return working_precision(self.counts, self.total, WORKING_PRECISION_SHARE)
+            return working_precision(self.counts, self.total, WORKING_PRECISION_SHARE, self.lowered)
         from msprobe.core.compare.dtypes import canonical_dtype
         from msprobe.core.errors import ConfigError
         name = canonical_dtype(precision)

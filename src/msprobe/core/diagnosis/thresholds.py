@@ -62,11 +62,14 @@ VALUE_PRESERVING_APIS = frozenset({
 # Casts: their output is their input rounded to another dtype, so in the target itself the two may differ
 # by that dtype's rounding only (capped at the working precision: a cast below it introduces error).
 CAST_APIS = frozenset({"to", "type", "type_as", "float", "half", "bfloat16", "double", "Cast"})
+# the op of an Optimizer.{Class}.{parameter} record (core/dump/optimizer_updates.py)
+OPTIMIZER_UPDATE = "optimizer_update"
 # Calls whose outputs are sums of their inputs (same units): an output far smaller than its inputs has
 # cancelled, and holds little but their rounding.
 ADDITIVE_APIS = frozenset({
     "add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "__isub__", "add_", "sub_",
     "sum", "mean", "cumsum", "subtract", "Add", "Sub", "ReduceSum", "ReduceMean",
+    OPTIMIZER_UPDATE,  # the parameter plus a step made of its gradient
 })
 # Calls whose relative output error grows with their input's magnitude.
 RANGE_APIS = frozenset({
@@ -82,6 +85,10 @@ THRESHOLD_APIS = frozenset({
     "clamp_", "clip", "maximum", "minimum", "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
     "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "ReLU", "MaxPool2d",
 })
+# Recurrent ops: one call runs every time step, rounding at each; autocast runs them at the working
+# precision and hands back float32, so their rows show no coarser dtype.
+RECURRENT_APIS = frozenset({"gru", "lstm", "rnn_tanh", "rnn_relu", "GRU", "LSTM", "RNN", "DynamicGRUV2",
+                            "DynamicRNN"})
 # Argument slots of common APIs that hold parameters (weights read directly at level L1, where no
 # module record names them): base API name -> {position or keyword: parameter name}.
 _WEIGHT_BIAS = {"1": "weight", "2": "bias", "weight": "weight", "bias": "bias"}
