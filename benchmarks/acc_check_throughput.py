@@ -52,7 +52,6 @@ msProbe's PyTorch acc_check, forced onto the CPU, checks 2.4 APIs/s on this mode
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -63,7 +62,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dump_overhead import Transformer  # noqa: E402  (the benchmark model of the dump issue)
+import harness  # noqa: E402  (beside this script: rotated rounds, JSON)
+from models import Transformer  # noqa: E402  (the dump benchmark's transformer)
 
 from msprobe.core.acc_check.execution import ExecutorSpec  # noqa: E402
 from msprobe.core.acc_check.csv_files import ResultFiles  # noqa: E402
@@ -166,8 +166,9 @@ def time_spin(processes, n=10_000_000):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, the order rotated (default 3)")
     ap.add_argument("--skip-multi", action="store_true", help="measure the single-process run only")
+    ap.add_argument("--quick", action="store_true", help="CI smoke test: --rounds 1 --skip-multi")
     ap.add_argument("--blocks", type=int, default=4,
                     help="transformer blocks of the dumped model (4: 153 APIs; 40: ~1400 APIs)")
     ap.add_argument("--cli", action="store_true",
@@ -175,6 +176,10 @@ def main(argv=None):
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.skip_multi = 1, True
+    if args.rounds < 1:
+        ap.error(f"--rounds: {args.rounds}; must be >= 1")
 
     torch.set_num_threads(1)  # before any op: forked workers must not inherit a busy OpenMP pool
     with tempfile.TemporaryDirectory(prefix="acc_check_bench_") as root:  # the dump and every run's CSVs
@@ -195,8 +200,7 @@ def measure(args, root):
     worker_cpu = {"multi1": [], "multi2": []}
     load_start = os.getloadavg()[0]
     for r in range(args.rounds):
-        order = modes[r % len(modes):] + modes[:r % len(modes)]
-        for mode in order:
+        for mode in harness.rotated(modes, r):
             out = os.path.join(root, f"r{r}-{mode}")
             if mode == "single":
                 n, wall, c = time_single(dump, out, executor)
@@ -255,9 +259,7 @@ def measure(args, root):
               f"({', '.join(f'{x:.2f}' for x in ratios)}); whole command {statistics.median(cli_total['cli1']):.2f}"
               f" s / {statistics.median(cli_total['cli2']):.2f} s -> {statistics.median(whole):.2f}x "
               "(interpreter start and imports included)")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
+    harness.write_json(args.json, res)
     return 0 if ok or not args.check else 1
 
 

@@ -2,7 +2,7 @@
 does it stay quiet when there is no bug? Hits and false alarms of `msprobe compare`'s diagnosis and of
 three simpler rules, on the same dumps, in statistics and tensor mode, at level L1 and mix.
 
-The suite is `autocast_plants.py`: a small transformer, one planted bug per target run (wrong
+The suite is tests/compare/autocast_plants.py: a small transformer, one planted bug per target run (wrong
 epsilon, perturbed weight, wrong scale, a cast to a precision below autocast's, an fp16 overflow),
 and negative controls that only run under autocast (bf16 with two seeds, fp16); the diagnosis'
 thresholds were set on it. A small CNN with the same kinds of plants is held out: it was written after
@@ -13,7 +13,7 @@ they were set, and its numbers are reported as they came.
     python benchmarks/bf16_diagnosis.py --json out.json      # also every run's suspect #1
     python benchmarks/bf16_diagnosis.py --models none --negatives gru,mha   # only some clean families
 
-Clean models of other shapes (`bf16_negatives.py`: attention variants, a layout-only rewrite, convs with
+Clean models of other shapes (tests/compare/bf16_negatives.py: attention variants, a layout-only rewrite, convs with
 batch norm, a recurrent cell, a long RMSNorm residual stream), two seeds each, give the second table: false
 alarms per family, in the half the diagnosis was changed on (`tuning`) and the half it was not (`held out`).
 
@@ -37,9 +37,12 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import autocast_plants as plants  # noqa: E402
-import bf16_negatives as negatives  # noqa: E402
+TESTS = os.path.join(os.path.dirname(HERE), "tests")
+sys.path.insert(0, TESTS)  # the planted-bug and clean models are the tests' (tests/compare/)
+from private_modules import load_private  # noqa: E402
+
+plants = load_private("msprobe_bench_autocast_plants", os.path.join(TESTS, "compare", "autocast_plants.py"))
+negatives = load_private("msprobe_bench_bf16_negatives", os.path.join(TESTS, "compare", "bf16_negatives.py"))
 
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose  # noqa: E402

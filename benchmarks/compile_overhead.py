@@ -22,7 +22,6 @@ Only msprobe's public API is used: `from msprobe.pytorch import PrecisionDebugge
 """
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -31,49 +30,15 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from msprobe.pytorch import PrecisionDebugger
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results_file import add_record_option, recording  # noqa: E402
+import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
+from models import Transformer  # noqa: E402
 
 CONFIGS = ("none", "stat_L1", "stat_mix", "stat_L0", "after_stop")
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.softmax(torch.matmul(q, k.transpose(-2, -1)) / (d // self.heads) ** 0.5, dim=-1)
-        x = x + self.proj(torch.matmul(att, v).transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
-class Transformer(nn.Module):
-    """Token embedding, pre-LayerNorm blocks, a vocabulary head."""
-
-    def __init__(self, vocab, d, heads, blocks):
-        super().__init__()
-        self.emb = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(blocks))
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, ids):
-        x = self.emb(ids)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
 
 
 class Runner:
@@ -105,17 +70,12 @@ class Runner:
         shutil.rmtree(self.path, ignore_errors=True)  # each step's dump is gone before the next
 
     def slot(self, steps):
-        times = []
-        for _ in range(steps):
-            t = time.perf_counter()
-            self.step()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
+        return harness.timed_steps(self.step, steps)
 
 
 def measure(args, log):
     torch.manual_seed(0)
-    model = Transformer(args.vocab, args.dim, args.heads, args.blocks)
+    model = Transformer(vocab=args.vocab, d_model=args.dim, n_heads=args.heads, n_blocks=args.blocks, seq=args.seq)
     compiled = torch.compile(model, fullgraph=args.fullgraph, backend=args.backend)
     gen = torch.Generator().manual_seed(1)
     batch = (torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen),
@@ -135,27 +95,23 @@ def measure(args, log):
                 log(f"warm-up {attempt + 1} {r.config}: {time.perf_counter() - t:.1f} s")
         counters = torch._dynamo.utils.counters  # torch.compile loaded Dynamo
         graphs_before = counters["stats"]["unique_graphs"]
-        ratios = {r.config: [] for r in others}
-        none_ms = []
-        for rnd in range(args.rounds):
-            k = rnd % len(others) if others else 0
-            before = base.slot(args.steps)
-            none_ms.append(before)
-            for r in others[k:] + others[:k]:
-                got = r.slot(args.steps)
-                after = base.slot(args.steps)
-                none_ms.append(after)
-                ratios[r.config].append(got / statistics.median([before, after]))
-                before = after
-            log(f"round {rnd + 1}/{args.rounds}: " + "  ".join(f"{c}={v[-1]:.2f}x" for c, v in ratios.items()))
+
+        def on_round(rnd, per_config):
+            log(f"round {rnd + 1}/{args.rounds}: " + "  ".join(
+                f"{c}={harness.ratios(v[-1:], v[-1][1])['ratio']:.2f}x" for c, v in per_config.items()))
+
+        per_config, base_all, _ = harness.interleave(
+            lambda: base.slot(args.steps), {r.config: (lambda r=r: r.slot(args.steps)) for r in others},
+            args.rounds, on_round=on_round)
         recompiles = counters["stats"]["unique_graphs"] - graphs_before
         for r in others:
             r.debugger.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {"none_ms": 1e3 * statistics.median(none_ms), "recompiles_while_timed": recompiles,
+    return {"none_ms": 1e3 * statistics.median(s[0] for s in base_all), "recompiles_while_timed": recompiles,
             "graph_breaks": sum(counters["graph_break"].values()) if counters is not None else None,
-            "configs": {c: {"ratio": statistics.median(v), "round_ratios": v} for c, v in ratios.items()}}
+            "configs": {c: {k: v for k, v in harness.ratios(rounds, base_all).items()
+                            if k in ("ratio", "round_ratios")} for c, rounds in per_config.items()}}
 
 
 def render(results, args):
@@ -176,8 +132,7 @@ def render(results, args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5, help="round-robin rounds (default 5)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per config per round (default 3)")
+    harness.add_common_options(p, rounds=5, steps=3)
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(CONFIGS)}")
     p.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
     p.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True)")
@@ -187,35 +142,23 @@ def main(argv=None):
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--quick", action="store_true", help="CI smoke: --rounds 2 --steps 1")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_record_option(p)
     args = p.parse_args(argv)
+    harness.check_common_options(p, args)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
         p.error(f"--configs: unknown {bad}; choose from {', '.join(CONFIGS)}")
     args.configs = ["none"] + [c for c in configs if c != "none"]
-    if args.quick:
-        args.rounds, args.steps = 2, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("MSPROBE_QUIET", "1")
 
-    def log(msg):
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
-    results = measure(args, log)
-    with recording("compile_overhead.py", args.record, argv):
-        print(render(results, args))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+    results = measure(args, harness.logger(args.quiet))
+    print(render(results, args))
+    harness.write_json(args.json, results)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
+    sys.exit(run_recorded("compile_overhead.py", main))

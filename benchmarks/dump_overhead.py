@@ -20,9 +20,7 @@ Only msprobe's public API is used: `from msprobe.pytorch import PrecisionDebugge
 """
 
 import argparse
-import gc
 import json
-import math
 import os
 import platform
 import shutil
@@ -32,13 +30,12 @@ import tempfile
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from msprobe.pytorch import PrecisionDebugger
 
-MODELS = ("transformer", "mlp", "cnn", "gpt")
-CPU_MODELS = ("transformer", "mlp", "cnn")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
+from models import CPU_MODELS, MODELS, Workload  # noqa: E402
 CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1", "stat_L1_async")
 
 # config -> (task, level, summary_mode); None: no debugger ("none") or never started ("created").
@@ -61,133 +58,6 @@ GPU_TARGETS = {"created": 1.02, "stat_L0": 1.3, "stat_L1": 1.5, "stat_mix": 1.8,
 GPU_WRITE_TARGET_GBS = 1.0
 # msProbe's own measured step-time ratios (from the issue), for comparison.
 MSPROBE_RANGES = {"stat_L1": (2.1, 4.0), "stat_mix": (2.9, 4.8), "md5_L1": (3.4, 7.1), "tensor_L1": (19.0, 31.0)}
-
-
-# -- models --------------------------------------------------------------------------------------------
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block; attention written with plain torch ops."""
-
-    def __init__(self, d_model, n_heads, mlp_ratio=4):
-        super().__init__()
-        self.n_heads = n_heads
-        self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.fc1 = nn.Linear(d_model, mlp_ratio * d_model)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(mlp_ratio * d_model, d_model)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        h = self.n_heads
-        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-        q = q.view(b, s, h, d // h).transpose(1, 2)
-        k = k.view(b, s, h, d // h).transpose(1, 2)
-        v = v.view(b, s, h, d // h).transpose(1, 2)
-        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d // h)
-        attn = torch.softmax(scores, dim=-1)
-        y = torch.matmul(attn, v).transpose(1, 2).reshape(b, s, d)
-        x = x + self.proj(y)
-        return x + self.fc2(self.act(self.fc1(self.ln2(x))))
-
-
-class Transformer(nn.Module):
-    def __init__(self, vocab=1000, d_model=256, n_heads=4, n_blocks=4, seq=128):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d_model)
-        self.pos = nn.Parameter(torch.zeros(seq, d_model))
-        self.blocks = nn.ModuleList([Block(d_model, n_heads) for _ in range(n_blocks)])
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln_f(x))
-
-
-class MLP(nn.Module):
-    def __init__(self, d_in=512, hidden=2048, n_hidden=4, d_out=512):
-        super().__init__()
-        layers, d = [], d_in
-        for _ in range(n_hidden):
-            layers += [nn.Linear(d, hidden), nn.ReLU()]
-            d = hidden
-        layers.append(nn.Linear(d, d_out))
-        self.net = nn.Sequential(*layers)
-
-    def forward(self, x):
-        return self.net(x)
-
-
-class CNN(nn.Module):
-    def __init__(self, n_classes=10):
-        super().__init__()
-        chans, layers, c_in = (16, 32, 64), [], 3
-        for c in chans:
-            layers += [nn.Conv2d(c_in, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(), nn.MaxPool2d(2)]
-            c_in = c
-        self.features = nn.Sequential(*layers)
-        self.fc = nn.Linear(64 * 8 * 8, n_classes)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.features(x), 1))
-
-
-class Workload:
-    """A model, its optimizer and one fixed batch; `train_step()` is forward + backward + SGD step.
-
-    `gpt` is the accelerator workload (d_model 1024, 8 blocks, 16 heads, sequence 512, batch 8, vocabulary
-    8192, bf16 autocast on CUDA): run it with --device cuda; `gpt_blocks` shortens it (tensor_L1 writes
-    every activation: ~1 GB a block and step)."""
-
-    def __init__(self, name, device="cpu", gpt_blocks=8):
-        torch.manual_seed(0)
-        self.name = name
-        self.device = torch.device(device)
-        self.autocast = False
-        if name == "gpt":
-            self.model = Transformer(vocab=8192, d_model=1024, n_heads=16, n_blocks=gpt_blocks, seq=512)
-            self.x = torch.randint(0, 8192, (8, 512))
-            self.y = torch.randint(0, 8192, (8, 512))
-            self.loss_fn = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
-            self.autocast = self.device.type == "cuda"
-        elif name == "transformer":
-            self.model = Transformer()
-            self.x = torch.randint(0, 1000, (4, 128))
-            self.y = torch.randint(0, 1000, (4, 128))
-            self.loss_fn = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        elif name == "mlp":
-            self.model = MLP()
-            self.x = torch.randn(128, 512)
-            self.y = torch.randn(128, 512)
-            self.loss_fn = F.mse_loss
-        elif name == "cnn":
-            self.model = CNN()
-            self.x = torch.randn(16, 3, 64, 64)
-            self.y = torch.randint(0, 10, (16,))
-            self.loss_fn = F.cross_entropy
-        else:
-            raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-        self.model.to(self.device).train()
-        self.x, self.y = self.x.to(self.device), self.y.to(self.device)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
-
-    def train_step(self):
-        self.opt.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            out = self.model(self.x)
-        loss = self.loss_fn(out, self.y)
-        loss.backward()
-        self.opt.step()
-        return loss
-
-    def sync(self):
-        """Wait for the device: a step's time is its device time too."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
 
 # -- configs -------------------------------------------------------------------------------------------
@@ -225,20 +95,21 @@ class Runner:
 
     def step(self):
         """One timed step; returns (wall seconds, process CPU seconds: all threads, writer pool included)."""
+        self.work.sync()
+        return harness.timed(self.run)
+
+    def run(self):
+        """One training step, with the debugger (when started) around it, the device waited for."""
         dbg, work = self.debugger, self.work
-        work.sync()
         if dbg is None or not self.started:
-            c0, t0 = time.process_time(), time.perf_counter()
             work.train_step()
             work.sync()
-            return time.perf_counter() - t0, time.process_time() - c0
-        c0, t0 = time.process_time(), time.perf_counter()
+            return
         dbg.start(work.model)
         work.train_step()
         dbg.stop()
         dbg.step()
         work.sync()
-        return time.perf_counter() - t0, time.process_time() - c0
 
     def dump_bytes(self):
         total = 0
@@ -276,90 +147,52 @@ class Runner:
 
 # -- measurement ---------------------------------------------------------------------------------------
 def _slot(runner, steps):
-    got = []
-    for _ in range(steps):
-        gc.collect()  # outside the timed region: a step pays for its own garbage only
-        got.append(runner.step())
-        runner.clean()
+    got = harness.timed_steps(runner.run, steps, before=runner.work.sync, after=runner.clean)
     runner.rest()
     return got
 
 
-def _spread(a, b):
-    """How far apart two `none` slots are: max/min of their median wall times."""
-    ma, mb = statistics.median(w for w, _ in a), statistics.median(w for w, _ in b)
-    return max(ma, mb) / min(ma, mb)
-
-
 def measure(models, configs, rounds, steps, root, log, retries=2, tolerance=1.25, device="cpu", gpt_blocks=8):
-    """Interleaved measurement.
-
-    A round of one model is `none, c1, none, c2, none, ..., cN, none` (`steps` timed steps per slot),
-    the order of c1..cN rotated each round. Each config slot is paired with the `none` slots right
-    before and after it, so a burst of load from other processes hits both sides of a ratio. An
-    untimed `none` slot follows each config slot, so that the aftermath of a heavy slot (freed
-    memory, writeback) stays out of the next `none` slot. When the two `none` slots disagree by more
-    than `tolerance` (the load changed mid-slot), the config slot and the `none` slot after it are
-    measured again, up to `retries` times; the best-agreeing try is kept.
+    """Interleaved measurement (harness.interleave): a round of one model is `none, c1, none, c2, none,
+    ..., cN, none` (`steps` timed steps per slot), the order of c1..cN rotated each round. An untimed `none`
+    slot follows each config slot, so that the aftermath of a heavy slot (freed memory, writeback) stays
+    out of the next `none` slot; a slot whose `none` neighbours disagree by more than `tolerance` is
+    measured again, up to `retries` times.
 
     Returns {model: {config: [(config steps, neighbouring none steps) per round]}}, each step a
     (wall, cpu) pair of seconds, {model: {config: bytes one warm-up step dumped}} and the number
     of slots measured again.
     """
     others = [c for c in configs if c != "none"]
-    data = {m: {c: [] for c in configs} for m in models}
+    data = {}
     dump_sizes = {m: {} for m in models}
     redone = 0
     for m in models:
         work = Workload(m, device, gpt_blocks)
         base = Runner("none", work, root)
-        runners = [Runner(c, work, root) for c in others]
+        runners = {c: Runner(c, work, root) for c in others}
         log(f"[{m}] warm-up")
-        for r in [base] + runners:  # one warm-up step per config (the first L1 start builds the API table)
+        for r in [base, *runners.values()]:  # one warm-up step per config (the first L1 start builds the API table)
             r.step()
             dump_sizes[m][r.config] = r.dump_bytes()
             r.clean()
             r.rest()
-        for rnd in range(rounds):
-            k = rnd % len(runners) if runners else 0
-            order = runners[k:] + runners[:k]
-            before = _slot(base, steps)
-            all_none = list(before)
-            for r in order:
-                best = None
-                for attempt in range(retries + 1):
-                    got = _slot(r, steps)
-                    for _ in range(steps):  # untimed: the aftermath of a heavy slot (freed memory, writeback)
-                        base.step()         # lasts a step or two and would slow the next none slot
-                    after = _slot(base, steps)
-                    all_none += after
-                    spread = _spread(before, after)
-                    if best is None or spread < best[0]:
-                        best = (spread, got, before + after)
-                    if spread <= tolerance:
-                        break
-                    redone += attempt < retries
-                    before = after
-                data[m][r.config].append((best[1], best[2]))
-                before = after
-            data[m]["none"].append((all_none, all_none))
-            summary = "  ".join(f"{c}={1e3 * statistics.median(w for w, _ in data[m][c][-1][0]):.1f}ms"
-                                for c in configs)
+
+        def on_round(rnd, per_config):
+            summary = "  ".join(f"{c}={1e3 * statistics.median(w for w, _ in per_config[c][-1][0]):.1f}ms"
+                                for c in others)
             log(f"[{m}] round {rnd + 1}/{rounds}: {summary}")
-        for r in runners:  # close every debugger of this model before the next model
+
+        per_config, base_all, slots_redone = harness.interleave(
+            lambda: _slot(base, steps), {c: (lambda r=r: _slot(r, steps)) for c, r in runners.items()}, rounds,
+            settle=lambda: [base.step() for _ in range(steps)], retries=retries, tolerance=tolerance,
+            on_round=on_round)
+        redone += slots_redone
+        data[m] = {"none": [(base_all, base_all)], **per_config}
+        for r in runners.values():  # close every debugger of this model before the next model
             if r.debugger is not None:
                 r.debugger.close()
     return data, dump_sizes, redone
-
-
-def _ratios(rounds, base_all, metric):
-    """Ratios of one config for one metric (0: wall, 1: cpu)."""
-    med = statistics.median
-    flat = [st[metric] for got, _ in rounds for st in got]
-    base = [st[metric] for st in base_all]
-    paired = [med(st[metric] for st in got) / med(st[metric] for st in nb) for got, nb in rounds]
-    return {"ratio": med(paired), "round_ratios": paired, "ratio_of_medians": med(flat) / med(base),
-            "ratio_of_mins": min(flat) / min(base)}
 
 
 def summarize(data, configs, dump_sizes):
@@ -375,8 +208,8 @@ def summarize(data, configs, dump_sizes):
                      "cpu_median_ms": 1e3 * statistics.median(cpu),
                      "samples": len(wall), "dump_bytes_per_step": dump_sizes[m].get(c, 0)}
             if c != "none":
-                entry.update(_ratios(rounds, base_all, 0))
-                entry["cpu"] = _ratios(rounds, base_all, 1)
+                entry.update(harness.ratios(rounds, base_all, harness.WALL))
+                entry["cpu"] = harness.ratios(rounds, base_all, harness.CPU)
             results[m][c] = entry
     return results
 
@@ -441,49 +274,32 @@ def check_targets(results, models, configs, targets=TARGETS):
     return misses
 
 
-def parse_list(value, allowed, what):
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    bad = [v for v in items if v not in allowed]
-    if bad or not items:
-        raise argparse.ArgumentTypeError(f"unknown {what} {bad}; choose from {', '.join(allowed)}")
-    return items
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5, help="round-robin rounds (default 5)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per config per round (default 3)")
+    harness.add_common_options(p, rounds=5, steps=3)
     p.add_argument("--models", default=None,
-                   type=lambda v: parse_list(v, MODELS, "model"),
+                   type=lambda v: harness.parse_list(v, MODELS, "model"),
                    help=f"comma list of {','.join(MODELS)} (default: {','.join(CPU_MODELS)} on cpu, gpt on cuda)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where the models train (default cpu); cuda: GPU targets, tensor_L1 judged by GB/s")
     p.add_argument("--gpt-blocks", type=int, default=8, help="blocks of the gpt workload (default 8)")
     p.add_argument("--configs", default=",".join(CONFIGS),
-                   type=lambda v: parse_list(v, CONFIGS, "config"), help="comma list of " + ",".join(CONFIGS))
-    p.add_argument("--quick", action="store_true", help="CI smoke: --rounds 2 --steps 1 --retries 0")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+                   type=lambda v: harness.parse_list(v, CONFIGS, "config"), help="comma list of " + ",".join(CONFIGS))
     p.add_argument("--tmpdir", help="where the temporary dump paths go (default: system temp)")
     p.add_argument("--check", action="store_true", help="exit 1 when a ratio is over its target")
-    p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument("--retries", type=int, default=2,
                    help="measure a slot again when its two none neighbours disagree (default 2 times at most)")
     p.add_argument("--tolerance", type=float, default=1.25,
                    help="neighbouring none slots agree when max/min of their medians <= this (default 1.25)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch.set_num_threads(N) (default: leave torch's default); 1 is steadier on a busy machine")
     args = p.parse_args(argv)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # one "dumping to" line per timed debugger would bury the table
+    harness.check_common_options(p, args)
     if args.quick:
-        args.rounds, args.steps, args.retries = 2, 1, 0
-    if args.rounds < 1 or args.steps < 1:
-        p.error("--rounds and --steps must be >= 1")
+        args.retries = 0
     if args.retries < 0 or args.tolerance < 1:
         p.error("--retries must be >= 0 and --tolerance >= 1")
     if args.threads is not None:
-        if args.threads < 1:
-            p.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     configs = list(args.configs)
     if "none" not in configs:
@@ -493,10 +309,7 @@ def main(argv=None):
     models = list(args.models or (CPU_MODELS if args.device == "cpu" else ("gpt",)))
     targets = targets_for(args.device)
 
-    def log(msg):
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
+    log = harness.logger(args.quiet)
     log(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus; "
         f"rounds={args.rounds} steps={args.steps}")
     root = tempfile.mkdtemp(prefix="msprobe_bench_", dir=args.tmpdir)

@@ -17,12 +17,11 @@ time per step of the writer thread, and `1+added` = 1 + (hook + writer) / median
     python benchmarks/grad_probe_overhead.py --quick                 # CI smoke: 2 rounds, 1 step
     python benchmarks/grad_probe_overhead.py --check                 # exit 1 when L1 misses 1.05
 
-The workloads (the transformer, MLP and CNN) are those of benchmarks/dump_overhead.py.
+The workloads (the transformer, MLP and CNN) are benchmarks/models.py's, as in dump_overhead.py.
 """
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -32,7 +31,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dump_overhead import Workload  # noqa: E402
+import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
+from models import MODELS, Workload  # noqa: E402
 
 from msprobe.core.grad_probe.config import grad_probe_config_from_dict  # noqa: E402
 from msprobe.pytorch.grad_probe import GradientMonitor  # noqa: E402
@@ -46,12 +46,7 @@ class Slotted:
 
     def __init__(self, model_name, level, root, device):
         self.level = level
-        self.work = Workload(model_name)
-        if device != "cpu":
-            self.work.model.to(device)
-            self.work.x, self.work.y = self.work.x.to(device), self.work.y.to(device)
-            self.work.opt = torch.optim.SGD(self.work.model.parameters(), lr=1e-3)
-        self.device = device
+        self.work = Workload(model_name, device)
         self.monitor = None
         if level != "none":
             cfg = grad_probe_config_from_dict({"task": "grad_probe", "dump_path": os.path.join(root, level),
@@ -81,17 +76,17 @@ class Slotted:
         self.hook_steps = 0
 
     def slot(self, steps):
-        """(wall, cpu) seconds per step over `steps` steps plus draining the writer."""
+        """One sample: (wall, cpu) seconds per step over `steps` steps plus draining the writer."""
+        def run():
+            for _ in range(steps):
+                self.work.train_step()
+            self.work.sync()
+            if self.monitor is not None:
+                self.monitor._writer.flush()
         gc.collect()
-        c0, t0 = time.process_time(), time.perf_counter()
-        for _ in range(steps):
-            self.work.train_step()
+        wall, cpu = harness.timed(run)
         self.hook_steps += steps
-        if self.device != "cpu":
-            torch.cuda.synchronize()
-        if self.monitor is not None:
-            self.monitor._writer.flush()
-        return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+        return [(wall / steps, cpu / steps)]
 
     def close(self):
         if self.monitor is not None:
@@ -100,61 +95,50 @@ class Slotted:
 
 def measure(model_name, levels, rounds, steps, root, device, log):
     base = Slotted(model_name, "none", root, device)
-    runs = [Slotted(model_name, lv, root, device) for lv in levels]
-    for r in [base] + runs:  # warm-up: allocator, thread pool, first files
+    runs = {lv: Slotted(model_name, lv, root, device) for lv in levels}
+    for r in [base, *runs.values()]:  # warm-up: allocator, thread pool, first files
         r.slot(1)
-    ratios = {lv: {"wall": [], "cpu": []} for lv in levels}
-    base_times = []
-    for rnd in range(rounds):
-        k = rnd % len(runs)
-        order = runs[k:] + runs[:k]
-        before = base.slot(steps)
-        base_times.append(before[0])
-        for r in order:
-            got = base_slot = None
-            got = r.slot(steps)
-            base_slot = base.slot(steps)
-            base_times.append(base_slot[0])
-            for i, key in enumerate(("wall", "cpu")):
-                ratios[r.level][key].append(got[i] / ((before[i] + base_slot[i]) / 2))
-            before = base_slot
-        log(f"[{model_name}] round {rnd + 1}/{rounds}: none={1e3 * before[0]:.1f}ms  " +
-            "  ".join(f"{lv}={ratios[lv]['wall'][-1]:.3f}" for lv in levels))
-    for r in runs:
+
+    def on_round(rnd, per_config):
+        log(f"[{model_name}] round {rnd + 1}/{rounds}: none={1e3 * per_config[levels[0]][-1][1][-1][0]:.1f}ms  " +
+            "  ".join(f"{lv}={harness.ratios(per_config[lv][-1:], per_config[lv][-1][1])['ratio']:.3f}"
+                      for lv in levels))
+
+    per_level, base_all, _ = harness.interleave(
+        lambda: base.slot(steps), {lv: (lambda r=r: r.slot(steps)) for lv, r in runs.items()}, rounds,
+        on_round=on_round)
+    for r in runs.values():
         r.close()
-    hook_ms = {r.level: 1e3 * r.hook_seconds / max(r.hook_steps, 1) for r in runs}
-    writer_ms = {r.level: 1e3 * r.writer_seconds / max(r.hook_steps, 1) for r in runs}
-    none_ms = 1e3 * statistics.median(base_times)
-    return {"none_median_ms": none_ms,
-            "levels": {lv: {"ratio": statistics.median(v["wall"]), "cpu_ratio": statistics.median(v["cpu"]),
-                            "hook_ms": hook_ms[lv], "writer_cpu_ms": writer_ms[lv],
-                            "added_ratio": 1 + (hook_ms[lv] + writer_ms[lv]) / none_ms,
-                            "round_ratios": [round(x, 4) for x in v["wall"]]}
-                       for lv, v in ratios.items()}}
+    hook_ms = {lv: 1e3 * r.hook_seconds / max(r.hook_steps, 1) for lv, r in runs.items()}
+    writer_ms = {lv: 1e3 * r.writer_seconds / max(r.hook_steps, 1) for lv, r in runs.items()}
+    none_ms = 1e3 * statistics.median(s[0] for s in base_all)
+    out = {"none_median_ms": none_ms, "levels": {}}
+    for lv in levels:
+        wall, cpu = harness.ratios(per_level[lv], base_all), harness.ratios(per_level[lv], base_all, harness.CPU)
+        out["levels"][lv] = {"ratio": wall["ratio"], "cpu_ratio": cpu["ratio"], "hook_ms": hook_ms[lv],
+                             "writer_cpu_ms": writer_ms[lv], "added_ratio": 1 + (hook_ms[lv] + writer_ms[lv]) / none_ms,
+                             "round_ratios": [round(x, 4) for x in wall["round_ratios"]]}
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="transformer")
-    ap.add_argument("--levels", default=",".join(LEVELS))
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--json", default=None)
+    harness.add_common_options(ap, rounds=7, steps=4)
+    ap.add_argument("--models", default="transformer", type=lambda v: harness.parse_list(v, MODELS, "model"),
+                    help=f"comma list of {', '.join(MODELS)} (default transformer)")
+    ap.add_argument("--levels", default=",".join(LEVELS), type=lambda v: harness.parse_list(v, LEVELS, "level"),
+                    help=f"comma list of {', '.join(LEVELS)} (default all)")
+    ap.add_argument("--device", default="cpu", help="where the model trains (default cpu)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a level misses its target")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps = 2, 1
+    harness.check_common_options(ap, args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    levels = [lv for lv in args.levels.split(",") if lv]
+    levels = args.levels
     results = {}
     with tempfile.TemporaryDirectory(prefix="grad_probe_bench_") as root:
-        for m in args.models.split(","):
-            results[m] = measure(m, levels, args.rounds, args.steps, root, args.device,
-                                 lambda s: print(s, file=sys.stderr, flush=True))
+        for m in args.models:
+            results[m] = measure(m, levels, args.rounds, args.steps, root, args.device, harness.logger(args.quiet))
     print(f"grad_probe overhead: step time with monitoring / without (median of {args.rounds} interleaved "
           f"rounds, {args.steps} steps per slot, device {args.device}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads)")
@@ -169,9 +153,7 @@ def main(argv=None):
             if lv in TARGETS and r["ratio"] > TARGETS[lv]:
                 failed.append(f"{m} {lv}: {r['ratio']:.3f} > {TARGETS[lv]}")
     print("targets: " + ", ".join(f"{lv} <= {t}" for lv, t in TARGETS.items()))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    harness.write_json(args.json, results)
     if failed:
         print("MISSED: " + "; ".join(failed))
         return 1 if args.check else 0

@@ -47,7 +47,8 @@ except ImportError:  # --baseline-src: a checkout from before pytorch/summary/
     from msprobe.pytorch.statistics import Summarizer, memory_order
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from l0_floor import HookFloor  # noqa: E402  (beside this script)
+import harness  # noqa: E402  (beside this script: timed steps)
+from floor_probes import HookFloor  # noqa: E402
 
 TARGET_US_PER_RECORD = 15.0
 # config -> (level, summary_mode, device path)
@@ -138,8 +139,12 @@ def _debugger(root, name):
 
 
 def _step(model, x, opt, dbg=None):
+    """Wall seconds of one training step with `dbg` (if any) around it."""
     gc.collect()
-    t0 = time.perf_counter()
+    return harness.timed(_train, model, x, opt, dbg)[harness.WALL]
+
+
+def _train(model, x, opt, dbg):
     if dbg is not None:
         dbg.start(model)
     model(x).square().mean().backward()
@@ -149,7 +154,6 @@ def _step(model, x, opt, dbg=None):
         dbg.stop()
         dbg.step()
     _sync(x)
-    return time.perf_counter() - t0
 
 
 def _records(dump_path):

@@ -1,6 +1,6 @@
 """Step-time overhead of msprobe's TrainerMon (PyTorch) against no monitor, measured in one interleaved run.
 
-The workload is the transformer of `benchmarks/dump_overhead.py` (4 blocks, d_model 256, batch 4x128)
+The workload is the transformer of `benchmarks/models.py` (4 blocks, d_model 256, batch 4x128)
 trained with AdamW. Configs:
 
     none    no monitor (the baseline)
@@ -20,18 +20,17 @@ so load bursts from other processes hit both sides. CPU-time ratios (all threads
 """
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dump_overhead import Workload  # noqa: E402  (the same transformer as the dump benchmark)
+import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
+from models import Workload  # noqa: E402  (the same transformer as the dump benchmark)
 
 from msprobe.pytorch import TrainerMon  # noqa: E402
 
@@ -61,68 +60,45 @@ class Runner:
             self.mon = TrainerMon(cfg_path)
             self.mon.set_monitor(self.work.model, 1, self.work.opt)
 
-    def step(self):
-        gc.collect()
-        c0, t0 = time.process_time(), time.perf_counter()
-        self.work.train_step()
-        return time.perf_counter() - t0, time.process_time() - c0
-
-
-def _slot(runner, steps):
-    return [runner.step() for _ in range(steps)]
+    def slot(self, steps):
+        return harness.timed_steps(self.work.train_step, steps)
 
 
 def measure(names, rounds, steps, root, log):
     base = Runner("none", root)
-    runners = [Runner(n, root) for n in names]
-    for r in [base] + runners:  # warm-up: allocator, first-step optimizer state, file creation
-        r.step()
-        r.step()
-    paired = {n: {"wall": [], "cpu": []} for n in names}
-    every = {n: [] for n in ["none"] + names}   # all wall times, for the ratio of minima
-    for rnd in range(rounds):
-        k = rnd % len(runners)
-        order = runners[k:] + runners[:k]
-        before = _slot(base, steps)
-        for r in order:
-            got = _slot(r, steps)
-            after = _slot(base, steps)
-            every[r.name] += [w for w, _ in got]
-            every["none"] += [w for w, _ in before + after]
-            for i, metric in enumerate(("wall", "cpu")):
-                med = statistics.median(s[i] for s in got)
-                ref = statistics.median(s[i] for s in before + after)
-                paired[r.name][metric].append(med / ref)
-            before = after
-        log(f"round {rnd + 1}/{rounds}: " + "  ".join(
-            f"{n}={paired[n]['wall'][-1]:.3f}x" for n in names) + f"  (none {1e3 * statistics.median(s[0] for s in before):.0f} ms)")
-    for r in runners:
+    runners = {n: Runner(n, root) for n in names}
+    for r in [base, *runners.values()]:  # warm-up: allocator, first-step optimizer state, file creation
+        r.slot(2)
+
+    def on_round(rnd, per_config):
+        latest = {n: harness.ratios(per_config[n][-1:], per_config[n][-1][1])["ratio"] for n in names}
+        log(f"round {rnd + 1}/{rounds}: " + "  ".join(f"{n}={r:.3f}x" for n, r in latest.items()))
+
+    per_config, base_all, _ = harness.interleave(
+        lambda: base.slot(steps), {n: (lambda r=r: r.slot(steps)) for n, r in runners.items()}, rounds,
+        on_round=on_round)
+    for r in runners.values():
         r.mon.close()
+    paired = {}
     for n in names:
-        paired[n]["min"] = min(every[n]) / min(every["none"])
+        wall, cpu = harness.ratios(per_config[n], base_all), harness.ratios(per_config[n], base_all, harness.CPU)
+        paired[n] = {"wall": wall["round_ratios"], "cpu": cpu["round_ratios"], "min": wall["ratio_of_mins"]}
     return paired
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--configs", default="full,gnorm")
-    p.add_argument("--quick", action="store_true", help="2 rounds x 1 step")
+    harness.add_common_options(p, rounds=7, steps=3)
+    p.add_argument("--configs", default="full,gnorm", type=lambda v: harness.parse_list(v, CONFIGS, "config"),
+                   help=f"comma list of {', '.join(CONFIGS)}")
     p.add_argument("--check", action="store_true", help="exit 1 when a ratio is over its target")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
-    p.add_argument("--json", metavar="PATH", help="also write the ratios as JSON")
     args = p.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps = 2, 1
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
-    bad = [n for n in names if n not in CONFIGS]
-    if bad or not names:
-        p.error(f"unknown configs {bad}; choose from {', '.join(CONFIGS)}")
+    harness.check_common_options(p, args)
+    names = args.configs
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="monitor_bench_") as root:
-        paired = measure(names, args.rounds, args.steps, root, lambda s: print(s, flush=True))
+        paired = measure(names, args.rounds, args.steps, root, harness.logger(args.quiet))
     med = statistics.median
     print(f"\n{'config':<8}{'wall ratio':>12}{'(round range)':>18}{'cpu ratio':>11}{'min ratio':>11}{'target':>9}"
           f"{'msProbe':>10}")
@@ -136,11 +112,9 @@ def main(argv=None):
             misses.append(f"{n}: {med(w):.3f}x > {TARGETS[n]}x")
     print("wall ratio: median over rounds of (config median step / neighbouring none median step); !: over target;\n"
           "cpu ratio: the same with process CPU time; min ratio: fastest config step / fastest none step")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({n: {"wall_ratio": med(paired[n]["wall"]), "cpu_ratio": med(paired[n]["cpu"]),
-                           "min_ratio": paired[n]["min"],
-                           "round_wall_ratios": paired[n]["wall"]} for n in names}, f, indent=1)
+    harness.write_json(args.json, {n: {"wall_ratio": med(paired[n]["wall"]), "cpu_ratio": med(paired[n]["cpu"]),
+                                       "min_ratio": paired[n]["min"], "round_wall_ratios": paired[n]["wall"]}
+                                   for n in names})
     if args.check and misses:
         print("over target: " + "; ".join(misses))
         return 1

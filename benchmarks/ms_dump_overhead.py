@@ -48,9 +48,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from msprobe.mindspore import PrecisionDebugger, seed_all  # first: sets MindSpore up for numpy 2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (beside this script: timed steps, rotated rounds)
 
 import mindspore as ms
 import numpy as np
@@ -182,9 +184,7 @@ class Runner:
 
 
 def timed_step(runner, debugger=None):
-    t, c = time.perf_counter(), time.process_time()
-    runner.step(debugger)
-    return time.perf_counter() - t, time.process_time() - c
+    return harness.timed(runner.step, debugger)
 
 
 def _synchronous(on):
@@ -244,8 +244,7 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
         base, base_cpu = [], []
         fastest = {"without": {}, "with": {}}
         for r in range(rounds):
-            order = list(configs[r % len(configs):]) + list(configs[:r % len(configs)])
-            for c in order:
+            for c in harness.rotated(configs, r):
                 b, bc, base_way = slot(runner, steps, None, plain_only)
                 t, tc, tool_way = slot(runner, steps, debuggers[c], plain_only)
                 base.append(b)

@@ -11,7 +11,8 @@ import shutil
 import sys
 import tempfile
 
-from dump_overhead import CONFIG_SPECS, Runner, Workload
+from dump_overhead import CONFIG_SPECS, Runner
+from models import Workload
 
 
 def main(argv=None):

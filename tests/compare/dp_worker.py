@@ -3,9 +3,10 @@ mean-reduced MSE, its ranks each holding a part of the batch, under DDP, FSDP2 a
 all-reduce of the gradients, each at level mix into ROOT/SETUP; rank 0 first trains the same model on
 the whole batch in one process into ROOT/single (the golden).
 
-    python dp_worker.py ROOT SETUPS SPLIT [TASK]   (SETUPS: comma list of ddp, fsdp, allreduce, planted;
-                                                    SPLIT: the rows of each rank, e.g. 4,4 or 5,3; TASK:
-                                                    statistics (default) or tensor)
+    python dp_worker.py ROOT SETUPS SPLIT TASK [ROOT SETUPS SPLIT TASK ...]
+        SETUPS: comma list of ddp, fsdp, allreduce, planted; SPLIT: the rows of each rank, e.g. 4,4 or 5,3;
+        TASK: statistics or tensor. Several runs share one launch of the ranks (their start-up is most
+        of the cost).
 
 `planted` is DDP with one weight of the last rank's copy perturbed after DDP broadcast rank 0's.
 """
@@ -21,8 +22,8 @@ from torch import nn
 
 from msprobe.pytorch import PrecisionDebugger
 
-root, setups, split = sys.argv[1], sys.argv[2].split(","), [int(n) for n in sys.argv[3].split(",")]
-task = sys.argv[4] if len(sys.argv) > 4 else "statistics"
+RUNS = [(root, setups.split(","), [int(n) for n in split.split(",")], task)
+        for root, setups, split, task in zip(*[iter(sys.argv[1:])] * 4)]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
@@ -36,13 +37,13 @@ class MLP(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def whole_batch():
+def whole_batch(split):
     gen = torch.Generator().manual_seed(7)
     return torch.randn(sum(split), 16, generator=gen), torch.randn(sum(split), 4, generator=gen)
 
 
-def train(model, dump, part, after_backward=None):
-    x, y = whole_batch()
+def train(model, dump, part, split, task, after_backward=None):
+    x, y = whole_batch(split)
     if part is not None:
         start = sum(split[:part])
         x, y = x[start:start + split[part]], y[start:start + split[part]]
@@ -82,13 +83,16 @@ def build(setup, mesh):
 
 
 if rank == 0:
-    torch.manual_seed(0)
-    train(MLP(), f"{root}/single", None)
+    for root, _, split, task in RUNS:
+        torch.manual_seed(0)
+        train(MLP(), f"{root}/single", None, split, task)
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 mesh = init_device_mesh("cpu", (world,))
-for setup in setups:
-    train(build(setup, mesh), f"{root}/{setup}", rank, average_gradients if setup == "allreduce" else None)
+for root, setups, split, task in RUNS:
+    for setup in setups:
+        train(build(setup, mesh), f"{root}/{setup}", rank, split, task,
+              average_gradients if setup == "allreduce" else None)
 dist.barrier()
 dist.destroy_process_group()

@@ -24,10 +24,19 @@ SETUPS = ("ddp", "fsdp", "allreduce")
 
 
 @pytest.fixture(scope="module")
-def halves(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dp_halves")
-    run_ranks(WORKER, 2, [root, ",".join(SETUPS + ("planted",)), "4,4"])
+def runs(tmp_path_factory):
+    """Every run of this module from one launch of the two ranks: halves (every setup), unequal parts
+    (5 and 3 rows), halves in tensor mode (all-reduce, FSDP2, DDP)."""
+    root = tmp_path_factory.mktemp("dp")
+    run_ranks(WORKER, 2, [root / "halves", ",".join(SETUPS + ("planted",)), "4,4", "statistics",
+                          root / "unequal", "allreduce", "5,3", "statistics",
+                          root / "tensor", "allreduce,fsdp,ddp", "4,4", "tensor"])
     return root
+
+
+@pytest.fixture(scope="module")
+def halves(runs):
+    return runs / "halves"
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -52,10 +61,10 @@ def test_a_weight_one_rank_perturbed_is_still_found(halves):
     assert d["suspects"][0]["api"] == "Functional.linear.0.forward"
 
 
-def test_unequal_parts_weigh_the_losses_and_say_what_differs_by_design(tmp_path):
+def test_unequal_parts_weigh_the_losses_and_say_what_differs_by_design(runs):
     """5 and 3 rows: the loss is the weighted mean; the update from equally averaged gradients is no
     divergence."""
-    run_ranks(WORKER, 2, [tmp_path, "allreduce", "5,3"])
+    tmp_path = runs / "unequal"
     results = compare_dumps(str(tmp_path / "allreduce"), str(tmp_path / "single"), progress=False)
     d = diagnose(results)
     table = results[0].table.set_index("NPU Name")
@@ -67,10 +76,10 @@ def test_unequal_parts_weigh_the_losses_and_say_what_differs_by_design(tmp_path)
     assert all("unequal parts" in s["reason"] for s in d["suspects"])
 
 
-def test_tensor_mode_assembles_the_averaged_and_scaled_tensors(tmp_path):
+def test_tensor_mode_assembles_the_averaged_and_scaled_tensors(runs):
     """Tensor mode: the merged tensors are written from the ranks' files (weighted mean of the local weight
     gradients, scaled activation gradients) and their metrics agree with the single process."""
-    run_ranks(WORKER, 2, [tmp_path, "allreduce", "4,4", "tensor"])
+    tmp_path = runs / "tensor"
     results = compare_dumps(str(tmp_path / "allreduce"), str(tmp_path / "single"), progress=False)
     d = diagnose(results)
     assert d["mode"] == "tensor" and d["divergence"] is False, format_diagnosis(d)
@@ -79,11 +88,11 @@ def test_tensor_mode_assembles_the_averaged_and_scaled_tensors(tmp_path):
     assert float(table.loc["Functional.linear.0.backward.output.1", "MaxAbsErr"]) < 1e-6
 
 
-def test_fsdp2_and_ddp_in_tensor_mode_against_one_process(tmp_path):
+def test_fsdp2_and_ddp_in_tensor_mode_against_one_process(runs):
     """Tensor mode writes a tensor from its own memory without marking its storage non-resizable: FSDP2
     frees each unsharded parameter after forward with storage.resize_(0), which had raised. DDP's model
     is named as the single process names it (no `Module.module.`), so its module records pair too."""
-    run_ranks(WORKER, 2, [tmp_path, "fsdp,ddp", "4,4", "tensor"])
+    tmp_path = runs / "tensor"
     for setup in ("fsdp", "ddp"):
         results = compare_dumps(str(tmp_path / setup), str(tmp_path / "single"), progress=False)
         d = diagnose(results)

@@ -4,7 +4,7 @@ differs a little and only one place differs more. A transformer (PLANTS, below: 
 diagnosis' thresholds were set on), a CNN (CNN_PLANTS) and an MLP-mixer (MIXER_PLANTS), both written
 after the thresholds were set.
 
-Used by `bf16_diagnosis.py` (the hit / false-alarm table) and by tests/compare/test_noise_aware.py.
+Used by tests/compare/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the hit / false-alarm table).
 
 | plant | what changes in the target | where error is introduced (accepted suspect #1) |
 |---|---|---|
@@ -268,12 +268,17 @@ def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=
     dump_path = str(dump_path)
     net = build_fn(plant, seed)
     x, y = batch_fn(seed)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
     config = dump_path + ".config.json"
     os.makedirs(os.path.dirname(config) or ".", exist_ok=True)
     with open(config, "w", encoding="utf-8") as f:
         json.dump({"task": task, "level": level, "dump_path": dump_path}, f)
-    debugger = PrecisionDebugger(config_path=config)
+    dumped_step(PrecisionDebugger(config_path=config), net, x, y, loss_fn, autocast)
+    return dump_path
+
+
+def dumped_step(debugger, net, x, y, loss_fn, autocast):
+    """One SGD step (lr 0.1) of `net` under `debugger`, under autocast to `autocast` (None: fp32)."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
     try:
         debugger.start(net, rank_id=0)
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
@@ -285,7 +290,6 @@ def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=
         debugger.step()
     finally:
         debugger.close()
-    return dump_path
 
 
 def hit(plant, suspect, model="transformer"):

@@ -9,14 +9,21 @@ nn.MultiheadAttention with a post-norm, which had been held out until their fals
 LSTM written out over its time steps and its time-major layout rewrite; cross-attention with a SwiGLU
 MLP; a deeper conv + batch-norm stack); their numbers are reported as they came.
 
-Used by `bf16_diagnosis.py` (the false-alarm table per family and half) and tests/compare/test_noise_aware.py.
+Used by tests/compare/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
+family and half).
 """
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from private_modules import load_private
+
+plants = load_private("msprobe_bench_autocast_plants",
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "autocast_plants.py"))
 
 
 class GptBlock(nn.Module):
@@ -241,17 +248,6 @@ def dump_run(dump_path, family, *, task="statistics", level="mix", autocast=None
     torch.manual_seed(seed)
     net = build()
     x, y = batch(seed)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
-    try:
-        debugger.start(net, rank_id=0)
-        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            loss = loss_fn(net, x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        debugger.stop()
-        debugger.step()
-    finally:
-        debugger.close()
+    plants.dumped_step(PrecisionDebugger(dump_path=str(dump_path), task=task, level=level), net, x, y, loss_fn,
+                       autocast)
     return str(dump_path)
