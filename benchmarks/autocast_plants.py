@@ -4,7 +4,7 @@ differs a little and only one place differs more. A transformer (PLANTS, below: 
 diagnosis' thresholds were set on), a CNN (CNN_PLANTS) and an MLP-mixer (MIXER_PLANTS), both written
 after the thresholds were set.
 
-Used by `bf16_diagnosis.py` (the hit / false-alarm table) and by tests/compare/test_noise_aware.py.
+Used by `bf16_diagnosis.py` (the hit / false-alarm table) and by tests/core/diagnosis/test_noise_aware.py.
 
 | plant | what changes in the target | where error is introduced (accepted suspect #1) |
 |---|---|---|

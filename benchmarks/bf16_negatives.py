@@ -7,7 +7,7 @@ same with a layout-only rewrite of its heads, a conv net with batch norm). `held
 and run only to report (nn.GRU, nn.MultiheadAttention with a post-norm, a deep residual stream with RMSNorm
 and SiLU); their numbers are reported as they came.
 
-Used by `bf16_diagnosis.py` (the false-alarm table per family and half) and tests/compare/test_noise_aware.py.
+Used by `bf16_diagnosis.py` (the false-alarm table per family and half) and tests/core/diagnosis/test_noise_aware.py.
 """
 
 import math

@@ -15,7 +15,7 @@ import pytest
 from msprobe.core.compare import compare_dumps, write_compare
 from msprobe.core.compare import rank_pairs
 from msprobe.core.diagnosis import diagnose
-from msprobe.core.diagnosis.suspects import trim_evidence
+from msprobe.core.diagnosis.evidence import trim_evidence
 
 RANKS, STEPS, CALLS = 4, 2, 60
 PLANT_RANK, PLANT_STEP, PLANT_CALL = 1, 1, 30

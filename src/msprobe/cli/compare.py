@@ -18,7 +18,6 @@ two dumps mostly do not match.
 """
 
 import argparse
-import json
 import sys
 
 from msprobe.cli import options
@@ -112,10 +111,10 @@ def _optional_yaml(value):
 
 
 def _print_log(result):
-    table = result.table
-    bad = table[table["Result"].isin(("error", "warning"))]
-    for name, level, msg in zip(bad["NPU Name"], bad["Result"], bad["Err_message"]):
-        print(f"  [{level}] {name}: {', '.join(json.loads(msg))}")
+    import numpy as np
+    verdicts, names = result.rows.verdicts, result.rows.target["name"].to_numpy(dtype=object)
+    for i in np.flatnonzero(np.isin(verdicts.result, ("error", "warning"))):
+        print(f"  [{verdicts.result[i]}] {names[i]}: {', '.join(verdicts.messages(i))}")
 
 
 def _where(result):

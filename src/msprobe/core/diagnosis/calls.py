@@ -54,7 +54,7 @@ class Row:
     flags: set = field(default_factory=set)
     tensor_metrics: tuple = ()  # tensor mode: (Cosine, MaxRelativeErr, One Thousandth Err Ratio)
     l2_error: float = 0.0     # the error without its element-wise maximum term (see op_model.switches)
-    label: str = ""           # the Diagnosis column (see labels.py)
+    label: str = ""           # the Diagnosis column (labels.py)
 
     @property
     def differs(self):
@@ -329,12 +329,3 @@ def working_precision(counts, total, share):
             best = dtype
     return (best, unit_roundoff(best)) if best else (None, 0.0)
 
-
-def row_labels(calls, n):
-    """The Diagnosis column of a pair's table: each row's label, "" for rows no call holds."""
-    out = np.empty(n, dtype=object)
-    out[:] = ""
-    for c in calls:
-        for r in c.rows:
-            out[r.index] = r.label
-    return out

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from msprobe.core.compare import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 plants = load_private("msprobe_bench_autocast_plants", os.path.join(ROOT, "benchmarks", "autocast_plants.py"))
 
 
