@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from msprobe.core import naming
 from msprobe.core.compare.frame import STAT_FIELDS
 from msprobe.core.compare.matching import INSIDE_FUSED
 from msprobe.core.diagnosis.errors import (cross_framework, dtype_relation, noise_floor, row_errors, row_floor,
@@ -111,10 +111,10 @@ class Call:
     stack: list = field(default_factory=list)  # stack lines, innermost first
 
     def __post_init__(self):
-        parts = self.key.split(".")
-        plain = self.is_module or ".parameters_grad." in self.key or len(parts) < 4
-        self._api = None if plain else ".".join(parts[1:-2])
-        self.short_api = None if plain else parts[-3]  # 'softmax' of Functional.nn.softmax.0.forward
+        base, direction, _ = naming.split_key(self.key)
+        plain = self.is_module or direction in ("", "parameters_grad") or "." not in base
+        self._api = None if plain else base.split(".", 1)[1]
+        self.short_api = None if plain else base.rsplit(".", 1)[1]  # 'softmax' of Functional.nn.softmax.0.forward
 
     @property
     def rows(self):
@@ -140,23 +140,6 @@ def direction_of(key):
     if ".backward" in key or ".parameters_grad." in key:
         return "backward"
     return "forward"
-
-
-_DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
-
-
-@functools.lru_cache(maxsize=4096)
-def numel_of(shape):
-    """Element count of a shape written as "[4, 64]" (rows.py's spelling), None when not one."""
-    if not isinstance(shape, str):
-        return None
-    m = _DIMS_RE.match(shape.strip())
-    if m is None:
-        return None
-    n = 1
-    for d in (m.group(1).split(",") if m.group(1) else ()):
-        n *= int(d)
-    return n
 
 
 def _slot(role, suffix):
@@ -193,7 +176,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     l2_errors = row_errors(t, tp, g, gp, paired.metric("euc"), np.full(n, np.nan))[0].tolist()
     moved = (paired.metrics or {}).get("nonfinite_moved")
     metrics = [paired.metric(m) for _, m in TENSOR_METRICS] if paired.metrics is not None else None
-    cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape")}
+    cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape", "numel")}
     g_cols = {c: golden[c].tolist() for c in ("kind", "dtype", "shape")}
     t_raw = {f: target[f].tolist() for f in STAT_FIELDS}
     g_raw = {f: golden[f].tolist() for f in STAT_FIELDS}
@@ -207,8 +190,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
         key = cols["key"][i]
         call = by_key.get(key)
         if call is None:
-            call = Call(key=key, order=len(calls), direction=direction_of(key),
-                        is_module=key.split(".", 1)[0] in ("Module", "Cell"),
+            call = Call(key=key, order=len(calls), direction=direction_of(key), is_module=naming.is_module_key(key),
                         stack=[str(x) for x in stacks.get(key) or ()])
             by_key[key] = call
             calls.append(call)
@@ -221,7 +203,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
             gv = tuple(g_raw[f][i] for f in STAT_FIELDS)
         row = Row(index=i, name=cols["name"][i], role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param,
                   matched=bool(matched[i]), target_dtype=str(cols["dtype"][i]), golden_dtype=str(g_cols["dtype"][i]),
-                  numel=numel_of(cols["shape"][i]) if is_tensor else None, target=tv, golden=gv,
+                  numel=cols["numel"][i] if is_tensor else None, target=tv, golden=gv,
                   inside=bool(inside[i]) if inside is not None else False)
         if row.matched:
             _judge(row, cols["shape"][i], g_cols["shape"][i], g_cols["kind"][i], errors[i], nonfinite[i],

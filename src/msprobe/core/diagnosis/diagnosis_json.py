@@ -88,3 +88,37 @@ def json_safe(value):
         return json_safe(float(value))
     except (TypeError, ValueError):
         return str(value)
+
+
+def diagnosis_from_json(doc):
+    """A `results.Diagnosis` from diagnosis.json's content (to print one read back from its file). Its
+    pairs hold their counts and notes; diagnosis.json has no calls, so their suspects are placeholders."""
+    from msprobe.core.diagnosis.results import Diagnosis, Evidence, PairDiagnosis, Precision, Suspect
+
+    def evidence(r):
+        return Evidence(**{**r, "error": _number(r["error"]), "noise_floor": _number(r["noise_floor"])})
+
+    def suspect(s):
+        return Suspect(**{**s, "input_error": _number(s["input_error"]), "output_error": _number(s["output_error"]),
+                          "amplification": _number(s["amplification"]),
+                          "inputs": [evidence(r) for r in s["inputs"]], "outputs": [evidence(r) for r in s["outputs"]]})
+
+    def pair(p):
+        p = dict(p)
+        p["label_counts"], p["suspects"] = p.pop("labels"), [None] * p["suspects"]
+        if "max_error" in p:
+            p["max_error"] = _number(p["max_error"])
+        return PairDiagnosis(**p)
+
+    precision = doc["precision"]
+    return Diagnosis(divergence=doc["divergence"], mostly_unmatched=doc["mostly_unmatched"], verdict=doc["verdict"],
+                     mode=doc["mode"], precision=Precision(precision["working"], precision["unit_roundoff"],
+                                                           precision["inferred"]),
+                     suspects=[suspect(s) for s in doc["suspects"]], suspect_count=doc["suspect_count"],
+                     receiving_ranks=doc["receiving_ranks"], pairs=[pair(p) for p in doc["ranks"]],
+                     thresholds=doc["thresholds"], failed_pairs=doc.get("failed_pairs"))
+
+
+def _number(v):
+    """json_safe's "inf"/"-inf"/"nan" back to floats."""
+    return float(v) if v in ("inf", "-inf", "nan") else v

@@ -131,6 +131,12 @@ class Diagnosis(Mapping):
         from msprobe.core.diagnosis.diagnosis_json import diagnosis_json
         return diagnosis_json(self)
 
+    @classmethod
+    def from_json(cls, doc):
+        """The Diagnosis a diagnosis.json holds (its pairs without their suspects' calls)."""
+        from msprobe.core.diagnosis.diagnosis_json import diagnosis_from_json
+        return diagnosis_from_json(doc)
+
     # read as diagnosis.json's mapping
     def _json(self):
         return self.to_json()
