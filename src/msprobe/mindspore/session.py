@@ -3,8 +3,9 @@
 The capture layers (wrapped APIs, Cell hooks, GradTracker, debug save) call into the session; the flow
 after a record is made (queue, batch resolve, overflow gate, writer) is core/dump/capture.py. Reading
 a MindSpore tensor makes the PyNative pipeline wait for it, so statistics are read in batches: a
-record's tensors wait in `_late` until a resolve (after a backward pass, before an in-place call, every
-LATE_LIMIT tensors, at stop() and at the step's end). Hot path: `record_call`.
+record's tensors wait in `_late` (a Deferral, core/dump/deferral.py) until a resolve (after a backward
+pass, before an in-place call, every LATE_LIMIT tensors, at stop() and at the step's end). Hot path:
+`record_call`.
 """
 
 import weakref
@@ -15,6 +16,7 @@ import numpy as np
 from msprobe.core import naming
 from msprobe.core.dump.call_capture import CallCapture
 from msprobe.core.dump.capture import CaptureSession
+from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
@@ -120,7 +122,8 @@ class DumpSession(CaptureSession):
     early_writer = False
 
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
-        self._late = []  # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
+        # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
+        self._late = Deferral(self._summarise_late, LATE_LIMIT + 1)
         self._on_cpu = ms.get_context("device_target") == "CPU"
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
         self.calls = CALLS
@@ -146,12 +149,11 @@ class DumpSession(CaptureSession):
         """The flusher may summarise the waiting tensors: CPU tensors read with no MindSpore op (a
         contiguous tensor needing no bfloat16 upcast: data_ptr()/asnumpy(), which capture ignores),
         so nothing it does is captured. A device's are read where their ops run."""
-        return self._on_cpu and all(t.dtype not in _UPCAST and t.is_contiguous() for t, *_ in self._late[:])
+        return self._on_cpu and all(t.dtype not in _UPCAST and t.is_contiguous() for t, *_ in self._late.items())
 
     def _new_summarizer(self):
-        # a weak method: the summarizer must not hold its session in a reference cycle
-        return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5",
-                          late=self._late, resolver=weakref.WeakMethod(self._summarise_late))
+        # the Deferral holds _summarise_late weakly: the summarizer must not hold its session in a cycle
+        return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5", late=self._late)
 
     def renumber(self, step):
         """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
@@ -268,8 +270,7 @@ class DumpSession(CaptureSession):
         makes it has run, and doing that per call, inside the backward pass too, serialises the step. The
         record's tensor files, if any, join `waits` when it is summarised."""
         rec = {}
-        self._late.append((t, rec, file_stem, save, waits))
-        if len(self._late) > LATE_LIMIT:
+        if self._late.add((t, rec, file_stem, save, waits)):  # more than LATE_LIMIT wait
             self.resolve()
         return rec
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from msprobe.core.checksum import crc32_hex
 from msprobe.core.dump import moments as native
+from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import json_float
 
 _CACHE_LIMIT = 4096
@@ -142,12 +143,11 @@ class Summarizer:
         md5: add the CRC-32 of the tensor bytes under "md5".
     """
 
-    def __init__(self, stats=True, md5=False, late=None, resolver=None):
+    def __init__(self, stats=True, md5=False, late=None):
         self.stats = stats
         self.md5 = md5
-        # tensors whose statistics wait for the next resolve, and what summarises them (a weak method)
-        self._late = late if late is not None else []
-        self._resolver = resolver
+        # tensors whose statistics wait for the next resolve (the session's Deferral, which summarises them)
+        self._late = late if late is not None else Deferral(_nothing, 1)
         self._cache = {}
         self._aliases = {}  # id(HookBackward copy) -> (weakref to it, the tensor it copies)
         self._direct = _direct_kinds() if stats and not md5 else {}  # see direct_stats
@@ -165,14 +165,12 @@ class Summarizer:
     def launch(self, touching=None):
         """Summarise the queued tensors now: something is about to change some of them in place (which
         ones does not matter: a read waits for MindSpore's whole pipeline anyway)."""
-        self.start_resolve().finish()
+        self._late.launch()
 
     def start_resolve(self):
         """The queued tensors as a batch whose `finish()` summarises them (on the training thread: a
         MindSpore tensor is read where its ops run)."""
-        batch = self._late[:]
-        del self._late[:len(batch)]  # (not clear(): keeps what another thread queued meanwhile)
-        return _LateBatch(batch, self._resolver)
+        return self._late.take()
 
     def clear(self):
         self._cache.clear()
@@ -230,12 +228,5 @@ class Summarizer:
         self._aliases.clear()
 
 
-class _LateBatch:
-    __slots__ = ("batch", "resolver")
-
-    def __init__(self, batch, resolver):
-        self.batch, self.resolver = batch, resolver
-
-    def finish(self):
-        if self.batch:
-            self.resolver()(self.batch)
+def _nothing(items):
+    """The Deferral of a Summarizer without a session: nothing is ever queued into it."""

@@ -12,6 +12,7 @@ import numpy as np
 from msprobe.core.config import config_from_dict
 from msprobe.core.dump.call_capture import CallCapture
 from msprobe.core.dump.capture import CaptureSession
+from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import write_npy
@@ -21,10 +22,10 @@ STATE = {"session": None, "depth": 0}
 
 
 class LateSummaries:
-    """Summaries that wait until something may change their arrays (or a resolve)."""
+    """Summaries that wait, in the core's Deferral, until something may change their arrays (or a resolve)."""
 
     def __init__(self):
-        self.waiting = []  # (array, record)
+        self.waiting = Deferral(self._read, 64)  # (array, record)
         self.launched = 0
 
     @property
@@ -32,23 +33,23 @@ class LateSummaries:
         return len(self.waiting)
 
     def defer(self, a, rec):
-        self.waiting.append((a, rec))
+        if self.waiting.add((a, rec), a.nbytes):
+            self.launch()
 
-    def launch(self, touching=None):
-        for a, rec in self.waiting:
+    def _read(self, items):
+        for a, rec in items:
             rec.update({"Max": float(a.max()), "Min": float(a.min()), "Mean": float(a.mean()),
                         "Norm": float(np.linalg.norm(a))})
-        self.launched += len(self.waiting)
-        self.waiting = []
+        self.launched += len(items)
+
+    def launch(self, touching=None):
+        self.waiting.launch(touching)
 
     def start_resolve(self):
-        return self
-
-    def finish(self):
-        self.launch()
+        return self.waiting.take()
 
     def clear(self):
-        self.waiting = []
+        self.waiting.take()
 
 
 class NumpyOps:

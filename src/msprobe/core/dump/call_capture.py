@@ -34,7 +34,7 @@ class CallFrame:
     """A call between `begin` and `end`."""
 
     __slots__ = ("key", "parent", "save", "waits", "stack", "in_args", "in_kwargs", "forward", "listed",
-                 "inplace", "module", "backward", "bparent")
+                 "inplace", "module", "backward", "bkey", "bparent")
 
 
 class CallCapture:
@@ -96,8 +96,8 @@ class CallCapture:
                 # the enclosing module's backward is the parent of this one's
                 enclosing = parent if module else (s.module_stack[-1] if s.module_stack else None)
                 f.bparent = naming.backward_of(enclosing) if enclosing else None
-                f.backward, args = ops.backward_begin(s, naming.backward_of(key), f.bparent, args, kwargs, save,
-                                                      inplace, module)
+                f.bkey = naming.backward_of(key)  # built once: begin and end both hand it on
+                f.backward, args = ops.backward_begin(s, f.bkey, f.bparent, args, kwargs, save, inplace, module)
             else:
                 f.backward = None
         return f, args
@@ -111,6 +111,7 @@ class CallCapture:
         key = f.key
         with ops.work():
             result = ops.result_of(s, out, args, f.inplace)
+            listed = f.listed
             if f.forward and not (gate is not None and gate.exhausted):
                 save, waits = f.save, f.waits
                 record = {"input_args": f.in_args, "input_kwargs": f.in_kwargs}
@@ -125,12 +126,13 @@ class CallCapture:
                     outs = record["output"] = []
                 if params is not None:
                     record["parameters"] = params
-                s.emit(key, record, waits, check=outs)
+                # its structure notes ride in the record's queue entry
+                s.emit(key, record, waits, check=outs, notes=s.structure_notes(f.parent, f.stack) if listed else None)
+                listed = False
             if f.module:
                 s.recorded_modules.add(key.rsplit(".", 2)[0])  # its parameters' gradients are recorded
-            if f.listed:
+            if listed:
                 s.note_structure(key, f.parent, f.stack)
             if f.backward is not None:
-                out = ops.backward_end(s, f.backward, naming.backward_of(key), f.bparent, out, result, f.save,
-                                       f.inplace, f.module)
+                out = ops.backward_end(s, f.backward, f.bkey, f.bparent, out, result, f.save, f.inplace, f.module)
         return out

@@ -121,20 +121,27 @@ class CaptureSession(CallRecords, SessionWriter):
             self.on_failure(self, error)
 
     # -- records in --------------------------------------------------------------------------------
-    def emit(self, key, record, waits=(), check=None):
+    def emit(self, key, record, waits=(), check=None, notes=None):
         """Hand over a finished record; overflow_check keeps it only if `check` (default: the record)
-        overflows."""
+        overflows. `notes`: its `structure_notes`, queued with it (one queue entry for both)."""
         if self.cfg.task == "structure":
+            if notes:
+                self._note(key, notes)
             return
-        self._put([key, record, check, waits, []])
+        self._put([key, record, check, waits, notes or []])
 
-    def note_structure(self, key, parent, stack):
-        """construct.json (with its parent) and stack.json entries of call `key`."""
+    def structure_notes(self, parent, stack):
+        """The construct.json (with its parent) and stack.json entries of a call, as a list (maybe empty)."""
         notes = []
         if self.cfg.extra_info and (self._construct_all or parent is not None):
             notes.append((True, parent))
         if stack is not None:
             notes.append((False, stack))
+        return notes
+
+    def note_structure(self, key, parent, stack):
+        """construct.json (with its parent) and stack.json entries of call `key`."""
+        notes = self.structure_notes(parent, stack)
         if notes:
             self._note(key, notes)
 

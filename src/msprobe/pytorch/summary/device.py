@@ -16,6 +16,7 @@ import os
 
 import torch
 
+from msprobe.core.dump.deferral import Deferral
 from msprobe.pytorch.summary import readback, slots, torch_kernels
 from msprobe.pytorch.summary.slots import CHECKSUM, STATS, Buffer, Slot
 
@@ -44,7 +45,8 @@ class DeviceSummaries:
     """The slots of one session: filled on the device, resolved in batches.
 
     A summary asked for with `defer` is not launched at once: the tensor waits (a reference and its
-    version counter) until `launch()`, which reduces every waiting tensor of one dtype in one kernel —
+    version counter) in a Deferral (core/dump/deferral.py) until `launch()`, which reduces every waiting
+    tensor of one dtype in one kernel —
     on CUDA a launch per tensor is what a step's host time is made of. The caller must `launch()` before
     anything may change a waiting tensor in place (pytorch/session.py: an in-place call, naming what it
     changes, the optimizer); a tensor whose version moved anyway is counted in `changed` (its record
@@ -56,8 +58,8 @@ class DeviceSummaries:
         self._batch = []  # slots filled since the last resolve, in order
         self._buffers = []  # buffers the batch wrote
         self._kernels = {}  # device -> triton_kernels or None
-        self._waiting = []  # deferred: (kind, kernels, item, tensor, version, nbytes)
-        self._waiting_bytes = 0
+        # deferred: (kind, kernels, item, tensor, version)
+        self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
         self.changed = 0  # deferred tensors changed in place before they were read
 
     @property
@@ -71,9 +73,7 @@ class DeviceSummaries:
 
     def _defer(self, kind, kernels, item, nbytes):
         x = item[0]
-        self._waiting.append((kind, kernels, item, x, x._version, nbytes))
-        self._waiting_bytes += nbytes
-        if len(self._waiting) >= DEFER_TENSORS or self._waiting_bytes >= DEFER_BYTES:
+        if self._waiting.add((kind, kernels, item, x, x._version), nbytes):
             self.launch()
 
     def launch(self, touching=None):
@@ -81,15 +81,11 @@ class DeviceSummaries:
         tensors about to change in place, when known (None or empty: unknown); then only the summaries of
         tensors sharing memory with them go, and the others keep waiting for a larger batch (an in-place
         call launches its own input's alone)."""
-        waiting, kept = self._waiting, []
-        if touching and len(waiting) <= SHARE_CHECK_MAX:
-            waiting, kept = _split_by_memory(waiting, touching)
-            if not waiting:
-                return
-        self._waiting = kept
-        self._waiting_bytes = sum(w[5] for w in kept)
+        self._waiting.launch(touching)
+
+    def _launch(self, waiting):
         groups = {}
-        for kind, kernels, item, x, version, _ in waiting:
+        for kind, kernels, item, x, version in waiting:
             if x._version != version:
                 self.changed += 1
             groups.setdefault((kind, id(kernels), x.device, x.dtype), (kind, kernels, []))[2].append(item)
@@ -153,6 +149,14 @@ class DeviceSummaries:
         batch, buffers = self._batch, self._buffers
         self._batch, self._buffers, self._open = [], [], {}
         return readback.start(batch, buffers)
+
+
+def _launched_first(waiting, touching):
+    """(the waiting items an in-place change of `touching` may reach, the others): sorted while few wait,
+    above SHARE_CHECK_MAX all go (the batch is large enough)."""
+    if len(waiting) > SHARE_CHECK_MAX:
+        return waiting, []
+    return _split_by_memory(waiting, touching)
 
 
 def _split_by_memory(waiting, tensors):
