@@ -3,9 +3,11 @@ fp32 (the golden) and under whole-model bf16 autocast (the target). A careful ve
 divergence beyond bfloat16 precision".
 
 Two halves. `tuning`: the models looked at while the diagnosis was changed (a GPT-style transformer, the
-same with a layout-only rewrite of its heads, a conv net with batch norm). `held out`: written beside them
-and run only to report (nn.GRU, nn.MultiheadAttention with a post-norm, a deep residual stream with RMSNorm
-and SiLU); their numbers are reported as they came.
+same with a layout-only rewrite of its heads, a conv net with batch norm; then nn.GRU and
+nn.MultiheadAttention with a post-norm, which had been held out until their false alarms were worked on).
+`held out`: written beside them and run only to report (a deep residual stream with RMSNorm and SiLU; an
+LSTM written out over its time steps and its time-major layout rewrite; cross-attention with a SwiGLU
+MLP; a deeper conv + batch-norm stack); their numbers are reported as they came.
 
 Used by `bf16_diagnosis.py` (the false-alarm table per family and half) and tests/core/diagnosis/test_noise_aware.py.
 """
@@ -119,6 +121,74 @@ class RmsResidual(nn.Module):
         return self.head(h)
 
 
+class Lstm(nn.Module):
+    """An LSTM written out with linear gates over 16 time steps (nn.LSTM does not run under CPU bf16
+    autocast); `time_major` steps through a (time, batch, feature) transpose of the same input (a
+    layout-only rewrite: the same weights and math)."""
+
+    def __init__(self, time_major=False, d=24, hidden=32):
+        super().__init__()
+        self.time_major, self.hidden = time_major, hidden
+        self.emb, self.head = nn.Embedding(64, d), nn.Linear(hidden, 64)
+        self.ih, self.hh = nn.Linear(d, 4 * hidden), nn.Linear(hidden, 4 * hidden, bias=False)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        steps = x.transpose(0, 1) if self.time_major else x
+        h = c = torch.zeros(idx.shape[0], self.hidden)
+        outs = []
+        for t in range(idx.shape[1]):
+            xt = steps[t] if self.time_major else steps[:, t]
+            i, f, g, o = (self.ih(xt) + self.hh(h)).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outs.append(h)
+        return self.head(torch.stack(outs, dim=1))
+
+
+class CrossAttention(nn.Module):
+    """A decoder stream attending to an encoder memory of another length (separate q and kv
+    projections, scaled_dot_product_attention), with a gated RMSNorm MLP (SwiGLU) after it."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.emb, self.mem = nn.Embedding(64, d), nn.Embedding(64, d)
+        self.q, self.kv, self.o = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+        self.norm1, self.norm2 = nn.RMSNorm(d), nn.RMSNorm(d)
+        self.gate, self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.head, self.heads = nn.Linear(d, 64), heads
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x, m = self.emb(idx), self.mem(idx.flip(1)[:, : t // 2])
+        h = self.heads
+        q = self.q(self.norm1(x)).view(b, t, h, -1).transpose(1, 2)
+        k, v = (z.view(b, t // 2, h, -1).transpose(1, 2) for z in self.kv(m).chunk(2, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, -1)
+        x = x + self.o(y)
+        z = self.norm2(x)
+        x = x + self.down(F.silu(self.gate(z)) * self.up(z))
+        return self.head(x)
+
+
+class ConvBnDeep(nn.Module):
+    """Four conv + batch-norm stages (two strided), max-pooled shortcut, average pooling: the batch
+    norm and conv backward through a deeper stack."""
+
+    def __init__(self):
+        super().__init__()
+        chans = (3, 8, 16, 16, 32)
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, stride=1 + (i % 2), padding=1, bias=False)
+                                   for i, (a, b) in enumerate(zip(chans, chans[1:])))
+        self.norms = nn.ModuleList(nn.BatchNorm2d(c) for c in chans[1:])
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        for conv, norm in zip(self.convs, self.norms):
+            x = F.relu(norm(conv(x)))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
 def _tokens(seed):
     gen = torch.Generator().manual_seed(100 + seed)
     idx = torch.randint(0, 64, (2, 16), generator=gen)
@@ -148,20 +218,26 @@ FAMILIES = {
     "gpt": ("tuning", lambda: Gpt("view"), _tokens, _sequence_loss),
     "gpt_layout": ("tuning", lambda: Gpt("permute"), _tokens, _sequence_loss),
     "conv_bn": ("tuning", ConvBn, _images, _class_loss),
-    "gru": ("held out", Gru, _tokens, _sequence_loss),
-    "mha": ("held out", Mha, _tokens, _sequence_loss),
+    "gru": ("tuning", Gru, _tokens, _sequence_loss),
+    "mha": ("tuning", Mha, _tokens, _sequence_loss),
     "rms_residual": ("held out", RmsResidual, _vectors, _class_loss),
+    "lstm": ("held out", Lstm, _tokens, _sequence_loss),
+    "lstm_layout": ("held out", lambda: Lstm(time_major=True), _tokens, _sequence_loss),
+    "cross_attn": ("held out", CrossAttention, _tokens, _sequence_loss),
+    "conv_bn_deep": ("held out", ConvBnDeep, _images, _class_loss),
 }
+# a layout-only rewrite's golden: the family it rewrites, in fp32
+GOLDEN_OF = {"gpt_layout": "gpt", "lstm_layout": "lstm"}
 SEEDS = (0, 1)
 
 
 def dump_run(dump_path, family, *, task="statistics", level="mix", autocast=None, seed=0, golden_layout=False):
     """One SGD step of a family's model under a PrecisionDebugger writing dump_path/step0/rank0. The
-    golden of `gpt_layout` is `gpt` (`golden_layout`: the view layout in fp32), of the others the model
-    itself in fp32. Returns dump_path as a string."""
+    golden of a layout rewrite is the family it rewrites (`golden_layout`: `GOLDEN_OF`, in fp32), of the
+    others the model itself in fp32. Returns dump_path as a string."""
     from msprobe.pytorch import PrecisionDebugger
 
-    _, build, batch, loss_fn = FAMILIES["gpt" if golden_layout and family == "gpt_layout" else family]
+    _, build, batch, loss_fn = FAMILIES[GOLDEN_OF.get(family, family) if golden_layout else family]
     torch.manual_seed(seed)
     net = build()
     x, y = batch(seed)

@@ -275,6 +275,15 @@ print(json.dumps({"wall": time.perf_counter() - w, "pairs": len(res.results), "f
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+_BASELINE_CHILD = r"""
+import resource, sys
+import pandas, msprobe.core.compare  # what every driver imports
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+import ray
+ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
 ENGINE_TARGETS = {"ray/pool wall": 1.3, "driver MB": 300}
 
 
@@ -371,20 +380,26 @@ def _free_port():
 
 def _same_outputs(a, b):
     import filecmp
-    names = sorted(n for n in os.listdir(a) if n.endswith((".csv", ".json")))
-    return names == sorted(n for n in os.listdir(b) if n.endswith((".csv", ".json"))) and all(
+    names = sorted(n for n in os.listdir(a) if n.endswith((".csv", ".xlsx", ".json")))
+    return names == sorted(n for n in os.listdir(b) if n.endswith((".csv", ".xlsx", ".json"))) and all(
         filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
 
 
 def engine_bench(root, pairs, records, tensor_pairs):
     print(f"\n[engines] rank pairs on the process pool and on Ray ({os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the start; a shared machine: walls are noisy)")
+    print("driver MB: peak RSS (ru_maxrss) of the driver process alone, not of its workers or Ray's")
     w = time.perf_counter()
     stats = gen_rank_stats(os.path.join(root, "stats"), pairs, records)
     tensors = gen_rank_tensors(os.path.join(root, "tensors"), tensor_pairs)
     print(f"dumps generated in {time.perf_counter() - w:.0f} s")
     proc, address, startup, temp = _ray_cluster(root)
     print(f"ray start --head: {startup:.1f} s until the cluster took tasks (not in the walls below)")
+    base = subprocess.run([sys.executable, "-c", _BASELINE_CHILD, address], capture_output=True, text=True)
+    if base.returncode == 0:
+        msprobe_mb, ray_mb = map(float, base.stdout.split()[-2:])
+        print(f"driver before any pair: {msprobe_mb:.0f} MB (python, pandas, msprobe); {ray_mb:.0f} MB once "
+              f"`import ray` and ray.init() attached to the cluster (Ray's own {ray_mb - msprobe_mb:.0f} MB)")
     rows = []
     try:
         for label, (t, g, per_rank), n in (("statistics L1", stats, pairs), ("tensor", tensors, tensor_pairs)):
@@ -406,6 +421,7 @@ def engine_bench(root, pairs, records, tensor_pairs):
     for label, n, per_rank, p, r, same in rows:
         print(f"{label:14s}{n:6d}{per_rank:10d}{p['wall']:8.1f}{r['wall']:8.1f}{r['wall'] / p['wall']:9.2f}"
               f"{1000 * p['wall'] / n:13.0f}{1000 * r['wall'] / n:12.0f}{p['rss_mb']:11.0f} /{r['rss_mb']:6.0f}  {same}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     big = rows[0]
     ratio, rss = big[4]["wall"] / big[3]["wall"], big[4]["rss_mb"]
     print(f"targets at {big[1]} pairs: Ray within {ENGINE_TARGETS['ray/pool wall']}x of the pool's wall: "

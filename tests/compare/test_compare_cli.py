@@ -121,6 +121,29 @@ def test_xlsx_highlights_error_and_warning_cells(dumps, tmp_path):
     assert {"introduces", "inherits", "agrees"} <= labels  # one story: where error enters is marked
 
 
+def test_the_same_xlsx_compare_writes_the_same_bytes(dumps, tmp_path):
+    """An xlsx's zip entries and created/modified properties carry the compare's timestamp (the one in
+    its name), not the clock: two compares seconds apart (zip times have 2 s steps) write equal bytes."""
+    import time
+    import zipfile
+    from openpyxl import load_workbook
+    from msprobe.core.compare import write_compare
+    paths = []
+    for run in ("a", "b"):
+        if paths:
+            time.sleep(2.1)
+        write_compare(dumps("softmax_bf16", "tensor"), dumps("fp32", "tensor"), str(tmp_path / run), xlsx=True,
+                      progress=False, timestamp="20260102030405")
+        (path,) = glob.glob(str(tmp_path / run / "compare_result_rank0_20260102030405.xlsx"))
+        paths.append(path)
+    with open(paths[0], "rb") as a, open(paths[1], "rb") as b:
+        assert a.read() == b.read()
+    with zipfile.ZipFile(paths[0]) as z:
+        assert {i.date_time for i in z.infolist()} == {(2026, 1, 2, 3, 4, 4)}
+    props = load_workbook(paths[0]).properties
+    assert str(props.created) == str(props.modified) == "2026-01-02 03:04:05"
+
+
 def test_csv_writes_infinity_with_a_leading_space_and_none(tmp_path):
     data = {"Functional.f.0.forward": {"input_args": [tensor("inf", mn=0.0, mean=None)], "input_kwargs": {},
                                        "output": [tensor(1.0)]}}

@@ -77,3 +77,18 @@ def test_tensor_mode_assembles_the_averaged_and_scaled_tensors(tmp_path):
     table = results[0].table.set_index("NPU Name")
     assert float(table.loc["Functional.mse_loss.0.backward.output.0", "Cosine"]) > 0.99999
     assert float(table.loc["Functional.linear.0.backward.output.1", "MaxAbsErr"]) < 1e-6
+
+
+def test_fsdp2_and_ddp_in_tensor_mode_against_one_process(tmp_path):
+    """Tensor mode writes a tensor from its own memory without marking its storage non-resizable: FSDP2
+    frees each unsharded parameter after forward with storage.resize_(0), which had raised. DDP's model
+    is named as the single process names it (no `Module.module.`), so its module records pair too."""
+    run_ranks(WORKER, 2, [tmp_path, "fsdp,ddp", "4,4", "tensor"])
+    for setup in ("fsdp", "ddp"):
+        results = compare_dumps(str(tmp_path / setup), str(tmp_path / "single"), progress=False)
+        d = diagnose(results)
+        assert d["mode"] == "tensor" and d["divergence"] is False, format_diagnosis(d)
+        table = results[0].table.set_index("NPU Name")
+        assert not any(n.startswith("Module.module.") for n in table.index)
+        assert table.loc["Module.up.Linear.forward.0.output.0", "Bench Name"] == "Module.up.Linear.forward.0.output.0"
+        assert float(table.loc["Module.up.Linear.forward.0.output.0", "Cosine"]) > 0.99999

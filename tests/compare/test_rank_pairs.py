@@ -230,3 +230,54 @@ def test_a_bad_engine_in_compare_json_is_one_line(tmp_path):
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert run.returncode == 1 and len(lines) == 1 and "engine" in lines[0] and "spark" in lines[0], run.stderr
     assert "pool, ray" in lines[0]
+
+
+def test_the_driver_holds_each_pairs_trimmed_suspects_slim_and_shared(tmp_path, in_workers):
+    """Every rank's target drifts from PLANT_CALL on, so every pair has dozens of suspects: the driver
+    keeps the trimmed ones as slotted SlimSuspects sharing one Call per call over all pairs (a thousand
+    pairs held them as dataclasses, half a gigabyte), and diagnoses as when every pair stays whole."""
+    from msprobe.core.compare.engine import compare_plan
+    from msprobe.core.compare.engines.summary import SlimSuspect
+    target, golden = write_dumps(tmp_path / "t", False), write_dumps(tmp_path / "g", False)
+    for step in range(STEPS):  # the target's every rank drifts from PLANT_CALL on
+        for rank in range(RANKS):
+            path = os.path.join(target, f"step{step}", f"rank{rank}", "dump.json")
+            with open(path, "rb") as f:
+                doc = orjson.loads(f.read())
+            for i, rec in enumerate(doc["data"].values()):
+                if i >= PLANT_CALL:
+                    rec["output"][0]["Max"] *= 1.05
+                    rec["output"][0]["Norm"] *= 1.05
+            with open(path, "wb") as f:
+                f.write(orjson.dumps(doc))
+    plan = compare_plan(target, golden, progress=False)
+    _, entries, *_ = rank_pairs.compare_and_label(plan, str(tmp_path / "out"), keep_tables=False, progress=False,
+                                                  timestamp="20260101000000")
+    slim = [s for e in entries for s in e.suspects if isinstance(s, SlimSuspect)]
+    assert len(slim) >= RANKS * STEPS * 5, len(slim)  # past the MAX_SUSPECTS each pair keeps whole
+    assert all(s.__slots__ and not hasattr(s, "__dict__") for s in slim)
+    calls = {}
+    for s in slim:
+        assert calls.setdefault((s.call.key, s.call.order), s.call) is s.call  # one Call over all pairs
+    assert len(calls) < len(slim) / (RANKS * STEPS) * 2
+    kept = _in_memory(target, golden, tmp_path / "kept")
+    streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
+    assert streamed.diagnosis["suspect_count"] > 10
+    assert_same_outputs(kept, streamed)
+
+
+def test_many_pairs_keep_no_suspects_rows_on_the_pool_either(tmp_path, in_workers, monkeypatch):
+    """From LEAN_MIN_PAIRS pairs on, the pool's driver too holds every suspect slim; the listed ones
+    are read again, and the diagnosis is the one of whole pairs."""
+    from msprobe.core.compare.engine import compare_plan
+    from msprobe.core.compare.engines.summary import SlimSuspect
+    monkeypatch.setattr(rank_pairs, "LEAN_MIN_PAIRS", RANKS * STEPS)
+    target, golden = write_dumps(tmp_path / "t", True), write_dumps(tmp_path / "g", False)
+    _, entries, *_ = rank_pairs.compare_and_label(compare_plan(target, golden, progress=False),
+                                                  str(tmp_path / "out"), keep_tables=False, progress=False,
+                                                  timestamp="20260101000000")
+    suspects = [s for e in entries for s in e.suspects]
+    assert suspects and all(isinstance(s, SlimSuspect) for s in suspects)
+    streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
+    assert streamed.diagnosis["suspects"][0]["inputs"]  # read again: evidence, not an empty shell
+    assert_same_outputs(_in_memory(target, golden, tmp_path / "kept"), streamed)

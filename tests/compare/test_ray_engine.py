@@ -1,8 +1,12 @@
 """`msprobe compare --engine ray` on a real two-node Ray cluster on loopback (a head and a second node,
 one CPU each, started with `ray start` here), comparing the multi-rank dumps of real gloo training
-runs: the same files and diagnosis.json as the process pool, byte for byte; a worker SIGKILLed mid-pair
-and a driver SIGKILLed mid-compare (then --resume) still give that result; a corrupt rank dump is
-reported in one line and the other pairs are compared; the rows are queryable as Parquet."""
+runs: the same files (csv, xlsx) and diagnosis.json as the process pool, byte for byte; a worker
+SIGKILLed mid-pair and a driver SIGKILLed mid-compare (then --resume) still give that result; a corrupt
+rank dump is reported in one line, the other pairs are compared and the exit code is 1; the rows are
+queryable as Parquet.
+
+One cluster for the module, and this process attaches to it once (`driver`): the in-process compares
+share its job and so its warm workers; the CLI runs are drivers of their own, as a user's are."""
 
 import filecmp
 import glob
@@ -17,7 +21,6 @@ import tempfile
 import textwrap
 import threading
 import time
-import zipfile
 
 import pytest
 
@@ -31,7 +34,7 @@ from msprobe.core.compare import write_compare  # noqa: E402
 from msprobe.core.compare.engines.ray import TASK_NAME  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORLD, STEPS = 2, 3
+WORLD, STEPS = 2, 2
 TS = "20260101000000"
 
 WORKER = textwrap.dedent('''
@@ -60,7 +63,7 @@ def _ray_cli():
     return [exe] if os.path.isfile(exe) else [sys.executable, "-m", "ray.scripts.scripts"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_nodes():
     """A head node and a second node on 127.0.0.1, one CPU each, coming up (the dumps are made
     meanwhile): (address, their `ray start` processes). Ended, only these, at teardown."""
@@ -81,9 +84,10 @@ def ray_nodes():
     finally:
         for p in nodes:  # `ray start --block` ends its node's processes on SIGTERM; what is left, SIGKILL
             _signal_group(p.pid, signal.SIGTERM)
+        end = time.monotonic() + 5  # a node's clean stop waits on its workers: the temp dir goes anyway
         for p in nodes:
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
             _signal_group(p.pid, signal.SIGKILL)
@@ -91,12 +95,23 @@ def ray_nodes():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(ray_nodes, gloo_dumps, pool_results):
     """The address of the two-node cluster, once both nodes are up."""
     address, nodes = ray_nodes
     _wait_for(lambda: _cluster_cpus(address) >= 2, 120, nodes)
     return address
+
+
+@pytest.fixture(scope="module")
+def driver(cluster):
+    """This process attached to the cluster, once: write_compare(engine="ray") uses a Ray already
+    initialized (and leaves it be), so the module's in-process compares share one job's workers."""
+    ray.init(address=cluster, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
 
 
 def _signal_group(pgid, sig):
@@ -121,7 +136,7 @@ def _wait_for(ready, seconds, nodes):
         time.sleep(1)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gloo_dumps(tmp_path_factory):
     """root/{statistics,tensor,md5}/{golden,target}: two gloo ranks, three steps; rank 1's target
     computes its softmax in bfloat16."""
@@ -132,7 +147,7 @@ def gloo_dumps(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pool_results(gloo_dumps, tmp_path_factory):
     """task -> output folder of the process pool's compare (the reference)."""
     out = {}
@@ -151,14 +166,7 @@ def _result_files(folder):
 
 
 def _same_file(a, b):
-    """Byte for byte; an xlsx part by part but for docProps/core.xml, which holds the time it was written
-    (as two runs of the pool differ there too)."""
-    if not a.endswith(".xlsx"):
-        return filecmp.cmp(a, b, shallow=False)
-    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
-        names = [n for n in za.namelist() if n != "docProps/core.xml"]
-        return names == [n for n in zb.namelist() if n != "docProps/core.xml"] and all(
-            za.read(n) == zb.read(n) for n in names)
+    return filecmp.cmp(a, b, shallow=False)
 
 
 def assert_same_files(expected, got, pairs=WORLD * STEPS):
@@ -170,11 +178,11 @@ def assert_same_files(expected, got, pairs=WORLD * STEPS):
                        shallow=False)
 
 
-def test_ray_writes_what_the_pool_writes(ray_nodes, cluster, gloo_dumps, pool_results, tmp_path):
+def test_ray_writes_what_the_pool_writes(driver, gloo_dumps, pool_results, tmp_path):
     for task in ("statistics", "tensor", "md5"):
         out = write_compare(str(gloo_dumps / task / "target"), str(gloo_dumps / task / "golden"),
                             str(tmp_path / task), progress=False, keep_tables=False, timestamp=TS,
-                            engine="ray", address=cluster)
+                            engine="ray", address=driver)
         assert_same_files(pool_results[task], tmp_path / task)
         if task != "md5":  # checksums say which rows differ, not by how much
             assert out.diagnosis["suspects"][0]["ranks"] == [1]  # the planted rank, found over all pairs
@@ -186,12 +194,15 @@ def test_ray_writes_what_the_pool_writes(ray_nodes, cluster, gloo_dumps, pool_re
     assert int(worst.iloc[0]["rank"]) == 1
 
 
-def test_ray_writes_the_same_xlsx(cluster, gloo_dumps, tmp_path):
-    args = (str(gloo_dumps / "md5" / "target"), str(gloo_dumps / "md5" / "golden"))
+def test_ray_writes_the_same_xlsx(driver, gloo_dumps, tmp_path):
+    """Byte for byte, its zip entries' times and document properties included (the compare's timestamp)."""
+    args = (str(gloo_dumps / "statistics" / "target"), str(gloo_dumps / "statistics" / "golden"))
     write_compare(*args, str(tmp_path / "pool"), progress=False, keep_tables=False, timestamp=TS, xlsx=True)
+    time.sleep(2.1)  # a clock-stamped zip entry or property would now differ
     write_compare(*args, str(tmp_path / "ray"), progress=False, keep_tables=False, timestamp=TS, xlsx=True,
-                  engine="ray", address=cluster)
+                  engine="ray", address=driver)
     assert_same_files(tmp_path / "pool", tmp_path / "ray")
+    assert all(p.endswith(".xlsx") for p in _result_files(tmp_path / "ray").values())
 
 
 def _ancestors(pid):
@@ -222,23 +233,8 @@ def _pair_workers(node_pids):
     return found
 
 
-def _node_pids():
-    """Pids of the processes of this test's `ray start --block` nodes (the cluster fixture's session)."""
-    return {p for p in (int(e) for e in os.listdir("/proc") if e.isdigit())
-            if _cmdline(p).count(" start ") and "--block" in _cmdline(p) and "--disable-usage-stats" in _cmdline(p)}
-
-
-def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def test_a_worker_killed_mid_pair_is_retried(cluster, gloo_dumps, pool_results, tmp_path):
-    nodes, killed, stop = _node_pids(), [], threading.Event()
-    assert nodes
+def test_a_worker_killed_mid_pair_is_retried(ray_nodes, driver, gloo_dumps, pool_results, tmp_path):
+    nodes, killed, stop = {p.pid for p in ray_nodes[1]}, [], threading.Event()  # the `ray start` processes
 
     def killer():  # SIGKILL the first worker seen comparing a pair
         while not stop.is_set() and not killed:
@@ -253,7 +249,7 @@ def test_a_worker_killed_mid_pair_is_retried(cluster, gloo_dumps, pool_results, 
     try:
         out = write_compare(str(gloo_dumps / "tensor" / "target"), str(gloo_dumps / "tensor" / "golden"),
                             str(tmp_path), progress=False, keep_tables=False, timestamp=TS, engine="ray",
-                            address=cluster)
+                            address=driver)
     finally:
         stop.set()
         thread.join()

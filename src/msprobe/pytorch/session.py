@@ -22,7 +22,7 @@ from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.summary.summarizer import Summarizer
-from msprobe.pytorch.summary.transfer import host_copy, host_view, numpy_of
+from msprobe.pytorch.summary.transfer import host_copy, host_view, numpy_of, numpy_view
 
 _SCALARS = (int, float, bool, str)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -176,7 +176,7 @@ class DumpSession(CaptureSession):
         x = t.detach()
         if x.device.type == "cpu":
             try:
-                write_npy(path, numpy_of(host_view(x)))
+                write_npy(path, numpy_view(host_view(x)))  # .numpy() would pin the storage's size
             except OSError as e:  # a full disk: the dump stops, training goes on
                 self._fail(e)
             return None

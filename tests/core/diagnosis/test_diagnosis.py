@@ -213,15 +213,41 @@ def test_output_only_dumps_name_the_first_diverging_call_only(tmp_path, plant):
     assert d["suspects"][0]["inputs"] == []
 
 
-def test_api_level_dump_locates_an_unrecorded_wrong_backward(tmp_path):
-    """At L1 the custom Function's backward is not recorded (it is no API): the first recorded backward
-    reading its gradient is named, with the last matching call before the gap."""
+def test_api_level_dump_names_a_custom_functions_wrong_backward(tmp_path):
+    """At L1 no module record holds the custom Function: it is recorded as API Function.SwishFn, and its
+    backward record (matching gradient in, 1.5x gradient out) is where error enters."""
     golden = planted.dump_run(tmp_path / "g", None, level="L1")
     target = planted.dump_run(tmp_path / "t", "bad_backward", level="L1")
-    top = _diagnose(target, golden)["suspects"][0]
-    assert (top["api"], top["kind"], top["direction"]) == ("Functional.layer_norm.0.backward", "input", "backward")
-    assert "a gradient no recorded backward produced" in top["reason"]
-    assert top["reason"].endswith("it entered after Functional.softmax.0.backward")
+    d = _diagnose(target, golden)
+    top = d["suspects"][0]
+    assert (top["api"], top["kind"], top["direction"]) == ("Function.SwishFn.0.backward", "introduced", "backward")
+    assert top["input_error"] == 0.0 and top["output_error"] == pytest.approx(0.5, rel=1e-3)
+    # the inner ops of its forward are folded into its record, as for any API
+    keys = list(json.loads((tmp_path / "t" / "step0" / "rank0" / "dump.json").read_text())["data"])
+    assert "Function.SwishFn.0.forward" in keys and "Torch.sigmoid.1.forward" not in keys
+
+
+def test_torchs_own_autograd_functions_are_not_recorded_as_apis(tmp_path):
+    """torch.utils.checkpoint's reentrant CheckpointFunction is plumbing: the calls inside it are the record."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from msprobe.pytorch import PrecisionDebugger
+    lin = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4, requires_grad=True)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    try:
+        debugger.start(lin, rank_id=0)
+        checkpoint(lambda v: torch.tanh(lin(v)), x, use_reentrant=True).sum().backward()
+        debugger.stop()
+        debugger.step()
+    finally:
+        debugger.close()
+    from torch.autograd.function import Function
+    assert not hasattr(Function.__dict__["apply"].__func__, "__msprobe_original__")  # restored at stop()
+    keys = list(json.loads((tmp_path / "step0" / "rank0" / "dump.json").read_text())["data"])
+    assert "Functional.linear.0.forward" in keys and "Torch.tanh.0.forward" in keys
+    assert not any(k.startswith("Function.") for k in keys)
 
 
 def test_later_steps_do_not_repeat_carried_parameters(tmp_path):

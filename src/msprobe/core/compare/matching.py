@@ -195,12 +195,22 @@ def _realign_options(a, b, where_a, where_b, i, j, run):
     """(cost, kind, target calls to skip, golden calls to skip) of the ways back to `run` agreeing calls."""
     skip_a = _next_agreement(a, where_a, i, b, j, run)  # extra target calls before a[i + skip_a]
     skip_b = _next_agreement(b, where_b, j, a, i, run)  # extra golden calls
-    # or d calls differ on each side and the sequences agree right after them (preferred on a tie:
-    # a periodic pattern such as transformer layers also agrees after skipping one whole period)
-    differ = next((d for d in range(1, FUZZY_DIFFER + 1)
-                   if a[i + d:i + d + run] == b[j + d:j + d + run] and i + d < len(a)), 0)
-    options = [(differ, 0, differ, differ)] if differ else []
+    # or a few calls differ on each side, not always as many (reshape + permute against transpose +
+    # contiguous + view), and the sequences agree right after them (preferred on a tie: a periodic
+    # pattern such as transformer layers also agrees after skipping one whole period)
+    options = [(max(da, db), 0, da, db) for da, db in [_differing_run(a, b, i, j, run)] if da or db]
     return options + [(k, 1, k, 0) for k in (skip_a,) if k > 0] + [(k, 1, 0, k) for k in (skip_b,) if k > 0]
+
+
+def _differing_run(a, b, i, j, run):
+    """(da, db): the fewest calls to pass on each side (at most FUZZY_DIFFER, as few on the longer side
+    as may be, equal counts first) after which `run` calls agree; (0, 0) if none."""
+    for d in range(1, FUZZY_DIFFER + 1):
+        for other in range(d, -1, -1):  # d calls on one side, d, d-1, ... 0 on the other
+            for da, db in ((d, other), (other, d)):
+                if i + da < len(a) and j + db < len(b) and a[i + da:i + da + run] == b[j + db:j + db + run]:
+                    return da, db
+    return 0, 0
 
 
 def _align(target_keys, golden_keys):

@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 
+from msprobe.core.compare.engines.summary import Interner, slim_suspects
 from msprobe.core.compare.writer import result_file_name, write_result
 from msprobe.core.diagnosis.census import PrecisionCensus
 from msprobe.core.diagnosis.evidence import trim_evidence
@@ -24,6 +25,8 @@ from msprobe.core.errors import MsprobeError, where
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
 PARALLEL_MIN_BYTES = 32 << 20
 PARALLEL_MIN_PAIRS = 4
+# from this many pairs on, every engine's driver keeps no suspect's rows (the listed few are read again)
+LEAN_MIN_PAIRS = 256
 _LOGGER = "msprobe"
 
 
@@ -94,11 +97,12 @@ def run_pair(plan, pair, job, opts=None, write=True):
             trim_evidence(entry, keep=0)
         else:
             trim_evidence(entry)
+        entry.suspects = slim_suspects(entry.suspects)  # what goes back to the driver: small
     debug = not os.path.isfile(os.path.join(result.target_dir, "dump.json"))  # a debug.json dump
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
     result.output_path = os.path.join(job.output_path, name)
     if write:
-        write_result(result.table, job.output_path, name)
+        write_result(result.table, job.output_path, name, job.naming["timestamp"])
     table = result.table
     result.counts = result_counts(result)
     result.row_count = len(table)
@@ -175,8 +179,9 @@ def _shared(plan, engine):
     return _Shared(plan, opts, collect_logs=not engine.inline, isolate=len(plan.pairs) > 1)
 
 
-def run_pairs(plan, jobs, engine, progress=True):
-    """PairDone or PairFailed of every job, in the jobs' order, each pair done once, on `engine`."""
+def run_pairs(plan, jobs, engine, progress=True, interner=None):
+    """PairDone or PairFailed of every job, in the jobs' order, each pair done once, on `engine`; with
+    `interner`, each pair's trimmed suspects share what earlier pairs' hold."""
     from tqdm import tqdm
     from msprobe.core.compare.engines import TaskLost
     bar = tqdm(total=len(jobs), desc="compare", unit="rank pair", leave=False,
@@ -193,6 +198,8 @@ def run_pairs(plan, jobs, engine, progress=True):
                     seen.add(said)
                     logging.getLogger(record.name).handle(record)
             d.logs = []
+            if interner is not None and isinstance(d, PairDone):
+                d.entry.suspects = interner.suspects(d.entry.suspects)
             out[k] = d
             failed += isinstance(d, PairFailed)
             bar.update()
@@ -235,17 +242,19 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
     if engine is None:
         from msprobe.core.compare.engines import open_engine
         engine = open_engine("pool", workers=_worker_count(plan))
-    lean = getattr(engine, "lean_driver", False)
+    lean = getattr(engine, "lean_driver", False) or len(plan.pairs) >= LEAN_MIN_PAIRS
     jobs = [PairJob(i, output_path, naming, given, keep_tables, rows_dir, lean=lean, rows_key=rows_key)
             for i in range(len(plan.pairs))]
     done = [None] * len(jobs)
+    interner = None if keep_tables else Interner()  # a thousand pairs' suspects in tens of MB
     if resume:
         for job, pair in zip(jobs, plan.pairs):
             kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
             if isinstance(kept, PairDone) and kept.index == job.index and not keep_tables:
+                kept.entry.suspects = interner.suspects(kept.entry.suspects)
                 done[job.index] = kept
     todo = [j for j in jobs if done[j.index] is None]
-    for job, d in zip(todo, run_pairs(plan, todo, engine, progress)):
+    for job, d in zip(todo, run_pairs(plan, todo, engine, progress, interner)):
         done[job.index] = d
     failed = [d for d in done if isinstance(d, PairFailed)]
     done = [d for d in done if isinstance(d, PairDone)]
@@ -258,7 +267,7 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
     # a pair alone pointed elsewhere: label it with the run's precision
     again = [replace(jobs[d.index], working=working) for d in done if d.used != working]
     by_index = {d.index: k for k, d in enumerate(done)}
-    for job, d in zip(again, run_pairs(plan, again, engine, progress=False)):
+    for job, d in zip(again, run_pairs(plan, again, engine, progress=False, interner=interner)):
         if isinstance(d, PairFailed):
             raise MsprobeError(d.line())
         done[by_index[job.index]] = d

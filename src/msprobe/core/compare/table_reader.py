@@ -105,6 +105,13 @@ def _numel_of(shape):
     return n
 
 
+@functools.lru_cache(maxsize=4096)
+def _dims_of(shape):
+    """(4, 64) of a shape cell such as "[4, 64]", () when it is not one."""
+    m = _DIMS_RE.match(shape.strip()) if isinstance(shape, str) else None
+    return tuple(int(d) for d in m.group(1).split(",")) if m and m.group(1) else ()
+
+
 def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
     """One side's row table (rows.COLUMNS + FLOAT_COLUMNS) from its columns of a compare table."""
     n = len(table)
@@ -123,6 +130,7 @@ def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
                     else np.full(n, None, dtype=object)),
             "data_name": np.full(n, None, dtype=object), "fused": np.zeros(n, dtype=bool)}
     cols["numel"] = np.array([_numel_of(x) for x in cols["shape"]], dtype=object)
+    cols["dims"] = np.fromiter(map(_dims_of, cols["shape"]), dtype=object, count=n)
     for f, c in zip(("max", "min", "mean", "norm"), stat_cols):
         raw = table[c].to_numpy(dtype=object) if c in table.columns else np.full(n, None, dtype=object)
         vals = np.array([_stat_cell(v) for v in raw], dtype=object)

@@ -3,7 +3,9 @@
 csv: None is written as `None`, infinities as ` inf`/` -inf` (a leading space keeps spreadsheet
 programs from reading them as formulas). xlsx: openpyxl in write-only mode; the Result cell and the
 cells behind each message are filled red (error) or yellow (warning), and the Diagnosis cell red
-(introduces), yellow (marginal) or orange (inherits).
+(introduces), yellow (marginal) or orange (inherits). An xlsx is a zip whose entries and document
+properties carry a time: both are the compare's timestamp (the one in the file names), so the same
+compare writes the same bytes whichever engine ran it.
 
 The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
 joined row by row: csv.writer's per-cell work took most of a million-row write. Guarded by
@@ -15,7 +17,9 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
+import zipfile
 
 from msprobe.core.compare import columns as C
 from msprobe.core.compare import verdict as V
@@ -217,7 +221,40 @@ def write_csv(table, path):
     return path
 
 
-def write_xlsx(table, path):
+class _ZipAt(zipfile.ZipFile):
+    """A zip whose every entry carries the time `when` (ZipFile stamps the clock or a file's mtime)."""
+
+    def __init__(self, file, when):
+        super().__init__(file, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
+        self.when = when
+
+    def _info(self, name):
+        info = zipfile.ZipInfo(name, date_time=self.when)
+        info.compress_type, info.external_attr = self.compression, 0o600 << 16
+        return info
+
+    def writestr(self, name, data, compress_type=None, compresslevel=None):
+        info = name if isinstance(name, zipfile.ZipInfo) else self._info(name)
+        super().writestr(info, data, compress_type, compresslevel)
+
+    def write(self, filename, arcname=None, compress_type=None, compresslevel=None):
+        with open(filename, "rb") as src, self.open(self._info(arcname or os.path.basename(filename)), "w") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def _moment(timestamp):
+    """The datetime of a `%Y%m%d%H%M%S` timestamp; now (to the second) when it is none or not one."""
+    import datetime
+    try:
+        when = datetime.datetime.strptime(str(timestamp), "%Y%m%d%H%M%S")
+    except ValueError:
+        when = datetime.datetime.now().replace(microsecond=0)
+    return max(when, datetime.datetime(1980, 1, 1))  # a zip holds no earlier time
+
+
+def write_xlsx(table, path, timestamp=None):
+    """`table` as an xlsx at `path`; its zip entries and created/modified properties carry `timestamp`
+    (`%Y%m%d%H%M%S`, default now), so equal tables and timestamps give equal bytes."""
     from openpyxl import Workbook
     from openpyxl.cell import WriteOnlyCell
     from openpyxl.styles import PatternFill
@@ -256,13 +293,17 @@ def write_xlsx(table, path):
             else:
                 row.append(v)
         ws.append(row)
+    from openpyxl.writer.excel import ExcelWriter
+    when = _moment(timestamp)
+    wb.properties.created = wb.properties.modified = when
     with open_text(path, "wb") as f:
-        wb.save(f)
+        ExcelWriter(wb, _ZipAt(f, when.timetuple()[:6])).save()  # wb.save would stamp the time it ran
     return path
 
 
-def write_result(table, output_dir, name):
-    """Write `table` as `output_dir/name` (csv or xlsx by the suffix); returns the path."""
+def write_result(table, output_dir, name, timestamp=None):
+    """Write `table` as `output_dir/name` (csv or xlsx by the suffix; an xlsx carries `timestamp`, see
+    write_xlsx); returns the path."""
     make_dirs(output_dir)
     path = os.path.join(output_dir, name)
-    return write_xlsx(table, path) if name.endswith(".xlsx") else write_csv(table, path)
+    return write_xlsx(table, path, timestamp) if name.endswith(".xlsx") else write_csv(table, path)

@@ -20,7 +20,7 @@ from msprobe.core.compare.frame import STAT_FIELDS
 from msprobe.core.compare.matching import INSIDE_FUSED
 from msprobe.core.diagnosis.errors import (cross_framework, dtype_relation, noise_floor, row_errors, row_floor,
                                            unit_roundoff)
-from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE
+from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE, VALUE_PRESERVING_APIS
 
 # Flags: reasons a row differs that are not (only) a number.
 DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
@@ -42,6 +42,7 @@ class Row:
     target_dtype: str
     golden_dtype: str
     numel: int | None
+    dims: tuple               # the tensor's shape, () for scalars and unknown shapes
     target: tuple             # (max, min, mean, norm) of the target run, floats or None
     golden: tuple
     error: float = 0.0        # scale-free relative error, 0 = identical (see errors.row_errors)
@@ -176,7 +177,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     l2_errors = row_errors(t, tp, g, gp, paired.metric("euc"), np.full(n, np.nan))[0].tolist()
     moved = (paired.metrics or {}).get("nonfinite_moved")
     metrics = [paired.metric(m) for _, m in TENSOR_METRICS] if paired.metrics is not None else None
-    cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape", "numel")}
+    cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape", "numel",
+                                              "dims")}
     g_cols = {c: golden[c].tolist() for c in ("kind", "dtype", "shape")}
     t_raw = {f: target[f].tolist() for f in STAT_FIELDS}
     g_raw = {f: golden[f].tolist() for f in STAT_FIELDS}
@@ -203,7 +205,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
             gv = tuple(g_raw[f][i] for f in STAT_FIELDS)
         row = Row(index=i, name=cols["name"][i], role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param,
                   matched=bool(matched[i]), target_dtype=str(cols["dtype"][i]), golden_dtype=str(g_cols["dtype"][i]),
-                  numel=cols["numel"][i] if is_tensor else None, target=tv, golden=gv,
+                  numel=cols["numel"][i] if is_tensor else None, dims=cols["dims"][i] if is_tensor else (),
+                  target=tv, golden=gv,
                   inside=bool(inside[i]) if inside is not None else False)
         if row.matched:
             _judge(row, cols["shape"][i], g_cols["shape"][i], g_cols["kind"][i], errors[i], nonfinite[i],
@@ -297,17 +300,58 @@ def dtype_census(result):
     return counts, total
 
 
-def working_precision(counts, total, share):
+def implicit_lowering(result):
+    """The coarser float dtypes some computing call of the target returns from finer inputs without a
+    cast of its own (autocast's mark: `linear` reads float32 and returns bfloat16), however few rows
+    show them (a GRU model under autocast holds bf16 in its head only). A cast the program makes is a
+    cast call, and does not count."""
+    p = getattr(result, "rows", None)
+    if p is None or not len(p):
+        return set()
+    keys = p.target["key"].to_numpy(dtype=object)
+    roles = p.target["role"].to_numpy(dtype=object)
+    dtypes = p.target["dtype"].to_numpy(dtype=object)
+    tensor = p.target["kind"].to_numpy(dtype=object) == "tensor"
+    out = p.matched & tensor & (roles == "output")
+    g_dtypes = p.golden["dtype"].to_numpy(dtype=object)
+    candidates = {}
+    for i in np.flatnonzero(out):
+        relation, coarser = dtype_relation(str(dtypes[i]), str(g_dtypes[i]))
+        key = keys[i]
+        if relation == "coarser" and coarser not in candidates.values() and _computes(key):
+            candidates.setdefault(key, coarser)
+    if not candidates:
+        return set()
+    lowered = set()
+    inputs = {}
+    for i in np.flatnonzero(tensor & (roles == "input") & np.isin(keys, list(candidates))):
+        inputs.setdefault(keys[i], []).append(str(dtypes[i]))
+    for key, coarser in candidates.items():
+        floats = [d for d in inputs.get(key, ()) if unit_roundoff(d)]
+        if floats and all(unit_roundoff(d) < unit_roundoff(coarser) for d in floats):
+            lowered.add(coarser)
+    return lowered
+
+
+def _computes(key):
+    """A forward API call that is not a cast, view or copy."""
+    parts = key.split(".")
+    return (len(parts) >= 4 and parts[-1] == "forward" and parts[0] not in ("Module", "Cell")
+            and parts[-3] not in VALUE_PRESERVING_APIS)
+
+
+def working_precision(counts, total, share, lowered=()):
     """(dtype, unit roundoff) of the run's working precision, or (None, 0.0), from `dtype_census`
     counts summed over all pairs: the coarsest float dtype that the target holds where golden holds a
-    finer one, in at least `share` of the `total` matched float tensor rows (or a coarser dtype does).
+    finer one, in at least `share` of the `total` matched float tensor rows (or a coarser dtype does),
+    or that computing calls return from finer inputs by themselves (`lowered`: `implicit_lowering`).
     """
     if not total or not counts:
         return None, 0.0
     best = None
     for dtype in sorted(counts, key=unit_roundoff):  # finest first: a coarser one also covers it
         covered = sum(k for d, k in counts.items() if unit_roundoff(d) >= unit_roundoff(dtype))
-        if covered >= share * total:
+        if covered >= share * total or dtype in lowered:
             best = dtype
     return (best, unit_roundoff(best)) if best else (None, 0.0)
 

@@ -205,6 +205,10 @@ class _RankWalk:
         self.compared_rows = self.diverging_rows = 0
 
     def visit(self, call):
+        if (call.short_api in VALUE_PRESERVING_APIS and any(r.is_tensor for r in call.rows)
+                and not any(r.matched for r in call.rows if r.is_tensor)):
+            for r in call.rows:  # only its scalar arguments found a partner: a view golden makes elsewhere
+                r.matched = False
         mispaired = call.matched and self._mispaired(call)
         if mispaired:  # paired by call index with a different golden call: as good as unmatched
             for r in call.rows:
@@ -225,7 +229,9 @@ class _RankWalk:
         op_model.mark_cancelled(call, self.calls_by_key, self.working_u, self.cancelled_values)
         if call.short_api in VALUE_PRESERVING_APIS and not any(r.differs for r in call.rows if r.is_tensor):
             for r in call.inputs:  # the same values laid out otherwise: other dims are no argument change
-                r.flags.discard(ARGUMENT)
+                if ARGUMENT in r.flags:
+                    r.flags.discard(ARGUMENT)
+                    r.error = 0.0
         div_in = [r for r in call.inputs if r.differs]
         div_out = [r for r in call.outputs if r.differs]
         if not div_in and not div_out:
@@ -278,6 +284,11 @@ class _RankWalk:
 
     def _label_inherited(self, call, inner):
         self._label_agreeing(call.rows)
+        if not any(r.differs for r in call.inputs):  # outputs within what rounding inside the call explains
+            rounding = op_model.internal_rounding(call, self.calls_by_key, self.working_u)
+            for r in call.outputs:
+                if r.label == INHERITS and r.error <= rounding:
+                    r.label = ROUNDING
         if inner:  # a module: its rows are its inner calls' rows
             for r in call.outputs:
                 found = self.producers.find(r)
@@ -436,7 +447,8 @@ class _RankWalk:
         in_err = _max_error(call.inputs)
         judged = op_model.judged_outputs(call)
         out_err = _max_error(judged)
-        out_floor = max((r.floor for r in judged), default=0.0)
+        out_floor = max(max((r.floor for r in judged), default=0.0),
+                        op_model.internal_rounding(call, self.calls_by_key, self.working_u))
         hidden = self._hidden_input_error(call)
         carried = max(in_err, hidden or 0.0)
         if carried > 0 and op_model.switches(call, self.calls_by_key):

@@ -10,8 +10,8 @@ import math
 from msprobe.core import naming
 from msprobe.core.diagnosis.errors import row_error
 from msprobe.core.diagnosis.thresholds import (ADDITIVE_APIS, AMPLIFICATION, CAST_APIS, INTRODUCED_RATIO,
-                                               PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS,
-                                               THRESHOLD_APIS, VALUE_PRESERVING_APIS)
+                                               PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS, RECURRENT_APIS,
+                                               ROUNDING_UNITS, THRESHOLD_APIS, VALUE_PRESERVING_APIS)
 
 # float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
 _FP32_U = 2.0 ** -24
@@ -20,6 +20,15 @@ _FP32_U = 2.0 ** -24
 def short_api(call):
     """'linear' of Functional.linear.0.forward, 'softmax' of Functional.nn.softmax...: the last part."""
     return call.short_api
+
+
+def _module_class(call):
+    """'ReLU' of Module.ff.1.ReLU.backward.0: a module is the op its class names (nn.ReLU switches
+    like relu does); None for other calls."""
+    if not call.is_module or call.is_param_grad:
+        return None
+    parts = call.key.split(".")
+    return parts[-3] if len(parts) >= 4 else None
 
 
 def forward_key_of(key):
@@ -37,7 +46,7 @@ def forward_key_of(key):
 def _op(call, calls_by_key):
     """(API name, the rows it reads) of a call; a backward reads what its forward read (and a module's
     backward, which has no API name, takes its forward's)."""
-    name = short_api(call)
+    name = short_api(call) or _module_class(call)
     if call.direction == "backward":
         fwd = calls_by_key.get(forward_key_of(call.key) or "")
         if fwd is not None:
@@ -55,6 +64,29 @@ def amplification(call, calls_by_key):
         scale = max((r.golden_scale for r in reads if r.matched and r.is_tensor), default=0.0)
         return AMPLIFICATION + RANGE_AMPLIFICATION * scale
     return AMPLIFICATION
+
+
+def internal_rounding(call, calls_by_key, working_u):
+    """The error a computing call's outputs may carry from rounding inside it to the run's working
+    precision, whatever dtype it hands back (autocast runs a GRU in bf16 and returns float32): a few
+    unit roundoffs, times the square root of the rounding steps a value travels in the call (a
+    recurrent op's time steps: independent roundings add up as a random walk). 0.0 without a working
+    precision or for casts, views and copies."""
+    name, reads = _op(call, calls_by_key)
+    if not working_u or name in VALUE_PRESERVING_APIS:
+        return 0.0
+    return ROUNDING_UNITS * working_u * math.sqrt(recurrent_steps(name, reads))
+
+
+def recurrent_steps(name, reads):
+    """The time steps one call of a recurrent op runs (an upper bound: batch-first or not, the longer
+    of the leading dims of its input sequence); 1 for other ops."""
+    if name not in RECURRENT_APIS:
+        return 1
+    dims = next((r.dims for r in reads if r.is_tensor and r.role == "input"), ())
+    if len(dims) >= 3:
+        return max(dims[0], dims[1])
+    return dims[0] if len(dims) == 2 else 1
 
 
 def switches(call, calls_by_key):

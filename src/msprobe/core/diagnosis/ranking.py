@@ -89,4 +89,4 @@ def listed_suspect(group):
         module=path[-1] if path else (call.key if call.is_module else None), module_path=path,
         reason=s.reason, input_error=s.input_error, output_error=s.output_error, amplification=s.amplification,
         stack=stack_line(stack), inputs=evidence(call.inputs, s.origins), outputs=evidence(call.outputs, {}),
-        also_explains=s.folded_modules)
+        also_explains=list(s.folded_modules))

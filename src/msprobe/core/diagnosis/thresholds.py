@@ -82,6 +82,10 @@ THRESHOLD_APIS = frozenset({
     "clamp_", "clip", "maximum", "minimum", "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
     "adaptive_max_pool2d", "adaptive_max_pool3d", "dropout", "ReLU", "MaxPool2d",
 })
+# Recurrent ops: one call runs every time step, rounding at each; autocast runs them at the working
+# precision and hands back float32, so their rows show no coarser dtype.
+RECURRENT_APIS = frozenset({"gru", "lstm", "rnn_tanh", "rnn_relu", "GRU", "LSTM", "RNN", "DynamicGRUV2",
+                            "DynamicRNN"})
 # Argument slots of common APIs that hold parameters (weights read directly at level L1, where no
 # module record names them): base API name -> {position or keyword: parameter name}.
 _WEIGHT_BIAS = {"1": "weight", "2": "bias", "weight": "weight", "bias": "bias"}

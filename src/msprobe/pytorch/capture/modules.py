@@ -29,7 +29,8 @@ def class_name(module):
 def named_submodules(models):
     """(path, module) for every submodule; a list/tuple of models prefixes paths with the index. A module
     torch.compile wrapped is named and hooked as the module inside (the wrapper's hooks would run outside
-    the compiled code, and eager names it without `_orig_mod`)."""
+    the compiled code, and eager names it without `_orig_mod`); a root wrapped in DDP is named as the
+    model itself, so its records pair with a single process's."""
     if isinstance(models, torch.nn.Module):
         roots = [(None, models)]
     else:
@@ -48,8 +49,20 @@ def is_compiled_wrapper(module):
     return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
+# data-parallel wrappers: their `module` is the model, named as a single process names it (no `module.`)
+_DATA_PARALLEL_WRAPPERS = frozenset({"DistributedDataParallel", "DataParallel"})
+
+
 def unwrapped(module):
-    return module._orig_mod if is_compiled_wrapper(module) else module
+    """The model inside torch.compile's and data-parallel wrappers given as the root."""
+    while True:
+        if is_compiled_wrapper(module):
+            module = module._orig_mod
+        elif (type(module).__name__ in _DATA_PARALLEL_WRAPPERS
+              and isinstance(getattr(module, "module", None), torch.nn.Module)):
+            module = module.module
+        else:
+            return module
 
 
 def has_compiled_modules(models):

@@ -1,5 +1,5 @@
-"""Capture of callables the function mode cannot see: torch.distributed collectives and user-registered
-custom APIs. Each is replaced by a thin wrapper while capture is on, and restored afterwards; the
+"""Capture of callables the function mode cannot see: torch.distributed collectives, user-registered
+custom APIs and (at L1) the user's custom autograd Functions. Each is replaced by a thin wrapper while capture is on, and restored afterwards; the
 wrapper checks one global and otherwise calls straight through.
 
 Collectives are found by signature, not by a list: every public function of
@@ -70,6 +70,22 @@ def _wrap(orig, prefix, name, inplace, buffers=frozenset()):
     return wrapper
 
 
+def _wrap_function_apply(orig):
+    """`autograd.Function.apply` recording a user's Function as API `Function.{class name}`: its forward
+    and, through the autograd node it creates, its backward, whose own gradients in and out say whether
+    its hand-written backward is right (at L1 no module record holds them). torch's own Functions
+    (checkpoint, FSDP, compiled graphs) are plumbing, not the model's math: not recorded."""
+    func = orig.__func__
+
+    def apply(cls, *args, **kwargs):
+        session = _state.session
+        if session is None or _state.busy or _state.depth or cls.__module__.startswith("torch."):
+            return func(cls, *args, **kwargs)
+        return session.record_call("Function", cls.__name__, functools.partial(func, cls), args, kwargs)
+    apply.__msprobe_original__ = orig
+    return classmethod(apply)
+
+
 class PatchedApis:
     """Installed wrappers, each remembered with the original it replaced."""
 
@@ -120,6 +136,19 @@ class PatchedApis:
         self._collective_wrappers = [
             (m, a, self._originals[(m, a)], getattr(m, a))
             for name in collective_names() for m, a in ((dist, name), (c10d, name)) if (m, a) in self._originals]
+
+    def patch_functions(self):
+        """Record custom autograd Functions (`_wrap_function_apply`) until `restore()`."""
+        from torch.autograd.function import Function
+        key = (Function, "apply")
+        if key in self._originals:
+            return
+        orig = Function.__dict__["apply"]
+        self._originals[key] = orig
+        wrapper = self._wrappers.get(key)
+        if wrapper is None:
+            wrapper = self._wrappers[key] = _wrap_function_apply(orig)
+        setattr(Function, "apply", wrapper)
 
     def restore_collectives(self):
         import torch.distributed as dist

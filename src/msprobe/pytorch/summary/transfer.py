@@ -1,5 +1,9 @@
 """Copies between the host and a device: a tensor's bytes for the host, small index tables for the device."""
 
+import ctypes
+import functools
+
+import numpy as np
 import torch
 
 
@@ -24,6 +28,24 @@ def numpy_of(x_cpu):
     if x_cpu.dtype == torch.bfloat16 or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1):
         x_cpu = x_cpu.float()
     return x_cpu.numpy()
+
+
+def numpy_view(x_cpu):
+    """`numpy_of` a CPU tensor, reading a contiguous one's memory in place without `.numpy()`, which
+    marks the storage non-resizable for good (FSDP2 frees an unsharded parameter with
+    `storage.resize_(0)`). The array holds `x_cpu` (a copy made for it lives as long as it does)."""
+    if x_cpu.dtype == torch.bfloat16 or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1):
+        return numpy_of(x_cpu)  # upcast: a copy
+    if not x_cpu.is_contiguous() or x_cpu.is_conj() or x_cpu.is_neg() or x_cpu.numel() == 0:
+        return numpy_of(host_copy(x_cpu).resolve_conj().resolve_neg())
+    buf = (ctypes.c_char * (x_cpu.numel() * x_cpu.element_size())).from_address(x_cpu.data_ptr())
+    buf.owner = x_cpu  # the array's base is `buf`: the memory stays while the array does
+    return np.frombuffer(buf, dtype=_numpy_dtype(x_cpu.dtype)).reshape(x_cpu.shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(dtype):
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def to_device_async(host, device):
