@@ -42,8 +42,8 @@ def rows_from_records(data):
         data: the `data` mapping of a dump.json/debug.json: key -> record.
 
     Returns:
-        (dict of equally long lists, keys as in `OBJECT_COLUMNS`, and "numel" / "dims": shape text ->
-        element count / shape tuple of the tensors' shapes; list of the indices of rows whose record says `fused_away`)
+        (dict of equally long lists, keys as in `OBJECT_COLUMNS`; list of the indices of rows whose
+        record says `fused_away`)
     """
     cols = {c: [] for c in OBJECT_COLUMNS}
     names = cols["name"]
@@ -55,8 +55,6 @@ def rows_from_records(data):
     # one shared str per distinct shape, dtype and suffix: fewer objects, and each pickles once on the
     # way from a worker; str() of a shape list alone took a third of the time per row
     shape_texts, dtype_texts, suffix_tables = {}, {}, {}
-    numels = cols["numel"] = {}  # shape text -> element count, once per distinct shape
-    dims = cols["dims"] = {}     # shape text -> the shape as a tuple of ints
 
     def dtype_text(dtype):
         try:
@@ -66,16 +64,11 @@ def rows_from_records(data):
 
     def shape_text(shape):
         if type(shape) is not list:
-            text = str(list(shape)) if isinstance(shape, tuple) else str(shape)
-            if isinstance(shape, tuple):
-                numels.setdefault(text, _numel(shape))
-                dims.setdefault(text, _dims(shape))
-            return text
+            return str(list(shape)) if isinstance(shape, tuple) else str(shape)
         try:
             return shape_texts[tuple(shape)]
         except KeyError:
             text = shape_texts[tuple(shape)] = str(shape)
-            numels[text], dims[text] = _numel(shape), _dims(shape)
             return text
         except TypeError:  # a nested list: not hashable
             return str(shape)
@@ -201,37 +194,15 @@ def rows_from_records(data):
 
 def frame_from_records(data):
     """The rows of `rows_from_records` as a pandas DataFrame; value columns stay Python objects so
-    None (absent) is not confused with NaN (a statistic that is NaN). Its "numel" and "dims"
-    columns are each tensor's element count and shape tuple (None and () where the shape is not a list
-    of dims)."""
+    None (absent) is not confused with NaN (a statistic that is NaN)."""
     cols, fused_rows = rows_from_records(data)
     n = len(cols["name"])
-    numels, dims = cols.pop("numel"), cols.pop("dims")
     arrays = {c: np.fromiter(cols.pop(c), dtype=object, count=n) for c in OBJECT_COLUMNS}
-    arrays["numel"] = np.fromiter(map(numels.get, arrays["shape"]), dtype=object, count=n)
-    arrays["dims"] = np.fromiter((dims.get(x, ()) for x in arrays["shape"]), dtype=object, count=n)
     arrays["fused"] = np.zeros(n, dtype=bool)
     arrays["fused"][fused_rows] = True
     for c in STAT_FIELDS:
         arrays["f" + c] = _floats(arrays[c])
     return columns_frame(arrays)
-
-
-def _numel(shape):
-    """Element count of a tensor's shape (a list or tuple of dims), None when it is not one."""
-    if not isinstance(shape, (list, tuple)):
-        return None
-    n = 1
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-        n *= d
-    return n
-
-
-def _dims(shape):
-    """A tensor's shape as a tuple of ints, () when it is not one."""
-    return tuple(shape) if _numel(shape) is not None else ()
 
 
 def _floats(values):
@@ -285,9 +256,6 @@ def frame_from_construct(construct):
     cols.update(name=data, key=data, suffix=[""] * n, role=["node"] * n, kind=[NONE] * n,
                 dtype=["None"] * n, shape=["None"] * n)
     arrays = {c: np.array(cols[c], dtype=object) for c in OBJECT_COLUMNS}
-    arrays["numel"] = np.full(n, None, dtype=object)
-    arrays["dims"] = np.empty(n, dtype=object)
-    arrays["dims"].fill(())
     arrays["fused"] = np.zeros(n, dtype=bool)
     arrays.update({c: np.full(n, np.nan) for c in FLOAT_COLUMNS})
     return columns_frame(arrays)

@@ -7,7 +7,6 @@ reads the typed rows compare builds. Must not import torch or mindspore.
 """
 from __future__ import annotations
 
-import functools
 import math
 import re
 
@@ -90,28 +89,6 @@ def _stat_cell(v):
     return x
 
 
-_DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
-
-
-@functools.lru_cache(maxsize=4096)  # a table has a few hundred distinct shapes
-def _numel_of(shape):
-    """Element count of a shape cell such as "[4, 64]", None when it is not one."""
-    m = _DIMS_RE.match(shape.strip()) if isinstance(shape, str) else None
-    if m is None:
-        return None
-    n = 1
-    for d in (m.group(1).split(",") if m.group(1) else ()):
-        n *= int(d)
-    return n
-
-
-@functools.lru_cache(maxsize=4096)
-def _dims_of(shape):
-    """(4, 64) of a shape cell such as "[4, 64]", () when it is not one."""
-    m = _DIMS_RE.match(shape.strip()) if isinstance(shape, str) else None
-    return tuple(int(d) for d in m.group(1).split(",")) if m and m.group(1) else ()
-
-
 def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
     """One side's row table (rows.COLUMNS + FLOAT_COLUMNS) from its columns of a compare table."""
     n = len(table)
@@ -129,8 +106,6 @@ def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
             "md5": (table[md5_col].to_numpy(dtype=object) if md5_col in table.columns
                     else np.full(n, None, dtype=object)),
             "data_name": np.full(n, None, dtype=object), "fused": np.zeros(n, dtype=bool)}
-    cols["numel"] = np.array([_numel_of(x) for x in cols["shape"]], dtype=object)
-    cols["dims"] = np.fromiter(map(_dims_of, cols["shape"]), dtype=object, count=n)
     for f, c in zip(("max", "min", "mean", "norm"), stat_cols):
         raw = table[c].to_numpy(dtype=object) if c in table.columns else np.full(n, None, dtype=object)
         vals = np.array([_stat_cell(v) for v in raw], dtype=object)
