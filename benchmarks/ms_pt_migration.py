@@ -6,7 +6,9 @@ weights in both, two training steps. Two families: "vision" (the one the tables 
 tuned on) and "text" (held out: looked at only to measure). Per run: whether the first suspect is the
 plant, false alarms on the negatives (identical twins; the same math through other ops), whether the
 run is "mostly unmatched", and the share of target values that found their golden partner (values
-inside a call the golden run makes as one, such as nn.Dense's MatMul output, do not count).
+inside a call the golden run makes as one, such as nn.Dense's MatMul output, do not count), overall
+and for the common layers (without the layout calls the twins write differently on purpose), with
+the list of common-layer values left unpaired.
 
     python benchmarks/ms_pt_migration.py                     # both families, mix and L1 (a few minutes)
     python benchmarks/ms_pt_migration.py --families vision --levels mix
@@ -69,14 +71,26 @@ def dump_pair(twins, root, family, level, plant):
 
 
 def paired_share(results):
-    """(paired, countable) target values: INSIDE_FUSED rows are not countable."""
+    """(paired, countable, common paired, common countable, unpaired names) of the target's values.
+    INSIDE_FUSED rows (values golden holds inside one call) are not countable; the common-layer share
+    also leaves out the unpaired rows of layout calls (reshape/transpose/cast) the twins write
+    differently on purpose: what is left are the layers both programs have."""
     from msprobe.core.compare.matching import INSIDE_FUSED
-    paired = countable = 0
+    from msprobe.core.diagnosis.thresholds import VALUE_PRESERVING_APIS
+    paired = countable = c_paired = c_countable = 0
+    unpaired = []
     for r in results:
         gidx = r.rows.gidx
+        names = r.table["NPU Name"]
+        keys = r.rows.target["key"].astype(str)
+        api = keys.str.rsplit(".", n=2).str[0].str.rsplit(".", n=1).str[-1]
         paired += int((gidx >= 0).sum())
         countable += int((gidx != INSIDE_FUSED).sum())
-    return paired, countable
+        common = (gidx != INSIDE_FUSED) & ~((gidx < 0) & api.isin(VALUE_PRESERVING_APIS).to_numpy())
+        c_paired += int((gidx[common] >= 0).sum())
+        c_countable += int(common.sum())
+        unpaired += names[common & (gidx < 0)].tolist()
+    return paired, countable, c_paired, c_countable, unpaired
 
 
 def named(suspect, plant):
@@ -92,18 +106,20 @@ def run_one(twins, root, family, level, plant):
     ms_dir, pt_dir, _, _ = dump_pair(twins, root, family, level, plant)
     results = compare_dumps(ms_dir, pt_dir, progress=False)
     d = diagnose(results)
-    paired, countable = paired_share(results)
+    paired, countable, c_paired, c_countable, unpaired = paired_share(results)
     top = d["suspects"][0] if d["suspects"] else None
     return {"family": family, "level": level, "plant": plant or "identical",
             "divergence": d["divergence"], "mostly_unmatched": d["mostly_unmatched"],
             "top": None if top is None else f"{top.get('api')} ({top.get('kind')}, step {top.get('step')})",
             "named": bool(top is not None and plant in PLANT_MARKS and named(top, plant)),
-            "paired": paired, "countable": countable}
+            "paired": paired, "countable": countable, "common_paired": c_paired, "common_countable": c_countable,
+            "unpaired": unpaired}
 
 
 def table_text(runs):
-    lines = ["| family | level | plants named first | false alarms | mostly unmatched | values paired |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| family | level | plants named first | false alarms | mostly unmatched | values paired "
+             "| common-layer values paired (lowest run) |",
+             "|---|---|---|---|---|---|---|"]
     groups = {}
     for r in runs:
         groups.setdefault((r["family"], r["level"]), []).append(r)
@@ -112,17 +128,34 @@ def table_text(runs):
         negatives = [r for r in rs if r["plant"] not in PLANT_MARKS]
         paired = sum(r["paired"] for r in rs)
         countable = sum(r["countable"] for r in rs)
+        c_paired = sum(r["common_paired"] for r in rs)
+        c_countable = sum(r["common_countable"] for r in rs)
+        lowest = min(common_share(r) for r in rs)
         suite = f"{family} ({'held out' if family in HELD_OUT else 'tuning'})"
         lines.append(f"| {suite} | {level} | {sum(r['named'] for r in plants)}/{len(plants)} | "
                      f"{sum(r['divergence'] for r in negatives)}/{len(negatives)} | "
                      f"{sum(r['mostly_unmatched'] for r in rs)}/{len(rs)} | "
-                     f"{100.0 * paired / max(countable, 1):.1f} % |")
-    lines += ["", "| family | level | scenario | first suspect | named |", "|---|---|---|---|---|"]
+                     f"{100.0 * paired / max(countable, 1):.1f} % | "
+                     f"{100.0 * c_paired / max(c_countable, 1):.1f} % ({100.0 * lowest:.1f} %) |")
+    lines += ["", "| family | level | scenario | first suspect | named | common-layer values paired |",
+              "|---|---|---|---|---|---|"]
     for r in runs:
         mark = ("yes" if r["named"] else "NO") if r["plant"] in PLANT_MARKS else (
             "false alarm" if r["divergence"] else "no divergence")
-        lines.append(f"| {r['family']} | {r['level']} | {r['plant']} | {r['top'] or '-'} | {mark} |")
+        lines.append(f"| {r['family']} | {r['level']} | {r['plant']} | {r['top'] or '-'} | {mark} | "
+                     f"{100.0 * common_share(r):.1f} % |")
+    unpaired = {}
+    for r in runs:
+        for name in r["unpaired"]:
+            unpaired.setdefault(name, set()).add(f"{r['family']}/{r['level']}")
+    if unpaired:
+        lines += ["", "Common-layer target values left unpaired (runs):"]
+        lines += [f"  {name}: {', '.join(sorted(where))}" for name, where in sorted(unpaired.items())]
     return "\n".join(lines)
+
+
+def common_share(run):
+    return run["common_paired"] / max(run["common_countable"], 1)
 
 
 def main():
@@ -151,7 +184,8 @@ def main():
                 for s in scenarios:
                     plant = None if s == "identical" else s
                     runs.append(run_one(twins, root, family, level, plant))
-                    print(f"{family} {level} {s}: {runs[-1]['top']}", file=sys.stderr, flush=True)
+                    print(f"{family} {level} {s}: {runs[-1]['top']}; common-layer values paired "
+                          f"{100.0 * common_share(runs[-1]):.1f} %", file=sys.stderr, flush=True)
     print(f"MindSpore {mindspore.__version__} (CPU, PyNative) twins against PyTorch {torch.__version__}, "
           f"{STEPS} training steps, statistics dumps, no mapping flags (ms_pt_migration.py):\n")
     print(table_text(runs))

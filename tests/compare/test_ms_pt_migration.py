@@ -43,7 +43,8 @@ def _dump(root, level, plant):
 def dumps(tmp_path_factory):
     root = tmp_path_factory.mktemp("ms_pt")
     runs = {}
-    for level, plant in (("mix", None), ("L1", None), ("mix", "conv_weight"), ("mix", "other_ops")):
+    for level, plant in (("mix", None), ("L1", None), ("mix", "conv_weight"), ("mix", "other_ops"),
+                         ("mix", "weight_decay"), ("mix", "bprop_scale")):
         runs[(level, plant)] = compare_dumps(*_dump(root, level, plant), progress=False)
     return runs
 
@@ -83,13 +84,13 @@ def test_standard_cells_meet_their_modules_and_parameters_their_names(dumps):
 
 @pytest.mark.parametrize("level", ["mix", "L1"])
 def test_target_values_find_their_partner(dumps, level):
-    """Of the values that have a counterpart (not inside a fused call, not the jitted optimizer's, not
-    layout calls written differently on purpose), nearly all pair."""
+    """Of the values that have a counterpart (not inside a fused call, not layout calls written
+    differently on purpose), nearly all pair: the optimizer's updates too."""
     res, _ = _table(dumps[(level, None)])
     keys = res.rows.target["key"].astype(str)
     api = keys.str.rsplit(".", n=2).str[0].str.rsplit(".", n=1).str[-1]
     gidx = res.rows.gidx
-    countable = (gidx != INSIDE_FUSED) & ~keys.str.startswith("Jit.").to_numpy()
+    countable = (gidx != INSIDE_FUSED)
     countable &= ~((gidx < 0) & api.isin(VALUE_PRESERVING_APIS).to_numpy())
     share = float((gidx[countable] >= 0).mean())
     assert share >= 0.97, res.table[countable & (gidx < 0)]["NPU Name"].tolist()
@@ -127,3 +128,40 @@ def test_losses_of_the_twins_agree():
     a = twins.train_ms(FAMILY, ms_net, x, y, steps=2)
     b = twins.train_pt(FAMILY, pt_net, x, y, steps=2)
     assert np.allclose(a, b, rtol=1e-5), (a, b)
+
+
+def test_optimizer_updates_pair_by_parameter_name(dumps):
+    """Both frameworks record the SGD step per parameter (before, gradient, after); MindSpore's names
+    (gamma, moving statistics aside) meet PyTorch's, and the record holds the update SGD made."""
+    res, pairs = _table(dumps[("mix", None)])
+    assert pairs["Optimizer.SGD.block.norm1.gamma.0.forward.output.0"] == \
+        "Optimizer.SGD.block.norm1.weight.0.forward.output.0"
+    assert pairs["Optimizer.SGD.head.weight.0.forward.input.1"] == "Optimizer.SGD.head.weight.0.forward.input.1"
+    names = res.table["NPU Name"]
+    updates = names.str.startswith("Optimizer.SGD.").to_numpy()
+    assert updates.sum() == 3 * len(list(twins.build_ms(FAMILY).trainable_params()))
+    assert (res.rows.gidx[updates] >= 0).all(), names[updates & (res.rows.gidx < 0)].tolist()
+    # p_after = p_before - lr * grad: the means say so on both sides (lr 0.1)
+    stem = "Optimizer.SGD.head.weight.0.forward"
+    for side in ("NPU", "Bench"):
+        mean = dict(zip(res.table[f"{side} Name"][updates], res.table[f"{side} mean"][updates].astype(float)))
+        before, grad, after = (mean[f"{stem}.{s}"] for s in ("input.0", "input.1", "output.0"))
+        assert after == pytest.approx(before - 0.1 * grad, abs=1e-6)
+
+
+def test_weight_decay_on_one_parameter_is_named_at_its_update(dumps):
+    d = diagnose(dumps[("mix", "weight_decay")])
+    top = d["suspects"][0]
+    assert top["api"] == "Optimizer.SGD.head.weight.0.forward" and top["kind"] == "introduced", \
+        format_diagnosis(d)
+    assert top["step"] == 0
+
+
+def test_custom_bprop_scaling_is_traced_to_its_cell(dumps):
+    """A custom bprop doubling the gradient: golden has no such Cell, and the first call reading its
+    output names it (through the values nn.Dense's fused calls hand on unchanged)."""
+    d = diagnose(dumps[("mix", "bprop_scale")])
+    top = d["suspects"][0]
+    origins = " ".join(str(r.get("origin")) for r in top["inputs"])
+    assert top["kind"] == "foreign_input" and "Cell.block.grad_scale.GradScale.backward.0" in origins, \
+        format_diagnosis(d)

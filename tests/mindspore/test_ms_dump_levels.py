@@ -74,18 +74,25 @@ def test_l1_mlp_keys_and_records(dumps):
     root, _ = dumps("mlp", "L1")
     r = reader(root)
     forward = [k for k in r.keys() if k.endswith(".forward")]
+    params = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight", "head.bias"]
     assert forward == ["Primitive.dense.Dense.0.forward", "MintFunctional.relu.0.forward",
                        "Primitive.dense.Dense.1.forward", "Mint.tanh.0.forward", "Tensor.__add__.0.forward",
                        "Primitive.dense.Dense.2.forward", "Tensor.__sub__.0.forward", "Tensor.__pow__.0.forward",
-                       "Mint.mean.0.forward", "Jit.SGD.0.forward"]
+                       "Mint.mean.0.forward"] + [f"Optimizer.SGD.{p}.0.forward" for p in params]
     backward = [k for k in r.keys() if k.endswith(".backward")]
     # every differentiable call has a backward record (the optimizer runs outside the gradient)
-    assert set(backward) == {k.replace(".forward", ".backward") for k in forward[:-1]}
+    assert set(backward) == {k.replace(".forward", ".backward") for k in forward[:-len(params)]}
     assert backward[:3] == ["Mint.mean.0.backward", "Tensor.__pow__.0.backward", "Tensor.__sub__.0.backward"]
     keys = list(r.keys())
-    assert keys.index("Jit.SGD.0.forward") == len(keys) - 1  # the optimizer runs after the backward
-    sgd = r["Jit.SGD.0.forward"]
-    assert sgd["input_args"][0] is None and len(sgd["input_args"][1]) == 6  # self, the 6 gradients
+    assert keys[-len(params):] == forward[-len(params):]  # the optimizer runs after the backward
+    # one record per parameter update: the parameter before, its gradient, the parameter after
+    upd = r["Optimizer.SGD.head.weight.0.forward"]
+    before, grad = upd["input_args"]
+    after = upd["output"][0]
+    assert before["shape"] == grad["shape"] == after["shape"] == [4, 32]
+    assert before["Norm"] != after["Norm"] and grad["Norm"] > 0
+    assert r["Optimizer.SGD.head.weight.0.forward"]["input_args"][1] == \
+        r["Primitive.dense.Dense.2.backward"]["output"][1]  # the gradient Dense's backward made
     rec = r["Tensor.__pow__.0.forward"]
     assert rec["input_args"][1] == {"type": "int", "value": 2}
     assert rec["input_args"][0]["dtype"] == "Float32" and rec["input_args"][0]["shape"] == [4, 4]

@@ -24,6 +24,7 @@ THIS_FILE = os.path.basename(__file__)
 
 API_RE = re.compile(r"^(Functional|Torch|Tensor|VF|Distributed)\.(\w+)\.(\d+)\.(forward|backward)$")
 MODULE_RE = re.compile(r"^Module\.([\w.]+)\.(\w+)\.(forward|backward|parameters_grad)\.(\d+)$")
+OPTIMIZER_RE = re.compile(r"^Optimizer\.(\w+)\.([\w.]+)\.(\d+)\.forward$")  # one parameter's update
 HEX8 = re.compile(r"^[0-9a-f]{8}$")  # CRC-32 (core/checksum.py)
 STACK_LINE = re.compile(r"^File .+, line \d+, in .+, \n .*$", re.S)
 
@@ -156,7 +157,15 @@ def test_key_grammar(dumped, name, level, task):
         assert keys
         api_keys = [k for k in keys if API_RE.match(k)]
         mod_keys = [k for k in keys if MODULE_RE.match(k)]
-        assert sorted(api_keys + mod_keys) == sorted(keys), [k for k in keys if k not in api_keys + mod_keys]
+        opt_keys = [k for k in keys if OPTIMIZER_RE.match(k)]
+        assert sorted(api_keys + mod_keys + opt_keys) == sorted(keys), \
+            [k for k in keys if k not in api_keys + mod_keys + opt_keys]
+        # L1/mix: the optimizer step, one record per parameter it updates, named as the model names it
+        if level in ("L1", "mix") and task != "structure":
+            trained = {n for n, p in model.named_parameters() if p.requires_grad}
+            assert {OPTIMIZER_RE.match(k).group(2) for k in opt_keys} <= trained and opt_keys
+        elif level == "L0":
+            assert not opt_keys
         if level == "L0":
             assert not api_keys
         if level == "L1":
@@ -193,6 +202,9 @@ def test_key_grammar(dumped, name, level, task):
         # call indices count 0..n-1 per API / module, in execution order, separately per step
         seen = {}
         for k in fwd(keys):
+            if OPTIMIZER_RE.match(k):
+                assert OPTIMIZER_RE.match(k).group(3) == "0", k  # one update per parameter per step
+                continue
             m = API_RE.match(k)
             base, idx = (f"{m.group(1)}.{m.group(2)}", int(m.group(3))) if m else \
                 (k.rsplit(".", 2)[0], int(k.rsplit(".", 1)[1]))
@@ -233,8 +245,8 @@ def test_construct(dumped, name, level, task):
             continue
         assert raw
         for node, parent in raw.items():
-            if parent == "optimizer":  # APIs run by optimizer.step()
-                assert API_RE.match(node) and node.endswith(".forward"), node
+            if parent == "optimizer":  # APIs run by optimizer.step(), and its parameter updates
+                assert (API_RE.match(node) or OPTIMIZER_RE.match(node)) and node.endswith(".forward"), node
                 continue
             assert parent is None or (MODULE_RE.match(parent) and parent in raw), (node, parent)
             if parent is not None and ".backward." in node or node.endswith(".backward"):

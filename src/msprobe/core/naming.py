@@ -3,6 +3,7 @@
 API call:      {Prefix}.{api}.{n}.{forward|backward}            Functional.linear.0.forward
 Module call:   {Module|Cell}.{path}.{Class}.{forward|backward}.{n}   Module.conv1.Conv2d.forward.0
 Param grads:   {Module|Cell}.{path}.{Class}.parameters_grad.{n}
+Param update:  Optimizer.{OptimizerClass}.{parameter name}.{n}.forward   Optimizer.SGD.fc.weight.0.forward
 Single point:  {name}[_grad].{n}.debug
 Tensor file:   {key}.{input|output}.{i}[.{j}...]{suffix}; parameters: {key}.parameters.{name}{suffix}
 
@@ -13,6 +14,7 @@ from collections import defaultdict
 
 FORWARD, BACKWARD = "forward", "backward"
 MODULE_PREFIXES = ("Module", "Cell")
+OPTIMIZER_PREFIX = "Optimizer"
 
 
 def api_key(prefix, api_name, index, direction):
@@ -25,6 +27,11 @@ def module_key(prefix, path, class_name, direction, index):
 
 def params_grad_key(prefix, path, class_name, index):
     return f"{prefix}.{path}.{class_name}.parameters_grad.{index}"
+
+
+def optimizer_update_key(optimizer_class, param_name, index):
+    """The record of one parameter's update by an optimizer step (core/dump/optimizer_updates.py)."""
+    return api_key(OPTIMIZER_PREFIX, f"{optimizer_class}.{param_name}", index, FORWARD)
 
 
 def debug_key(name, index, grad=False):

@@ -16,7 +16,7 @@ import mindspore as ms
 from msprobe.core.dump.api_sources import StepApiSources
 from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError
-from msprobe.mindspore import _state
+from msprobe.mindspore import _state, optimizer_step
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
@@ -181,6 +181,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             for (_, attr), (owner, prefix) in self._custom.items():
                 self._patched.restore(owner, attr)
                 self._patched.patch(owner, attr, prefix, attr)
+            optimizer_step.install()  # one record per parameter update instead of Jit.{Optimizer}
             _state.recording = True
         self._capturing = True
 
@@ -189,6 +190,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             return
         self._capturing = False
         _state.recording = False  # the API wrappers stay installed, idle (see _end_step)
+        optimizer_step.uninstall()
         self._patched.restore_primitives()
         if self._cells is not None:
             self._cells.detach()

@@ -10,6 +10,7 @@ import sys
 import torch
 
 from msprobe.core.dump.api_sources import StepApiSources
+from msprobe.core.dump import optimizer_updates
 from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError, MsprobeError
 from msprobe.pytorch import _state
@@ -55,6 +56,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._modules = None
         self._patched = PatchedApis()
         self._optim_handles = []
+        self._optim_frames = {}  # id(optimizer) -> its step's open update records (core/dump/optimizer_updates.py)
         self._compile_marker = None  # capture/compiled.py's marker of the level while a compiled model is dumped
         self._record_order = None  # capture/compiled.py's RecordOrder, held from a dumped step's start() to its end
         self._compile_noted = set()  # the notes about a compiled model start() has given
@@ -179,13 +181,34 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._capturing = True
 
     def _optim_enter(self, optimizer, args, kwargs):
-        if self._session is not None:
-            self._session.before_mutation()
-            self._session.in_optimizer = self.config.level == "mix"
+        session = self._session
+        if session is not None:
+            session.before_mutation()
+            session.in_optimizer = self.config.level == "mix"
+            if self.config.level in ("L1", "mix") and self._capturing and not _state.depth:
+                self._optim_frames[id(optimizer)] = optimizer_updates.begin(
+                    session, type(optimizer).__name__, self._parameter_updates(optimizer))
 
     def _optim_exit(self, optimizer, args, kwargs):
+        frames = self._optim_frames.pop(id(optimizer), None)
         if self._session is not None:
+            if frames:
+                optimizer_updates.end(self._session, frames)
             self._session.in_optimizer = False
+
+    def _parameter_updates(self, optimizer):
+        """(name, parameter, gradient) of each parameter the optimizer is about to update; the name is
+        the model's (named_parameters of the model given to start()), else `param_groups.{g}.{i}`."""
+        names = {}
+        models = self._model if isinstance(self._model, (list, tuple)) else [self._model]
+        for model in models:
+            if isinstance(model, torch.nn.Module):
+                for name, p in model.named_parameters():
+                    # a torch.compile'd model's parameters are named as the eager model's
+                    names.setdefault(id(p), ".".join(part for part in name.split(".") if part != "_orig_mod"))
+        return [(names.get(id(p), f"param_groups.{g}.{i}"), p, p.grad)
+                for g, group in enumerate(optimizer.param_groups)
+                for i, p in enumerate(group["params"]) if p.grad is not None]
 
     def _capture_off(self):
         if not self._capturing:

@@ -8,6 +8,7 @@ from msprobe.core.acc_check.api_policy import RefusedApi, check_callable, check_
 from msprobe.core.acc_check.input_spec import COMMUNICATION_PREFIXES
 from msprobe.core.dump.api_sources import read_api_sources
 from msprobe.core.errors import MsprobeError
+from msprobe.core.naming import OPTIMIZER_PREFIX
 
 
 class Unresolvable(Exception):
@@ -122,5 +123,7 @@ def recorded_custom_api(prefix, api, where):
 
 
 def unknown_prefix(prefix, api):
+    if prefix == OPTIMIZER_PREFIX:
+        return Unresolvable(f"{prefix}.{api} is an optimizer step's update of one parameter, not an API")
     return Unresolvable(f"unknown API prefix {prefix!r} ({prefix}.{api}); for a custom API pass "
                         f"--custom_api {prefix}=<python module that defines {api}>")

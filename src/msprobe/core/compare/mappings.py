@@ -138,11 +138,12 @@ def load_api_mapping(path=None):
 @dataclass(frozen=True)
 class CellTable:
     """MindSpore Cell class -> PyTorch Module class, MindSpore parameter name -> PyTorch's, MindSpore
-    keyword argument name -> PyTorch's."""
+    keyword argument name -> PyTorch's, MindSpore optimizer class -> PyTorch's."""
 
     classes: dict
     parameters: dict
     keywords: dict
+    optimizers: dict = field(default_factory=dict)
 
 
 def load_cell_table():
@@ -150,7 +151,8 @@ def load_cell_table():
     doc = load_yaml(_BUILTIN_CELL_TABLE, "built-in cell table") or {}
     return CellTable(_flat_str_map(doc.get("classes"), _BUILTIN_CELL_TABLE, "built-in cell table"),
                      _flat_str_map(doc.get("parameters"), _BUILTIN_CELL_TABLE, "built-in cell table"),
-                     _flat_str_map(doc.get("keywords"), _BUILTIN_CELL_TABLE, "built-in cell table"))
+                     _flat_str_map(doc.get("keywords"), _BUILTIN_CELL_TABLE, "built-in cell table"),
+                     _flat_str_map(doc.get("optimizers"), _BUILTIN_CELL_TABLE, "built-in cell table"))
 
 
 def _flat_str_map(doc, path, what):

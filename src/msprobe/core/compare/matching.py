@@ -19,7 +19,7 @@ import numpy as np
 
 from msprobe.core.compare.dtypes import dtypes_compatible, per_dtype_pair
 from msprobe.core.compare.mappings import ApiRule, FusedRule
-from msprobe.core.naming import BACKWARD, FORWARD, api_key, module_key, split_key
+from msprobe.core.naming import BACKWARD, FORWARD, OPTIMIZER_PREFIX, api_key, module_key, split_key
 
 # MindSpore dump prefixes whose PyTorch counterparts only differ in the prefix (facts §8.8).
 MS_PREFIX_TO_PT = {"Mint": "Torch", "MintFunctional": "Functional", "Cell": "Module",
@@ -108,6 +108,8 @@ class _KeyMapper:
 
     def map_base(self, base):
         opts = self.opts
+        if base.startswith(_OPTIMIZER_DOT):
+            return self._map_update(base)
         rule = self.rule_for(base)
         if rule is not None:
             base = rule.pt_api
@@ -125,6 +127,17 @@ class _KeyMapper:
         if opts.cell_mapping:
             rest = self._map_cells(rest)
         return prefix + dot + rest
+
+    def _map_update(self, base):
+        """An optimizer update `Optimizer.{Class}.{module path}.{parameter}`: MindSpore's class and
+        parameter names as PyTorch's, the module path through the layer mapping."""
+        opts = self.opts
+        cls, _, param = base[len(_OPTIMIZER_DOT):].partition(".")
+        if opts.cross_framework and opts.cell_table is not None:
+            cls, param = _optimizer_update_name(cls + "." + param, opts.cell_table).split(".", 1)
+        if opts.layer_mapping and "." in param:
+            param = self._map_layers(param)  # the parameter's name stands where a module's class would
+        return _OPTIMIZER_DOT + cls + "." + param
 
     def _map_layers(self, path_cls):
         path, _, cls = path_cls.rpartition(".")
@@ -155,6 +168,14 @@ class _KeyMapper:
             return key
         new_base = self.map_base(base)
         return key if new_base == base else _rebuild(key, new_base, direction, index)
+
+
+def _optimizer_update_name(rest, table):
+    """`SGD.block.norm1.gamma` (an optimizer update record, core/dump/optimizer_updates.py) with
+    PyTorch's optimizer class and parameter name: `SGD.block.norm1.weight`."""
+    cls, _, param = rest.partition(".")
+    head, dot, last = param.rpartition(".")
+    return table.optimizers.get(cls, cls) + "." + head + dot + table.parameters.get(last, last)
 
 
 def _strip_index(key):
@@ -248,6 +269,7 @@ def _align(target_keys, golden_keys):
 
 
 _GRAD_DIRECTIONS = (BACKWARD, "parameters_grad")
+_OPTIMIZER_DOT = OPTIMIZER_PREFIX + "."
 
 
 def _forward_of(key):
@@ -273,10 +295,13 @@ def _fuzzy_pairs(target_keys, golden_keys):
     a backward or parameters_grad record follows its forward call's partner (the order of a backward
     pass differs between frameworks and runs even when the calls agree); the ones without a paired
     forward call are aligned among themselves."""
-    fwd_t = [k for k in target_keys if _forward_of(k) is None]
-    fwd_g = [k for k in golden_keys if _forward_of(k) is None]
-    pairs = _align(fwd_t, fwd_g)
     golden = set(golden_keys)
+    # an optimizer update names its parameter: it pairs by name, in whatever order the groups list them
+    by_name = {k for k in target_keys if k.startswith(_OPTIMIZER_DOT)}
+    fwd_t = [k for k in target_keys if _forward_of(k) is None and k not in by_name]
+    fwd_g = [k for k in golden_keys if _forward_of(k) is None and not k.startswith(_OPTIMIZER_DOT)]
+    pairs = _align(fwd_t, fwd_g)
+    pairs.update((k, k) for k in by_name if k in golden)
     rest = []
     for k in target_keys:
         forward = _forward_of(k)

@@ -21,7 +21,7 @@ from msprobe.core.compare.frame import STAT_FIELDS
 from msprobe.core.compare.matching import INSIDE_FUSED
 from msprobe.core.diagnosis.errors import (cross_framework, dtype_relation, noise_floor, row_errors, row_floor,
                                            unit_roundoff)
-from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE, VALUE_PRESERVING_APIS
+from msprobe.core.diagnosis.thresholds import CROSS_FRAMEWORK_NOISE, OPTIMIZER_UPDATE, VALUE_PRESERVING_APIS
 
 # Flags: reasons a row differs that are not (only) a number.
 DTYPE, NONFINITE, ARGUMENT, SHAPE, CHECKSUM = "dtype", "nonfinite", "argument", "shape", "checksum"
@@ -117,6 +117,8 @@ class Call:
         plain = self.is_module or direction in ("", "parameters_grad") or "." not in base
         self._api = None if plain else base.split(".", 1)[1]
         self.short_api = None if plain else base.rsplit(".", 1)[1]  # 'softmax' of Functional.nn.softmax.0.forward
+        if base.split(".", 1)[0] == naming.OPTIMIZER_PREFIX:  # Optimizer.SGD.fc.weight.0.forward: the parameter's update
+            self.short_api = OPTIMIZER_UPDATE
 
     @property
     def rows(self):

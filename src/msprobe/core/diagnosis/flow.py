@@ -113,14 +113,23 @@ class _Producers:
         self._by_value = {}
 
     def add(self, call, rows):
+        passed = _passed_through(call)
         for r in rows:
             k = r.value_key()
-            if k is not None:
+            if k is not None and not (k in passed and k in self._by_value):
                 self._by_value[k] = (call, r)
 
     def find(self, row):
         k = row.value_key()
         return self._by_value.get(k) if k is not None else None
+
+
+def _passed_through(call):
+    """Value keys of a call's outputs that golden holds inside one call (matching.INSIDE_FUSED) and that
+    are one of its inputs unchanged (nn.Dense's BiasAdd and Reshape hand the incoming gradient on inside
+    F.linear): the value's producer stays the call that made it, so an error it carries is traced there."""
+    ins = {r.value_key() for r in call.inputs if r.is_tensor}
+    return {k for r in call.outputs if r.inside and (k := r.value_key()) is not None and k in ins}
 
 
 def _parameter_index(calls):

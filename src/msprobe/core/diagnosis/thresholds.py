@@ -62,11 +62,14 @@ VALUE_PRESERVING_APIS = frozenset({
 # Casts: their output is their input rounded to another dtype, so in the target itself the two may differ
 # by that dtype's rounding only (capped at the working precision: a cast below it introduces error).
 CAST_APIS = frozenset({"to", "type", "type_as", "float", "half", "bfloat16", "double", "Cast"})
+# the op of an Optimizer.{Class}.{parameter} record (core/dump/optimizer_updates.py)
+OPTIMIZER_UPDATE = "optimizer_update"
 # Calls whose outputs are sums of their inputs (same units): an output far smaller than its inputs has
 # cancelled, and holds little but their rounding.
 ADDITIVE_APIS = frozenset({
     "add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "__isub__", "add_", "sub_",
     "sum", "mean", "cumsum", "subtract", "Add", "Sub", "ReduceSum", "ReduceMean",
+    OPTIMIZER_UPDATE,  # the parameter plus a step made of its gradient
 })
 # Calls whose relative output error grows with their input's magnitude.
 RANGE_APIS = frozenset({

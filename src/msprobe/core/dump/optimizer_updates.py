@@ -1,0 +1,48 @@
+"""The optimizer step as one record per parameter update, in both frameworks:
+
+    Optimizer.{OptimizerClass}.{parameter name}.{n}.forward
+        input_args: [the parameter before the step, its gradient]      output: [the parameter after]
+
+`n` counts the updates of that parameter by that optimizer in the step (0 for one step per step). The
+names pair across frameworks: MindSpore's parameter names and optimizer classes are mapped to PyTorch's
+by compare (data/ms_to_pt_cells.yaml), so a weight-decay or learning-rate difference on one parameter is
+an output that differs where the inputs agree: the diagnosis names the optimizer's update of it.
+
+The adapters call `begin` before the optimizer runs (with its parameters and their gradients) and
+`end` after it; calls the optimizer makes meanwhile are the adapter's to nest or not. Framework-free.
+"""
+
+from msprobe.core import naming
+
+
+def update_key(session, optimizer_class, param_name):
+    index = session.counter.next(f"{naming.OPTIMIZER_PREFIX}.{optimizer_class}.{param_name}")
+    return naming.optimizer_update_key(optimizer_class, param_name, index)
+
+
+def begin(session, optimizer_class, updates):
+    """Input records of every update `(parameter name, parameter, gradient)` before the optimizer
+    changes the parameters; returns the open frames for `end`."""
+    frames = []
+    gate = session.gate
+    calls = session.calls
+    parent = session.parent_key()
+    for name, param, grad in updates:
+        key = update_key(session, optimizer_class, name)
+        if not session.filter.want_call(key, session.module_stack) or (gate is not None and gate.exhausted):
+            continue
+        # mutates: the records of the values before the step are made before the optimizer changes them
+        frame, _ = calls.begin(session, key, parent, (param, grad), {}, mutates=True, module=False,
+                               backward=False)
+        frames.append((frame, param))
+    return frames
+
+
+def end(session, frames):
+    """The records of `begin`'s frames, with each parameter as the optimizer left it."""
+    calls = session.calls
+    if frames:
+        # the parameters changed in place: statistics cached for them are stale
+        calls.ops.before_mutation(session, tuple(p for _, p in frames), {})
+    for frame, param in frames:
+        calls.end(session, frame, param, (param,))
