@@ -116,3 +116,23 @@ def test_mindspore_dump_naming_a_process_class_and_a_file_writer(tmp_path):
     for name in ("Primitive.evil.Popen.0", "Functional.tensordump.0"):
         assert rows[name]["Forward Test Success"] == "SKIP", name
         assert rows[name]["Message"].startswith("refused: "), rows[name]["Message"]
+
+
+@pytest.mark.parametrize("flags, message", [(("-d", "-1"), "-d -1: device ids are integers >= 0"),
+                                            (("--max-elements", "0"), "--max-elements 0: expected a number")])
+def test_a_bad_device_or_limit_is_one_line_from_the_command_and_from_python(tmp_path, flags, message):
+    """The runner checks its options, so a Python caller meets the command's errors, before any reading."""
+    from msprobe.core.acc_check.runner import run_acc_check, run_multi_acc_check
+    from msprobe.core.errors import MsprobeError
+    dump = write_dump(str(tmp_path / "rank0"), "pytorch", {"Functional.relu.0.forward": relu_record()})
+    proc = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "multi_acc_check", "-api_info", dump,
+                           "-o", str(tmp_path / "out"), *flags], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"msprobe multi_acc_check: {message}"), proc.stderr
+    assert proc.stderr.count("\n") == 1
+    kwargs = {"device": -1} if flags[0] == "-d" else {"max_elements": 0}
+    with pytest.raises(MsprobeError, match=message):
+        run_acc_check(dump, out_path=str(tmp_path / "out"), **kwargs)
+    with pytest.raises(MsprobeError, match=message):
+        run_multi_acc_check(dump, out_path=str(tmp_path / "out"),
+                            **({"devices": [0, -1]} if flags[0] == "-d" else kwargs))
+    assert not os.path.exists(tmp_path / "out")

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from msprobe.core.acc_check.runner import run_acc_check, run_multi_acc_check
+from msprobe.core.acc_check.runner import default_start_method, run_acc_check, run_multi_acc_check
 from msprobe.pytorch import PrecisionDebugger
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -127,11 +127,21 @@ def test_two_workers_move_the_progress_bar_to_the_end(slow_dump, tmp_path, capsy
     """Workers count finished APIs in shared memory; the parent's bar must still reach every API."""
     sys.path.insert(0, HERE)
     try:
-        run_multi_acc_check(slow_dump, devices=[0, 1], out_path=str(tmp_path), progress=True,
-                            custom_apis=("SlowOps=lowprec_ops",), start_method="fork")
+        report = run_multi_acc_check(slow_dump, devices=[0, 1], out_path=str(tmp_path), progress=True,
+                                     custom_apis=("SlowOps=lowprec_ops",))  # its own start method: fork here
     finally:
         sys.path.remove(HERE)
     assert "13/13" in capsys.readouterr().err
+    assert report.workers == 2
+
+
+def test_the_start_method_is_chosen_by_the_runner():
+    """A Python caller gets what the command line gets: fork only where no framework thread or device
+    context can be inherited."""
+    assert default_start_method("pytorch", 0) == ("fork" if sys.platform.startswith("linux") else "spawn")
+    assert default_start_method("pytorch", 2) == "spawn"
+    assert default_start_method("mindspore", 0) == "spawn"
+    assert default_start_method("mindtorch", 0) == "spawn"
 
 
 def test_killed_multi_run_resumes(slow_dump, reference, tmp_path):

@@ -25,6 +25,25 @@ def test_help_and_version_work_without_frameworks():
     assert ver.returncode == 0 and ver.stdout.startswith("msprobe ")
 
 
+def test_help_imports_no_subcommand_module():
+    """`msprobe -h` lists every command from the modules' source; `msprobe compare -h` imports compare only."""
+    code = ("import sys, contextlib, io\nfrom msprobe.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    try:\n        main(sys.argv[1:])\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('msprobe.cli.') and m != 'msprobe.cli.main' "
+            "and m != 'msprobe.cli.options'))\nprint(out.getvalue())")
+    env = {**os.environ, "COLUMNS": "200"}
+    top = subprocess.run([sys.executable, "-c", code, "-h"], capture_output=True, text=True, timeout=60, env=env)
+    assert top.returncode == 0, top.stderr
+    assert top.stdout.startswith("[]\n"), top.stdout
+    for line in ("grad_compare", "Compare a target dump with a golden dump, tensor by tensor",
+                 "multi_acc_check (multi_run_ut)"):
+        assert line in top.stdout, top.stdout
+    one = subprocess.run([sys.executable, "-c", code, "compare", "-h"], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert one.stdout.startswith("['msprobe.cli.compare']\n") and "--fail-on-divergence" in one.stdout, one.stdout
+
+
 def test_summary_of_missing_dump_is_one_clear_line(tmp_path):
     out = run("summary", "-i", str(tmp_path))
     assert out.returncode == 1

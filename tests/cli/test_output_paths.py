@@ -77,6 +77,19 @@ def test_every_written_file_is_printed_with_its_full_path(work):
     assert_every_file_named(str(work / "grads"), out)
 
 
+@pytest.mark.parametrize("command", [("grad_compare", "../grads_a", "../grads_b"), ("overflow_check", "-i", "../overflow")])
+def test_every_command_writes_to_one_default_output_folder(work, command):
+    """Without -o every command writes under ./output (msProbe's compare default), as its help says;
+    acc_check keeps msProbe's working directory (tests/acc_check: the seed's quick start as written)."""
+    cwd = work / f"default_{command[0]}"
+    cwd.mkdir()
+    out = msprobe(cwd, *command, "--no-progress")
+    assert os.listdir(cwd) == ["output"]
+    assert_every_file_named(str(cwd / "output"), out)
+    assert "(default ./output)" in msprobe(cwd, command[0], "-h")
+    assert "(default ./)" in msprobe(cwd, "acc_check", "-h")
+
+
 def test_acc_check_reports_the_time_the_user_waited(work):
     started = time.perf_counter()
     out = msprobe(work, "acc_check", "-api_info", dump_json(work, "run_bf16"), "-o", "acc2", "--no_progress")

@@ -29,7 +29,8 @@ def _tensor(value, dtype):
 def write_dumps(root, planted, target_dtypes=None, extra_call=False, rounded=None):
     """RANKS ranks x STEPS steps of CALLS calls; the planted side's PLANT_RANK drifts from PLANT_CALL of
     PLANT_STEP on. `target_dtypes`: rank -> dtype of that rank's tensors (float32 otherwise);
-    `rounded`: (rank, calls) whose outputs are bfloat16 and 0.1 % off, as rounding to it makes them."""
+    `rounded`: (rank, calls) that ran in bfloat16 (inputs cast before them, not lowered by the call itself)
+    and whose outputs are 0.1 % off, as rounding to it makes them."""
     for step in range(STEPS):
         for rank in range(RANKS):
             dtype = (target_dtypes or {}).get(rank, "torch.float32")
@@ -37,15 +38,15 @@ def write_dumps(root, planted, target_dtypes=None, extra_call=False, rounded=Non
             for i in range(CALLS + (1 if extra_call else 0)):
                 if planted and (step, rank, i) == (PLANT_STEP, PLANT_RANK, PLANT_CALL):
                     drift = 1.05
-                out_dtype, off = dtype, 1.0
+                in_dtype, out_dtype, off = dtype, dtype, 1.0
                 if rounded and rank == rounded[0] and i in rounded[1]:
-                    out_dtype, off = "torch.bfloat16", 1.001
+                    in_dtype, out_dtype, off = "torch.bfloat16", "torch.bfloat16", 1.001
                 name = ("Functional.linear", "Functional.relu", "Tensor.__add__")[i % 3]
                 index = counts.get(name, 0)
                 counts[name] = index + 1
                 x = 1.0 + (i % 7) / 7 + step
                 data[f"{name}.{index}.forward"] = {
-                    "input_args": [_tensor(x, dtype), _tensor(x / 2, dtype)], "input_kwargs": {},
+                    "input_args": [_tensor(x, in_dtype), _tensor(x / 2, in_dtype)], "input_kwargs": {},
                     "output": [_tensor((x + 0.5) * drift * off, out_dtype)]}
             d = os.path.join(root, f"step{step}", f"rank{rank}")
             os.makedirs(d)
@@ -110,7 +111,8 @@ def test_trimmed_evidence_is_read_again_when_listed(tmp_path, in_workers, monkey
 
 
 def test_working_precision_is_decided_over_all_pairs(tmp_path, in_workers):
-    """Ranks 0-2 ran in bfloat16; rank 3 in float32 but for four bfloat16 outputs 0.1 % off. Alone, rank 3
+    """Ranks 0-2 ran in bfloat16; rank 3 in float32 but for four calls made in bfloat16 (cast
+    inputs; a call lowering float32 itself would be autocast's mark), their outputs 0.1 % off. Alone, rank 3
     has too few bfloat16 values to be a bfloat16 run, so those four diverge; over all pairs the run's
     precision is bfloat16, whose rounding explains them, and rank 3 is labelled with it, as in memory."""
     target = write_dumps(tmp_path / "t", False, target_dtypes={0: "torch.bfloat16", 1: "torch.bfloat16",

@@ -94,14 +94,13 @@ def test_construct_json(rank_dir, raw):
     "npu_path": st.one_of(st.just("RANK"), scalars), "bench_path": st.one_of(st.just("RANK"), scalars),
     "stack_path": st.one_of(st.just("RANK"), scalars), "is_print_compare_log": scalars})))
 def test_compare_json(rank_dir, doc):
-    """Both commands' compare.json readers (compare -i, graph -i)."""
-    from msprobe.cli.compare import _read_compare_json
-    from msprobe.cli.graph import read_compare_json
+    """The compare.json reader of compare -i (golden required) and graph -i (golden optional)."""
+    from msprobe.core.compare.compare_json import read_compare_json
     (rank_dir / "dump.json").write_bytes(VALID_DUMP)
     if isinstance(doc, dict):
         doc = {k: (str(rank_dir) if v == "RANK" else v) for k, v in doc.items()}
     path = rank_dir.parent / "compare.json"
     path.write_text(json.dumps(doc))
-    one_line_or_result(lambda: _read_compare_json(str(path)))
     one_line_or_result(lambda: read_compare_json(str(path)))
+    one_line_or_result(lambda: read_compare_json(str(path), golden_required=False))
     os.remove(path)

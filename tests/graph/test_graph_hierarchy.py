@@ -162,10 +162,25 @@ def test_cli_l1_dump_is_one_line(tmp_path):
     assert res.stderr.count("\n") == 1 and "level L0 or mix" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("flag", ["-tp", "-gp", "-lm"])
+def test_a_missing_path_is_one_line_from_the_command_and_from_python(tmp_path, transformer_dumps, flag):
+    missing = str(tmp_path / "missing")
+    paths = {"-tp": transformer_dumps[1], "-gp": transformer_dumps[1], "-lm": None}
+    paths[flag] = missing
+    args = [a for f, v in paths.items() if v is not None for a in (f, v)]
+    res = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "graph_visualize", *args, "-o", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert res.stderr == f"msprobe graph_visualize: {flag} '{missing}': no such file or directory\n"
+    with pytest.raises(MsprobeError, match=f"{flag} '{missing}': no such file"):
+        visualize(paths["-tp"], str(tmp_path), golden_path=paths["-gp"], layer_mapping=paths["-lm"])
+    assert not os.path.exists(missing)
+
+
 def test_cli_compare_json_is_validated(tmp_path, transformer_dumps):
     bad = tmp_path / "compare.json"
     bad.write_text(json.dumps({"npu_path": transformer_dumps[1], "bench_path": str(tmp_path / "missing")}))
     res = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "graph", "-i", str(bad), "-o", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1
-    assert "'bench_path'" in res.stderr and "an existing file or directory" in res.stderr
+    assert "compare.json: bench_path'" in res.stderr and "an existing dump.json" in res.stderr

@@ -23,8 +23,7 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser):
     parser.add_argument("-api_info", "--api_info_file", dest="api_info", required=True,
                         help="dump.json of one rank (level L1 or mix)")
-    parser.add_argument("-o", "--out_path", dest="out_path", default="./",
-                        help="directory for the result CSVs (default: current directory)")
+    options.add_output(parser, "directory for the result CSVs", "--out_path", default=options.ACC_CHECK_OUTPUT)
     parser.add_argument("-csv_path", "--result_csv_path", dest="result_csv_path", default=None,
                         help="accuracy_checking_result_{timestamp}.csv of an interrupted run: resume it")
     parser.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",
@@ -32,8 +31,7 @@ def add_arguments(parser):
     parser.add_argument("-d", "--device", dest="device", type=int, nargs="+", default=None,
                         help="device id(s) under test; multi_acc_check starts one worker per id "
                              "(on a CPU machine: that many CPU workers). Default 0")
-    parser.add_argument("-f", "--framework", dest="framework_arg", choices=("pytorch", "mindspore"),
-                        help="accepted for compatibility; the framework is read from the dump")
+    options.add_framework(parser, dest="framework_arg")
     parser.add_argument("--custom_api", action="append", default=[], metavar="PREFIX=MODULE",
                         help="where APIs recorded as PREFIX.name (register_custom_api) are defined, "
                              "e.g. MyOps=mypkg.ops; repeatable")
@@ -60,20 +58,11 @@ def run(args):
     if not multi and len(devices) > 1:
         raise MsprobeError(f"-d {' '.join(map(str, devices))}: acc_check runs on one device; "
                            "use multi_acc_check for several")
-    if any(d < 0 for d in devices):
-        raise MsprobeError(f"-d {min(devices)}: device ids are integers >= 0")
-    if args.max_elements is not None and args.max_elements < 1:
-        raise MsprobeError(f"--max-elements {args.max_elements}: expected a number of tensor elements >= 1")
-    common = dict(out_path=args.out_path, resume_csv=args.result_csv_path, save_error_data=args.save_error_data,
+    common = dict(out_path=args.output_path, resume_csv=args.result_csv_path, save_error_data=args.save_error_data,
                   custom_apis=tuple(args.custom_api), progress=not args.no_progress and sys.stderr.isatty(),
                   seed=args.seed, max_elements=args.max_elements)
     if multi:
-        framework_of_dump, accelerators = _accelerators(args.api_info)
-        # fork is safe here (no framework op has run in this process) and saves each worker a torch
-        # import; MindSpore starts threads at import, and CUDA/NPU contexts must not be forked
-        fork = framework_of_dump == "pytorch" and not accelerators and sys.platform.startswith("linux")
-        report = run_multi_acc_check(args.api_info, devices=devices, accelerator_count=accelerators,
-                                     start_method="fork" if fork else "spawn", **common)
+        report = run_multi_acc_check(args.api_info, devices=devices, **common)
     else:
         report = run_acc_check(args.api_info, device=args.device[0] if args.device else None, **common)
     if framework and framework != report.framework and report.framework != "mindtorch":
@@ -82,13 +71,3 @@ def run(args):
     print(format_summary(report))
     return 0
 
-
-def _accelerators(api_info):
-    """(framework of the dump, how many accelerators that framework sees here); imports the framework."""
-    from msprobe.core.acc_check.runner import load_dump
-    reader, _ = load_dump(api_info)
-    if reader.framework in ("pytorch", "mindtorch"):
-        from msprobe.pytorch.acc_check.executor import accelerator_count
-    else:
-        from msprobe.mindspore.acc_check.executor import accelerator_count
-    return reader.framework, accelerator_count()

@@ -21,20 +21,18 @@ import argparse
 import sys
 
 from msprobe.cli import options
-from msprobe.core.errors import EXIT_PARTIAL, ConfigError, MsprobeError
-
-_COMPARE_JSON_FIELDS = {"npu_path", "bench_path", "stack_path", "is_print_compare_log", "engine", "address"}
+from msprobe.core.errors import EXIT_PARTIAL, MsprobeError
 
 
 def add_arguments(parser):
     src = parser.add_argument_group("inputs")
-    src.add_argument("-i", "--input_path", help="compare.json with npu_path, bench_path, stack_path, "
-                                                "is_print_compare_log")
+    options.add_input(src, "compare.json with npu_path, bench_path, stack_path, is_print_compare_log, engine, "
+                           "address", required=False)
     src.add_argument("-tp", "--target_path", help="target dump: dump.json, rank dir, step dir or dump root")
     src.add_argument("-gp", "--golden_path", help="golden (benchmark) dump, same kind as -tp")
     options.add_runs(parser)
     out = parser.add_argument_group("output")
-    out.add_argument("-o", "--output_path", default="./output", help="result folder (default ./output)")
+    options.add_output(out, "result folder")
     out.add_argument("--xlsx", action="store_true", help="write xlsx with error/warning and diagnosis cells "
                                                          "highlighted instead of csv")
     out.add_argument("-s", "--stack_mode", action="store_true", help=argparse.SUPPRESS)  # stacks are automatic
@@ -66,40 +64,17 @@ def add_arguments(parser):
     options.add_diagnosis(parser)
 
 
-def _read_compare_json(path):
-    from msprobe.core.dump.reader import load_json
-    from msprobe.core.errors import DumpFormatError
-    try:
-        doc = load_json(path)
-    except DumpFormatError as e:
-        raise MsprobeError(f"-i {e}") from None
-    if not isinstance(doc, dict):
-        raise MsprobeError(f"-i '{path}': expected a JSON object with npu_path and bench_path")
-    unknown = set(doc) - _COMPARE_JSON_FIELDS
-    if unknown:
-        raise ConfigError(f"{path}: {sorted(unknown)[0]}", doc[sorted(unknown)[0]],
-                          ", ".join(sorted(_COMPARE_JSON_FIELDS)))
-    for field in ("npu_path", "bench_path"):
-        if not isinstance(doc.get(field), str) or not doc[field]:
-            raise ConfigError(f"{path}: {field}", doc.get(field), "a path to a dump.json or dump directory")
-    if "engine" in doc and doc["engine"] not in ("pool", "ray"):
-        raise ConfigError(f"{path}: engine", doc["engine"], "pool, ray")
-    if "address" in doc and (not isinstance(doc["address"], str) or not doc["address"]):
-        raise ConfigError(f"{path}: address", doc["address"], "a Ray cluster address (host:port)")
-    return doc
-
-
 def _inputs(args):
     """(target, golden, stack_path, print_log, engine, address); the command line wins over compare.json."""
     stack_path, print_log = None, args.is_print_compare_log
     if args.input_path:
         if args.target_path or args.golden_path:
             raise MsprobeError("give either -i compare.json or -tp/-gp, not both")
-        doc = _read_compare_json(args.input_path)
-        stack_path = doc.get("stack_path") or None
-        print_log = print_log or bool(doc.get("is_print_compare_log"))
-        engine, address = args.engine or doc.get("engine"), args.address or doc.get("address")
-        return doc["npu_path"], doc["bench_path"], stack_path, print_log, engine or "pool", address
+        from msprobe.core.compare.compare_json import read_compare_json
+        cfg = read_compare_json(args.input_path)
+        engine, address = args.engine or cfg.engine, args.address or cfg.address
+        return (cfg.npu_path, cfg.bench_path, cfg.stack_path, print_log or cfg.is_print_compare_log,
+                engine or "pool", address)
     if not (args.target_path and args.golden_path):
         raise MsprobeError("give -tp TARGET and -gp GOLDEN (or -i compare.json)")
     return args.target_path, args.golden_path, stack_path, print_log, args.engine or "pool", args.address
@@ -129,10 +104,6 @@ def run(args):
     from msprobe.core.diagnosis import format_diagnosis
 
     target, golden, stack_path, print_log, engine, address = _inputs(args)
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("--workers", args.workers, "an integer >= 1")
-    if address is not None and engine != "ray":
-        raise ConfigError("--address", address, "only with --engine ray")
     out = write_compare(
         target, golden, args.output_path, xlsx=args.xlsx, precision=args.precision,
         fuzzy_match=args.fuzzy_match, data_mapping=args.data_mapping,

@@ -1,7 +1,7 @@
 """Compare the gradients of two runs recorded by grad_probe: the first step where they diverge.
 
-  msprobe grad_compare RUN_A RUN_B -o ./grad_compare_out
-  msprobe grad_compare -i RUN_A RUN_B -o ./grad_compare_out
+  msprobe grad_compare RUN_A RUN_B -o ./grad_cmp
+  msprobe grad_compare -i RUN_A RUN_B -o ./grad_cmp
 
 Per step and parameter, the share of gradient elements whose sign agrees; runs diverge at the first
 step whose element-weighted total is below --threshold or fell by more than --drop. Writes
@@ -16,9 +16,8 @@ from msprobe.core.errors import MsprobeError
 
 def add_arguments(parser):
     parser.add_argument("dirs", nargs="*", metavar="RUN", help="the two grad_probe dump_paths (or rank dirs)")
-    parser.add_argument("-i", "--input_path", nargs=2, metavar=("RUN_A", "RUN_B"), help="the same, as an option")
-    parser.add_argument("-o", "--output_path", default="./grad_compare_out",
-                        help="output directory (default ./grad_compare_out)")
+    options.add_input(parser, "the same, as an option", nargs=2, metavar=("RUN_A", "RUN_B"), required=False)
+    options.add_output(parser, "output directory")
     parser.add_argument("--threshold", type=float, default=None, help="total similarity below this diverges (0.97)")
     parser.add_argument("--drop", type=float, default=None,
                         help="a fall larger than this between steps diverges (0.03)")

@@ -1,16 +1,20 @@
 """The `msprobe` command: dispatch to one module per subcommand, importing only the chosen one.
 
 Each subcommand module has a docstring (its help), `add_arguments(parser)` and `run(args) -> int`.
-`msprobe -h` works without torch or mindspore installed.
+`msprobe -h` reads the docstrings from source and imports no subcommand module; it works without torch
+or mindspore installed.
 """
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import logging
 import os
 import sys
 
 import msprobe
+from msprobe.cli import options
 from msprobe.core.errors import MsprobeError
 
 # (command, module, aliases): order is the order of `msprobe -h`.
@@ -36,6 +40,18 @@ def _summary(doc):
     return paragraph.split(". ")[0].rstrip(".") + "."
 
 
+def _docstring(module_path):
+    """A subcommand module's docstring, read from its source without importing it."""
+    with open(importlib.util.find_spec(module_path).origin, encoding="utf-8") as f:
+        return ast.get_docstring(ast.parse(f.read())) or ""
+
+
+def _chosen(argv):
+    """The subcommand named on the command line (its first name, aliases resolved), or None."""
+    names = {n: name for name, _, aliases in COMMANDS for n in (name, *aliases)}
+    return next((names[a] for a in argv if a in names), None)
+
+
 def _load(module_path):
     try:
         return importlib.import_module(module_path), None
@@ -52,15 +68,19 @@ def _unprefixed(message):
     return message
 
 
-def build_parser():
+def build_parser(command=all):
+    """The `msprobe` parser; `command` (a first name from COMMANDS, or None) limits the subcommands whose
+    module is imported for their options to that one, the default `all` imports every one."""
     parser = argparse.ArgumentParser(prog="msprobe", description="Precision debugging for PyTorch and MindSpore.")
     parser.add_argument("--version", action="version", version=f"msprobe {msprobe.__version__}")
-    parser.add_argument("-f", "--framework", choices=("pytorch", "mindspore"),
-                        help="accepted for compatibility; the framework is read from the dump")
+    options.add_framework(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, path, aliases in COMMANDS:
-        module, error = _load(path)
-        doc = (module.__doc__ or "").strip() if module else f"unavailable: {error}"
+        if command is all or name == command:
+            module, error = _load(path)
+            doc = (module.__doc__ or "").strip() if module else f"unavailable: {error}"
+        else:
+            module, error, doc = None, None, _docstring(path).strip()
         p = sub.add_parser(name, aliases=list(aliases), help=HELP.get(name) or (_summary(doc) if doc else name),
                            description=doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,7 +92,8 @@ def build_parser():
 
 def main(argv=None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_chosen(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # a bad flag is the subcommand's: its own usage says what it takes
         (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")

@@ -5,11 +5,12 @@
 
 import os
 
+from msprobe.cli import options
+
 
 def add_arguments(parser):
-    parser.add_argument("-i", "--input", required=True,
-                        help="monitor output dir (holding *-rank{r}-* dirs) or one rank dir; CSV or TensorBoard")
-    parser.add_argument("-o", "--output", default="./monitor_report", help="report dir (default ./monitor_report)")
+    options.add_input(parser, "monitor output dir (holding *-rank{r}-* dirs) or one rank dir; CSV or TensorBoard")
+    options.add_output(parser, "report dir")
     parser.add_argument("--ops", help="comma list of ops to chart (default: all in the data)")
 
 
@@ -24,7 +25,7 @@ def run(args):
         bad = [o for o in ops if o not in OPS]
         if bad or not ops:
             raise ConfigError("--ops", args.ops, "a comma list of " + ", ".join(OPS))
-    result = build_report(args.input, args.output, ops=ops)
+    result = build_report(args.input_path, args.output_path, ops=ops)
     print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies; wrote "
           f"{os.path.abspath(result.html_path)} and {len(result.png_paths)} charts:")
     for path in result.png_paths:

@@ -3,6 +3,29 @@ explains them alike. Old spellings stay accepted as aliases (`--no_progress` of 
 """
 
 PRECISIONS = ("bfloat16", "float16", "tf32", "float8_e4m3fn", "float8_e5m2", "float32")
+FRAMEWORKS = ("pytorch", "mindspore")
+# msProbe's compare default (a folder `output` in the working directory), for every command that writes
+# but acc_check, whose msProbe default (the working directory) its quick start relies on
+DEFAULT_OUTPUT = "./output"
+ACC_CHECK_OUTPUT = "./"
+
+
+def add_input(parser, help, **kw):
+    """`-i`/`--input_path`/`--input` (dest `input_path`): what the command reads; required unless told."""
+    kw.setdefault("required", True)
+    parser.add_argument("-i", "--input_path", "--input", dest="input_path", help=help, **kw)
+
+
+def add_output(parser, what, *aliases, default=DEFAULT_OUTPUT):
+    """`-o`/`--output_path`/`--output` (dest `output_path`): where results are written."""
+    parser.add_argument("-o", "--output_path", "--output", *aliases, dest="output_path", default=default,
+                        help=f"{what} (default {default})")
+
+
+def add_framework(parser, dest="framework"):
+    """`-f`/`--framework`: accepted for msProbe compatibility; every command reads the framework from the dump."""
+    parser.add_argument("-f", "--framework", dest=dest, choices=FRAMEWORKS,
+                        help="accepted for compatibility; the framework is read from the dump")
 
 
 def add_progress(parser):

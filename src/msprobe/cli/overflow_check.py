@@ -17,10 +17,8 @@ from msprobe.core.errors import EXIT_PARTIAL
 
 
 def add_arguments(parser):
-    parser.add_argument("-i", "--input_path", "--input", dest="input", required=True,
-                        help="dump root, step dir, rank dir or dump.json")
-    parser.add_argument("-o", "--output_path", "--output", dest="output", default="./output",
-                        help="directory for anomaly_analyze_{timestamp}.json (default ./output)")
+    options.add_input(parser, "dump root, step dir, rank dir or dump.json")
+    options.add_output(parser, "directory for anomaly_analyze_{timestamp}.json")
     options.add_progress(parser)
 
 
@@ -28,9 +26,9 @@ def run(args):
     from msprobe.core.overflow import analyze_overflow
     from msprobe.core.overflow.report import format_analysis, write_analysis_json
 
-    analysis = analyze_overflow(args.input, progress=not args.no_progress)
+    analysis = analyze_overflow(args.input_path, progress=not args.no_progress)
     print(format_analysis(analysis))
-    path = write_analysis_json(analysis, args.output)
+    path = write_analysis_json(analysis, args.output_path)
     print(f"Result written to {os.path.abspath(path)}")
     for line in analysis.skipped:
         print(line, file=sys.stderr)

@@ -8,18 +8,20 @@ summarised).
 
 import sys
 
+from msprobe.cli import options
+
 from msprobe.core.dump.summary import format_summary, summarize_dump
 from msprobe.core.errors import EXIT_PARTIAL, DumpFormatError
 
 
 def add_arguments(parser):
-    parser.add_argument("-i", "--input", required=True, help="dump root, step dir, rank dir or dump.json")
+    options.add_input(parser, "dump root, step dir, rank dir or dump.json")
     parser.add_argument("--top", type=int, default=5, help="how many largest-norm records to list (default 5)")
 
 
 def run(args):
     skipped = []
-    summaries = summarize_dump(args.input, skipped=skipped)
+    summaries = summarize_dump(args.input_path, skipped=skipped)
     if not summaries and skipped:
         raise DumpFormatError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
                               f"no rank directory could be read; first: {skipped[0]}")

@@ -62,7 +62,7 @@ def frame_lines(stack):
 
 def stack_texts(stack):
     """The stack.json lines of a captured stack ("File {file}, line {n}, in {function}, \\n {source}"),
-    made once per distinct stack in the process (each step used to format them all again)."""
+    made once per distinct stack in the process, not once per step."""
     texts = _TEXTS.get(stack)
     if texts is None:
         if len(_TEXTS) >= _TEXTS_LIMIT:  # a program whose stacks never repeat: do not grow forever

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from msprobe.core.dump.tensor_files import LoadedTensor, load_tensor_file, save_npy
+from msprobe.core.dump.tensor_files import LoadedTensor, load_tensor_file, save_npy, write_npy
 from msprobe.core.errors import DumpFormatError
 
 
@@ -313,3 +313,17 @@ def test_error_messages_are_one_line(tmp_path):
 def test_module_does_not_import_torch():
     code = "import sys, msprobe.core.dump.tensor_files; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    np.arange(24, dtype=np.int64).reshape(4, 6)[:, ::2], np.array(2.5), np.zeros((0, 3), np.float16),
+    np.arange(6, dtype=np.uint16), np.array([True, False]), np.arange(4, dtype=np.complex64)],
+    ids=["c", "fortran", "strided", "0-d", "empty", "uint16", "bool", "complex"])
+def test_write_npy_writes_the_bytes_np_save_writes_for_a_c_ordered_array(tmp_path, array):
+    """The dump's .npy files: numpy's own writer, always C order (a Fortran array too), byte for byte
+    what np.save writes of the array in C order."""
+    write_npy(str(tmp_path / "a.npy"), array)
+    np.save(tmp_path / "b.npy", np.array(array, order="C"))
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+    assert oct(os.stat(tmp_path / "a.npy").st_mode & 0o777) == "0o640"

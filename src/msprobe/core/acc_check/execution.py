@@ -62,6 +62,21 @@ class CaseRun:
     inputs: dict = field(default_factory=dict)
 
 
+def executor_module(framework):
+    """The adapter module that checks a `framework` dump's APIs (imports that framework).
+
+    Raises:
+        MsprobeError: no adapter for this framework, or the framework is not installed.
+    """
+    module_path = EXECUTOR_MODULES.get(framework)
+    if module_path is None:
+        raise MsprobeError(f"dump framework {framework!r}: acc_check supports {' | '.join(sorted(EXECUTOR_MODULES))}")
+    try:
+        return importlib.import_module(module_path)
+    except ImportError as e:
+        raise MsprobeError(f"acc_check for a {framework} dump needs {framework} installed ({e})") from None
+
+
 @dataclass(frozen=True)
 class ExecutorSpec:
     """How to build an executor in any process (picklable for spawn workers)."""
@@ -70,15 +85,7 @@ class ExecutorSpec:
     options: tuple = ()  # (name, value) pairs passed to create_executor; "max_elements" sets the case limit
 
     def create(self, **overrides):
-        module_path = EXECUTOR_MODULES.get(self.framework)
-        if module_path is None:
-            raise MsprobeError(f"dump framework {self.framework!r}: acc_check supports "
-                               f"{' | '.join(sorted(EXECUTOR_MODULES))}")
-        try:
-            module = importlib.import_module(module_path)
-        except ImportError as e:
-            raise MsprobeError(f"acc_check for a {self.framework} dump needs {self.framework} installed ({e})") \
-                from None
+        module = executor_module(self.framework)
         options = {**dict(self.options), **overrides}
         max_elements = options.pop("max_elements", None)
         executor = module.create_executor(**options)

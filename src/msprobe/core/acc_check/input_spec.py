@@ -203,9 +203,7 @@ def build_call(tree, leaves, python_value):
     a ValueSpec `python_value(spec)`, a list a tuple.
 
     Plain recursion on purpose: a recursive closure is a reference cycle (function -> cell -> function)
-    that keeps the tensors it captured alive until the cyclic collector runs; with the built inputs of
-    every API held that way, an acc_check worker's heap grew to ~250 MB instead of ~145, and each worker
-    paid a page fault for every page of it.
+    that would keep every API's built inputs alive until the cyclic collector runs.
     """
     args, kwargs = tree
     return ([_built(v, leaves, python_value) for v in args],

@@ -2,9 +2,9 @@
 core.compare.metrics defines them) and the dtype-aware ULP error (verdict.ulp_error), in one pass over
 float64 chunks.
 
-Judging is what a worker does besides running the API; it was two passes of ~20 numpy sweeps in
-all, of which this shares the float64 copy, the difference and |bench|, and skips what the CSVs do not
-show (Euclidean distance, thousandth ratios). Finite floating outputs take this path; anything else
+Judging is what a worker does besides running the API: one pass shares the float64 copy, the difference
+and |bench| between the numbers, and skips what the CSVs do not show (Euclidean distance, thousandth
+ratios). Finite floating outputs take this path; anything else
 (inf/nan, integers, complex) goes to the two reference functions, which define the numbers. Guarded
 by `benchmarks/acc_check_throughput.py`. Must not import torch or mindspore.
 """

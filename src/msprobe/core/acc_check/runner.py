@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from msprobe.core.acc_check.checker import badness, judge
 from msprobe.core.acc_check.csv_files import ResultFiles, merge_parts, read_rows, results_from_csv
 from msprobe.core.acc_check.error_data import reproduce_script, save_error_case
-from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec
+from msprobe.core.acc_check.execution import EXECUTOR_MODULES, ExecutorSpec, executor_module
 from msprobe.core.acc_check.input_data import TensorSource, rng_for
 from msprobe.core.acc_check.input_spec import cases_from_dump
 from msprobe.core.acc_check.work_split import work_order
@@ -48,6 +49,14 @@ class RunReport:
     workers: int = 1
     error_data_dir: str = ""
     worker_cpu_s: list = field(default_factory=list)  # CPU seconds of each worker process (multi only)
+
+
+def _check_options(devices, max_elements):
+    """The device ids and the element limit a caller gave, before anything is read."""
+    if any(d < 0 for d in devices):
+        raise MsprobeError(f"-d {min(devices)}: device ids are integers >= 0")
+    if max_elements is not None and max_elements < 1:
+        raise MsprobeError(f"--max-elements {max_elements}: expected a number of tensor elements >= 1")
 
 
 def load_dump(api_info):
@@ -81,25 +90,19 @@ def check_cases(cases, reader, spec, files, save_error_data=False, error_root=""
                 executor=None):
     """Run `cases` with one executor, appending each result to `files`; yields each ApiResult in order.
 
-    Each API is run, then judged and written, in this thread. Judging the previous API in a second
-    thread meanwhile (what acc_check did while judging cost a quarter of the work) now loses: 8.2
-    instead of 7.8 s and 9.2 instead of 7.7 CPU s for the 1,413 APIs of
-    `benchmarks/acc_check_throughput.py --blocks 40` (GIL hand-offs, both threads in the allocator
-    and the caches).
+    Each API is run, then judged and written, in this thread: judging in a second thread loses to
+    GIL hand-offs and both threads sharing the allocator and caches (benchmarks/RESULTS.md, design notes).
     BLAS runs on one thread meanwhile: OpenBLAS's extra threads spin between the metrics' small dot
-    products and take a whole core (2 CPU s per second of checking), which left a second worker
-    process nothing to run on.
+    products and take a core a second worker process would run on.
     """
     with one_blas_thread():
         yield from _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor)
 
 
 def one_blas_thread():
-    """A context with BLAS on one thread (see check_cases); nothing to do where it already is. After a
-    fork OpenBLAS has stopped its thread pool, and setting its thread count, even to the count it has,
-    starts the pool again: the new thread spins for its first ~0.1 s, ~0.05 CPU s that each of two
-    workers on two cores lost to it (0.54 s of checking each on the 153 APIs of
-    benchmarks/acc_check_throughput.py)."""
+    """A context with BLAS on one thread (see check_cases); nothing to do where it already is: after a
+    fork, setting OpenBLAS's thread count, even to the count it has, restarts its pool with a spinning
+    thread."""
     from threadpoolctl import ThreadpoolController
     blas = ThreadpoolController().select(user_api="blas")
     if all(lib.num_threads == 1 for lib in blas.lib_controllers):
@@ -142,7 +145,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         progress: show a progress bar.
         seed: seed of the random inputs.
         threads: the framework's intra-op threads. Defaults to 1: most APIs of a dump are small, where
-            a second thread mostly spins (7 CPU-seconds instead of 1.2 for the benchmark's 153 APIs).
+            a second thread mostly spins.
         max_elements: an API whose recorded tensors hold more elements in all is a SKIP row saying so;
             None = execution.DEFAULT_MAX_ELEMENTS.
 
@@ -150,6 +153,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
         RunReport.
     """
     start = time.perf_counter()
+    _check_options([] if device is None else [device], max_elements)
     reader, cases = load_dump(api_info)
     spec = ExecutorSpec(reader.framework, executor_options(reader, device, custom_apis, threads, max_elements))
     out_path = os.path.abspath(out_path)
@@ -236,32 +240,44 @@ def _exit_with_parent():
     threading.Thread(target=watch, name="acc_check-parent-watch", daemon=True).start()
 
 
+def default_start_method(framework, accelerator_count):
+    """How run_multi_acc_check starts its workers when not told."""
+    # fork is safe before any framework op has run here and saves each worker a torch import; MindSpore
+    # starts threads at import, and CUDA/NPU contexts must not be forked
+    fork = framework == "pytorch" and not accelerator_count and sys.platform.startswith("linux")
+    return "fork" if fork else "spawn"
+
+
 def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, save_error_data=False,
-                        custom_apis=(), progress=True, seed=1234, accelerator_count=0, start_method="spawn",
+                        custom_apis=(), progress=True, seed=1234, accelerator_count=None, start_method=None,
                         max_elements=None):
     """Check every API of a dump with one worker process per entry of `devices`.
 
     On a machine with accelerators each worker uses its device; on a CPU machine the entries just
     count CPU workers, which share the cores (one torch thread each). Worker 0 is this process, which
     takes its share once the others are started: one process fewer to start, and a share that begins
-    at once on memory this process has already touched (a forked worker's first writes to inherited
-    pages cost it ~0.1 s on the 153 APIs of `benchmarks/acc_check_throughput.py`); `-d 0` alone runs
-    no other process.
+    at once on memory this process has already touched (a forked worker pays for its first writes to
+    inherited pages); `-d 0` alone runs no other process.
     Workers take the cases (dump order, the last tenth biggest first: work_split.py) from one
     shared queue and write part files under
     `accuracy_checking_parts_{ts}/`; the parts are merged in dump order
     into the result and details CSVs at the end (and on a resumed run, with what was there).
 
     Args:
-        accelerator_count: how many accelerators the executor's framework sees (0 = CPU workers).
-        start_method: multiprocessing start method. "spawn" (the default) is always safe; "fork" starts
-            a worker in milliseconds instead of seconds (no second torch import), which is what makes two
-            workers pay off on a small dump, but is only safe from a process that has not run framework
-            ops yet (the command line uses it for PyTorch dumps on CPU machines).
+        accelerator_count: how many accelerators the dump's framework sees (0 = CPU workers); default:
+            asked of the framework, which is imported for it.
+        start_method: multiprocessing start method; default: "fork" for a PyTorch dump on a Linux CPU
+            machine (no second torch import per worker, which is what makes two workers pay off on a
+            small dump), else "spawn". Pass "spawn" when this process has already run framework ops.
         Others as run_acc_check.
     """
     start = time.perf_counter()
+    _check_options(list(devices), max_elements)
     reader, cases = load_dump(api_info)
+    if accelerator_count is None:
+        accelerator_count = executor_module(reader.framework).accelerator_count()
+    if start_method is None:
+        start_method = default_start_method(reader.framework, accelerator_count)
     devices = list(devices) or [0]
     if len(set(devices)) != len(devices):
         raise MsprobeError(f"-d {' '.join(map(str, devices))}: a device is listed twice")
@@ -301,9 +317,8 @@ def run_multi_acc_check(api_info, devices=(0,), out_path="./", resume_csv=None, 
     # leave OpenBLAS's pool alone (one_blas_thread).
     restore_blas = contextlib.ExitStack()
     restore_blas.enter_context(one_blas_thread())
-    # Forked workers share the parent's objects page by page until they write to them. A garbage
-    # collection in a worker writes to every tracked object (0.1 s and ~6k copied pages per worker
-    # with torch imported); frozen objects are never collected, so the pages stay shared.
+    # Forked workers share the parent's pages until they write to them, and a collection writes to every
+    # tracked object: frozen objects are never collected, so their pages stay shared.
     gc.freeze()
     try:
         for i in range(1, n_workers):  # worker 0 is this process

@@ -3,9 +3,8 @@
 Workers take cases from one queue, each taking the next one when it is free: a worker that other
 processes slow down simply takes fewer, where a split fixed in advance would leave the other worker
 idle at the end. The queue is in dump order, so that the APIs a worker runs one after another have
-tensors of similar sizes and its allocator reuses the same blocks: biggest first over the whole dump
-walked down through every tensor size, and cost 130,000 page faults and 14% more CPU on the 1,413
-APIs of `benchmarks/acc_check_throughput.py --blocks 40`. Only the last tenth of the estimated work
+tensors of similar sizes and its allocator reuses the same blocks (biggest first over the whole dump
+walks down through every tensor size, each a fresh allocation). Only the last tenth of the estimated work
 goes biggest first, so that a big API at the end of the dump does not leave one worker running alone.
 Cost of a case ~ elements of its tensors (inputs and outputs), doubled when it has a backward.
 Must not import torch or mindspore.

@@ -44,7 +44,7 @@ NAN_METRICS = dict(cosine=math.nan, euc_dist=math.nan, max_abs_err=math.nan, max
 
 
 def _dot(a, b):
-    # einsum's own loop, not BLAS: OpenBLAS threads spinning on 64K-element dots cost ~40x the work
+    # einsum's own loop, not BLAS: OpenBLAS's threads spin on dots this small for far more than the work
     return float(np.einsum("i,i->", a, b))
 
 

@@ -95,6 +95,10 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
 
     if engine not in ENGINES:
         raise ConfigError("engine", engine, ", ".join(ENGINES))
+    if address is not None and engine != "ray":
+        raise ConfigError("--address", address, "only with --engine ray")
+    if compare_kwargs.get("workers") is not None and compare_kwargs["workers"] < 1:
+        raise ConfigError("--workers", compare_kwargs["workers"], "an integer >= 1")
     plan = compare_plan(target_path, golden_path, **compare_kwargs)
     make_dirs(output_path)
     pairs_on = open_engine(engine, address=address) if engine != "pool" or address is not None else None

@@ -186,8 +186,8 @@ def rows_from_records(data):
         else:  # backward: input = gradients of the outputs, output = gradients of the inputs
             args(_as_list(record.get("input")), key, ".input.", "input")
         args(_as_list(record.get("output")), key, ".output.", "output")
-    # `walk` calls itself through its closure cell: a reference cycle that kept every column list (and
-    # so gigabytes) alive until the cyclic GC ran, which then took most of a second to traverse them
+    # `walk` calls itself through its closure cell: a reference cycle that would keep every column list
+    # alive until the cyclic GC runs and traverses them all
     del walk
     return cols, fused
 

@@ -19,7 +19,7 @@ from msprobe.core.compare.stats_diff import stat_diff_columns
 def _take(values, gidx, fill="N/A"):
     """Golden values aligned to target rows; `fill` where unpaired."""
     values = np.asarray(values, dtype=object)
-    out = np.empty(len(gidx), dtype=object)  # np.full of an object took 0.15 s per million rows
+    out = np.empty(len(gidx), dtype=object)  # not np.full: it fills an object array element by element
     out[:] = fill
     m = gidx >= 0
     out[m] = values[gidx[m]]

@@ -8,8 +8,8 @@ properties carry a time: both are the compare's timestamp (the one in the file n
 compare writes the same bytes whichever engine ran it.
 
 The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
-joined row by row: csv.writer's per-cell work took most of a million-row write. Guarded by
-benchmarks/compare_throughput.py (statistics part) and tests/compare/test_compare_speedups.py.
+joined row by row: pandas' to_csv writes the same bytes with twice the CPU, pyarrow's writer other
+bytes (benchmarks/RESULTS.md, design notes; tests/compare/test_compare_speedups.py checks the text).
 """
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def _write_csv_rows(table, path, header):
     with open_text(path, newline="") as f:
         if header:
             f.write(",".join(_csv_quoted(str(c)) for c in table.columns) + "\r\n")
-        # rendered a block of rows at a time: the text of all 27 million cells at once took gigabytes
+        # a block of rows at a time: the text of every cell at once would hold the whole file in memory
         for start in range(0, len(table), CSV_CHUNK_ROWS):
             cols = [_csv_column(values[start:start + CSV_CHUNK_ROWS], text) for values, text in columns]
             f.write("\r\n".join(map(",".join, zip(*cols))) + "\r\n")

@@ -65,6 +65,9 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
             could be read. A damaged one among readable ones is skipped and named in `skipped`.
     """
     from tqdm import tqdm
+    for flag, value in (("-tp", target_path), ("-gp", golden_path), ("-lm", layer_mapping)):
+        if value is not None and not os.path.exists(value):
+            raise MsprobeError(f"{flag} '{value}': no such file or directory")
     skipped = []
 
     def readable(d):

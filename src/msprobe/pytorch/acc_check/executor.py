@@ -270,8 +270,8 @@ def _number(v):
 def _vjp(outputs, inputs, grads):
     """`torch.autograd.grad(outputs, inputs, grads, allow_unused=True)` straight through autograd's
     engine. torch.autograd.grad first checks the given gradients against the outputs, and that check
-    imports sympy (torch.fx.experimental.symbolic_shapes): 0.3-0.5 s, paid once by a single run and
-    again by every multi_acc_check worker. The gradients here are made from the outputs' own
+    imports sympy (torch.fx.experimental.symbolic_shapes), again in every multi_acc_check worker.
+    The gradients here are made from the outputs' own
     shapes and dtypes, so the check has nothing to find."""
     engine = getattr(torch.autograd.Variable, "_execution_engine", None)
     if engine is None:  # a torch without it: the public way
