@@ -7,12 +7,17 @@ mix). Each row also says whether the diagnosis named the planted softmax first.
 
     python benchmarks/diagnosis_cost.py                 # blocks 2 and 8, 5 rounds
     python benchmarks/diagnosis_cost.py --blocks 2 --rounds 3
+    python benchmarks/diagnosis_cost.py --against main  # diagnose()'s CPU time, this tree over git's main
+
+With --against REV the same dumps are diagnosed by this tree and by REV's src/ (a fresh interpreter
+each, taking turns), in CPU seconds (time.process_time: other work on a shared machine does not count).
 """
 
 import argparse
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,11 +68,60 @@ def measure(target, golden, rounds):
     return statistics.median(compare_s), statistics.median(diagnose_s), d, rows
 
 
+def diagnose_cpu(target, golden, rounds):
+    """CPU seconds of each of `rounds` diagnoses of one compare (with diagnosis.json's content), by the
+    msprobe this interpreter imports."""
+    results = compare_dumps(target, golden, progress=False, workers=1)
+    out = []
+    for _ in range(rounds):
+        t0 = time.process_time()
+        d = diagnose(results)
+        if hasattr(d, "to_json"):  # a typed Diagnosis: diagnosis.json's content is made when written
+            d.to_json()
+        out.append(time.process_time() - t0)
+    return out
+
+
+def against(rev, blocks, rounds):
+    """Median CPU seconds of diagnose() by this tree and by git revision `rev`, and their ratio."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for so in (f for f in os.listdir(os.path.join(ROOT, "src", "msprobe")) if f.endswith(".so")):
+            with open(os.path.join(ROOT, "src", "msprobe", so), "rb") as a, \
+                    open(os.path.join(tmp, "src", "msprobe", so), "wb") as b:
+                b.write(a.read())
+        demo = _demo()
+        print(f"{'blocks':>6} {'mode':10s} {rev + ' cpu s':>12} {'this cpu s':>11} {'this/' + rev:>10}")
+        for n in blocks:
+            for task in ("statistics", "tensor"):
+                golden, target = os.path.join(tmp, f"{n}_{task}_fp32"), os.path.join(tmp, f"{n}_{task}_bf16")
+                dump(demo, golden, False, n, task)
+                dump(demo, target, True, n, task)
+                times = {"ref": [], "this": []}
+                for _ in range(rounds):  # taking turns, a fresh interpreter each
+                    for side, src in (("ref", os.path.join(tmp, "src")), ("this", os.path.join(ROOT, "src"))):
+                        out = subprocess.run([sys.executable, __file__, "--cpu-of", target, golden],
+                                             env=dict(os.environ, PYTHONPATH=src), check=True, capture_output=True,
+                                             text=True).stdout
+                        times[side] += [float(x) for x in out.split()]
+                ref, this = statistics.median(times["ref"]), statistics.median(times["this"])
+                print(f"{n:>6} {task:10s} {ref:>12.4f} {this:>11.4f} {this / ref:>10.3f}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 8], help="transformer blocks")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against", metavar="REV", help="git revision to compare diagnose()'s CPU time with")
+    parser.add_argument("--cpu-of", nargs=2, metavar=("TARGET", "GOLDEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cpu_of:  # one side of --against: this interpreter's msprobe
+        print(" ".join(f"{t:.6f}" for t in diagnose_cpu(*args.cpu_of, 3)))
+        return 0
+    if args.against:
+        against(args.against, args.blocks, args.rounds)
+        return 0
     demo = _demo()
     print(f"{'blocks':>6} {'mode':10s} {'rows':>6} {'compare s':>10} {'diagnose s':>11} {'diag/compare':>13}  "
           f"named first")
@@ -79,7 +133,7 @@ def main():
                 dump(demo, golden, False, blocks, task)
                 dump(demo, target, True, blocks, task)
                 c, dg, d, rows = measure(target, golden, args.rounds)
-                top = d["suspects"][0]["api"] if d["suspects"] else "-"
+                top = d.suspects[0].api if d.suspects else "-"
                 print(f"{blocks:>6} {task:10s} {rows:>6} {c:>10.3f} {dg:>11.3f} {dg / c:>13.3f}  {top}", flush=True)
     return 0
 

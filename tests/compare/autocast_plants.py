@@ -4,7 +4,7 @@ differs a little and only one place differs more. A transformer (PLANTS, below: 
 diagnosis' thresholds were set on), a CNN (CNN_PLANTS) and an MLP-mixer (MIXER_PLANTS), both written
 after the thresholds were set.
 
-Used by tests/compare/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the hit / false-alarm table).
+Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the hit / false-alarm table).
 
 | plant | what changes in the target | where error is introduced (accepted suspect #1) |
 |---|---|---|

@@ -9,7 +9,7 @@ nn.MultiheadAttention with a post-norm, which had been held out until their fals
 LSTM written out over its time steps and its time-major layout rewrite; cross-attention with a SwiGLU
 MLP; a deeper conv + batch-norm stack); their numbers are reported as they came.
 
-Used by tests/compare/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
+Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
 family and half).
 """
 

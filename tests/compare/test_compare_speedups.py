@@ -124,14 +124,14 @@ def test_diagnosis_builds_and_ranks_its_rows_with_the_collector_paused(tmp_path,
     from compare_fixtures import tensor, write_dump
 
     from msprobe.core.compare.engine import compare_dumps
-    from msprobe.core.diagnosis import suspects
+    from msprobe.core.diagnosis import combine, pair, ranking
     data = {f"Functional.linear.{i}.forward": {"input_args": [tensor(1.0 + i)], "input_kwargs": {},
                                                 "output": [tensor(2.0 + i)]} for i in range(3)}
     golden = {k: {**v, "output": [tensor(3.0)]} for k, v in data.items()}
     results = compare_dumps(write_dump(tmp_path / "t", data), write_dump(tmp_path / "g", golden), progress=False)
     seen = []
-    for name in ("calls_from_rows", "_rank_suspects"):
-        original = getattr(suspects, name)
-        monkeypatch.setattr(suspects, name, lambda *a, _f=original, **k: (seen.append(gc.isenabled()), _f(*a, **k))[1])
-    d = suspects.diagnose(results)
+    for module, name in ((pair, "calls_from_rows"), (combine, "rank_suspects")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, **k: (seen.append(gc.isenabled()), _f(*a, **k))[1])
+    d = combine.diagnose(results)
     assert d["divergence"] and seen == [False, False] and gc.isenabled()

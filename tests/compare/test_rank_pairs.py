@@ -15,7 +15,7 @@ import pytest
 from msprobe.core.compare import compare_dumps, write_compare
 from msprobe.core.compare import rank_pairs
 from msprobe.core.diagnosis import diagnose
-from msprobe.core.diagnosis.suspects import trim_evidence
+from msprobe.core.diagnosis.evidence import trim_evidence
 
 RANKS, STEPS, CALLS = 4, 2, 60
 PLANT_RANK, PLANT_STEP, PLANT_CALL = 1, 1, 30
@@ -255,7 +255,7 @@ def test_the_driver_holds_each_pairs_trimmed_suspects_slim_and_shared(tmp_path, 
     plan = compare_plan(target, golden, progress=False)
     _, entries, *_ = rank_pairs.compare_and_label(plan, str(tmp_path / "out"), keep_tables=False, progress=False,
                                                   timestamp="20260101000000")
-    slim = [s for e in entries for s in e["_suspects"] if isinstance(s, SlimSuspect)]
+    slim = [s for e in entries for s in e.suspects if isinstance(s, SlimSuspect)]
     assert len(slim) >= RANKS * STEPS * 5, len(slim)  # past the MAX_SUSPECTS each pair keeps whole
     assert all(s.__slots__ and not hasattr(s, "__dict__") for s in slim)
     calls = {}
@@ -278,7 +278,7 @@ def test_many_pairs_keep_no_suspects_rows_on_the_pool_either(tmp_path, in_worker
     _, entries, *_ = rank_pairs.compare_and_label(compare_plan(target, golden, progress=False),
                                                   str(tmp_path / "out"), keep_tables=False, progress=False,
                                                   timestamp="20260101000000")
-    suspects = [s for e in entries for s in e["_suspects"]]
+    suspects = [s for e in entries for s in e.suspects]
     assert suspects and all(isinstance(s, SlimSuspect) for s in suspects)
     streamed = _one_at_a_time(target, golden, tmp_path / "streamed")
     assert streamed.diagnosis["suspects"][0]["inputs"]  # read again: evidence, not an empty shell

@@ -18,7 +18,6 @@ two dumps mostly do not match.
 """
 
 import argparse
-import json
 import sys
 
 from msprobe.cli import options
@@ -87,10 +86,10 @@ def _optional_yaml(value):
 
 
 def _print_log(result):
-    table = result.table
-    bad = table[table["Result"].isin(("error", "warning"))]
-    for name, level, msg in zip(bad["NPU Name"], bad["Result"], bad["Err_message"]):
-        print(f"  [{level}] {name}: {', '.join(json.loads(msg))}")
+    import numpy as np
+    verdicts, names = result.rows.verdicts, result.rows.target["name"].to_numpy(dtype=object)
+    for i in np.flatnonzero(np.isin(verdicts.result, ("error", "warning"))):
+        print(f"  [{verdicts.result[i]}] {names[i]}: {', '.join(verdicts.messages(i))}")
 
 
 def _where(result):
@@ -115,7 +114,7 @@ def run(args):
     for note in out.pairing:
         print(note)
     if out.mostly_unmatched:  # before anything else: nothing below means much then
-        print(f"warning: {out.diagnosis['verdict'].split('; ', 1)[0]}")
+        print(f"warning: {out.diagnosis.verdict.split('; ', 1)[0]}")
     for r in out.results:
         counts = result_counts(r)
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())

@@ -74,9 +74,10 @@ class CompareResult:
 
     def __bool__(self):
         """True when no row is an error."""
-        if self.table is None:
+        verdicts = getattr(self.rows, "verdicts", None)
+        if verdicts is None:  # rows let go once written: their counts stay
             return not (self.counts or {}).get("error")
-        return not (self.table["Result"] == "error").any()
+        return not verdicts.any_error
 
 
 def detect_mode(t_reader, g_reader, t_rows, g_rows):

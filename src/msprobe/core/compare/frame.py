@@ -72,6 +72,8 @@ class PairedRows:
         t_num, g_num: field -> (float array, is-a-number mask) of Max/Min/Mean/Norm.
         metrics: tensor mode: `METRIC_FIELDS` float arrays and `nonfinite_moved` (bool: both sides hold
             inf/nan, at different elements); None in other modes.
+        verdicts: each row's verdict and messages (`verdict.Verdicts`), set by `table.build_table`;
+            None for rows read back from a table.
     """
 
     def __init__(self, target, golden, gidx, metrics=None):
@@ -82,6 +84,7 @@ class PairedRows:
         self.t_num = {f: numeric(target, f) for f in STAT_FIELDS}
         self.g_num = {f: numeric(self.golden, f) for f in STAT_FIELDS}
         self.metrics = metrics
+        self.verdicts = None
 
     def __len__(self):
         return len(self.target)

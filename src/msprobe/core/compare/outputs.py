@@ -22,7 +22,7 @@ class CompareOutputs:
     Attributes:
         results: CompareResult per step and rank, each with `output_path` (its csv/xlsx), `counts`
             (rows per Result), `row_count`, and (with keep_tables) a table holding the Diagnosis column.
-        diagnosis: diagnosis.json's content (see `msprobe.core.diagnosis.diagnose`).
+        diagnosis: the typed Diagnosis (`msprobe.core.diagnosis.results`); `to_json()` is diagnosis.json.
         diagnosis_path: where diagnosis.json was written.
         pairing: one line per step where a run was chosen among several `proc{pid}` runs.
         failed_pairs: one line per pair that could not be compared (a corrupt or missing dump, a lost
@@ -30,7 +30,7 @@ class CompareOutputs:
     """
 
     results: list
-    diagnosis: dict
+    diagnosis: object
     diagnosis_path: str
     pairing: list = field(default_factory=list)
     failed_pairs: list = field(default_factory=list)
@@ -41,11 +41,11 @@ class CompareOutputs:
 
     @property
     def divergence(self):
-        return bool(self.diagnosis.get("divergence"))
+        return self.diagnosis.divergence
 
     @property
     def mostly_unmatched(self):
-        return bool(self.diagnosis.get("mostly_unmatched"))
+        return self.diagnosis.mostly_unmatched
 
     @property
     def failed(self):
@@ -85,13 +85,13 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
 
     Example:
         >>> out = write_compare("run_bf16/dump", "run_fp32/dump", "out")      # doctest: +SKIP
-        >>> out.files, out.diagnosis["verdict"]                               # doctest: +SKIP
+        >>> out.files, out.diagnosis.verdict                                  # doctest: +SKIP
     """
     from msprobe.core.compare.engine import compare_plan
     from msprobe.core.compare.engines import ENGINES, open_engine
     from msprobe.core.errors import ConfigError
     from msprobe.core.compare.rank_pairs import compare_and_label
-    from msprobe.core.diagnosis.suspects import combine
+    from msprobe.core.diagnosis.combine import combine
 
     if engine not in ENGINES:
         raise ConfigError("engine", engine, ", ".join(ENGINES))
@@ -113,10 +113,10 @@ def write_compare(target_path, golden_path, output_path="./output", *, xlsx=Fals
         if pairs_on is not None:
             pairs_on.close()
     if failed:
-        diagnosis["failed_pairs"] = [{"step": f.step, "rank": f.rank, "error": f.error} for f in failed]
+        diagnosis.failed_pairs = [{"step": f.step, "rank": f.rank, "error": f.error} for f in failed]
     path = os.path.join(output_path, DIAGNOSIS_FILE)
     with open_text(path) as f:
-        json.dump(diagnosis, f, indent=1)
+        json.dump(diagnosis.to_json(), f, indent=1)
     pairing = list(dict.fromkeys(r.pairing for r in results if r.pairing))
     return CompareOutputs(results=results, diagnosis=diagnosis, diagnosis_path=path, pairing=pairing,
                           failed_pairs=[f.line() for f in failed])

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field, replace
 
 from msprobe.core.compare.engines.summary import Interner, slim_suspects
 from msprobe.core.compare.writer import result_file_name, write_result
-from msprobe.core.diagnosis.suspects import PrecisionCensus, diagnose_pair, trim_evidence
+from msprobe.core.diagnosis.census import PrecisionCensus
+from msprobe.core.diagnosis.evidence import trim_evidence
+from msprobe.core.diagnosis.labels import label_table
+from msprobe.core.diagnosis.pair import diagnose_pair
 from msprobe.core.errors import MsprobeError, where
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
@@ -48,7 +51,7 @@ class PairDone:
 
     index: int
     result: object        # CompareResult; its table (and rows) only when the job kept them
-    entry: dict           # its diagnosis entry (diagnosis.suspects.diagnose_pair)
+    entry: object         # its PairDiagnosis (diagnosis.pair.diagnose_pair)
     census: PrecisionCensus
     used: tuple           # the working precision it was labelled with
     logs: list            # log records it made (a worker's, re-emitted by the parent)
@@ -70,11 +73,11 @@ class PairFailed:
 
 
 def result_counts(result):
-    """{"error": n, "warning": n, "pass": n, "N/A": n} of a result's Result column, in that order."""
-    if result.table is None:
+    """{"error": n, "warning": n, "pass": n, "N/A": n} of a result's verdicts, in that order."""
+    verdicts = getattr(result.rows, "verdicts", None)
+    if verdicts is None:  # rows let go once written: their counts stay
         return dict(result.counts)
-    counts = result.table["Result"].value_counts().to_dict() if len(result.table) else {}
-    return {k: int(counts[k]) for k in ("error", "warning", "pass", "N/A") if k in counts}
+    return verdicts.counts()
 
 
 def run_pair(plan, pair, job, opts=None, write=True):
@@ -86,13 +89,15 @@ def run_pair(plan, pair, job, opts=None, write=True):
     census.add(result)
     used = job.working or census.decide()
     entry = diagnose_pair(result, used[1])
-    entry["_pair"] = job.index
+    entry.pair_index = job.index
+    label_table(result.table, entry.labels)
     if not job.keep_table:
+        entry.labels = None  # written into the table: the driver keeps the counts
         if job.lean:
             trim_evidence(entry, keep=0)
         else:
             trim_evidence(entry)
-        entry["_suspects"] = slim_suspects(entry["_suspects"])  # what goes back to the driver: small
+        entry.suspects = slim_suspects(entry.suspects)  # what goes back to the driver: small
     debug = not os.path.isfile(os.path.join(result.target_dir, "dump.json"))  # a debug.json dump
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
     result.output_path = os.path.join(job.output_path, name)
@@ -194,7 +199,7 @@ def run_pairs(plan, jobs, engine, progress=True, interner=None):
                     logging.getLogger(record.name).handle(record)
             d.logs = []
             if interner is not None and isinstance(d, PairDone):
-                d.entry["_suspects"] = interner.suspects(d.entry["_suspects"])
+                d.entry.suspects = interner.suspects(d.entry.suspects)
             out[k] = d
             failed += isinstance(d, PairFailed)
             bar.update()
@@ -217,8 +222,8 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
 
     Returns:
         (results, entries, (working dtype, unit roundoff), reload, failed): CompareResults in pair order
-        (tables only with `keep_tables`), their diagnosis entries, the working precision over all pairs,
-        what `diagnosis.suspects.combine` calls to read a pair's trimmed evidence again, and the
+        (tables only with `keep_tables`), their PairDiagnosis, the working precision over all pairs,
+        what `diagnosis.combine` calls to read a pair's trimmed evidence again, and the
         PairFailed of the pairs that could not be compared.
 
     Raises:
@@ -246,7 +251,7 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
         for job, pair in zip(jobs, plan.pairs):
             kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
             if isinstance(kept, PairDone) and kept.index == job.index and not keep_tables:
-                kept.entry["_suspects"] = interner.suspects(kept.entry["_suspects"])
+                kept.entry.suspects = interner.suspects(kept.entry.suspects)
                 done[job.index] = kept
     todo = [j for j in jobs if done[j.index] is None]
     for job, d in zip(todo, run_pairs(plan, todo, engine, progress, interner)):
@@ -277,7 +282,7 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
             raise MsprobeError(d.line())
         return d.entry
 
-    def reload(entry):  # a trimmed suspect listed after all (diagnosis.suspects.combine)
-        return reload_pair(entry["_pair"])
+    def reload(entry):  # a trimmed suspect listed after all (diagnosis.combine)
+        return reload_pair(entry.pair_index)
 
     return [d.result for d in done], [d.entry for d in done], working, reload, failed

@@ -39,7 +39,7 @@ def _requires_grad_display(values):
 
 
 def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=None):
-    """The result DataFrame.
+    """The result DataFrame; the rows' verdicts, typed, go on `p.verdicts` (verdict.Verdicts).
 
     Args:
         p: the pair's `frame.PairedRows`.
@@ -96,8 +96,9 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
     if mode == "tensor" and "unreadable" in tensor_metrics:
         cols[C.RESULT][tensor_metrics["unreadable"]] = "N/A"  # nothing was compared: never "pass"
-    V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=bool),
-                 g["fused"].to_numpy(dtype=bool), matched)
+    fused = V.mark_fused(cols[C.RESULT], cols[C.ERR_MESSAGE], target["fused"].to_numpy(dtype=bool),
+                         g["fused"].to_numpy(dtype=bool), matched)
+    p.verdicts = V.Verdicts(cols[C.RESULT], flags, matched, all_ex, extra, fused)
 
     ordered = list(C.MODE_COLUMNS[mode])
     if stack is not None:

@@ -248,8 +248,41 @@ def result_columns(flags, matched, mode, all_exempt, extra_messages=None):
 
 def mark_fused(result, err, t_fused, g_fused, matched):
     """Rows whose tensor one run never held (`fused_away` in its record; bool arrays, the golden one
-    aligned to target rows): "fused away", not a verdict on values that do not exist."""
+    aligned to target rows): "fused away", not a verdict on values that do not exist. Returns the mask."""
     fused = t_fused | (matched & g_fused)
     if fused.any():
         result[fused] = RESULT_FUSED
         err[fused] = json.dumps([MSG_FUSED])
+    return fused
+
+
+class Verdicts:
+    """The rows' verdicts, typed: `result` (pass, warning, error, N/A or fused away per row: what the
+    Result column shows) and `messages(i)` (the list the Err_message column shows as JSON)."""
+
+    def __init__(self, result, flags, matched, all_exempt, extra_messages=None, fused=None):
+        self.result = result
+        self._flags, self._matched, self._exempt = flags.items, matched, all_exempt
+        self._extra, self._fused = extra_messages, fused
+
+    def __len__(self):
+        return len(self.result)
+
+    @property
+    def any_error(self):
+        return bool((self.result == "error").any())
+
+    def counts(self):
+        """{"error": n, "warning": n, "pass": n, "N/A": n}, the verdicts present, in that order."""
+        values, counts = np.unique(self.result.astype(str), return_counts=True)
+        found = dict(zip(values.tolist(), counts.tolist()))
+        return {k: int(found[k]) for k in ("error", "warning", "pass", "N/A") if k in found}
+
+    def messages(self, i):
+        if self._fused is not None and self._fused[i]:
+            return [MSG_FUSED]
+        msgs = [] if self._matched[i] else [MSG_UNMATCHED]
+        msgs += [m for m, mask in self._flags if mask[i] and not self._exempt[i]]
+        if self._extra is not None and self._extra[i]:
+            msgs.append(self._extra[i])
+        return msgs

@@ -56,7 +56,7 @@ class Row:
     flags: set = field(default_factory=set)
     tensor_metrics: tuple = ()  # tensor mode: (Cosine, MaxRelativeErr, One Thousandth Err Ratio)
     l2_error: float = 0.0     # the error without its element-wise maximum term (see op_model.switches)
-    label: str = ""           # the Diagnosis column (see labels.py)
+    label: str = ""           # the Diagnosis column (labels.py)
 
     @property
     def differs(self):
@@ -113,11 +113,11 @@ class Call:
     stack: list = field(default_factory=list)  # stack lines, innermost first
 
     def __post_init__(self):
-        parts = self.key.split(".")
-        plain = self.is_module or ".parameters_grad." in self.key or len(parts) < 4
-        self._api = None if plain else ".".join(parts[1:-2])
-        self.short_api = None if plain else parts[-3]  # 'softmax' of Functional.nn.softmax.0.forward
-        if parts[0] == naming.OPTIMIZER_PREFIX:  # Optimizer.SGD.fc.weight.0.forward: the parameter's update
+        base, direction, _ = naming.split_key(self.key)
+        plain = self.is_module or direction in ("", "parameters_grad") or "." not in base
+        self._api = None if plain else base.split(".", 1)[1]
+        self.short_api = None if plain else base.rsplit(".", 1)[1]  # 'softmax' of Functional.nn.softmax.0.forward
+        if base.split(".", 1)[0] == naming.OPTIMIZER_PREFIX:  # Optimizer.SGD.fc.weight.0.forward: the parameter's update
             self.short_api = OPTIMIZER_UPDATE
 
     @property
@@ -220,8 +220,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
         key = cols["key"][i]
         call = by_key.get(key)
         if call is None:
-            call = Call(key=key, order=len(calls), direction=direction_of(key),
-                        is_module=key.split(".", 1)[0] in ("Module", "Cell"),
+            call = Call(key=key, order=len(calls), direction=direction_of(key), is_module=naming.is_module_key(key),
                         stack=[str(x) for x in stacks.get(key) or ()])
             by_key[key] = call
             calls.append(call)
@@ -235,7 +234,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
         row = Row(index=i, name=cols["name"][i], role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param,
                   matched=bool(matched[i]), target_dtype=str(cols["dtype"][i]), golden_dtype=str(g_cols["dtype"][i]),
                   numel=numel_of(cols["shape"][i]) if is_tensor else None,
-                  dims=dims_of(cols["shape"][i]) if is_tensor else (), target=tv, golden=gv,
+                  dims=dims_of(cols["shape"][i]) if is_tensor else (),
+                  target=tv, golden=gv,
                   inside=bool(inside[i]) if inside is not None else False)
         if row.matched:
             _judge(row, cols["shape"][i], g_cols["shape"][i], g_cols["kind"][i], errors[i], nonfinite[i],
@@ -384,12 +384,3 @@ def working_precision(counts, total, share, lowered=()):
             best = dtype
     return (best, unit_roundoff(best)) if best else (None, 0.0)
 
-
-def row_labels(calls, n):
-    """The Diagnosis column of a pair's table: each row's label, "" for rows no call holds."""
-    out = np.empty(n, dtype=object)
-    out[:] = ""
-    for c in calls:
-        for r in c.rows:
-            out[r.index] = r.label
-    return out

@@ -63,7 +63,10 @@ class Origin:
 
 
 @dataclass
-class Suspect:
+class CallSuspect:
+    """A call of one step and rank whose difference nothing earlier explains (ranked over all pairs
+    into `results.Suspect`)."""
+
     call: object                 # calls.Call
     kind: str
     tier: int
@@ -73,7 +76,7 @@ class Suspect:
     reason: str
     origins: dict = field(default_factory=dict)   # input row name -> Origin
     folded_modules: list = field(default_factory=list)
-    trimmed: bool = False        # its call's rows were let go (suspects.trim_evidence)
+    trimmed: bool = False        # its call's rows were let go (evidence.trim_evidence)
     idle: bool = False           # a changed argument whose call's outputs agree: no value is affected
 
 
@@ -201,7 +204,7 @@ class _RankWalk:
         #                            record lists it again: there too it introduces, not inherits)
         self.suspects = []
         self.suspect_by_key = {}
-        self.idle = []             # changed arguments whose calls' outputs agree (Suspect.idle)
+        self.idle = []             # changed arguments whose calls' outputs agree (CallSuspect.idle)
         self.golden_unpaired = frozenset()  # (base, direction) of golden calls left without a partner
         self.propagating = 0
         self.diverged = False      # a call introduced error beyond precision (a strong suspect)
@@ -449,7 +452,7 @@ class _RankWalk:
         return max(_max_error(self.calls_by_key[fwd].rows), 0.0) if fwd in self.calls_by_key else math.inf
 
     def _classify(self, call, div_in, div_out):
-        """The Suspect this differing call is, or None when its difference only propagates."""
+        """The CallSuspect this differing call is, or None when its difference only propagates."""
         in_err = _max_error(call.inputs)
         judged = op_model.judged_outputs(call)
         out_err = _max_error(judged)
@@ -475,7 +478,7 @@ class _RankWalk:
                 unexplained.append((r, origin))
 
         def make(kind, tier, reason):
-            return Suspect(call=call, kind=kind, tier=tier, input_error=carried, output_error=out_err,
+            return CallSuspect(call=call, kind=kind, tier=tier, input_error=carried, output_error=out_err,
                            amplification=ratio, reason=reason, origins=origins)
 
         finite_inputs = all(r.target_finite for r in call.inputs if r.is_tensor)

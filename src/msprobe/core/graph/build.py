@@ -8,7 +8,6 @@ The comparison itself (matching, metrics, pass/warning/error) is `msprobe.core.c
 """
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -118,10 +117,11 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         key = _norm(res.target_dir)
         target = graphs[key][1] if key in graphs else graph_from_dump(res.target_dir)
         golden = goldens.get(_norm(res.golden_dir)) or graph_from_dump(res.golden_dir)
-        merged = merge_compare(target, golden, res.table)
+        pair = diagnosis.pair(res.step, res.rank) if diagnosis is not None else None
+        merged = merge_compare(target, golden, res, pair.labels if pair is not None else None)
         entries.append(compare_graph_json(merged, res.step, res.rank, res.mode, overflow_check,
                                           _suspects_for(diagnosis, res.step, res.rank)))
-    doc = graph_document(entries, "compare", diagnosis=_json_safe(diagnosis))
+    doc = graph_document(entries, "compare", diagnosis=diagnosis.to_json() if diagnosis is not None else None)
     out = _write(doc, output_path, "compare")
     out.pairing = tuple(dict.fromkeys(r.pairing for r in results if r.pairing))
     out.skipped = tuple(skipped)
@@ -143,40 +143,11 @@ def _diagnose(results):
     return diagnose(results)
 
 
-_NAME_FIELDS = ("api", "name", "npu_name", "node", "module", "op_name", "key")
-_WHY_FIELDS = ("reason", "why", "message", "summary")
-
-
 def _suspects_for(diagnosis, step, rank):
     """Ranked (name, reason) of the diagnosis suspects that belong to this step and rank."""
-    out = []
-    for s in (diagnosis or {}).get("suspects") or ():
-        if isinstance(s, str):
-            out.append((s, ""))
-            continue
-        if not isinstance(s, dict):
-            continue
-        ranks = s.get("ranks") or ([s["rank"]] if s.get("rank") is not None else None)
-        if s.get("step") not in (None, step) or (ranks is not None and rank not in ranks):
-            continue
-        name = next((s[k] for k in _NAME_FIELDS if isinstance(s.get(k), str)), None)
-        if name:
-            out.append((name, next((str(s[k]) for k in _WHY_FIELDS if s.get(k)), "")))
-    return out
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if hasattr(value, "item"):
-        return _json_safe(value.item())
-    return str(value)
+    if diagnosis is None:
+        return []
+    return [(s.api, s.reason or "") for s in diagnosis.suspects if s.step == step and rank in s.ranks]
 
 
 def _write(doc, output_path, kind):

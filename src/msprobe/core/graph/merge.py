@@ -1,7 +1,8 @@
 """Merge a compare result into the target's hierarchy: rows per node, node verdicts, golden matches.
 
-The verdicts are the compare engine's `Result` column (the rules live in `core/compare`, not here);
-a node takes the worst verdict of its rows. Must not import torch or mindspore.
+The verdicts are the compare engine's typed verdicts of each row (the rules live in `core/compare`, not
+here), the labels the diagnosis' (`PairDiagnosis.labels`): a node takes the worst verdict of its rows
+and their most telling label. Must not import torch or mindspore.
 """
 
 import math
@@ -13,7 +14,7 @@ from msprobe.core.graph.hierarchy import tensor_entries
 NONE, PASS, WARNING, ERROR, UNMATCHED = 0, 1, 2, 3, 4
 VERDICT_NAMES = ("none", "pass", "warning", "error", "unmatched")
 _SEVERITY = {NONE: 0, PASS: 1, UNMATCHED: 2, WARNING: 3, ERROR: 4}  # for the worst-of rule
-_MISSING = ("", "N/A", "NaN", "nan", "None", None)
+_CODES = {"error": ERROR, "warning": WARNING, "pass": PASS}  # N/A and fused away are no verdict
 # Columns that the graph keeps elsewhere (stacks) or that only locate files.
 _DROPPED_COLUMNS = ("NPU_Stack_Info", "Dirty Valid Len")
 # The diagnosis' labels of a node's rows, most telling first: a node shows the first its rows have.
@@ -28,24 +29,9 @@ def worst(codes):
     return best
 
 
-def verdict_of_row(result, bench_name):
-    """Verdict code of one compare row from its `Result` and `Bench Name` cells."""
-    if _is_missing(bench_name):
-        return UNMATCHED
-    text = str(result).strip().lower() if not _is_missing(result) else ""
-    if "error" in text or text in ("different", "no"):
-        return ERROR
-    if "warning" in text:
-        return WARNING
-    if "pass" in text or text == "yes":
-        return PASS
-    if "unmatch" in text or "no bench" in text:
-        return UNMATCHED
-    return NONE
-
-
-def _is_missing(v):
-    return v in _MISSING or (isinstance(v, float) and math.isnan(v))
+def verdict_code(result):
+    """Verdict code of one paired row from its verdict (`compare.verdict.Verdicts.result`)."""
+    return _CODES.get(result, NONE)
 
 
 @dataclass
@@ -71,44 +57,43 @@ class MergedGraph:
     golden_only: list = field(default_factory=list)
 
 
-def merge_compare(target, golden, table):
-    """Attach the rows of a compare table to the nodes of `target` and match nodes to `golden`.
+def merge_compare(target, golden, result, labels=None):
+    """Attach the rows of a compare result to the nodes of `target` and match nodes to `golden`.
 
     Args:
         target: ModelGraph of the target rank.
         golden: ModelGraph of the golden rank.
-        table: the compare result DataFrame (one row per tensor, msProbe columns).
+        result: the pair's CompareResult: its typed rows (names, pairing, verdicts) place and judge the
+            rows; its table (msProbe columns) is what the viewer shows of each.
+        labels: the pair's Diagnosis labels, one per row (`PairDiagnosis.labels`), or None.
 
     Returns:
         MergedGraph.
     """
+    table, rows = result.table, result.rows
     columns = [c for c in table.columns if c not in _DROPPED_COLUMNS]
     merged = MergedGraph(target, golden, columns)
-    name_col = columns.index("NPU Name")
-    bench_col = columns.index("Bench Name") if "Bench Name" in columns else None
-    result_col = columns.index("Result") if "Result" in columns else None
-    label_col = columns.index("Diagnosis") if "Diagnosis" in columns else None
-    labels = {}
+    names = rows.target["name"].to_numpy(dtype=object)
+    golden_keys = rows.golden_rows["key"].to_numpy(dtype=object)
+    verdicts = rows.verdicts.result
+    node_labels = {}
     codes = {}
     golden_votes = {}
-    for values in _table_rows(table, columns):
-        bench = values[bench_col] if bench_col is not None else None
-        node = target.find_node(values[name_col])
-        if node is None and not _is_missing(bench):
-            continue  # a golden-only row: shown through the golden-only nodes below
+    for i, values in enumerate(_table_rows(table, columns)):
+        node = target.find_node(names[i])
         if node is None:
-            continue
+            continue  # a golden-only row: shown through the golden-only nodes below
         merged.rows.setdefault(node, []).append(values)
-        codes.setdefault(node, []).append(verdict_of_row(values[result_col] if result_col is not None else "",
-                                                         bench))
-        if label_col is not None and values[label_col] in DIAGNOSIS_ORDER:
-            labels.setdefault(node, set()).add(values[label_col])
-        gnode = golden.find_node(bench)
+        paired = rows.gidx[i] >= 0
+        codes.setdefault(node, []).append(verdict_code(verdicts[i]) if paired else UNMATCHED)
+        if labels is not None and labels[i] in DIAGNOSIS_ORDER:
+            node_labels.setdefault(node, set()).add(labels[i])
+        gnode = golden.find_node(golden_keys[rows.gidx[i]]) if paired else None
         if gnode is not None:
             golden_votes.setdefault(node, gnode)
     for name in target.nodes:
         merged.verdict[name] = worst(codes.get(name, ()))
-        merged.diagnosis[name] = next((k for k in DIAGNOSIS_ORDER if k in labels.get(name, ())), "")
+        merged.diagnosis[name] = next((k for k in DIAGNOSIS_ORDER if k in node_labels.get(name, ())), "")
         merged.match[name] = golden_votes.get(name)
     _match_structure(target, golden, merged)
     _collect_golden_only(target, golden, merged)

@@ -5,7 +5,7 @@ A pair of a many-rank compare has hundreds of suspects; past the few that keep t
 tier, errors, reason). As dataclasses with a `Call` each that is about 1 KB a suspect, half a
 gigabyte at 1024 pairs. Here a trimmed suspect is a slotted `SlimSuspect`, and the driver's
 `Interner` shares what pairs repeat (the same call on every rank, the same reason), so a thousand
-pairs' suspects cost tens of MB. `diagnosis.suspects.combine` reads them as it reads `flow.Suspect`.
+pairs' suspects cost tens of MB. `diagnosis.combine` reads them as it reads `flow.CallSuspect`.
 Must not import torch or mindspore.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ _NO_ORIGINS = MappingProxyType({})  # a trimmed suspect's origins: read only, sh
 
 
 class SlimSuspect:
-    """A `flow.Suspect` whose evidence was let go: the same attributes, in slots."""
+    """A `flow.CallSuspect` whose evidence was let go: the same attributes, in slots."""
 
     __slots__ = ("call", "kind", "tier", "input_error", "output_error", "amplification", "reason", "origins",
                  "folded_modules", "trimmed", "idle")
@@ -33,7 +33,7 @@ class SlimSuspect:
 
 
 def slim_suspects(suspects):
-    """`suspects` with each trimmed one as a SlimSuspect (a field `flow.Suspect` gained and this lacks
+    """`suspects` with each trimmed one as a SlimSuspect (a field `flow.CallSuspect` gained and this lacks
     is a TypeError here, not a suspect silently changed)."""
     return [SlimSuspect(**vars(s)) if getattr(s, "trimmed", False) and not isinstance(s, SlimSuspect) else s
             for s in suspects]

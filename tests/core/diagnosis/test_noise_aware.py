@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from msprobe.core.compare import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-plants = load_private("msprobe_bench_autocast_plants", os.path.join(HERE, "autocast_plants.py"))
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+plants = load_private("msprobe_bench_autocast_plants", os.path.join(TESTS, "compare", "autocast_plants.py"))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_a_given_precision_replaces_the_inferred_one(suite, tmp_path):
     assert proc.returncode == 2 and "--precision: invalid choice: 'fp64'" in proc.stderr
 
 
-negatives = load_private("msprobe_bench_bf16_negatives", os.path.join(HERE, "bf16_negatives.py"))
+negatives = load_private("msprobe_bench_bf16_negatives", os.path.join(TESTS, "compare", "bf16_negatives.py"))
 
 
 @pytest.mark.parametrize("family, task, level, dtype", [

@@ -13,7 +13,8 @@ ms = pytest.importorskip("mindspore")
 from msprobe.core.diagnosis import diagnose  # noqa: E402
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 
-MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mindspore", "models.py")
+MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "mindspore",
+                      "models.py")
 
 
 def _models():
@@ -45,7 +46,7 @@ def ms_dumps(tmp_path_factory):
 
 def test_mindspore_perturbed_weight_is_named(ms_dumps):
     d = diagnose(compare_dumps(ms_dumps["perturbed"], ms_dumps["golden"], progress=False))
-    json.dumps(d, allow_nan=False)
+    json.dumps(d.to_json(), allow_nan=False)
     top = d["suspects"][0]
     assert top["kind"] == "parameter" and top["direction"] == "forward"
     assert top["module_path"][-1] == "Cell.fc2.Linear.forward.0"

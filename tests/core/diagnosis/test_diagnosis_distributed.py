@@ -24,6 +24,7 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PLANTED_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "compare")  # planted.py
 
 WORKER = textwrap.dedent('''
     import datetime, sys
@@ -68,7 +69,7 @@ def _run_two_ranks(tmp_path, task):
     for rank in range(2):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                    LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path), HERE, task], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path), PLANTED_DIR, task], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         for p in procs:
@@ -92,7 +93,7 @@ def test_rank1_planted_softmax_named_first(two_rank_dumps):
     results = compare_dumps(target, golden, progress=False)
     assert sorted(r.rank for r in results) == [0, 1]
     d = diagnose(results)
-    json.dumps(d, allow_nan=False)
+    json.dumps(d.to_json(), allow_nan=False)
     assert d["divergence"] is True
     top = d["suspects"][0]
     assert top["api"] == "Functional.softmax.0.forward"

@@ -20,10 +20,10 @@ from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 
-planted = load_private("msprobe_test_planted", os.path.join(HERE, "planted.py"))
+planted = load_private("msprobe_test_planted", os.path.join(ROOT, "tests", "compare", "planted.py"))
 TASKS = ("statistics", "tensor")
 
 
@@ -42,7 +42,7 @@ def planted_dumps(tmp_path_factory):
 
 def _diagnose(target, golden):
     d = diagnose(compare_dumps(target, golden, progress=False))
-    json.dumps(d, allow_nan=False)  # diagnosis.json must be strict JSON
+    json.dumps(d.to_json(), allow_nan=False)  # diagnosis.json must be strict JSON
     return d
 
 
