@@ -7,16 +7,18 @@ tensor file left loads. A dump_path that is a file, a symbolic link or on a read
 refused at construction in one line.
 """
 
+import errno
 import json
 import logging
 import os
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from msprobe.core.dump.tensor_files import load_tensor_file
+from msprobe.core.dump.tensor_files import load_tensor_file, write_npy
 from msprobe.core.errors import ConfigError
 from msprobe.pytorch import PrecisionDebugger
 
@@ -164,3 +166,13 @@ def test_mindspore_training_outlives_a_full_disk(small_disk, caplog):
         for name in os.listdir(rank_dir / "dump_tensor_data"):
             if not name.startswith("."):
                 load_tensor_file(rank_dir / "dump_tensor_data" / name)
+
+
+def test_a_tensor_file_cut_by_a_full_disk_is_said_to_be_one_and_removed(small_disk):
+    """numpy's writer reports a short write without a cause; a tensor file that filled the disk says ENOSPC
+    (the warning's "No space left on device") and leaves no short file to pass for a tensor."""
+    path = small_disk / "big.npy"
+    with pytest.raises(OSError) as caught:
+        write_npy(str(path), np.zeros(128 * 1024, dtype=np.float32))  # 512 KiB on a 256 KiB disk
+    assert caught.value.errno == errno.ENOSPC, caught.value
+    assert not path.exists()

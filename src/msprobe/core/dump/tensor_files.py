@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import math
 import os
 import pickle
@@ -254,10 +255,21 @@ def write_npy(path, array) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             np.lib.format.write_array(f, array, allow_pickle=False)
-    except OSError:
+    except OSError as e:
+        full = e.errno is None and _no_space_left(path)  # numpy's short write names no cause
         with contextlib.suppress(OSError):
             os.unlink(path)  # a full disk: no short file left to pass for a tensor
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
         raise
+
+
+def _no_space_left(path) -> bool:
+    """True when the file system holding ``path`` has no block left (checked before the short file goes)."""
+    try:
+        return os.statvfs(os.path.dirname(os.path.abspath(path))).f_bavail == 0
+    except OSError:
+        return False
 
 
 def link_file(src, dst) -> bool:
