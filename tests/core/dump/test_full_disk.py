@@ -1,6 +1,6 @@
 """A full disk or an unwritable dump_path never kills training.
 
-On a real 256 KiB tmpfs: a statistics dump and a tensor dump of a real model fill it; training runs
+On a real tmpfs of a few steps' files: a statistics dump and a tensor dump of a real model fill it; training runs
 every step, msprobe says so once and writes nothing more, every step's files are whole except the one
 that met the full disk, whose dump.json says `"incomplete"` (never a file that looks whole), and every
 tensor file left loads. A dump_path that is a file, a symbolic link or on a read-only file system is
@@ -31,11 +31,23 @@ def _mount(path, options):
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    _mount(disk, "size=256k,mode=0755")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+def disk_of(tmp_path):
+    """Mounts a tmpfs of the size given (e.g. "256k"); each is unmounted after the test."""
+    mounted = []
+
+    def mount(size):
+        disk = tmp_path / f"disk{len(mounted)}"
+        _mount(disk, f"size={size},mode=0755")
+        mounted.append(disk)
+        return disk
+    yield mount
+    for disk in mounted:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_disk(disk_of):
+    return disk_of("256k")
 
 
 @pytest.fixture
@@ -69,8 +81,10 @@ def _load(path):
         return json.load(f)
 
 
-@pytest.mark.parametrize("task", ["statistics", "tensor"])
-def test_training_outlives_a_full_disk(small_disk, caplog, task):
+# a few whole steps fit before the disk is full: a step's files take ~45 KiB (statistics), ~250 KiB (tensor)
+@pytest.mark.parametrize("task,size", [("statistics", "256k"), ("tensor", "1m")], ids=["statistics", "tensor"])
+def test_training_outlives_a_full_disk(disk_of, caplog, task, size):
+    small_disk = disk_of(size)
     debugger = PrecisionDebugger(dump_path=str(small_disk), task=task, level="mix")
     with caplog.at_level(logging.WARNING):
         losses = _train(debugger, steps=60)
