@@ -167,7 +167,12 @@ class Summarizer:
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
         are resolved); remembered for the tensor object when it has a cache entry."""
         rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-        rec.update(values if len(values) == len(self._fields) else dict(self._fields, **values))
+        if len(values) == len(self._fields):
+            rec.update(values)
+        else:  # fields still on the device: null until resolved, in msProbe's order
+            rec.update(self._fields)
+            if values:
+                rec.update(values)
         if entry is not None:
             self._remember(t, key, shape, rec, entry)
         rec["requires_grad"] = t.requires_grad
@@ -184,8 +189,10 @@ class Summarizer:
     def _stats_slot(self, t, n, span, defer):
         """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
         when the caller has it."""
+        # detached: a deferred summary must not hold the tensor itself (autograd would copy a gradient
+        # someone else holds instead of taking it as .grad)
         x = t.detach()
-        if x.is_complex():
+        if x.dtype.is_complex:
             with torch.no_grad():
                 x = x.abs()
             span = None
