@@ -152,7 +152,7 @@ class Summarizer:
             if on_host or n == 0:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
             else:
-                slots.append(self.slots.checksum(t.detach(), defer))
+                slots.append(self.slots.checksum(t if t.requires_grad else t.detach(), defer))
         entry = None
         if key is not None:
             if len(self._cache) > CACHE_LIMIT:
@@ -189,9 +189,9 @@ class Summarizer:
     def _stats_slot(self, t, n, span, defer):
         """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
         when the caller has it."""
-        # detached: a deferred summary must not hold the tensor itself (autograd would copy a gradient
-        # someone else holds instead of taking it as .grad)
-        x = t.detach()
+        # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as .grad
+        # and copies one that is held (a detach costs more than the rest of a deferral)
+        x = t if t.requires_grad else t.detach()
         if x.dtype.is_complex:
             with torch.no_grad():
                 x = x.abs()
