@@ -57,7 +57,7 @@ class DeviceSummaries:
         self._lanes = {}  # device -> _Lane: its kernels and the buffers being filled
         self._buffers = []  # buffers the batch wrote, in the order they were opened
         self._pending = 0  # slots in them
-        # deferred: (group, item, tensor, version); group: (kind, kernels, dtype) of one lane
+        # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
         self.changed = 0  # deferred tensors changed in place before they were read
 
@@ -79,7 +79,7 @@ class DeviceSummaries:
 
     def _launch(self, waiting):
         groups = {}
-        for group, item, x, version in waiting:
+        for group, item, x, version, _ in waiting:
             if x._version != version:
                 self.changed += 1
             items = groups.get(group)
@@ -125,7 +125,7 @@ class DeviceSummaries:
             torch_kernels.statistics([(x, n, slot, None)])
             return slot
         if defer and not _DEFER_OFF:
-            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version), n * x.element_size()):
+            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, _storage(x)), n * x.element_size()):
                 self.launch()
         else:
             kernels.statistics([item])
@@ -142,7 +142,7 @@ class DeviceSummaries:
         slot = self._slot(lane, CHECKSUM, n, dtype, nbytes)
         kernels = lane.kernels or torch_kernels
         if defer and not _DEFER_OFF:
-            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version), nbytes):
+            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version, _storage(x)), nbytes):
                 self.launch()
         else:
             kernels.checksum([(x, slot)])
@@ -178,12 +178,23 @@ def _launched_first(waiting, touching):
     return _split_by_memory(waiting, touching)
 
 
+def _storage(x):
+    """The address of `x`'s storage (None: it has none), read once when it starts waiting: an in-place call
+    compares it with its own tensors' (while up to SHARE_CHECK_MAX wait, an item meets many such calls)."""
+    try:
+        return x.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
 def _split_by_memory(waiting, tensors):
     """(the waiting items whose tensor shares a storage with one of `tensors`, the others); all of them
     when a tensor has no storage to compare."""
     try:
         changing = {t.untyped_storage().data_ptr() for t in tensors}
-        shared = [w[2].untyped_storage().data_ptr() in changing for w in waiting]
     except (RuntimeError, NotImplementedError, TypeError):
         return waiting, []
+    if None in changing or any(w[4] is None for w in waiting):
+        return waiting, []
+    shared = [w[4] in changing for w in waiting]
     return [w for w, s in zip(waiting, shared) if s], [w for w, s in zip(waiting, shared) if not s]

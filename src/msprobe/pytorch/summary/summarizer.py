@@ -55,6 +55,7 @@ class Summarizer:
             device_path = os.environ.get("MSPROBE_DEVICE_SUMMARY", "0") == "1"
         self.device_path = device_path
         self.slots = DeviceSummaries()
+        self._deferral = self.slots._waiting
         self._cache = {}
         # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
@@ -70,8 +71,9 @@ class Summarizer:
 
     @property
     def waiting(self):
-        """Deferred summaries not launched yet (see DeviceSummaries)."""
-        return self.slots.waiting
+        """Deferred summaries not launched yet (see DeviceSummaries); asked before every call the API
+        mode passes on: no nested property."""
+        return len(self._deferral)
 
     def launch(self, touching=None):
         """Launch the deferred summaries now: something may change their tensors in place (`touching`:
