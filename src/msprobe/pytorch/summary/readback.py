@@ -60,15 +60,9 @@ class Readback:
         self.copies = None
 
 
-def _low(dtype):
-    """Whether a summary of `dtype` reports Mean and Norm in float32 (as the host kernel does)."""
-    low = _LOW.get(dtype)
-    if low is None:
-        low = _LOW[dtype] = dtype.is_floating_point and dtype != torch.float64
-    return low
-
-
-_LOW = {}
+# whether a summary of a dtype reports Mean and Norm in float32 (as the host kernel does)
+_LOW = {d: d.is_floating_point and d != torch.float64
+        for d in (getattr(torch, name) for name in dir(torch)) if isinstance(d, torch.dtype)}
 
 
 def stats_values_many(slots, rows):
@@ -83,7 +77,7 @@ def stats_values_many(slots, rows):
         mean = rows[:, 2] / n
         norm = np.sqrt(rows[:, 3])
         # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
-        low = np.fromiter([_low(d) for d in dtypes], dtype=bool, count=len(slots))
+        low = np.fromiter([_LOW[d] for d in dtypes], dtype=bool, count=len(slots))
         for col in (mean, norm):
             fits = low & (np.abs(col) <= _FLT_MAX)
             col[fits] = col[fits].astype(np.float32)
