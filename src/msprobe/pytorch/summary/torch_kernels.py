@@ -23,6 +23,8 @@ from msprobe.pytorch.summary.transfer import index_tensor, to_device_async
 GROUP_ELEMENTS = {"cpu": 2048}
 GROUP_ELEMENTS_ELSEWHERE = 1 << 16
 GROUP_TOTAL = 1 << 22  # elements per grouped reduction: float64 temporaries of 32 MB
+# tensors of one shape up to this many elements are stacked (a copy each, no launch each): on CPU too
+STACK_ELEMENTS = 1 << 16
 # bytes a CRC row (the row table is ROW x 256 int32: 1 MB)
 ROW = 1024
 # rows shifted by one table lookup (the table is NEAR x 1024 int32: 256 KB): tensors up to NEAR rows
@@ -43,7 +45,7 @@ def statistics(batch):
     """Statistics of items (x, n, slot, rows) of one device and dtype: small tensors of one shape stacked
     into rows (one copy) and reduced along them, a few launches for all; the other small ones concatenated
     (as float64, exact for every real dtype) and reduced by segment; the large ones a tensor at a time."""
-    shapes, alone = _by_shape(batch, GROUP_ELEMENTS.get(batch[0][0].device.type, GROUP_ELEMENTS_ELSEWHERE))
+    shapes, alone = _by_shape(batch, STACK_ELEMENTS)
     mixed = []
     for items in shapes.values():
         if len(items) == 1:
@@ -121,33 +123,59 @@ def checksum(batch):
     x0 = batch[0][0]
     limit = GROUP_ELEMENTS.get(x0.device.type, GROUP_ELEMENTS_ELSEWHERE) * 4 // max(1, x0.element_size())
     shapes, alone = _by_shape([(x, x.numel(), slot) for x, slot in batch], limit)
-    device, parts, slots, segment, after = x0.device, [], [], [], []
+    device, pending = x0.device, _Pass()
     for items in shapes.values():
-        k = len(items)
-        with torch.no_grad():
-            m = torch.stack([item[0] for item in items]).reshape(k, -1).view(torch.uint8)
-            nbytes = m.shape[1]
-            if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
+        nbytes = items[0][1] * x0.element_size()
+        if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
+            with torch.no_grad():
+                m = torch.stack([item[0] for item in items]).reshape(len(items), -1).view(torch.uint8)
                 _store_rows([item[2] for item in items], _crc_short(m).unsqueeze(1))
-                continue
-            pad = (-nbytes) % ROW
-            if pad:
-                m = torch.cat((m.new_zeros((k, pad)), m), 1)
+            continue
+        pad = (-nbytes) % ROW
         r = (nbytes + pad) // ROW
-        parts.append(m.reshape(-1, ROW))
-        segment.append(np.repeat(np.arange(len(slots), len(slots) + k, dtype=np.int64), r))
-        after.append(np.tile(np.arange(r - 1, -1, -1, dtype=np.int64), k))
-        slots.extend(item[2] for item in items)
-    if parts:
-        with torch.no_grad():
-            rows = parts[0] if len(parts) == 1 else torch.cat(parts)
-            after = np.concatenate(after)
-            idx = index_tensor(np.stack((np.concatenate(segment), after)), device)
-            raws = _crc_rows(rows, idx[1], idx[0], len(slots), int(after.max()).bit_length())
-        _store_rows(slots, raws.unsqueeze(1))
+        per = max(1, CRC_ROWS // r)  # tensors a pass
+        for i in range(0, len(items), per):
+            chunk = items[i:i + per]
+            if pending.rows + r * len(chunk) > CRC_ROWS:
+                pending.run(device)
+            k = len(chunk)
+            with torch.no_grad():
+                m = torch.stack([item[0] for item in chunk]).reshape(k, -1).view(torch.uint8)
+                if pad:
+                    m = torch.cat((m.new_zeros((k, pad)), m), 1)
+            pending.add(m.reshape(-1, ROW), r, [item[2] for item in chunk])
+    pending.run(device)
     for x, _, slot in alone:
         with torch.no_grad():
             slot.row.copy_(crc_raw(x.contiguous().reshape(-1).view(torch.uint8)))
+
+
+class _Pass:
+    """Rows of bytes of several tensors (whole CRC rows, zero-padded in front) read in one CRC pass."""
+
+    def __init__(self):
+        self.parts, self.slots, self.segment, self.after, self.rows = [], [], [], [], 0
+
+    def add(self, rows, per_tensor, slots):
+        """`rows`: len(slots) tensors of `per_tensor` rows each, one after the other."""
+        k = len(slots)
+        self.parts.append(rows)
+        self.segment.append(np.repeat(np.arange(len(self.slots), len(self.slots) + k, dtype=np.int64), per_tensor))
+        self.after.append(np.tile(np.arange(per_tensor - 1, -1, -1, dtype=np.int64), k))
+        self.slots.extend(slots)
+        self.rows += rows.shape[0]
+
+    def run(self, device):
+        """The pass: each tensor's raw CRC into its slot; the pass starts anew."""
+        if not self.parts:
+            return
+        with torch.no_grad():
+            rows = self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts)
+            after = np.concatenate(self.after)
+            idx = index_tensor(np.stack((np.concatenate(self.segment), after)), device)
+            raws = _crc_rows(rows, idx[1], idx[0], len(self.slots), int(after.max()).bit_length())
+        _store_rows(self.slots, raws.unsqueeze(1))
+        self.__init__()
 
 
 def crc_raw(raw):
