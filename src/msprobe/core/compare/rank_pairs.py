@@ -20,6 +20,7 @@ from msprobe.core.diagnosis.census import PrecisionCensus
 from msprobe.core.diagnosis.evidence import trim_evidence
 from msprobe.core.diagnosis.labels import label_table
 from msprobe.core.diagnosis.pair import diagnose_pair
+from msprobe.core.diagnosis.results import PairDiagnosis
 from msprobe.core.errors import MsprobeError, where
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
@@ -211,6 +212,14 @@ def run_pairs(plan, jobs, engine, progress=True, interner=None):
         bar.close()
 
 
+def _say_refused(refused):
+    """One line for the parts a resume could not take (their pairs are compared again)."""
+    (path, why), more = refused[0], len(refused) - 1
+    others = f" (and {more} more part{'s' if more > 1 else ''})" if more else ""
+    logging.getLogger(__name__).warning("--resume: %s%s: %s; comparing %s again", path, others, why,
+                                        "their pairs" if more else "its pair")
+
+
 def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestamp=None, keep_tables=True,
                       progress=True, single_file=False, engine=None, rows=False, resume=False):
     """Every pair of `plan` compared, labelled and written into `output_path`.
@@ -247,12 +256,20 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
             for i in range(len(plan.pairs))]
     done = [None] * len(jobs)
     interner = None if keep_tables else Interner()  # a thousand pairs' suspects in tens of MB
-    if resume:
+    if resume and not keep_tables:  # a part holds no table: a run that keeps them compares every pair
+        refused = []
         for job, pair in zip(jobs, plan.pairs):
-            kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
-            if isinstance(kept, PairDone) and kept.index == job.index and not keep_tables:
+            kept, why = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
+            if kept is not None and not (isinstance(kept, PairDone) and isinstance(kept.entry, PairDiagnosis)
+                                         and kept.index == job.index):
+                kept, why = None, "its summary is not this version's"
+            if why is not None:
+                refused.append((parts.part_path(parts.ROWS_DIR, pair.target.step, pair.target.rank), why))
+            if kept is not None:
                 kept.entry.suspects = interner.suspects(kept.entry.suspects)
                 done[job.index] = kept
+        if refused:
+            _say_refused(refused)
     todo = [j for j in jobs if done[j.index] is None]
     for job, d in zip(todo, run_pairs(plan, todo, engine, progress, interner)):
         done[job.index] = d
