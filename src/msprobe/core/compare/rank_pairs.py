@@ -1,7 +1,7 @@
 """`msprobe compare` one rank pair at a time: compare, diagnose, write its file, keep only a summary.
 
-A 64-rank, 3-step dump is 192 pairs of a few thousand rows each; holding every pair's table and rows
-until the end took gigabytes, and one core did it all. Here each pair is compared, labelled and written
+A 64-rank, 3-step dump is 192 pairs of a few thousand rows each; every pair's table and rows held until
+the end weigh gigabytes, and one core would do it all. Here each pair is compared, labelled and written
 as it comes (in worker processes when the compare is big), and what stays is its diagnosis entry and
 its row counts. The working precision is decided over all pairs: each pair is labelled with its own
 census' decision first, and the rare pair whose decision differs from the overall one is done again.
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from msprobe.core.compare.engines.summary import Interner, slim_suspects
-from msprobe.core.compare.writer import result_file_name, write_result
+from msprobe.core.compare.writer import RowMarks, result_file_name, write_result
 from msprobe.core.diagnosis.census import PrecisionCensus
 from msprobe.core.diagnosis.evidence import trim_evidence
 from msprobe.core.diagnosis.labels import label_table
@@ -92,6 +92,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     entry = diagnose_pair(result, used[1])
     entry.pair_index = job.index
     label_table(result.table, entry.labels)
+    marks = RowMarks(result.rows.verdicts, entry.labels)
     if not job.keep_table:
         entry.labels = None  # written into the table: the driver keeps the counts
         if job.lean:
@@ -103,7 +104,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
     result.output_path = os.path.join(job.output_path, name)
     if write:
-        write_result(result.table, job.output_path, name, job.naming["timestamp"])
+        write_result(result.table, job.output_path, name, job.naming["timestamp"], marks)
     table = result.table
     result.counts = result_counts(result)
     result.row_count = len(table)

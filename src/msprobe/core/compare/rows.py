@@ -233,7 +233,7 @@ def packed_frame(frame):
     """A row table in a form that pickles fast, for the trip from the process that read the golden
     dump: a statistic column that holds only floats as nothing (its float copy has the same values),
     the row names as nothing when they are key + suffix. Pickling a million rows' distinct objects one
-    by one took seconds; the other columns hold a few shared strings, which pickle once each."""
+    by one costs seconds; the other columns hold a few shared strings, which pickle once each."""
     packed = {}
     for c in frame.columns:
         values = frame[c].to_numpy()
