@@ -263,7 +263,7 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
             kept, why = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
             if kept is not None and not (isinstance(kept, PairDone) and isinstance(kept.entry, PairDiagnosis)
                                          and kept.index == job.index):
-                kept, why = None, "its summary is not this version's"
+                kept, why = None, "its summary is not this msprobe's for this pair"
             if why is not None:
                 refused.append((parts.part_path(parts.ROWS_DIR, pair.target.step, pair.target.rank), why))
             if kept is not None:
