@@ -6,8 +6,9 @@ its pair's summary (counts, diagnosis entry, census) in its metadata, which is w
 compare skip the pair. The summary is a pickle, so it is signed (HMAC-SHA256 with a key private to the
 user, `signing_key`) and a resume unpickles only a summary whose signature holds and whose layout
 (`SUMMARY_FORMAT`) is this version's: a part that someone else, or an older msprobe, wrote is compared
-again, never loaded, and the resume says so in one line. `rows/_run.json` names the run the parts belong to (its inputs and options, and
-the timestamp of its file names) so that a resume with other inputs is refused, not mixed in.
+again, never loaded, and the resume says so in one line. `rows/_run.json` names the run the parts belong
+to (its inputs and options, and the timestamp of its file names) so that a resume with other inputs is
+refused, not mixed in.
 Needs pyarrow (the `ray` extra). Must not import torch or mindspore.
 """
 from __future__ import annotations
