@@ -27,7 +27,7 @@ Framework-free.
 from msprobe.core import naming
 from msprobe.core.stack import capture_stack
 
-_PARENT = object()  # `call`'s default parent: the session's parent_key()
+_PARENT = object()  # `call`'s default parent (the session's parent_key()), `begin`'s default stack
 
 
 class CallFrame:
@@ -65,9 +65,10 @@ class CallCapture:
         return self.end(s, frame, out, args)
 
     def begin(self, s, key, parent, args, kwargs, inplace=False, mutates=False, buffers=(), module=True,
-              backward=True):
+              backward=True, stack=_PARENT):
         """Everything before call `key` runs (its filter passed). Returns (frame, args): the arguments
-        to run it with (MindSpore passes them through its backward hooks)."""
+        to run it with (MindSpore passes them through its backward hooks). `stack`: its call stack when
+        the caller has taken it (one for many records made at one place), default: taken here."""
         ops = self.ops
         flt = s.filter
         gate = s.gate
@@ -83,7 +84,7 @@ class CallCapture:
         f.listed = listed or module
         f.forward = forward = flt.forward and listed and not exhausted
         with ops.work():
-            f.stack = capture_stack() if s.with_stack else None
+            f.stack = (capture_stack() if s.with_stack else None) if stack is _PARENT else stack
             if forward and flt.input:
                 f.in_args, f.in_kwargs = s.args_records(key, args, kwargs, "input",
                                                         save and not (inplace and gate is not None), waits,
