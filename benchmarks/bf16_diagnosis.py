@@ -172,8 +172,8 @@ def run_negatives(root, family, task, level, log):
         t0 = time.perf_counter()
         stem = os.path.join(root, f"neg_{family}_{task}_{level}_{seed}")
         golden = negatives.dump_run(stem + "_golden", family, task=task, level=level, seed=seed, golden_layout=True)
-        target = negatives.dump_run(stem + "_bf16", family, task=task, level=level, seed=seed,
-                                    autocast=torch.bfloat16)
+        target = negatives.dump_run(stem + "_target", family, task=task, level=level, seed=seed,
+                                    autocast=negatives.AUTOCAST.get(family, torch.bfloat16))
         d = diagnose(compare_dumps(target, golden, progress=False, workers=1))
         top = d["suspects"][0]["api"] if d["suspects"] and d["divergence"] else None
         out[seed] = {"divergence": bool(d["divergence"]), "verdict": d["verdict"], "diagnosis": top}
