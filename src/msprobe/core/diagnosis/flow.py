@@ -197,6 +197,7 @@ class _RankWalk:
         self.unmatched = []
         self.carriers = set()      # calls golden lacks whose inputs already differed: they pass it on
         self.carried = {}          # key of a call golden lacks -> the largest error its inputs carry
+        self.fed_unrecorded = set()  # keys of calls golden lacks that read a value no recorded call made
         self.cancelled_values = set()  # value keys of outputs that cancelled to nearly zero
         self.mispaired = []        # keys of value-preserving calls paired with a different golden call
         self.reported = {}         # value key of a differing input already blamed -> that suspect's key
@@ -231,6 +232,8 @@ class _RankWalk:
             if any(self._fed_by_difference(r) for r in call.inputs):
                 self.carriers.add(call.key)
             self.carried[call.key] = max((self._error_reaching(r) for r in call.inputs if r.is_tensor), default=0.0)
+            if any(r.is_tensor and r.value_key() is not None and self.producers.find(r) is None for r in call.inputs):
+                self.fed_unrecorded.add(call.key)  # e.g. a gradient autograd summed over several consumers
             for r in call.rows:
                 r.label = MISPAIRED if mispaired else UNMATCHED
             self.producers.add(call, call.outputs)
@@ -378,6 +381,9 @@ class _RankWalk:
             src_call, src_row = found
             if not src_call.matched:
                 carried = self.carried.get(src_call.key, 0.0)
+                if src_call.key in self.fed_unrecorded:
+                    # what unrecorded work carries reaches it, as it reaches a value read directly
+                    carried = max(carried, self.noise)
                 if (src_call.short_api in VALUE_PRESERVING_APIS and not row.flags
                         and (row.error <= AMPLIFICATION * carried + row.floor or (self.diverged and carried > 0))):
                     return Origin(f"output of {src_call.key} (a cast, view or copy golden lacks), carrying only "
