@@ -1,13 +1,16 @@
 """Clean models of other shapes for the bf16 diagnosis' false alarms: no bug anywhere, one SGD step in
-fp32 (the golden) and under whole-model bf16 autocast (the target). A careful verdict on every one is "no
-divergence beyond bfloat16 precision".
+fp32 (the golden) and under whole-model autocast (the target: bf16, or fp16 where `AUTOCAST` says). A
+careful verdict on every one is "no divergence beyond <dtype> precision".
 
-Two halves. `tuning`: the models looked at while the diagnosis was changed (a GPT-style transformer, the
-same with a layout-only rewrite of its heads, a conv net with batch norm; then nn.GRU and
-nn.MultiheadAttention with a post-norm, which had been held out until their false alarms were worked on).
-`held out`: written beside them and run only to report (a deep residual stream with RMSNorm and SiLU; an
-LSTM written out over its time steps and its time-major layout rewrite; cross-attention with a SwiGLU
-MLP; a deeper conv + batch-norm stack); their numbers are reported as they came.
+Two halves. `tuning`: the models looked at while the diagnosis (or the dump it reads) was changed: a
+GPT-style transformer, the same with a layout-only rewrite of its heads, a conv net with batch norm;
+then nn.GRU and nn.MultiheadAttention with a post-norm, and an LSTM written out over its time steps with
+its time-major layout rewrite, each held out until its false alarms were worked on. `held out`: written
+beside them and run only to report, their numbers as they came: a deep residual stream with RMSNorm and
+SiLU; cross-attention with a SwiGLU MLP; a deeper conv + batch-norm stack; then, written before the
+LSTM's alarms were worked on, a causal dilated Conv1d net, nn.LSTMCell and a hand-written GRU cell
+stepped by hand, rotary and ALiBi attention, depthwise-separable convs, an EmbeddingBag recommender, and
+the GPT and the separable conv net under fp16 autocast.
 
 Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
 family and half).
@@ -371,8 +374,8 @@ FAMILIES = {
     "gru": ("tuning", Gru, _tokens, _sequence_loss),
     "mha": ("tuning", Mha, _tokens, _sequence_loss),
     "rms_residual": ("held out", RmsResidual, _vectors, _class_loss),
-    "lstm": ("held out", Lstm, _tokens, _sequence_loss),
-    "lstm_layout": ("held out", lambda: Lstm(time_major=True), _tokens, _sequence_loss),
+    "lstm": ("tuning", Lstm, _tokens, _sequence_loss),
+    "lstm_layout": ("tuning", lambda: Lstm(time_major=True), _tokens, _sequence_loss),
     "cross_attn": ("held out", CrossAttention, _tokens, _sequence_loss),
     "conv_bn_deep": ("held out", ConvBnDeep, _images, _class_loss),
     "temporal_conv": ("held out", TemporalConv, _tokens, _sequence_loss),
