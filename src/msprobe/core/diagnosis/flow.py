@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from msprobe.core import naming
 from msprobe.core.diagnosis import op_model
 from msprobe.core.diagnosis.calls import ARGUMENT, DTYPE, NONFINITE
-from msprobe.core.diagnosis.report import describe_row, short_name
+from msprobe.core.diagnosis.report import describe_row, short_name, stack_line
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
                                                ROUNDING_UNITS, STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
 
@@ -399,10 +399,12 @@ class _RankWalk:
                         and row.error <= AMPLIFICATION * reach + max(row.floor, ROUNDING_UNITS * self.working_u)):
                     return Origin(f"output of {src_call.key}, left unpaired although golden calls it too (the two "
                                   f"call sequences align otherwise), carrying its input's error", producer=src_call.key)
+                # where the target made it: the call has no golden partner to compare, its code line is the lead
+                made = f" (made at {where})" if (where := stack_line(src_call.stack)) else ""
                 if row.coarser and any(r.is_tensor and r.target_dtype == row.golden_dtype for r in src_call.inputs):
                     return Origin(f"output of {src_call.key}, which golden does not have, casting "
-                                  f"{row.golden_dtype} to {row.target_dtype}", FOREIGN_INPUT, True, src_call.key)
-                return Origin(f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT, True,
+                                  f"{row.golden_dtype} to {row.target_dtype}{made}", FOREIGN_INPUT, True, src_call.key)
+                return Origin(f"output of {src_call.key}, which golden does not have{made}", FOREIGN_INPUT, True,
                               src_call.key)
             if src_row.differs:
                 return Origin(f"output of {src_call.key} (already off)", producer=src_call.key)
