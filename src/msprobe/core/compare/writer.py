@@ -10,7 +10,7 @@ compare writes the same bytes whichever engine ran it.
 
 The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
 joined row by row: pandas' to_csv writes the same bytes with twice the CPU, pyarrow's writer other
-bytes (benchmarks/RESULTS.md, design notes; tests/compare/test_compare_speedups.py checks the text).
+bytes (benchmarks/RESULTS.md, design notes; tests/core/compare/test_compare_speedups.py checks the text).
 """
 from __future__ import annotations
 
