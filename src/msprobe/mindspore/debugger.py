@@ -117,7 +117,10 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
 
     def _end_step(self, next_dumped):
         if self._cells is not None:
-            self._cells.release()
+            if next_dumped:
+                self._cells.end_step()  # the hooks stay, idle, for the next step
+            else:
+                self._cells.release()
         if not next_dumped:
             self._patched.restore()  # the next step is not dumped: no idle wrappers through it
         if self._static is not None:
