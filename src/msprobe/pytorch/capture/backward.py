@@ -87,8 +87,10 @@ class BackwardTracker:
                     nonleaf[(id(gf), nr)] = pos
                     floor = max(floor, gf._sequence_nr())
         edges = {}
-        seen = set(out_nodes)
-        todo = [n for n, _ in out_nodes.values()]
+        # id -> node, held: a node's Python object may die mid-walk (torch keeps it only while someone
+        # refers to it) and a node met later may get its id, which would then read as visited
+        seen = {key: n for key, (n, _) in out_nodes.items()}
+        todo = list(seen.values())
         while todo:
             node = todo.pop()
             for slot, (nxt, nr) in enumerate(node.next_functions):
@@ -99,7 +101,7 @@ class BackwardTracker:
                 if pos is not None:
                     edges.setdefault(id(node), (node, []))[1].append((slot, pos))
                 elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
-                    seen.add(id(nxt))
+                    seen[id(nxt)] = nxt
                     todo.append(nxt)
         _state.seq_watermark = max(_state.seq_watermark, max(n._sequence_nr() for n, _ in out_nodes.values()))
         tracker = cls(session, key, save, parent, len(outputs), len(inputs))
