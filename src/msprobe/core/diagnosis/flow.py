@@ -153,7 +153,7 @@ def diagnose_calls(calls, working_u=0.0, golden_unpaired=frozenset()):
             the same API left unpaired is one the pairing missed, not one golden lacks.
 
     Returns:
-        RankDiagnosis with suspects in call order (ranking across ranks happens in suspects.py).
+        RankDiagnosis with suspects in call order (ranking across ranks happens in ranking.py).
     """
     walk = _RankWalk(calls, working_u)
     walk.golden_unpaired = golden_unpaired
