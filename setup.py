@@ -1,8 +1,9 @@
-"""Build hook for the one optional C extension (everything else is in pyproject.toml).
+"""Build hook for the optional C extensions (everything else is in pyproject.toml).
 
-`msprobe._moments` computes a tensor's min, max, sum and sum of squares in one pass (see its source).
-It is optional: where no C compiler is at hand the build goes on without it and msprobe falls back
-to the framework's own reductions. It is built with OpenMP where the compiler has it (in a PyTorch
+`msprobe._moments` computes a tensor's min, max, sum and sum of squares in one pass (see its source);
+`msprobe._frames` walks the call stack for stack.json (core/stack.py). Both are optional: where no C
+compiler is at hand the build goes on without them and msprobe falls back to the framework's own
+reductions and a Python frame walk. It is built with OpenMP where the compiler has it (in a PyTorch
 process its threads are then torch's own), and with plain threads where it has not.
 """
 from setuptools import Extension, setup
@@ -24,5 +25,7 @@ class BuildExt(build_ext):
 
 
 setup(ext_modules=[Extension("msprobe._moments", ["src/msprobe/_native/moments.c"],
-                             extra_compile_args=["-O3"] + OPENMP, extra_link_args=OPENMP, optional=True)],
+                             extra_compile_args=["-O3"] + OPENMP, extra_link_args=OPENMP, optional=True),
+                   Extension("msprobe._frames", ["src/msprobe/_native/frames.c"], extra_compile_args=["-O2"],
+                             optional=True)],
       cmdclass={"build_ext": BuildExt})

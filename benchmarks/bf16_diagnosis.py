@@ -13,9 +13,11 @@ they were set, and its numbers are reported as they came.
     python benchmarks/bf16_diagnosis.py --json out.json      # also every run's suspect #1
     python benchmarks/bf16_diagnosis.py --models none --negatives gru,mha   # only some clean families
 
-Clean models of other shapes (tests/compare/bf16_negatives.py: attention variants, a layout-only rewrite, convs with
-batch norm, a recurrent cell, a long RMSNorm residual stream), two seeds each, give the second table: false
-alarms per family, in the half the diagnosis was changed on (`tuning`) and the half it was not (`held out`).
+Clean models of other shapes (tests/compare/bf16_negatives.py: attention variants with learned, rotary and
+ALiBi positions, layout-only rewrites, convs with batch norm, temporal and depthwise-separable convs,
+recurrent cells stepped by hand, a long RMSNorm residual stream, an EmbeddingBag recommender; bf16 autocast,
+a few under fp16), two seeds each, give the second table: false alarms per family, in the half the
+diagnosis was changed on (`tuning`) and the half it was not (`held out`).
 
 Columns: `hits` = suspect #1 is the planted call; `wrong place named` = #1 is elsewhere; `false alarms`
 = a negative control reported as a divergence; for the diagnosis also the plant runs that list another
@@ -172,8 +174,8 @@ def run_negatives(root, family, task, level, log):
         t0 = time.perf_counter()
         stem = os.path.join(root, f"neg_{family}_{task}_{level}_{seed}")
         golden = negatives.dump_run(stem + "_golden", family, task=task, level=level, seed=seed, golden_layout=True)
-        target = negatives.dump_run(stem + "_bf16", family, task=task, level=level, seed=seed,
-                                    autocast=torch.bfloat16)
+        target = negatives.dump_run(stem + "_target", family, task=task, level=level, seed=seed,
+                                    autocast=negatives.AUTOCAST.get(family, torch.bfloat16))
         d = diagnose(compare_dumps(target, golden, progress=False, workers=1))
         top = d["suspects"][0]["api"] if d["suspects"] and d["divergence"] else None
         out[seed] = {"divergence": bool(d["divergence"]), "verdict": d["verdict"], "diagnosis": top}
@@ -237,7 +239,7 @@ def main():
               f"{torch.__version__}: hits and false alarms, not timings.\n")
         print(table_text(by_config))
     if by_family:
-        print(f"\nClean models of other shapes (bf16_negatives.py), bf16 autocast against fp32, "
+        print(f"\nClean models of other shapes (bf16_negatives.py), bf16 (or fp16) autocast against fp32, "
               f"seeds {', '.join(map(str, negatives.SEEDS))}: a careful verdict is no divergence on every run.\n")
         print(negatives_text(by_family))
     if args.json:

@@ -138,10 +138,14 @@ def _debugger(root, name):
     return PrecisionDebugger(config_path=path)
 
 
+# the measure of a step: wall seconds, or process CPU seconds (--cpu: steadier on a shared machine)
+METRIC = harness.WALL
+
+
 def _step(model, x, opt, dbg=None):
-    """Wall seconds of one training step with `dbg` (if any) around it."""
+    """Seconds (METRIC) of one training step with `dbg` (if any) around it."""
     gc.collect()
-    return harness.timed(_train, model, x, opt, dbg)[harness.WALL]
+    return harness.timed(_train, model, x, opt, dbg)[METRIC]
 
 
 def _train(model, x, opt, dbg):
@@ -247,6 +251,8 @@ def _child_run(src, configs, rounds, steps, threads, device):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, os.path.abspath(__file__), "--configs", ",".join(configs), "--rounds", str(rounds),
            "--steps", str(steps), "--threads", str(threads), "--device", device, "--json", out, "--no-summary-cost"]
+    if METRIC == harness.CPU:
+        cmd.append("--cpu")
     try:
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         with open(out, encoding="utf-8") as f:
@@ -311,6 +317,8 @@ def main(argv=None):
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--baseline-src", metavar="DIR",
                    help="the src/ folder of another checkout: measure it and this one in turn, in child processes")
+    p.add_argument("--cpu", action="store_true",
+                   help="time steps in process CPU seconds (all threads) instead of wall seconds")
     p.add_argument("--alternations", type=int, default=3, help="with --baseline-src: pairs of runs (default 3)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -326,6 +334,9 @@ def main(argv=None):
         p.error("--device cuda: torch sees no CUDA device here")
     if args.quick:
         args.rounds, args.steps = 1, 2
+    if args.cpu:
+        global METRIC
+        METRIC = harness.CPU
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.baseline_src:
         src = os.path.abspath(args.baseline_src)

@@ -1,10 +1,15 @@
 """Fixtures every test folder may use: one headless Chromium for the whole session (Playwright's sync API
-runs its event loop while a browser is open, so a second `sync_playwright()` in the same process fails)."""
+runs its event loop while a browser is open, so a second `sync_playwright()` in the same process fails);
+the compare tests' real PyTorch dumps (tests/compare/runs.py, made once per session for tests/compare and
+tests/core/compare alike) and hand-written dump pairs."""
 
 import os
 import shutil
 
 import pytest
+
+from compare_fixtures import write_dump
+from private_modules import load_private
 
 CHROMIUM = os.environ.get("MSPROBE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -21,3 +26,25 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def runs():
+    return load_private("msprobe_compare_test_runs", os.path.join(os.path.dirname(__file__), "compare", "runs.py"))
+
+
+@pytest.fixture(scope="session")
+def dumps(tmp_path_factory, runs):
+    """dumps(variant, task, steps=1) -> dump root of a real one-step training run (cached)."""
+    root = tmp_path_factory.mktemp("dumps")
+    return lambda variant, task, **kw: runs.dump(root, variant, task, **kw)
+
+
+@pytest.fixture
+def make_pair(tmp_path):
+    """make_pair(target_data, golden_data, **kw) -> (target rank dir, golden rank dir)."""
+    def make(target, golden, target_kw=None, golden_kw=None, **kw):
+        t = write_dump(tmp_path / "target", target, **{**kw, **(target_kw or {})})
+        g = write_dump(tmp_path / "golden", golden, **{**kw, **(golden_kw or {})})
+        return t, g
+    return make

@@ -36,8 +36,8 @@ def test_pytorch_dump_overhead_quick(tmp_path):
     default path now) writes the records the default writes (sizes differ by the digits of the numbers)."""
     pytest.importorskip("torch")
     out = tmp_path / "out.json"
-    run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs",
-        "none,created,stat_L0,stat_L1,stat_L1_async", "--json", str(out))
+    run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs",  # one torch thread: a smoke run needs no more
+        "none,created,stat_L0,stat_L1,stat_L1_async", "--threads", "1", "--json", str(out))
     cnn = json.loads(out.read_text())["results"]["cnn"]
     assert cnn["created"]["dump_bytes_per_step"] == 0  # constructed, never started: writes nothing
     assert cnn["stat_L0"]["dump_bytes_per_step"] > 0
@@ -201,7 +201,8 @@ def test_compile_overhead_quick(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "out.json"
     done = run("compile_overhead.py", "--quick", "--quiet", "--configs", "none,stat_L1,after_stop",
-               "--backend", "aot_eager", "--blocks", "1", "--dim", "32", "--seq", "16", "--json", str(out))
+               "--backend", "aot_eager", "--blocks", "1", "--dim", "32", "--seq", "16", "--threads", "1",
+               "--json", str(out))
     got = json.loads(out.read_text())
     assert got["recompiles_while_timed"] == 0 and got["graph_breaks"] == 0
     assert got["configs"]["stat_L1"]["ratio"] > 0 and len(got["configs"]["stat_L1"]["round_ratios"]) == 2

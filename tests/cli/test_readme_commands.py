@@ -79,8 +79,9 @@ def test_tour_runs_as_written(tmp_path):
     os.symlink(sys.executable, bin_dir / "python")
     (bin_dir / "msprobe").write_text(f'#!/bin/sh\nexec {sys.executable} -m msprobe.cli.main "$@"\n')
     (bin_dir / "msprobe").chmod(0o755)
+    # one OpenMP/BLAS thread: the tour's models are tiny, and idle pool threads only spin on a busy machine
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     script = "set -e\n" + "\n".join(line for body in bash for line in body.splitlines()
                                     if not line.startswith("source "))
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -27,10 +27,16 @@ plant, in fp32, no autocast.
 
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # dumped_training.py lies beside this file, whichever way it was loaded
+    sys.path.append(HERE)
+from dumped_training import train_dumped  # noqa: E402
 
 VOCAB, DIM, SEQ, BATCH, BLOCKS = 64, 32, 16, 2, 2
 
@@ -279,17 +285,12 @@ def dump_run(dump_path, plant=None, *, task="statistics", level="mix", autocast=
 def dumped_step(debugger, net, x, y, loss_fn, autocast):
     """One SGD step (lr 0.1) of `net` under `debugger`, under autocast to `autocast` (None: fp32)."""
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    try:
-        debugger.start(net, rank_id=0)
+
+    def loss_of(x, y):
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            loss = loss_fn(net, x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        debugger.stop()
-        debugger.step()
-    finally:
-        debugger.close()
+            return loss_fn(net, x, y)
+
+    train_dumped(debugger, net, opt, loss_of, [(x, y)])
 
 
 def hit(plant, suspect, model="transformer"):

@@ -1,13 +1,16 @@
 """Clean models of other shapes for the bf16 diagnosis' false alarms: no bug anywhere, one SGD step in
-fp32 (the golden) and under whole-model bf16 autocast (the target). A careful verdict on every one is "no
-divergence beyond bfloat16 precision".
+fp32 (the golden) and under whole-model autocast (the target: bf16, or fp16 where `AUTOCAST` says). A
+careful verdict on every one is "no divergence beyond <dtype> precision".
 
-Two halves. `tuning`: the models looked at while the diagnosis was changed (a GPT-style transformer, the
-same with a layout-only rewrite of its heads, a conv net with batch norm; then nn.GRU and
-nn.MultiheadAttention with a post-norm, which had been held out until their false alarms were worked on).
-`held out`: written beside them and run only to report (a deep residual stream with RMSNorm and SiLU; an
-LSTM written out over its time steps and its time-major layout rewrite; cross-attention with a SwiGLU
-MLP; a deeper conv + batch-norm stack); their numbers are reported as they came.
+Two halves. `tuning`: the models looked at while the diagnosis (or the dump it reads) was changed: a
+GPT-style transformer, the same with a layout-only rewrite of its heads, a conv net with batch norm;
+then nn.GRU and nn.MultiheadAttention with a post-norm, and an LSTM written out over its time steps with
+its time-major layout rewrite, each held out until its false alarms were worked on. `held out`: written
+beside them and run only to report, their numbers as they came: a deep residual stream with RMSNorm and
+SiLU; cross-attention with a SwiGLU MLP; a deeper conv + batch-norm stack; then, written before the
+LSTM's alarms were worked on, a causal dilated Conv1d net, nn.LSTMCell and a hand-written GRU cell
+stepped by hand, rotary and ALiBi attention, depthwise-separable convs, an EmbeddingBag recommender, and
+the GPT and the separable conv net under fp16 autocast.
 
 Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
 family and half).
@@ -196,6 +199,137 @@ class ConvBnDeep(nn.Module):
         return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+class TemporalConv(nn.Module):
+    """Causal dilated Conv1d stack over token embeddings (dilations 1, 2, 4), GELU residuals, a
+    LayerNorm and a linear head: a temporal conv net."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.emb = nn.Embedding(64, d)
+        self.convs = nn.ModuleList(nn.Conv1d(d, d, 3, dilation=r) for r in (1, 2, 4))
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, 64)
+
+    def forward(self, idx):
+        x = self.emb(idx).transpose(1, 2)
+        for conv in self.convs:
+            x = x + F.gelu(conv(F.pad(x, (2 * conv.dilation[0], 0))))
+        return self.head(self.norm(x.transpose(1, 2)))
+
+
+class CellLoop(nn.Module):
+    """Two stacked recurrent cells stepped by hand: nn.LSTMCell fed by a linear projection, then a GRU
+    cell written out with linear gates (reset gate inside the candidate)."""
+
+    def __init__(self, d=24, hidden=32):
+        super().__init__()
+        self.emb, self.proj = nn.Embedding(64, d), nn.Linear(d, d)
+        self.lstm = nn.LSTMCell(d, hidden)
+        self.zr, self.cand_x = nn.Linear(2 * hidden, 2 * hidden), nn.Linear(hidden, hidden)
+        self.cand_h = nn.Linear(hidden, hidden, bias=False)
+        self.head, self.hidden = nn.Linear(hidden, 64), hidden
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        b = idx.shape[0]
+        h1 = c1 = h2 = torch.zeros(b, self.hidden)
+        outs = []
+        for t in range(idx.shape[1]):
+            h1, c1 = self.lstm(self.proj(x[:, t]), (h1, c1))
+            z, r = torch.sigmoid(self.zr(torch.cat([h1, h2], dim=-1))).chunk(2, dim=-1)
+            n = torch.tanh(self.cand_x(h1) + self.cand_h(r * h2))
+            h2 = (1 - z) * n + z * h2
+            outs.append(h2)
+        return self.head(torch.stack(outs, dim=1))
+
+
+def _rotate(x, cos, sin):
+    """Rotary position embedding: pairs of features (first half, second half) rotated by position."""
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+class PositionalAttention(nn.Module):
+    """Two pre-RMSNorm causal attention blocks with the position in the scores, not the embedding:
+    `rope` rotates q and k (rotary embeddings, scaled_dot_product_attention), `alibi` adds a per-head
+    linear distance penalty to explicit scores (softmax by hand)."""
+
+    def __init__(self, kind, d=32, heads=4, blocks=2, t=16):
+        super().__init__()
+        self.kind, self.heads = kind, heads
+        self.emb = nn.Embedding(64, d)
+        self.norms = nn.ModuleList(nn.RMSNorm(d) for _ in range(2 * blocks))
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d, bias=False) for _ in range(blocks))
+        self.o = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(blocks))
+        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+                                 for _ in range(blocks))
+        self.head = nn.Linear(d, 64)
+        half = d // heads // 2
+        angle = torch.arange(t)[:, None] / (10000.0 ** (torch.arange(half) / half))
+        self.register_buffer("cos", angle.cos(), persistent=False)
+        self.register_buffer("sin", angle.sin(), persistent=False)
+        slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads)
+        dist = (torch.arange(t)[None, :] - torch.arange(t)[:, None]).clamp(max=0).float()
+        self.register_buffer("bias", slopes[:, None, None] * dist, persistent=False)
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x = self.emb(idx)
+        for i, (qkv, o, mlp) in enumerate(zip(self.qkv, self.o, self.mlp)):
+            q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in qkv(self.norms[2 * i](x)).chunk(3, -1))
+            if self.kind == "rope":
+                q, k = _rotate(q, self.cos[:t], self.sin[:t]), _rotate(k, self.cos[:t], self.sin[:t])
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + self.bias[:, :t, :t]
+                att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+                y = att.softmax(dim=-1) @ v
+            x = x + o(y.transpose(1, 2).reshape(b, t, -1))
+            x = x + mlp(self.norms[2 * i + 1](x))
+        return self.head(x)
+
+
+class DepthwiseSeparable(nn.Module):
+    """MobileNet-style stages: a depthwise 3x3 conv (groups = channels) and a pointwise 1x1 conv, each
+    with batch norm, ReLU6 and hardswish, one stride-2 stage, an inverted-residual add, average pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn0 = nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        chans = ((16, 24, 2), (24, 24, 1), (24, 32, 1))
+        self.dw = nn.ModuleList(nn.Conv2d(a, a, 3, stride=s, padding=1, groups=a, bias=False) for a, _, s in chans)
+        self.dw_bn = nn.ModuleList(nn.BatchNorm2d(a) for a, _, _ in chans)
+        self.pw = nn.ModuleList(nn.Conv2d(a, c, 1, bias=False) for a, c, _ in chans)
+        self.pw_bn = nn.ModuleList(nn.BatchNorm2d(c) for _, c, _ in chans)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = F.hardswish(self.bn0(self.stem(x)))
+        for dw, dw_bn, pw, pw_bn in zip(self.dw, self.dw_bn, self.pw, self.pw_bn):
+            y = pw_bn(pw(F.relu6(dw_bn(dw(x)))))
+            x = x + y if y.shape == x.shape else y
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class Recommender(nn.Module):
+    """A DLRM-like recommender: three sparse features pooled by nn.EmbeddingBag (sum, mean, max), a
+    bottom MLP on dense features, pairwise dot-product interactions, a top MLP to one click logit."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.bags = nn.ModuleList(nn.EmbeddingBag(100, d, mode=m) for m in ("sum", "mean", "max"))
+        self.bottom = nn.Sequential(nn.Linear(13, 32), nn.ReLU(), nn.Linear(32, d), nn.ReLU())
+        self.top = nn.Sequential(nn.Linear(d + 6, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, x):
+        dense, ids, offsets = x
+        feats = [self.bottom(dense)] + [bag(i, offsets) for bag, i in zip(self.bags, ids)]
+        z = torch.stack(feats, dim=1)
+        inter = z @ z.transpose(1, 2)
+        upper = torch.triu_indices(4, 4, 1)
+        pairs = inter[:, upper[0], upper[1]]
+        return self.top(torch.cat([feats[0], pairs], dim=1)).squeeze(1)
+
+
 def _tokens(seed):
     gen = torch.Generator().manual_seed(100 + seed)
     idx = torch.randint(0, 64, (2, 16), generator=gen)
@@ -210,6 +344,18 @@ def _images(seed):
 def _vectors(seed):
     gen = torch.Generator().manual_seed(100 + seed)
     return torch.randn(8, 16, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+
+
+def _clicks(seed):
+    """Dense features, three sparse id lists (two ids per sample, shared offsets) and click labels."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    ids = [torch.randint(0, 100, (16,), generator=gen) for _ in range(3)]
+    x = (torch.randn(8, 13, generator=gen), ids, torch.arange(0, 16, 2))
+    return x, torch.randint(0, 2, (8,), generator=gen).float()
+
+
+def _click_loss(model, x, y):
+    return F.binary_cross_entropy_with_logits(model(x).float(), y)
 
 
 def _sequence_loss(model, x, y):
@@ -228,11 +374,21 @@ FAMILIES = {
     "gru": ("tuning", Gru, _tokens, _sequence_loss),
     "mha": ("tuning", Mha, _tokens, _sequence_loss),
     "rms_residual": ("held out", RmsResidual, _vectors, _class_loss),
-    "lstm": ("held out", Lstm, _tokens, _sequence_loss),
-    "lstm_layout": ("held out", lambda: Lstm(time_major=True), _tokens, _sequence_loss),
+    "lstm": ("tuning", Lstm, _tokens, _sequence_loss),
+    "lstm_layout": ("tuning", lambda: Lstm(time_major=True), _tokens, _sequence_loss),
     "cross_attn": ("held out", CrossAttention, _tokens, _sequence_loss),
     "conv_bn_deep": ("held out", ConvBnDeep, _images, _class_loss),
+    "temporal_conv": ("held out", TemporalConv, _tokens, _sequence_loss),
+    "cell_loop": ("held out", CellLoop, _tokens, _sequence_loss),
+    "rope_attn": ("held out", lambda: PositionalAttention("rope"), _tokens, _sequence_loss),
+    "alibi_attn": ("held out", lambda: PositionalAttention("alibi"), _tokens, _sequence_loss),
+    "dw_separable": ("held out", DepthwiseSeparable, _images, _class_loss),
+    "recommender": ("held out", Recommender, _clicks, _click_loss),
+    "gpt_fp16": ("held out", lambda: Gpt("view"), _tokens, _sequence_loss),
+    "dw_separable_fp16": ("held out", DepthwiseSeparable, _images, _class_loss),
 }
+# the target's autocast dtype where it is not bfloat16
+AUTOCAST = {"gpt_fp16": torch.float16, "dw_separable_fp16": torch.float16}
 # a layout-only rewrite's golden: the family it rewrites, in fp32
 GOLDEN_OF = {"gpt_layout": "gpt", "lstm_layout": "lstm"}
 SEEDS = (0, 1)

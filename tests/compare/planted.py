@@ -14,12 +14,19 @@ changes exactly one op, so a diagnosis has one right answer:
 """
 
 import json
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from msprobe.pytorch import PrecisionDebugger
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # dumped_training.py lies beside this file, whichever way it was loaded
+    sys.path.append(HERE)
+from dumped_training import train_dumped  # noqa: E402
 
 PLANTS = ("bf16_softmax", "ln_eps", "weight", "bad_backward", "fp16_exp")
 
@@ -137,18 +144,12 @@ def dump_run(dump_path, plant=None, task="statistics", level="mix", steps=1, ran
         debugger = PrecisionDebugger(config_path=config)
     else:
         debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level)
-    try:
-        for _ in range(steps):
-            debugger.start(model, rank_id=rank)
-            out = model(x)
-            if exchange is not None:
-                out = out + 1e-3 * exchange(out.detach().clone())
-            loss = F.cross_entropy(out, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            debugger.stop()
-            debugger.step()
-    finally:
-        debugger.close()  # also ends its writer threads: each run has its own debugger
+
+    def loss_of(x, y):
+        out = model(x)
+        if exchange is not None:
+            out = out + 1e-3 * exchange(out.detach().clone())
+        return F.cross_entropy(out, y)
+
+    train_dumped(debugger, model, opt, loss_of, [(x, y)] * steps, rank)
     return str(dump_path)

@@ -7,12 +7,18 @@ Loaded by the test files with `load_runs()` (tests/ has no packages).
 
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from msprobe.pytorch import PrecisionDebugger, seed_all
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # dumped_training.py lies beside this file, whichever way it was loaded
+    sys.path.append(HERE)
+from dumped_training import train_dumped  # noqa: E402
 
 
 class TinyNet(nn.Module):
@@ -69,20 +75,10 @@ def dump(root, variant, task, level="mix", steps=1, rank=0):
     model = build(variant)
     gen = torch.Generator().manual_seed(7)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    debugger = PrecisionDebugger(config_path=cfg_path)
-    try:
-        for _ in range(steps):
-            x = torch.randn(2, 6, 16, generator=gen)
-            y = torch.randint(0, 5, (2, 6), generator=gen)
-            debugger.start(model, rank_id=rank)
-            loss = F.cross_entropy(model(x).reshape(-1, 5), y.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            debugger.stop()
-            debugger.step()
-    finally:
-        debugger.close()
+    batches = ((torch.randn(2, 6, 16, generator=gen), torch.randint(0, 5, (2, 6), generator=gen))
+               for _ in range(steps))
+    train_dumped(PrecisionDebugger(config_path=cfg_path), model, opt,
+                 lambda x, y: F.cross_entropy(model(x).reshape(-1, 5), y.reshape(-1)), batches, rank)
     return dump_path
 
 

@@ -126,3 +126,23 @@ def test_stack_texts_are_made_once_per_distinct_stack():
     fn, ln, name = frame_lines(here)[0]
     assert first[0] == f"File {fn}, line {ln}, in {name}, \n {linecache.getline(fn, ln).strip()}"
     assert "here = capture_stack()" in first[0]
+
+
+def test_the_c_walk_equals_the_python_walk():
+    import pytest
+    from msprobe.core import stack
+    if stack._walk is None:
+        pytest.skip("msprobe._frames not built (no C compiler, or Python < 3.11)")
+    skip = _SKIP_DIRS + ("/skipped-lib/",)
+    space = {}
+    exec(compile("def wrapper(f):\n    return f()\n", "/skipped-lib/wrap.py", "exec"), space)
+
+    def leaf():
+        frame, keeps = sys._getframe().f_back, {}  # (this frame's offset moves on between the walks)
+        assert stack._walk(frame, keeps, 30) is None  # codes not seen yet: the Python walk decides
+        want = stack.walk_python(frame, keeps, skip, 30)
+        assert any(not k for k in keeps.values())  # the wrapper's code is noted as skipped
+        for limit in (1, 2, 30):
+            assert stack._walk(frame, keeps, limit) == want[:limit]
+
+    space["wrapper"](leaf)

@@ -338,3 +338,33 @@ def test_in_place_call_refreshes_cached_statistics(tmp_path):
     assert r["Tensor.__setitem__.0.forward"]["input_args"][0]["Max"] == 4.0
     assert r["Tensor.__setitem__.0.forward"]["output"][0]["Max"] == 10.0  # the changed tensor
     assert r["Mint.neg.0.forward"]["input_args"][0]["Max"] == 10.0
+
+
+def test_cell_hooks_stay_idle_between_dumped_steps_and_go_after_the_last(tmp_path):
+    """L0's Cell hooks are registered once for a run of dumped steps: a forward between stop() and the
+    next start() is not recorded, and the step() ending the last dumped step removes them."""
+    from mindspore import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(2, 2)
+
+        def construct(self, x):
+            return self.fc(x)
+
+    net = Net()
+    x = ms.Tensor(np.array([[1.0, -2.0]], np.float32))
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0", step=[0, 1])
+    for step in range(2):
+        debugger.start(net)
+        net(x)
+        debugger.stop()
+        net(x)  # idle between stop() and step()
+        debugger.step()
+        assert bool(net.fc._forward_pre_hook) == (step == 0)  # step 1 is the last dumped step
+        net(x)  # idle between step() and start()
+    for step in range(2):
+        keys = list(reader(tmp_path, step=step).keys())
+        assert keys == ["Cell.fc.Dense.forward.0"], keys
+    debugger.close()

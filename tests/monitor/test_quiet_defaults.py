@@ -17,7 +17,9 @@ MODELS = ("mlp", "transformer", "cnn")
 
 
 def quiet_runs(framework, out_root):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS] + sys.path))
+    # one BLAS thread: the MindSpore monitor's numpy norms of small tensors otherwise wake OpenBLAS's pool
+    # per call, about half the run's CPU time on two busy cores (the pytorch run sets torch's threads to one)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS] + sys.path), OPENBLAS_NUM_THREADS="1")
     res = subprocess.run([sys.executable, os.path.join(HERE, "quiet_runs.py"), framework, str(out_root)],
                          capture_output=True, text=True, timeout=400, env=env)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -73,3 +73,27 @@ def test_weight_decay_on_one_parameter_is_named_at_its_update(tmp_path):
                                      or "opt.step()" in str(top.get("stack"))), format_diagnosis(d)
         update = [s for s in d["suspects"] if s["api"] == "Optimizer.SGD.fc2.weight.0.forward"]
         assert update and update[0]["kind"] == "introduced", format_diagnosis(d)
+
+
+def test_a_layer_replaced_between_steps_is_named_by_the_model(tmp_path):
+    # the parameter names are looked up once per model, not at every step: a parameter the model gained
+    # since (a layer swapped in) must still get its model name, not its parameter-group position
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(4, 8)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    for step in range(2):
+        if step == 1:
+            net.fc2 = torch.nn.Linear(16, 4)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        debugger.start(net)
+        net(x).sum().backward()
+        opt.step()
+        debugger.stop()
+        debugger.step()
+    debugger.close()
+    import glob
+    r = DumpReader(glob.glob(f"{tmp_path}/step1/*")[0])
+    assert [k for k in r.keys() if k.startswith("Optimizer.")] == [
+        "Optimizer.SGD.fc1.weight.0.forward", "Optimizer.SGD.fc1.bias.0.forward",
+        "Optimizer.SGD.fc2.weight.0.forward", "Optimizer.SGD.fc2.bias.0.forward"]

@@ -1,6 +1,6 @@
-"""Cheap call-stack capture for stack.json: a frame walk, no `inspect.stack()` (which reads source
-files on every call). A frame is noted as (id of its code object, its instruction offset): cheap to
-take and to hash. Line numbers (a search of the code's line table) and source lines are looked up
+"""Cheap call-stack capture for stack.json: a frame walk (in C where msprobe._frames is built), no
+`inspect.stack()` (which reads source files on every call). A frame is noted as (id of its code
+object, its instruction offset): cheap to take and to hash. Line numbers (a search of the code's line table) and source lines are looked up
 once per distinct stack (`frame_lines`, `stack_texts`).
 
 Must not import torch or mindspore.
@@ -9,6 +9,11 @@ Must not import torch or mindspore.
 import linecache
 import os
 import sys
+
+try:  # the same walk in C (Python 3.11+): a frame costs no bytecode round
+    from msprobe._frames import walk as _walk
+except ImportError:  # not built, or an older Python
+    _walk = None
 
 _SKIP_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)  # msprobe itself
 
@@ -27,9 +32,18 @@ def capture_stack(skip_dirs=_SKIP_DIRS, limit=30):
     keeps = _KEEP.get(skip_dirs)
     if keeps is None:
         keeps = _KEEP[skip_dirs] = {}
-    frame = sys._getframe(1)
+    if _walk is not None:
+        got = _walk(sys._getframe(1), keeps, limit)
+        if got is not None:  # None: a code object not seen yet (the Python walk notes it)
+            return got
+    return walk_python(sys._getframe(1), keeps, skip_dirs, limit)
+
+
+def walk_python(frame, keeps, skip_dirs, limit):
+    """capture_stack's walk from `frame` outward; notes every code object it meets in `keeps`
+    (id -> shown) and `_CODES`."""
     out = []
-    while frame is not None:
+    while frame is not None and len(out) < limit:
         code = frame.f_code
         cid = id(code)
         keep = keeps.get(cid)
@@ -38,8 +52,6 @@ def capture_stack(skip_dirs=_SKIP_DIRS, limit=30):
             _CODES[cid] = code
         if keep:
             out.append((cid, frame.f_lasti))
-            if len(out) == limit:
-                break
         frame = frame.f_back
     return tuple(out)
 

@@ -58,6 +58,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._static = None
         self._jit_warned = False
         self._sync = SynchronousOps()  # capture runs MindSpore synchronously on a CPU: see sync_execution.py
+        self._model_cells = None  # (all_cells, jit_cells) of the model: walked once per model, as CellCapture's
         _state.debugger = weakref.ref(self)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -117,7 +118,10 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
 
     def _end_step(self, next_dumped):
         if self._cells is not None:
-            self._cells.release()
+            if next_dumped:
+                self._cells.end_step()  # the hooks stay, idle, for the next step
+            else:
+                self._cells.release()
         if not next_dumped:
             self._patched.restore()  # the next step is not dumped: no idle wrappers through it
         if self._static is not None:
@@ -129,6 +133,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._patched.restore()
 
     def _on_new_model(self):
+        self._model_cells = None
         if self._cells is not None:
             self._cells.release()  # hooks of the previous model
             self._cells = None
@@ -146,7 +151,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
 
     def _new_session(self, rank):
         cfg = self.config
-        jit = jit_cells(self._model) if cfg.level in ("L0", "mix") and self._model is not None else []
+        jit = self._cells_of_model()[1] if cfg.level in ("L0", "mix") and self._model is not None else []
         if jit:
             # seed 000: a jit-compiled Cell at L0/mix splits the dump into graph/ and pynative/
             session = DumpSession(cfg, self.current_step, rank, pool=self._writer_pool(),
@@ -160,6 +165,11 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._share_params()
         self._begin_api_sources()  # api_sources.json: Primitive arguments, custom API modules
         return session
+
+    def _cells_of_model(self):
+        if self._model_cells is None:
+            self._model_cells = (all_cells(self._model), jit_cells(self._model))
+        return self._model_cells
 
     def _capture_on(self):
         if self._capturing:
@@ -177,7 +187,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             self._patched.patch_builtin()
             self._patched.patch_jit()
             if self._model is not None:
-                self._patched.patch_primitives(all_cells(self._model), self._api_sources)
+                self._patched.patch_primitives(self._cells_of_model()[0], self._api_sources)
             for (_, attr), (owner, prefix) in self._custom.items():
                 self._patched.restore(owner, attr)
                 self._patched.patch(owner, attr, prefix, attr)

@@ -35,7 +35,14 @@ _NATIVE_KINDS = {np.dtype(np.float32): native.KINDS["float32"], np.dtype(np.floa
 
 
 def dtype_name(dtype):
-    return str(dtype)  # 'Float32', 'BFloat16', as msProbe writes it
+    """'Float32', 'BFloat16', as msProbe writes it (str() of a MindSpore dtype costs more than a lookup)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
+_DTYPE_NAMES = {}
 
 
 def host_view(t):
@@ -88,13 +95,13 @@ def _direct_kinds():
     return {ms.float32: np.dtype(np.float32), ms.float64: np.dtype(np.float64)}
 
 
-def direct_stats(t, kinds):
+def direct_stats(t, kinds, dtype=None):
     """Max/Min/Mean/Norm of a CPU float tensor read where it lies (data_ptr() waits for the op that
     makes it, as asnumpy() does), or None: another dtype, empty, or inf/nan (array_stats then says how
     they show). asnumpy() builds an ndarray whose buffer format numpy parses each time, and copies a
     strided view (a chunk, a transpose) through MindSpore's thread pool, several times slower than
-    this for small views."""
-    dt = kinds.get(t.dtype)
+    this for small views. `dtype`: t.dtype, read once by the caller (a property of MindSpore's)."""
+    dt = kinds.get(t.dtype if dtype is None else dtype)
     if dt is None:
         return None
     n = t.size
@@ -201,9 +208,10 @@ class Summarizer:
         hit = self._cache.get(id(t))
         if hit is not None and hit[0]() is t:
             return dict(hit[1]), None
-        rec = {"type": "mindspore.Tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+        dtype = t.dtype
+        rec = {"type": "mindspore.Tensor", "dtype": dtype_name(dtype), "shape": list(t.shape)}
         arr = None
-        stats = direct_stats(t, self._direct) if self._direct else None
+        stats = direct_stats(t, self._direct, dtype) if self._direct else None
         if stats is not None:
             rec.update(stats)
         elif self.stats or self.md5:

@@ -6,6 +6,7 @@
 
 import logging
 import sys
+import weakref
 
 import torch
 
@@ -20,6 +21,7 @@ from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture, has_compiled_modules
 from msprobe.pytorch.capture.patched_api import PatchedApis
 from msprobe.pytorch.session import DumpSession, current_rank
+from msprobe.pytorch.tool_work import tool_work
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._patched = PatchedApis()
         self._optim_handles = []
         self._optim_frames = {}  # id(optimizer) -> its step's open update records (core/dump/optimizer_updates.py)
+        self._param_names = None  # (models' stamp, id(parameter) -> (weak reference, name)): _parameter_names
         self._compile_marker = None  # capture/compiled.py's marker of the level while a compiled model is dumped
         self._record_order = None  # capture/compiled.py's RecordOrder, held from a dumped step's start() to its end
         self._compile_noted = set()  # the notes about a compiled model start() has given
@@ -186,8 +189,9 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             session.before_mutation()
             session.in_optimizer = self.config.level == "mix"
             if self.config.level in ("L1", "mix") and self._capturing and not _state.depth:
-                self._optim_frames[id(optimizer)] = optimizer_updates.begin(
-                    session, type(optimizer).__name__, self._parameter_updates(optimizer))
+                with tool_work():  # reading `.grad` of every parameter: not through the API mode's handler
+                    updates = self._parameter_updates(optimizer)
+                self._optim_frames[id(optimizer)] = optimizer_updates.begin(session, type(optimizer).__name__, updates)
 
     def _optim_exit(self, optimizer, args, kwargs):
         frames = self._optim_frames.pop(id(optimizer), None)
@@ -199,16 +203,38 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
     def _parameter_updates(self, optimizer):
         """(name, parameter, gradient) of each parameter the optimizer is about to update; the name is
         the model's (named_parameters of the model given to start()), else `param_groups.{g}.{i}`."""
-        names = {}
+        names = self._parameter_names()
+        out = []
+        rebuilt = False
+        for g, group in enumerate(optimizer.param_groups):
+            for i, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                named = names.get(id(p))
+                if (named is None or named[0]() is not p) and not rebuilt:
+                    # a parameter the table has not seen (a module replaced since): walk the models again
+                    names, rebuilt = self._parameter_names(refresh=True), True
+                    named = names.get(id(p))
+                out.append((named[1] if named is not None and named[0]() is p else f"param_groups.{g}.{i}",
+                            p, p.grad))
+        return out
+
+    def _parameter_names(self, refresh=False):
+        """id(parameter) -> (weak reference, its name) over the models given to start(): walked once for
+        a set of models (and again when a parameter is missing), not at every optimizer step."""
         models = self._model if isinstance(self._model, (list, tuple)) else [self._model]
+        models = [m for m in models if isinstance(m, torch.nn.Module)]
+        stamp = tuple(id(m) for m in models)
+        cached = self._param_names
+        if not refresh and cached is not None and cached[0] == stamp:
+            return cached[1]
+        names = {}
         for model in models:
-            if isinstance(model, torch.nn.Module):
-                for name, p in model.named_parameters():
-                    # a torch.compile'd model's parameters are named as the eager model's
-                    names.setdefault(id(p), ".".join(part for part in name.split(".") if part != "_orig_mod"))
-        return [(names.get(id(p), f"param_groups.{g}.{i}"), p, p.grad)
-                for g, group in enumerate(optimizer.param_groups)
-                for i, p in enumerate(group["params"]) if p.grad is not None]
+            for name, p in model.named_parameters():
+                if id(p) not in names:  # a torch.compile'd model's parameters are named as the eager model's
+                    names[id(p)] = (weakref.ref(p), ".".join(part for part in name.split(".") if part != "_orig_mod"))
+        self._param_names = (stamp, names)
+        return names
 
     def _capture_off(self):
         if not self._capturing:

@@ -97,6 +97,10 @@ class TorchCallOps:
         # parameters change in place only in the optimizer, which launches what waits (debugger)
         return s.tensor_record(p, stem, save, waits, defer=True)
 
+    @staticmethod
+    def amend_outputs(s, outs):
+        pass
+
 
 CALLS = CallCapture(TorchCallOps())
 
@@ -254,38 +258,6 @@ class DumpSession(CaptureSession):
             return func(*args, **kwargs)
         return self.calls.call(self, "Aten", name, func, args, kwargs, inplace, parent=self.current_api,
                                backward=False)
-
-    def module_inputs(self, key, args, kwargs, stack):
-        """The first half of a module's record: (save, waits, stack, input_args, input_kwargs)."""
-        flt = self.filter
-        save = flt.saves_tensor(key) or self.gate is not None
-        waits = []
-        forward = (flt.forward and flt.wants_forward(key, self.module_stack)
-                   and not (self.gate is not None and self.gate.exhausted))
-        in_args, in_kwargs = (self.args_records(key, args, kwargs, "input", save, waits)
-                              if forward and flt.input else ([], {}))
-        return save, waits, stack, in_args, in_kwargs
-
-    def emit_module(self, key, parent, inputs, params, output):
-        """A module's record from `module_inputs`' half, its own (name, parameter) pairs and its output;
-        returns the output records (None when not recorded). For modules of compiled graphs
-        (capture/compiled_calls.py); eager modules go through CallCapture."""
-        save, waits, stack, in_args, in_kwargs = inputs
-        flt = self.filter
-        self.recorded_modules.add(key.rsplit(".", 2)[0])
-        gate = self.gate
-        if (flt.forward and flt.wants_forward(key, self.module_stack)  # (its own key is popped already)
-                and not (gate is not None and gate.exhausted)):
-            # parameters change in place only in the optimizer, which launches what waits (debugger)
-            params = {n: self.tensor_record(p, f"{key}.parameters.{n}", save, waits, defer=True) for n, p in params}
-            outs = self.outputs_record(key, output, save, waits) if flt.output or gate is not None else []
-            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else [],
-                      "parameters": params}
-            self.emit(key, record, waits, check=outs)
-        else:
-            outs = None
-        self.note_structure(key, parent, stack)
-        return outs
 
     def emit_params_grad(self, base, grads):
         if not self.filter.backward or self.gate is not None:

@@ -227,6 +227,24 @@ def test_api_level_dump_names_a_custom_functions_wrong_backward(tmp_path):
     assert "Function.SwishFn.0.forward" in keys and "Torch.sigmoid.1.forward" not in keys
 
 
+def test_compiled_model_at_L1_leads_to_a_custom_functions_wrong_backward(tmp_path):
+    """Compiled, the custom Function has no record of its own: the ops of its backward are recorded one
+    by one, and the wrong one's extra `* 1.5` is a call golden lacks. Its consumer is the one suspect,
+    naming that call and the backward's code line; the optimizer's run of add_ calls after the extra call
+    stays paired in step (no second suspect)."""
+    import torch
+    compiled = lambda m: torch.compile(m, backend="aot_eager")  # noqa: E731
+    golden = planted.dump_run(tmp_path / "g", None, level="L1", wrap=compiled)
+    torch._dynamo.reset()
+    target = planted.dump_run(tmp_path / "t", "bad_backward", level="L1", wrap=compiled)
+    torch._dynamo.reset()
+    d = _diagnose(target, golden)
+    assert d["divergence"] is True and len(d["suspects"]) == 1, format_diagnosis(d)
+    top = d["suspects"][0]
+    assert (top["kind"], top["direction"]) == ("foreign_input", "backward")
+    assert "which golden does not have (made at" in top["reason"] and "in backward: return (g * 1.5" in top["reason"]
+
+
 def test_torchs_own_autograd_functions_are_not_recorded_as_apis(tmp_path):
     """torch.utils.checkpoint's reentrant CheckpointFunction is plumbing: the calls inside it are the record."""
     import torch

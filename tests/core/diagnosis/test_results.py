@@ -4,19 +4,15 @@ decided by reading a display cell back: a table whose Result or Diagnosis cells 
 neither a CompareResult's truth nor the labels, counts or printout."""
 
 import json
-import os
 
 import numpy as np
 
-from private_modules import load_private
+from compare_fixtures import tensor, write_dump
 
 from msprobe.core.compare.engine import compare_dumps
 from msprobe.core.compare.rank_pairs import result_counts
 from msprobe.core.diagnosis import Diagnosis, Evidence, PairDiagnosis, Suspect, diagnose, format_diagnosis
 
-TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-fixtures = load_private("msprobe_test_compare_fixtures", os.path.join(TESTS, "compare", "compare_fixtures.py"))
-tensor = fixtures.tensor
 
 
 def _pair(tmp_path):
@@ -27,7 +23,7 @@ def _pair(tmp_path):
             for i in range(3)}
     golden = json.loads(json.dumps(data))
     golden["Functional.linear.1.forward"]["output"] = [tensor(9.0, -2.0, 0.2, 30.0, shape=(4, 3))]
-    return (fixtures.write_dump(tmp_path / "t", data), fixtures.write_dump(tmp_path / "g", golden))
+    return (write_dump(tmp_path / "t", data), write_dump(tmp_path / "g", golden))
 
 
 def test_diagnose_returns_typed_results_that_its_writers_render(tmp_path):

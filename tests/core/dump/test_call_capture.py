@@ -88,6 +88,18 @@ class NumpyOps:
     def param_record(self, s, p, stem, save, waits):
         return s.tensor_record(p, stem, save, waits)
 
+    def amend_outputs(self, s, outs):
+        pass
+
+
+class GraphOps(NumpyOps):
+    """A call that already ran elsewhere (as a compiled graph's do): its output records amended before
+    they go out."""
+
+    def amend_outputs(self, s, outs):
+        for rec in outs:
+            rec["from_graph"] = True
+
 
 class NumpySession(CaptureSession):
     framework = "numpy"
@@ -276,3 +288,23 @@ def test_a_session_is_freed_without_the_cyclic_collector(tmp_path):
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_a_call_that_already_ran_keeps_its_given_stack_and_amended_outputs(tmp_path):
+    """A compiled graph's call: begin and end around outputs already computed, the stack its site gave."""
+    graph = CallCapture(GraphOps())
+    x = np.ones(2)
+    site = (("model.py", 7, "forward"),)
+
+    def body():
+        s = STATE["session"]
+        frame, _ = graph.begin(s, "NP.add.0.forward", None, (x, x), {}, module=False, backward=False, stack=site)
+        graph.end(s, frame, x + x)
+
+    data, _, rank_dir, _ = run(tmp_path, body)
+    rec = data["NP.add.0.forward"]
+    assert rec["output"][0]["from_graph"] is True and rec["output"][0]["Max"] == 2.0
+    assert "from_graph" not in rec["input_args"][0]
+    with open(rank_dir / "stack.json", encoding="utf-8") as f:
+        stacks = json.load(f)
+    assert "model.py, line 7, in forward" in json.dumps(stacks)

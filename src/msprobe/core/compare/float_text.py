@@ -3,7 +3,7 @@
 orjson prints the same shortest round-trip digits as `repr` (both pick the closest of the shortest
 decimal strings) about five times faster, but writes exponents its own way (`1e-7`, positional
 `0.00001`); the values where `repr` uses an exponent (|x| < 1e-4 or >= 1e16) or orjson does go
-through `repr` itself. Guarded by tests/compare/test_compare_speedups.py against `repr`.
+through `repr` itself. Guarded by tests/core/compare/test_compare_speedups.py against `repr`.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Compare builds it once per (step, rank) pair; the result table (`table.py`), the diagnosis
 (`core/diagnosis/`) and the graph read it. Values stay numbers and dtype names: text such as `"1.2%"` is
 made only by the table and the writers. Golden columns are aligned to target rows on first use (NaN or
-None where a target row has no partner): aligning the whole golden table cost seconds on a million rows.
+None where a target row has no partner): aligning the whole golden table costs seconds on a million rows.
 Must not import torch or mindspore.
 """
 from __future__ import annotations

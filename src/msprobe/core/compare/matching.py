@@ -262,7 +262,10 @@ def _align(target_keys, golden_keys):
             if options:
                 break
             options = _realign_options(a, b, where_a, where_b, i, j, run)
-        _, _, di, dj = min(options) if options else (0, 0, 1, 1)
+        # on a tie the option after which both sides have as many calls left: in a run of one repeated call
+        # (an optimizer's add_ per parameter) an extra call and a differing pair agree again alike
+        left = len(a) - i - (len(b) - j)
+        _, _, di, dj = min(options, key=lambda o: (o[0], abs(left - o[2] + o[3]), o[1:])) if options else (0, 0, 1, 1)
         i += di
         j += dj
     return pairs

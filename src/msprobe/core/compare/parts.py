@@ -4,9 +4,11 @@
 A part is written under a temporary name and renamed, so a part that exists is complete; it carries
 its pair's summary (counts, diagnosis entry, census) in its metadata, which is what lets a resumed
 compare skip the pair. The summary is a pickle, so it is signed (HMAC-SHA256 with a key private to the
-user, `signing_key`) and a resume unpickles only a summary whose signature holds: a part that someone
-else wrote or changed is compared again, never loaded. `rows/_run.json` names the run the parts belong to (its inputs and options, and
-the timestamp of its file names) so that a resume with other inputs is refused, not mixed in.
+user, `signing_key`) and a resume unpickles only a summary whose signature holds and whose layout
+(`SUMMARY_FORMAT`) is this version's: a part that someone else, or an older msprobe, wrote is compared
+again, never loaded, and the resume says so in one line. `rows/_run.json` names the run the parts belong
+to (its inputs and options, and the timestamp of its file names) so that a resume with other inputs is
+refused, not mixed in.
 Needs pyarrow (the `ray` extra). Must not import torch or mindspore.
 """
 from __future__ import annotations
@@ -27,6 +29,10 @@ PART_FILE = "part.parquet"
 RUN_FILE = "_run.json"  # "_" and "." names are skipped by pyarrow/pandas dataset readers
 _SUMMARY_KEY = b"msprobe.pair"
 _SIGNATURE_KEY = b"msprobe.pair.hmac"
+_FORMAT_KEY = b"msprobe.pair.format"
+# the summary's layout (rank_pairs.PairDone holding a diagnosis.results.PairDiagnosis): raise it when that
+# changes, so that a resume compares the pairs of parts an older msprobe wrote again instead of loading them
+SUMMARY_FORMAT = b"2"
 _MISSING = {"N/A", "", "None", "nan", "NaN"}
 
 
@@ -111,8 +117,8 @@ def signing_key():
         return os.urandom(32)
 
 
-def _sign(key, blob):
-    return hmac.new(key, blob, hashlib.sha256).hexdigest().encode()
+def _sign(key, blob, layout=SUMMARY_FORMAT):
+    return hmac.new(key, layout + b":" + blob, hashlib.sha256).hexdigest().encode()
 
 
 def write_part(table, rows_dir, step, rank, summary, key):
@@ -124,7 +130,8 @@ def write_part(table, rows_dir, step, rank, summary, key):
     make_dirs(os.path.dirname(path))
     arrow = pa.table({str(c): _column(str(c), table[c]) for c in table.columns})
     blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
-    arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: blob, _SIGNATURE_KEY: _sign(key, blob)})
+    arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: blob, _FORMAT_KEY: SUMMARY_FORMAT,
+                                           _SIGNATURE_KEY: _sign(key, blob)})
     tmp = os.path.join(os.path.dirname(path), f".{PART_FILE}.{os.getpid()}.tmp")
     pq.write_table(arrow, tmp)
     os.chmod(tmp, 0o640)
@@ -133,20 +140,29 @@ def write_part(table, rows_dir, step, rank, summary, key):
 
 
 def read_summary(rows_dir, step, rank, key):
-    """The summary a complete part carries, or None when the pair has no part (not done yet) or its
-    summary is not signed with `key` (written by someone else, or changed)."""
+    """(summary, None) of a complete part; (None, None) when the pair has no part (not done yet); (None,
+    why) when its part cannot be taken: written by another msprobe version, its summary not signed with
+    `key` (written by someone else, or changed), or unreadable. The pair is then compared again."""
     import pyarrow.parquet as pq
     path = part_path(rows_dir, step, rank)
     if not os.path.isfile(path):
-        return None
+        return None, None
     try:
         meta = pq.read_schema(path).metadata or {}
-        blob = meta[_SUMMARY_KEY]
-        if not hmac.compare_digest(meta[_SIGNATURE_KEY], _sign(key, blob)):
-            return None
-        return pickle.loads(blob)  # signed by this user's key: written by a compare of this user
-    except (OSError, KeyError, pickle.UnpicklingError, ValueError):
-        return None  # unreadable: the pair is done again
+    except (OSError, ValueError) as e:
+        return None, f"unreadable ({e})"
+    layout = meta.get(_FORMAT_KEY)
+    if layout != SUMMARY_FORMAT:
+        return None, ("written by an older msprobe" if layout is None else
+                      f"written by another msprobe (summary format {layout.decode(errors='replace')!r}, "
+                      f"this one reads {SUMMARY_FORMAT.decode()!r})")
+    blob, signature = meta.get(_SUMMARY_KEY), meta.get(_SIGNATURE_KEY)
+    if blob is None or signature is None or not hmac.compare_digest(signature, _sign(key, blob)):
+        return None, "its summary is not signed with this user's key (written by someone else, or changed)"
+    try:
+        return pickle.loads(blob), None  # signed by this user's key: written by a compare of this user
+    except Exception as e:  # noqa: BLE001 -- any failure to load means the pair is compared again
+        return None, f"its summary cannot be loaded ({type(e).__name__})"
 
 
 def run_signature(plan, naming, precision):

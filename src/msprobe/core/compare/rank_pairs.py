@@ -1,7 +1,7 @@
 """`msprobe compare` one rank pair at a time: compare, diagnose, write its file, keep only a summary.
 
-A 64-rank, 3-step dump is 192 pairs of a few thousand rows each; holding every pair's table and rows
-until the end took gigabytes, and one core did it all. Here each pair is compared, labelled and written
+A 64-rank, 3-step dump is 192 pairs of a few thousand rows each; every pair's table and rows held until
+the end weigh gigabytes, and one core would do it all. Here each pair is compared, labelled and written
 as it comes (in worker processes when the compare is big), and what stays is its diagnosis entry and
 its row counts. The working precision is decided over all pairs: each pair is labelled with its own
 census' decision first, and the rare pair whose decision differs from the overall one is done again.
@@ -15,11 +15,12 @@ import os
 from dataclasses import dataclass, field, replace
 
 from msprobe.core.compare.engines.summary import Interner, slim_suspects
-from msprobe.core.compare.writer import result_file_name, write_result
+from msprobe.core.compare.writer import RowMarks, result_file_name, write_result
 from msprobe.core.diagnosis.census import PrecisionCensus
 from msprobe.core.diagnosis.evidence import trim_evidence
 from msprobe.core.diagnosis.labels import label_table
 from msprobe.core.diagnosis.pair import diagnose_pair
+from msprobe.core.diagnosis.results import PairDiagnosis
 from msprobe.core.errors import MsprobeError, where
 
 # worker processes pay off above this much dump.json (both sides, all pairs) and this many pairs
@@ -91,6 +92,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     entry = diagnose_pair(result, used[1])
     entry.pair_index = job.index
     label_table(result.table, entry.labels)
+    marks = RowMarks(result.rows.verdicts, entry.labels)
     if not job.keep_table:
         entry.labels = None  # written into the table: the driver keeps the counts
         if job.lean:
@@ -102,7 +104,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     name = result_file_name(result.step, result.rank, result.is_proc, debug=debug, **job.naming)
     result.output_path = os.path.join(job.output_path, name)
     if write:
-        write_result(result.table, job.output_path, name, job.naming["timestamp"])
+        write_result(result.table, job.output_path, name, job.naming["timestamp"], marks)
     table = result.table
     result.counts = result_counts(result)
     result.row_count = len(table)
@@ -211,6 +213,14 @@ def run_pairs(plan, jobs, engine, progress=True, interner=None):
         bar.close()
 
 
+def _say_refused(refused):
+    """One line for the parts a resume could not take (their pairs are compared again)."""
+    (path, why), more = refused[0], len(refused) - 1
+    others = f" (and {more} more part{'s' if more > 1 else ''})" if more else ""
+    logging.getLogger(__name__).warning("--resume: %s%s: %s; comparing %s again", path, others, why,
+                                        "their pairs" if more else "its pair")
+
+
 def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestamp=None, keep_tables=True,
                       progress=True, single_file=False, engine=None, rows=False, resume=False):
     """Every pair of `plan` compared, labelled and written into `output_path`.
@@ -247,12 +257,20 @@ def compare_and_label(plan, output_path, *, xlsx=False, precision=None, timestam
             for i in range(len(plan.pairs))]
     done = [None] * len(jobs)
     interner = None if keep_tables else Interner()  # a thousand pairs' suspects in tens of MB
-    if resume:
+    if resume and not keep_tables:  # a part holds no table: a run that keeps them compares every pair
+        refused = []
         for job, pair in zip(jobs, plan.pairs):
-            kept = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
-            if isinstance(kept, PairDone) and kept.index == job.index and not keep_tables:
+            kept, why = parts.read_summary(rows_dir, pair.target.step, pair.target.rank, rows_key)
+            if kept is not None and not (isinstance(kept, PairDone) and isinstance(kept.entry, PairDiagnosis)
+                                         and kept.index == job.index):
+                kept, why = None, "its summary is not this msprobe's for this pair"
+            if why is not None:
+                refused.append((parts.part_path(parts.ROWS_DIR, pair.target.step, pair.target.rank), why))
+            if kept is not None:
                 kept.entry.suspects = interner.suspects(kept.entry.suspects)
                 done[job.index] = kept
+        if refused:
+            _say_refused(refused)
     todo = [j for j in jobs if done[j.index] is None]
     for job, d in zip(todo, run_pairs(plan, todo, engine, progress, interner)):
         done[job.index] = d

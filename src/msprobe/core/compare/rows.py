@@ -14,9 +14,10 @@ import numpy as np
 from msprobe.core.compare.frame import STAT_FIELDS, columns_frame
 from msprobe.core.dump.reader import stat_value
 
-COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "max", "min", "mean", "norm",
+COLUMNS = ("name", "key", "suffix", "role", "kind", "dtype", "shape", "dims", "max", "min", "mean", "norm",
            "requires_grad", "md5", "data_name", "fused")
-# columns of Python objects; "fused" is bool (True where a record says `fused_away`, rare)
+# columns of Python objects; "fused" is bool (True where a record says `fused_away`, rare). "shape" is the
+# shape as the table shows it, "dims" the same shape typed: a tuple of ints, None where it is not one
 OBJECT_COLUMNS = COLUMNS[:-1]
 # float copies of the statistics (NaN where absent or not a number), for vectorised arithmetic
 FLOAT_COLUMNS = tuple("f" + c for c in STAT_FIELDS)
@@ -48,13 +49,13 @@ def rows_from_records(data):
     cols = {c: [] for c in OBJECT_COLUMNS}
     names = cols["name"]
     a_name, a_key, a_suffix, a_role, a_kind = (cols[c].append for c in ("name", "key", "suffix", "role", "kind"))
-    a_dtype, a_shape, a_rg, a_md5, a_file = (cols[c].append for c in
-                                             ("dtype", "shape", "requires_grad", "md5", "data_name"))
+    a_dtype, a_shape, a_dims, a_rg, a_md5, a_file = (cols[c].append for c in
+                                                     ("dtype", "shape", "dims", "requires_grad", "md5", "data_name"))
     a_max, a_min, a_mean, a_norm = (cols[c].append for c in ("max", "min", "mean", "norm"))
     fused = []
-    # one shared str per distinct shape, dtype and suffix: fewer objects, and each pickles once on the
-    # way from a worker; str() of a shape list alone took a third of the time per row
-    shape_texts, dtype_texts, suffix_tables = {}, {}, {}
+    # one shared (text, dims) per distinct shape, one str per dtype and suffix: fewer objects, and each
+    # pickles once on the way from a worker
+    shapes, dtype_texts, suffix_tables = {}, {}, {}
 
     def dtype_text(dtype):
         try:
@@ -62,16 +63,19 @@ def rows_from_records(data):
         except TypeError:  # not hashable
             return str(dtype)
 
-    def shape_text(shape):
+    def shape_of(shape):
+        """(text, dims) of a record's shape."""
         if type(shape) is not list:
-            return str(list(shape)) if isinstance(shape, tuple) else str(shape)
+            if isinstance(shape, tuple):
+                return str(list(shape)), dims_of(shape)
+            return str(shape), None
         try:
-            return shape_texts[tuple(shape)]
+            return shapes[tuple(shape)]
         except KeyError:
-            text = shape_texts[tuple(shape)] = str(shape)
-            return text
+            entry = shapes[tuple(shape)] = (str(shape), dims_of(shape))
+            return entry
         except TypeError:  # a nested list: not hashable
-            return str(shape)
+            return str(shape), None
 
     def emit(key, suffix, role, v):
         if type(v) is dict and v.get(FUSED_AWAY) is True:
@@ -84,6 +88,7 @@ def rows_from_records(data):
             a_kind(NONE)
             a_dtype("None")
             a_shape("None")
+            a_dims(None)
             for append in (a_max, a_min, a_mean, a_norm, a_rg, a_md5, a_file):
                 append(None)
             return
@@ -91,7 +96,9 @@ def rows_from_records(data):
         if "dtype" in v and "shape" in v:
             a_kind(TENSOR)
             a_dtype(dtype_text(v["dtype"]))
-            a_shape(shape_text(v["shape"]))
+            text, dims = shape_of(v["shape"])
+            a_shape(text)
+            a_dims(dims)
             mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
             if type(mx) is str or type(mn) is str or type(me) is str or type(no) is str:
                 mx, mn, me, no = stat_value(mx), stat_value(mn), stat_value(me), stat_value(no)
@@ -104,6 +111,7 @@ def rows_from_records(data):
             a_kind(SCALAR)
             a_dtype(f"<class '{get('type')}'>")
             a_shape("[]")
+            a_dims(None)
             a_rg(None)
         a_max(mx)
         a_min(mn)
@@ -147,9 +155,11 @@ def rows_from_records(data):
                     a_dtype(dtype_text(v["dtype"]))
                 shape = v["shape"]
                 try:
-                    a_shape(shape_texts[tuple(shape)] if type(shape) is list else shape_text(shape))
+                    text, dims = shapes[tuple(shape)] if type(shape) is list else shape_of(shape)
                 except (KeyError, TypeError):
-                    a_shape(shape_text(shape))
+                    text, dims = shape_of(shape)
+                a_shape(text)
+                a_dims(dims)
                 mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
                 if type(mx) is str or type(mn) is str or type(me) is str or type(no) is str:
                     mx, mn, me, no = stat_value(mx), stat_value(mn), stat_value(me), stat_value(no)
@@ -192,6 +202,13 @@ def rows_from_records(data):
     return cols, fused
 
 
+def dims_of(shape):
+    """A record's shape list as a tuple of dimensions, None when it is not a list of non-negative ints."""
+    if all(type(d) is int and d >= 0 for d in shape):
+        return tuple(shape)
+    return None
+
+
 def frame_from_records(data):
     """The rows of `rows_from_records` as a pandas DataFrame; value columns stay Python objects so
     None (absent) is not confused with NaN (a statistic that is NaN)."""
@@ -216,7 +233,7 @@ def packed_frame(frame):
     """A row table in a form that pickles fast, for the trip from the process that read the golden
     dump: a statistic column that holds only floats as nothing (its float copy has the same values),
     the row names as nothing when they are key + suffix. Pickling a million rows' distinct objects one
-    by one took seconds; the other columns hold a few shared strings, which pickle once each."""
+    by one costs seconds; the other columns hold a few shared strings, which pickle once each."""
     packed = {}
     for c in frame.columns:
         values = frame[c].to_numpy()
@@ -254,7 +271,7 @@ def frame_from_construct(construct):
     n = len(data)
     cols = {c: [None] * n for c in OBJECT_COLUMNS}
     cols.update(name=data, key=data, suffix=[""] * n, role=["node"] * n, kind=[NONE] * n,
-                dtype=["None"] * n, shape=["None"] * n)
+                dtype=["None"] * n, shape=["None"] * n, dims=[None] * n)
     arrays = {c: np.array(cols[c], dtype=object) for c in OBJECT_COLUMNS}
     arrays["fused"] = np.zeros(n, dtype=bool)
     arrays.update({c: np.full(n, np.nan) for c in FLOAT_COLUMNS})

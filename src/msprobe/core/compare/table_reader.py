@@ -2,8 +2,8 @@
 diagnosed and drawn like a fresh compare.
 
 This is the one place that parses table cells: flattened row names back into record keys and roles,
-`" inf"`, `"N/A"` and `"x%"` back into numbers, Err_message back into what it says. Everything else
-reads the typed rows compare builds. Must not import torch or mindspore.
+`" inf"`, `"N/A"` and `"x%"` back into numbers, shape cells into dimensions, Err_message back into what it
+says. Everything else reads the typed rows compare builds. Must not import torch or mindspore.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ _MODULE_RE = re.compile(r"^(?P<key>(?:Module|Cell)\..+?\.(?:forward|backward)\.\
 _API_RE = re.compile(r"^(?P<key>.+?\.\d+\.(?:forward|backward))(?P<suffix>\.(?P<role>input|output)(?:\..+)?)$")
 _DEBUG_RE = re.compile(r"^(?P<key>.+?\.\d+\.debug)(?P<suffix>(?:\..+)?)$")
 
+_DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
 MISSING = {"", "N/A", "None", "none", "unsupported", "null", "nan"}
 _NONFINITE_TEXT = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan,
                    "infinity": math.inf, "-infinity": -math.inf}
@@ -74,6 +75,18 @@ def number(value):
     return text
 
 
+def dims(cell):
+    """A shape cell ("[4, 64]") as a tuple of dimensions, None when it is not one.
+
+    >>> dims("[4, 64]"), dims("[]"), dims("None")
+    ((4, 64), (), None)
+    """
+    m = _DIMS_RE.match(cell.strip()) if isinstance(cell, str) else None
+    if m is None:
+        return None
+    return tuple(int(d) for d in m.group(1).split(",")) if m.group(1) else ()
+
+
 def _is_tensor_dtype(dtype):
     text = "" if dtype is None else str(dtype)
     return bool(text) and text not in MISSING and not text.startswith("<class")
@@ -95,13 +108,15 @@ def _side_frame(table, names, dtype_col, shape_col, stat_cols, md5_col):
     parts = [split_row_name(str(x)) for x in names]
     dtypes = table[dtype_col].to_numpy(dtype=object) if dtype_col in table.columns else np.full(n, None)
     kinds = np.array(["tensor" if _is_tensor_dtype(d) else "scalar" for d in dtypes], dtype=object)
+    shapes = (table[shape_col].to_numpy(dtype=object) if shape_col in table.columns
+              else np.full(n, "None", dtype=object)).astype(str).astype(object)
+    shape_dims = {s: dims(s) for s in set(shapes.tolist())}
     cols = {"name": np.asarray(names, dtype=object),
             "key": np.array([p[0] if p else None for p in parts], dtype=object),
             "suffix": np.array([p[1] if p else "" for p in parts], dtype=object),
             "role": np.array([p[2] if p else "input" for p in parts], dtype=object),
             "kind": kinds, "dtype": np.array([str(d) for d in dtypes], dtype=object),
-            "shape": (table[shape_col].to_numpy(dtype=object) if shape_col in table.columns
-                      else np.full(n, "None", dtype=object)).astype(str).astype(object),
+            "shape": shapes, "dims": np.fromiter(map(shape_dims.get, shapes.tolist()), dtype=object, count=n),
             "requires_grad": np.full(n, None, dtype=object),
             "md5": (table[md5_col].to_numpy(dtype=object) if md5_col in table.columns
                     else np.full(n, None, dtype=object)),

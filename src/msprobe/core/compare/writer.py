@@ -1,25 +1,26 @@
 """Write a compare result table to csv (default) or xlsx with error/warning cells highlighted.
 
 csv: None is written as `None`, infinities as ` inf`/` -inf` (a leading space keeps spreadsheet
-programs from reading them as formulas). xlsx: openpyxl in write-only mode; the Result cell and the
-cells behind each message are filled red (error) or yellow (warning), and the Diagnosis cell red
-(introduces), yellow (marginal) or orange (inherits). An xlsx is a zip whose entries and document
+programs from reading them as formulas). xlsx: openpyxl in write-only mode; from the rows' typed
+verdicts and labels (`RowMarks`, never the cells' text), the Result cell and the cells behind each
+message are filled red (error) or yellow (warning), and the Diagnosis cell red (introduces), yellow
+(marginal) or orange (inherits). An xlsx is a zip whose entries and document
 properties carry a time: both are the compare's timestamp (the one in the file names), so the same
 compare writes the same bytes whichever engine ran it.
 
 The csv is the text csv.writer (QUOTE_MINIMAL, `\r\n`) would write, built column by column and
 joined row by row: pandas' to_csv writes the same bytes with twice the CPU, pyarrow's writer other
-bytes (benchmarks/RESULTS.md, design notes; tests/compare/test_compare_speedups.py checks the text).
+bytes (benchmarks/RESULTS.md, design notes; tests/core/compare/test_compare_speedups.py checks the text).
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import shutil
 import time
 import zipfile
+from dataclasses import dataclass
 
 from msprobe.core.compare import columns as C
 from msprobe.core.compare import verdict as V
@@ -46,6 +47,15 @@ _MESSAGE_COLUMNS = {
     V.MSG_TENSOR_ERROR: ("One Thousandth Err Ratio",),
     V.MSG_TENSOR_WARNING: ("Cosine",),
 }
+
+
+@dataclass
+class RowMarks:
+    """What an xlsx highlights, typed: each row's verdict and messages (`verdict.Verdicts`, the table's
+    Result and Err_message) and its Diagnosis label (`PairDiagnosis.labels`, or None without one)."""
+
+    verdicts: object
+    labels: object = None
 
 
 def result_file_name(step=None, rank=None, is_proc=False, several_steps=False, single_file=False,
@@ -252,9 +262,10 @@ def _moment(timestamp):
     return max(when, datetime.datetime(1980, 1, 1))  # a zip holds no earlier time
 
 
-def write_xlsx(table, path, timestamp=None):
-    """`table` as an xlsx at `path`; its zip entries and created/modified properties carry `timestamp`
-    (`%Y%m%d%H%M%S`, default now), so equal tables and timestamps give equal bytes."""
+def write_xlsx(table, path, timestamp=None, marks=None):
+    """`table` as an xlsx at `path`, its cells highlighted as `marks` (RowMarks) say (none without); its
+    zip entries and created/modified properties carry `timestamp` (`%Y%m%d%H%M%S`, default now), so equal
+    tables and timestamps give equal bytes."""
     from openpyxl import Workbook
     from openpyxl.cell import WriteOnlyCell
     from openpyxl.styles import PatternFill
@@ -270,17 +281,18 @@ def write_xlsx(table, path, timestamp=None):
     columns = list(table.columns)
     ws.append(columns)
     pos = {c: i for i, c in enumerate(columns)}
-    result_i, msg_i = pos[C.RESULT], pos[C.ERR_MESSAGE]
-    label_i = pos.get(DIAGNOSIS_COLUMN)
-    for values in _renderable(table).itertuples(index=False, name=None):
-        level = values[result_i]
+    result_i, label_i = pos.get(C.RESULT), pos.get(DIAGNOSIS_COLUMN)
+    levels = marks.verdicts.result if marks is not None and result_i is not None else None
+    labels = marks.labels if marks is not None and label_i is not None else None
+    for row_i, values in enumerate(_renderable(table).itertuples(index=False, name=None)):
         marked = {}
+        level = levels[row_i] if levels is not None else None
         if level in fills:
             marked[result_i] = fills[level]
-            for msg in json.loads(values[msg_i] or "[]"):
+            for msg in marks.verdicts.messages(row_i):
                 marked.update((pos[c], fills[level]) for c in _MESSAGE_COLUMNS.get(msg, ()) if c in pos)
-        if label_i is not None and values[label_i] in label_fills:
-            marked[label_i] = label_fills[values[label_i]]
+        if labels is not None and labels[row_i] in label_fills:
+            marked[label_i] = label_fills[labels[row_i]]
         if not marked:
             ws.append(list(values))
             continue
@@ -301,9 +313,9 @@ def write_xlsx(table, path, timestamp=None):
     return path
 
 
-def write_result(table, output_dir, name, timestamp=None):
-    """Write `table` as `output_dir/name` (csv or xlsx by the suffix; an xlsx carries `timestamp`, see
-    write_xlsx); returns the path."""
+def write_result(table, output_dir, name, timestamp=None, marks=None):
+    """Write `table` as `output_dir/name` (csv or xlsx by the suffix; an xlsx carries `timestamp` and is
+    highlighted as `marks` say, see write_xlsx); returns the path."""
     make_dirs(output_dir)
     path = os.path.join(output_dir, name)
-    return write_xlsx(table, path, timestamp) if name.endswith(".xlsx") else write_csv(table, path)
+    return write_xlsx(table, path, timestamp, marks) if name.endswith(".xlsx") else write_csv(table, path)

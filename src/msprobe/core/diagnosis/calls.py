@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -146,32 +145,6 @@ def direction_of(key):
     return "forward"
 
 
-_DIMS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*\]$")
-
-
-@functools.lru_cache(maxsize=4096)
-def dims_of(shape):
-    """(4, 64) of a shape written as "[4, 64]", () when not one."""
-    if not isinstance(shape, str):
-        return ()
-    m = _DIMS_RE.match(shape.strip())
-    return tuple(int(d) for d in m.group(1).split(",")) if m and m.group(1) else ()
-
-
-@functools.lru_cache(maxsize=4096)
-def numel_of(shape):
-    """Element count of a shape written as "[4, 64]" (rows.py's spelling), None when not one."""
-    if not isinstance(shape, str):
-        return None
-    m = _DIMS_RE.match(shape.strip())
-    if m is None:
-        return None
-    n = 1
-    for d in (m.group(1).split(",") if m.group(1) else ()):
-        n *= int(d)
-    return n
-
-
 def _slot(role, suffix):
     """(diagnosis role, slot, is_parameter) of a row from its rows.py role and name suffix."""
     if role == "grad":  # parameters_grad: the gradients are what the record produced
@@ -206,7 +179,7 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
     l2_errors = row_errors(t, tp, g, gp, paired.metric("euc"), np.full(n, np.nan))[0].tolist()
     moved = (paired.metrics or {}).get("nonfinite_moved")
     metrics = [paired.metric(m) for _, m in TENSOR_METRICS] if paired.metrics is not None else None
-    cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape")}
+    cols = {c: target[c].tolist() for c in ("name", "key", "suffix", "role", "kind", "dtype", "shape", "dims")}
     g_cols = {c: golden[c].tolist() for c in ("kind", "dtype", "shape")}
     t_raw = {f: target[f].tolist() for f in STAT_FIELDS}
     g_raw = {f: golden[f].tolist() for f in STAT_FIELDS}
@@ -233,8 +206,8 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
             gv = tuple(g_raw[f][i] for f in STAT_FIELDS)
         row = Row(index=i, name=cols["name"][i], role=role, slot=slot, is_tensor=is_tensor, is_parameter=is_param,
                   matched=bool(matched[i]), target_dtype=str(cols["dtype"][i]), golden_dtype=str(g_cols["dtype"][i]),
-                  numel=numel_of(cols["shape"][i]) if is_tensor else None,
-                  dims=dims_of(cols["shape"][i]) if is_tensor else (),
+                  numel=_numel(cols["dims"][i]) if is_tensor else None,
+                  dims=(cols["dims"][i] or ()) if is_tensor else (),
                   target=tv, golden=gv,
                   inside=bool(inside[i]) if inside is not None else False)
         if row.matched:
@@ -245,6 +218,12 @@ def calls_from_rows(paired, stacks=None, working_u=0.0):
             row.l2_error = min(row.error, l2_errors[i])
         (call.inputs if role == "input" else call.outputs).append(row)
     return calls
+
+
+@functools.lru_cache(maxsize=4096)
+def _numel(dims):
+    """Element count of a row's dimensions, None when its shape is unknown."""
+    return None if dims is None else math.prod(dims)
 
 
 def _stat_tuples(values, present):

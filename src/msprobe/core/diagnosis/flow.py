@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from msprobe.core import naming
 from msprobe.core.diagnosis import op_model
 from msprobe.core.diagnosis.calls import ARGUMENT, DTYPE, NONFINITE
-from msprobe.core.diagnosis.report import describe_row, short_name
+from msprobe.core.diagnosis.report import describe_row, short_name, stack_line
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, COMMUNICATION_PREFIXES, INTRODUCED_RATIO,
                                                ROUNDING_UNITS, STRONG_OVER_FLOOR, VALUE_PRESERVING_APIS)
 
@@ -153,7 +153,7 @@ def diagnose_calls(calls, working_u=0.0, golden_unpaired=frozenset()):
             the same API left unpaired is one the pairing missed, not one golden lacks.
 
     Returns:
-        RankDiagnosis with suspects in call order (ranking across ranks happens in suspects.py).
+        RankDiagnosis with suspects in call order (ranking across ranks happens in ranking.py).
     """
     walk = _RankWalk(calls, working_u)
     walk.golden_unpaired = golden_unpaired
@@ -197,6 +197,7 @@ class _RankWalk:
         self.unmatched = []
         self.carriers = set()      # calls golden lacks whose inputs already differed: they pass it on
         self.carried = {}          # key of a call golden lacks -> the largest error its inputs carry
+        self.fed_unrecorded = set()  # keys of calls golden lacks that read a value no recorded call made
         self.cancelled_values = set()  # value keys of outputs that cancelled to nearly zero
         self.mispaired = []        # keys of value-preserving calls paired with a different golden call
         self.reported = {}         # value key of a differing input already blamed -> that suspect's key
@@ -231,6 +232,8 @@ class _RankWalk:
             if any(self._fed_by_difference(r) for r in call.inputs):
                 self.carriers.add(call.key)
             self.carried[call.key] = max((self._error_reaching(r) for r in call.inputs if r.is_tensor), default=0.0)
+            if any(r.is_tensor and r.value_key() is not None and self.producers.find(r) is None for r in call.inputs):
+                self.fed_unrecorded.add(call.key)  # e.g. a gradient autograd summed over several consumers
             for r in call.rows:
                 r.label = MISPAIRED if mispaired else UNMATCHED
             self.producers.add(call, call.outputs)
@@ -378,6 +381,9 @@ class _RankWalk:
             src_call, src_row = found
             if not src_call.matched:
                 carried = self.carried.get(src_call.key, 0.0)
+                if src_call.key in self.fed_unrecorded:
+                    # what unrecorded work carries reaches it, as it reaches a value read directly
+                    carried = max(carried, self.noise)
                 if (src_call.short_api in VALUE_PRESERVING_APIS and not row.flags
                         and (row.error <= AMPLIFICATION * carried + row.floor or (self.diverged and carried > 0))):
                     return Origin(f"output of {src_call.key} (a cast, view or copy golden lacks), carrying only "
@@ -393,10 +399,12 @@ class _RankWalk:
                         and row.error <= AMPLIFICATION * reach + max(row.floor, ROUNDING_UNITS * self.working_u)):
                     return Origin(f"output of {src_call.key}, left unpaired although golden calls it too (the two "
                                   f"call sequences align otherwise), carrying its input's error", producer=src_call.key)
+                # where the target made it: the call has no golden partner to compare, its code line is the lead
+                made = f" (made at {where})" if (where := stack_line(src_call.stack)) else ""
                 if row.coarser and any(r.is_tensor and r.target_dtype == row.golden_dtype for r in src_call.inputs):
                     return Origin(f"output of {src_call.key}, which golden does not have, casting "
-                                  f"{row.golden_dtype} to {row.target_dtype}", FOREIGN_INPUT, True, src_call.key)
-                return Origin(f"output of {src_call.key}, which golden does not have", FOREIGN_INPUT, True,
+                                  f"{row.golden_dtype} to {row.target_dtype}{made}", FOREIGN_INPUT, True, src_call.key)
+                return Origin(f"output of {src_call.key}, which golden does not have{made}", FOREIGN_INPUT, True,
                               src_call.key)
             if src_row.differs:
                 return Origin(f"output of {src_call.key} (already off)", producer=src_call.key)

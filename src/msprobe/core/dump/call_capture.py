@@ -15,6 +15,8 @@ post-hook `end`. What differs between frameworks is in the `ops` object the adap
                                         before it runs (`key`, `parent`: backward keys; state None: none)
     ops.backward_end(s, state, key, parent, out, result, save, inplace, module) -> out   hook its backward
     ops.param_record(s, p, stem, save, waits)   a module's parameter record
+    ops.amend_outputs(s, outs)          the output records, before they go out (compiled graphs: the
+                                        traced requires_grad)
 
 `s` is the session: neither CallCapture nor the ops hold it (a session holding its CallCapture would
 otherwise be a reference cycle, freed only by the cyclic collector).
@@ -27,7 +29,7 @@ Framework-free.
 from msprobe.core import naming
 from msprobe.core.stack import capture_stack
 
-_PARENT = object()  # `call`'s default parent: the session's parent_key()
+_PARENT = object()  # `call`'s default parent (the session's parent_key()), `begin`'s default stack
 
 
 class CallFrame:
@@ -65,9 +67,11 @@ class CallCapture:
         return self.end(s, frame, out, args)
 
     def begin(self, s, key, parent, args, kwargs, inplace=False, mutates=False, buffers=(), module=True,
-              backward=True):
+              backward=True, stack=_PARENT):
         """Everything before call `key` runs (its filter passed). Returns (frame, args): the arguments
-        to run it with (MindSpore passes them through its backward hooks)."""
+        to run it with (MindSpore passes them through its backward hooks). `stack`: its call stack when
+        the caller knows it (a compiled graph's call site; one for many records made at one place),
+        default: taken here."""
         ops = self.ops
         flt = s.filter
         gate = s.gate
@@ -83,7 +87,7 @@ class CallCapture:
         f.listed = listed or module
         f.forward = forward = flt.forward and listed and not exhausted
         with ops.work():
-            f.stack = capture_stack() if s.with_stack else None
+            f.stack = (capture_stack() if stack is _PARENT else stack) if s.with_stack else None
             if forward and flt.input:
                 f.in_args, f.in_kwargs = s.args_records(key, args, kwargs, "input",
                                                         save and not (inplace and gate is not None), waits,
@@ -126,6 +130,7 @@ class CallCapture:
                     outs = record["output"] = []
                 if params is not None:
                     record["parameters"] = params
+                ops.amend_outputs(s, outs)
                 # its structure notes ride in the record's queue entry
                 s.emit(key, record, waits, check=outs, notes=s.structure_notes(f.parent, f.stack) if listed else None)
                 listed = False

@@ -13,6 +13,7 @@ The adapters call `begin` before the optimizer runs (with its parameters and the
 """
 
 from msprobe.core import naming
+from msprobe.core.stack import capture_stack
 
 
 def update_key(session, optimizer_class, param_name):
@@ -27,13 +28,16 @@ def begin(session, optimizer_class, updates):
     gate = session.gate
     calls = session.calls
     parent = session.parent_key()
+    # every update is made at the same place: one stack for all of them
+    stack = capture_stack() if session.with_stack else None
+    flt = session.filter
     for name, param, grad in updates:
         key = update_key(session, optimizer_class, name)
-        if not session.filter.want_call(key, session.module_stack) or (gate is not None and gate.exhausted):
+        if not flt.want_call(key, session.module_stack) or (gate is not None and gate.exhausted):
             continue
         # mutates: the records of the values before the step are made before the optimizer changes them
         frame, _ = calls.begin(session, key, parent, (param, grad), {}, mutates=True, module=False,
-                               backward=False)
+                               backward=False, stack=stack)
         frames.append((frame, param))
     return frames
 

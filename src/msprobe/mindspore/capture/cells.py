@@ -59,18 +59,25 @@ def jit_cells(models):
 
 
 class CellCapture:
-    """Owns the Cell hooks. Forward hooks live between attach() and detach() (start/stop);
-    parameter-gradient hooks stay until release() (step end), since backward may follow stop()."""
+    """Owns the Cell hooks. Forward hooks record between attach() and detach() (start/stop);
+    parameter-gradient hooks until end_step(), since backward may follow stop(). The hooks stay
+    installed until release() (another model, or the end of a step whose next step is not dumped):
+    registering them at every start() costs more than an idle hook's flag check. A model with a
+    custom-bprop Cell has its forward hooks removed at every detach() (its wrapped construct goes)."""
 
     def __init__(self, models):
         self.cells = list(named_subcells(models))
         self._fwd_handles = []
         self._grad_handles = []
+        self._grad_states = []
         self._frames = []
+        self.forward_active = False
+        self.grads_active = False
         self._bprop_cells = []  # Cells with a custom bprop whose construct and bprop are wrapped
         self._bprop_pending = {}  # id(cell) -> [(forward key, save, backward parent)], latest last
 
     def attach(self):
+        self.forward_active = self.grads_active = True
         if self._fwd_handles:
             return
         for path, cell in self.cells:
@@ -86,17 +93,32 @@ class CellCapture:
             self._attach_grad_hooks()
 
     def detach(self):
+        self.forward_active = False
+        if not self._bprop_cells:
+            return
+        self._remove_forward_hooks()
+
+    def _remove_forward_hooks(self):
         for h in self._fwd_handles:
             h.remove()
         self._fwd_handles = []
         for cell in self._bprop_cells:  # the bprop stays wrapped until release(): backward may follow
             cell.__dict__.pop("construct", None)
 
+    def end_step(self):
+        """The step is over: the hooks stay, idle, for the next dumped step."""
+        self.forward_active = self.grads_active = False
+        self._frames = []
+        for state in self._grad_states:
+            state.got = {}
+
     def release(self):
-        self.detach()
+        self.end_step()
+        self._remove_forward_hooks()
         for h in self._grad_handles:
             h.remove()
         self._grad_handles = []
+        self._grad_states = []
         for cell in self._bprop_cells:
             cell.__dict__.pop("bprop", None)
         self._bprop_cells = []
@@ -140,7 +162,7 @@ class CellCapture:
 
         def hook(cell, args, kwargs):
             session = _state.session
-            if session is None or _state.busy or _state.depth:
+            if session is None or not self.forward_active or _state.busy or _state.depth:
                 self._frames.append(None)
                 return None
             key = naming.module_key("Cell", path, cls, naming.FORWARD, session.counter.next(base))
@@ -196,7 +218,8 @@ class CellCapture:
             if not params:
                 continue
             seen.update(id(p) for _, p in params)
-            state = _ParamGradState(f"Cell.{path}.{type(cell).__name__}", [n for n, _ in params])
+            state = _ParamGradState(self, f"Cell.{path}.{type(cell).__name__}", [n for n, _ in params])
+            self._grad_states.append(state)
             for name, p in params:
                 self._grad_handles.append(p.register_hook(state.hook(name)))
 
@@ -220,7 +243,8 @@ def _emit_bprop_record(session, entry, dout, grads):
 class _ParamGradState:
     """Collects the gradients of one Cell's parameters; emits parameters_grad when all arrived."""
 
-    def __init__(self, base, names):
+    def __init__(self, owner, base, names):
+        self.owner = owner
         self.base = base
         self.names = names
         self.got = {}
@@ -228,7 +252,7 @@ class _ParamGradState:
     def hook(self, name):
         def on_grad(grad):
             session = _state.session
-            if session is None:
+            if session is None or not self.owner.grads_active:
                 return None
             session.params_changed()  # the optimizer may update the Parameters from now on
             if self.base not in session.recorded_modules:

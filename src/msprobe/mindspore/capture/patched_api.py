@@ -82,6 +82,7 @@ class PatchedApis:
         self._originals = {}  # (id(owner), attr) -> (owner, original, owner defined it itself)
         self._table = None
         self._prims = []  # (cell, attr, original primitive)
+        self._prim_scan = None  # (cells, [(cell, attr, primitive, its PrimitiveCall)]): one scan per cell list
         self._wrappers = {}  # (id(owner), attr, prefix, name) -> wrapper, reused across start/stop
         self._plan = None  # what patch_builtin installed: [((id(owner), attr), originals entry, wrapper)]
         self._builtin_on = False  # patch_builtin's wrappers are installed
@@ -158,15 +159,22 @@ class PatchedApis:
 
     def patch_primitives(self, cells, sources=None):
         """Wrap the Primitive instances that `cells` (a list of Cells) hold as attributes; `sources`
-        (an ApiSources) learns each recorded call's constructor arguments."""
+        (an ApiSources) learns each recorded call's constructor arguments. The same list again (the
+        debugger keeps one per model) is not scanned again until restore()."""
         from mindspore.ops.primitive import Primitive
         if self._prims:
             return
-        for cell in cells:
-            for attr, value in list(vars(cell).items()):
-                if isinstance(value, Primitive) and value.name not in IGNORED_PRIMITIVES:
-                    self._prims.append((cell, attr, value))
-                    cell.__dict__[attr] = PrimitiveCall(value, attr, sources)
+        scan = self._prim_scan
+        if scan is None or scan[0] is not cells:
+            found = [(cell, attr, value, PrimitiveCall(value, attr)) for cell in cells
+                     for attr, value in list(vars(cell).items())
+                     if isinstance(value, Primitive) and value.name not in IGNORED_PRIMITIVES]
+            scan = self._prim_scan = (cells, found)
+        for cell, attr, prim, call in scan[1]:
+            if cell.__dict__.get(attr) is prim:  # (a Primitive the model replaced since is not wrapped)
+                call.__dict__["_sources"] = sources
+                self._prims.append((cell, attr, prim))
+                cell.__dict__[attr] = call
 
     def restore_primitives(self):
         """Put the model's own Primitives back: a Cell holding a PrimitiveCall cannot be compiled by
@@ -188,6 +196,7 @@ class PatchedApis:
                     delattr(target, key[1])
         if owner is None:
             self.restore_primitives()
+            self._prim_scan = None
             self._builtin_on = False
             if _state.apis_patched_by is self:
                 _state.apis_patched_by = None

@@ -6,6 +6,10 @@ the outputs (backward `input`), a hook on each node with an edge into an input s
 flows through that edge (backward `output`: this call's contribution to the input's gradient).
 Unlike identity-Function wrapping (what `register_full_backward_hook` does), this creates no views,
 so in-place ops on inputs or outputs keep working, and the numbers are untouched.
+
+An input that reaches the call through a cast of a leaf (autocast casts a weight once per region and
+every call in it shares that cast) is hooked where the gradient enters the cast, not where it leaves:
+what leaves is the sum over all the calls sharing it, what enters is this call's share.
 """
 
 import functools
@@ -24,6 +28,17 @@ def input_edges(tensors):
     return [(id(x), x.grad_fn, x.output_nr) if x.requires_grad else None for x in tensors]
 
 
+def _leaf_cast(node, leaf):
+    """(input position, the leaf's dtype) when `node` only casts a leaf input of the call (autocast's
+    ToCopyBackward of a weight, made by the first call of a region and shared by the rest), else None."""
+    if not node.name().startswith("ToCopyBackward"):
+        return None
+    nexts = [n for n, _ in node.next_functions if n is not None]
+    var = getattr(nexts[0], "variable", None) if len(nexts) == 1 else None
+    pos = leaf.get(id(var)) if var is not None else None
+    return None if pos is None else (pos, var.dtype)
+
+
 def _leads_to_leaves_only(node, wanted):
     """True when every edge of `node` ends at a leaf tensor that is not one of the call's inputs (the
     `weight.t()` inside F.linear): then no gradient of an input flows through it."""
@@ -40,7 +55,7 @@ class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "in_sums", "waits", "pending",
-                 "fired", "multi")
+                 "fired", "multi", "cast_to")
 
     def __init__(self, session, key, save, parent, n_out, n_in):
         self.session, self.key, self.save, self.parent = session, key, save, parent
@@ -53,6 +68,7 @@ class BackwardTracker:
         self.pending = 0
         self.fired = False
         self.multi = {}  # input position -> number of edges reaching it, when more than one
+        self.cast_to = {}  # input position -> the leaf's dtype, when its gradient is read before a cast
 
     @classmethod
     def attach(cls, session, key, inputs, outputs, save, parent, floor=None):
@@ -86,7 +102,7 @@ class BackwardTracker:
                 else:
                     nonleaf[(id(gf), nr)] = pos
                     floor = max(floor, gf._sequence_nr())
-        edges = {}
+        edges, cast_to = {}, {}
         # id -> node, held: a node's Python object may die mid-walk (torch keeps it only while someone
         # refers to it) and a node met later may get its id, which would then read as visited
         seen = {key: n for key, (n, _) in out_nodes.items()}
@@ -98,6 +114,9 @@ class BackwardTracker:
                     continue
                 var = getattr(nxt, "variable", None)  # AccumulateGrad: a leaf tensor
                 pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
+                cast = _leaf_cast(nxt, leaf) if pos is None and var is None else None
+                if cast is not None:
+                    pos, cast_to[pos] = cast
                 if pos is not None:
                     edges.setdefault(id(node), (node, []))[1].append((slot, pos))
                 elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
@@ -110,6 +129,7 @@ class BackwardTracker:
             for _, pos in slots:
                 hit[pos] = hit.get(pos, 0) + 1
         tracker.multi = {p: c for p, c in hit.items() if c > 1}
+        tracker.cast_to = cast_to
         if len(out_nodes) == 1 and len(edges) == 1 and next(iter(out_nodes)) == next(iter(edges)):
             # one node made the outputs and takes the inputs (most single ops): its post-hook sees
             # both gradients, before the engine passes any on, so one hook does
@@ -213,6 +233,8 @@ class BackwardTracker:
                     g = grad_inputs[slot]
                     if g is None:
                         continue
+                    if pos in self.cast_to:  # what the shared cast's backward would make of this call's share
+                        g = g.to(self.cast_to[pos])
                     if pos in self.multi:
                         prev, left = self.in_sums.get(pos, (None, self.multi[pos]))
                         g = g if prev is None else prev + g

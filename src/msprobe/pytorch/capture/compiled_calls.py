@@ -1,19 +1,23 @@
 """The run-time side of records made inside compiled graphs: each `msprobe::record` event (capture/compiled.py)
-turned into the records the eager path makes, with the session's own builders.
+turned into the records the eager path makes, through the same per-call flow (core/dump/call_capture.py).
 
 A call event rebuilds the call's arguments and outputs from its site (capture/compiled_sites.py) around
-the tensors and numbers the op received, names the call with the session's counters, asks the filters
-and emits the record; module begin/end events keep the module stack as the eager hooks do. Backward: a
-forward that will have a backward record waits (per call site) for its gradient events, and one is
-paired with the latest forward of the same site whose backward has not begun.
+the tensors and numbers the op received, names the call with the session's counters, asks the filters and
+hands the call to CallCapture's `begin` and `end` with its outputs already computed; module begin/end
+events do so as the eager module hooks do. `CompiledCallOps` is what differs from eager: the stack and
+each tensor's requires_grad come from the site (inside a graph no tensor requires a gradient), and a
+forward that will have a backward record waits (per call site) for its gradient events, paired with the
+latest forward of the same site whose backward has not begun.
 
 Records inside compiled graphs are summarised at once (Inductor reuses a buffer as soon as the op
 returns) and never from the summary cache (Inductor writes buffers without bumping their version).
 """
 
 from msprobe.core import naming
+from msprobe.core.dump.call_capture import CallCapture
 from msprobe.pytorch.capture.compiled_aten import emit_aten_records
 from msprobe.pytorch.capture.compiled_sites import mark_outputs, mark_requires_grad, outputs_of, rebuild
+from msprobe.pytorch.tool_work import tool_work
 
 # what an event of the record op is (its first int)
 CALL, OUT_GRAD, IN_GRAD, BEGIN, END = range(5)
@@ -64,12 +68,60 @@ class CompiledBackward:
         self.session = None
 
 
+class CompiledCallOps:
+    """CallCapture's operations (core/dump/call_capture.py) for a call a compiled graph already ran.
+    What the end of the call being recorded carries: `site`, the site of its inputs (an API call's, a
+    module's pre-hook's); `outputs`, `grad_out`, `n_out`: its output layout, hooked output positions and
+    number of output tensors."""
+
+    __slots__ = ("site", "outputs", "grad_out", "n_out")
+    work = tool_work
+
+    def __init__(self):
+        self.site, self.outputs, self.grad_out, self.n_out = None, None, (), 0
+
+    @staticmethod
+    def before_call(s):
+        pass
+
+    @staticmethod
+    def run(func, args, kwargs):
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def before_mutation(s, args, kwargs):
+        pass  # nothing waits: records inside a graph are summarised at once
+
+    @staticmethod
+    def result_of(s, out, args, inplace):
+        return out  # rebuilt from the site: an in-place call's outputs are its changed arguments already
+
+    @staticmethod
+    def backward_begin(s, key, parent, args, kwargs, save, inplace, module):
+        return True, args  # the gradient events come from the graph's own hooks (capture/compiled.py)
+
+    def backward_end(self, s, state, key, parent, out, result, save, inplace, module):
+        if self.grad_out:
+            s.compiled_calls.wait(self.site, self.grad_out, key, parent, save and s.gate is None, self.n_out)
+        return out
+
+    @staticmethod
+    def param_record(s, p, stem, save, waits):
+        # parameters change in place only in the optimizer, which launches what waits (debugger)
+        return s.tensor_record(p, stem, save, waits, defer=True)
+
+    def amend_outputs(self, s, outs):
+        mark_outputs(self.outputs, outs)  # requires_grad as the eager tensors have it
+
+
 class CompiledCalls:
     """One session's records from compiled graphs: module frames and backward pairing."""
 
     def __init__(self, session):
         self.session = session
-        self.frames = []  # (key, parent, inputs half or None, begin site) of the modules running now
+        self.ops = CompiledCallOps()
+        self.calls = CallCapture(self.ops)
+        self.frames = []  # (key, CallFrame or None, begin site) of the modules running now
         self.waiting = {}  # site pair -> CompiledBackward of forwards whose backward has not begun
         self.running = {}  # site pair -> the CompiledBackward its events fill now
 
@@ -90,41 +142,25 @@ class CompiledCalls:
             session.defer_forward = prev
 
     def _call(self, site, outputs, tensors, ints, floats):
-        """An API call: its forward record, as `DumpSession.record_call` makes it."""
+        """An API call, as `CallCapture.call` records it (the call itself ran in the graph)."""
         s = self.session
-        flt = s.filter
-        prefix, name, inplace = site.prefix, site.name, site.inplace
+        prefix, name = site.prefix, site.name
         key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
         out_desc, grad_out, aten = outputs
         if aten:  # level L2: the API names its aten ops' parent only
             emit_aten_records(s, site, key, tensors, ints, floats)
             return
-        backward = bool(grad_out) and flt.backward
         gate = s.gate
-        if not flt.want_call(key, s.module_stack) or (gate is not None and gate.exhausted):
-            if backward:
-                self._wait(site, grad_out, None, None, False, 0)
-            return
-        save = flt.saves_tensor(key) or gate is not None
-        listed_forward = flt.wants_forward(key, s.module_stack)
-        n_out = len(tensors) - site.n_in
-        if flt.forward and listed_forward:
+        frame = None
+        if s.filter.want_call(key, s.module_stack) and not (gate is not None and gate.exhausted):
             args, kwargs = rebuild(site.args, tensors, ints, floats), rebuild(site.kwargs, tensors, ints, floats)
-            result = rebuild(out_desc, tensors[site.n_in:], ints, floats)
-            waits = []
-            in_args, in_kwargs = (s.args_records(key, args, kwargs, "input", save and not (inplace and gate is not None),
-                                                 waits) if flt.input else ([], {}))
-            outs = s.outputs_record(key, result, save, waits) if flt.output or gate is not None else []
-            mark_requires_grad(site.args, in_args)
-            mark_requires_grad(site.kwargs, in_kwargs)
-            mark_outputs(out_desc, outs)
-            record = {"input_args": in_args, "input_kwargs": in_kwargs, "output": outs if flt.output else []}
-            s.emit(key, record, waits, check=outs)
-        if listed_forward:
-            s.note_structure(key, s.parent_key(), site.stack if s.with_stack else None)
-        if backward:
-            parent = naming.backward_of(s.module_stack[-1]) if s.module_stack else None
-            self._wait(site, grad_out, naming.backward_of(key), parent, save and gate is None, n_out)
+            frame, _ = self.calls.begin(s, key, s.parent_key(), args, kwargs, inplace=site.inplace, module=False,
+                                        backward=bool(grad_out), stack=site.stack)
+            mark_requires_grad(site.args, frame.in_args)
+            mark_requires_grad(site.kwargs, frame.in_kwargs)
+            self._end_event(site, out_desc, grad_out, len(tensors) - site.n_in)
+            self.calls.end(s, frame, rebuild(out_desc, tensors[site.n_in:], ints, floats))
+        self._unpaired(frame, site, grad_out)
 
     def _begin(self, site, tensors, ints, floats):
         """A module's pre-hook, as ModuleCapture's."""
@@ -134,36 +170,43 @@ class CompiledCalls:
         parent = enclosing[-1] if enclosing else None
         want = s.filter.want_call(key, enclosing)
         s.module_stack.append(key)
-        inputs = None
+        frame = None
         if want:
             args, kwargs = rebuild(site.args, tensors, ints, floats), rebuild(site.kwargs, tensors, ints, floats)
-            inputs = s.module_inputs(key, args, kwargs, site.stack if s.with_stack else None)
-            mark_requires_grad(site.args, inputs[3])
-            mark_requires_grad(site.kwargs, inputs[4])
-        self.frames.append((key, parent, inputs, site))
+            frame = self.calls.begin(s, key, parent, args, kwargs, stack=site.stack)[0]
+            mark_requires_grad(site.args, frame.in_args)
+            mark_requires_grad(site.kwargs, frame.in_kwargs)
+        self.frames.append((key, frame, site))
 
     def _end(self, site, tensors, ints, floats):
+        """A module's post-hook, as ModuleCapture's."""
         if not self.frames:
             return
-        key, parent, inputs, begin = self.frames.pop()
+        key, frame, begin = self.frames.pop()
         s = self.session
         if s.module_stack and s.module_stack[-1] == key:
             s.module_stack.pop()
-        backward = bool(site.grad_out) and s.filter.backward
-        if inputs is None:
-            if backward:
-                self._wait(begin, site.grad_out, None, None, False, 0)
-            return
-        n_out = len(tensors) - len(site.params)
-        output = rebuild(site.outputs, tensors[:n_out], ints, floats)
-        mark_outputs(site.outputs, s.emit_module(key, parent, inputs, zip(site.params, tensors[n_out:]), output))
-        if backward:
-            self._wait(begin, site.grad_out, naming.backward_of(key), naming.backward_of(parent) if parent else None,
-                       inputs[0] and s.gate is None, n_out)
+        if frame is not None:
+            n_out = len(tensors) - len(site.params)
+            self._end_event(begin, site.outputs, site.grad_out, n_out)
+            self.calls.end(s, frame, rebuild(site.outputs, tensors[:n_out], ints, floats),
+                           params=zip(site.params, tensors[n_out:]))
+        self._unpaired(frame, begin, site.grad_out)
 
-    def _wait(self, site, grad_out, key, parent, save, n_out):
+    def _end_event(self, site, outputs, grad_out, n_out):
+        """What the ops read while the call's end is recorded (see CompiledCallOps)."""
+        ops = self.ops
+        ops.site, ops.outputs, ops.grad_out, ops.n_out = site, outputs, grad_out, n_out
+
+    def _unpaired(self, frame, site, grad_out):
+        """A call whose gradient events come but make no record (not recorded, or without backward): they
+        are counted all the same, so that later events pair with their own forwards."""
+        if grad_out and self.session.filter.backward and (frame is None or frame.backward is None):
+            self.wait(site, grad_out, None, None, False, 0)
+
+    def wait(self, site, grad_out, key, parent, save, n_out):
         """A forward whose backward record the gradient events will fill (`key` None: not recorded); `site`
-        holds its inputs (an API call's, a module's begin site)."""
+        holds its inputs."""
         entry = CompiledBackward(self.session, key, parent, save, n_out, site.n_in, site.grad_in, grad_out)
         self.waiting.setdefault(site.pair, []).append(entry)
 

@@ -20,8 +20,8 @@ pytest.importorskip("torch")
 from msprobe.core.compare.outputs import write_compare  # noqa: E402
 from msprobe.core.diagnosis import format_diagnosis  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-planted = load_private("msprobe_test_planted", os.path.join(HERE, "planted.py"))
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+planted = load_private("msprobe_test_planted", os.path.join(TESTS, "compare", "planted.py"))
 
 
 def msprobe(*args):

@@ -1,11 +1,12 @@
-"""Helpers of the compare tests: hand-written dump.json files and the msProbe samples' location.
+"""Helpers of the compare tests (tests/compare, tests/core/compare, tests/core/diagnosis): hand-written
+dump.json files and the msProbe samples' location.
 (A uniquely named module: `conftest` is ambiguous when several test folders have one.)"""
 
 import json
 import os
 
 # a copy of msProbe's sample outputs (CI clones the repository without the shared folder)
-SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "msprobe-samples")
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "msprobe-samples")
 
 
 _SAME = object()

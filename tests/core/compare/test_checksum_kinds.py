@@ -9,12 +9,13 @@ import os
 import shutil
 import zlib
 
+from compare_fixtures import SAMPLES
 from msprobe.core.checksum import OLDER64, checksum_kind
 from msprobe.core.compare import compare_dumps
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records
 from msprobe.core.dump.tensor_files import load_tensor_file
 
-SAMPLE = os.path.join(os.path.dirname(__file__), "..", "data", "msprobe-samples", "pt_dump", "mlp_statistics_L1_md5")
+SAMPLE = os.path.join(SAMPLES, "pt_dump", "mlp_statistics_L1_md5")
 
 
 def _as_older64(path):
