@@ -247,6 +247,20 @@ def test_grouped_reductions_span_chunks_and_buffers(monkeypatch):
         _same(Summarizer(device_path=False).summarize(t)[0], rec, str(i))
 
 
+def test_checksums_of_a_batch_span_several_passes(monkeypatch):
+    # tensors of one shape stacked into rows of bytes, a pass holding at most CRC_ROWS rows: a batch of
+    # several shapes, some one row, some several, split over passes; each checksum zlib's
+    monkeypatch.setattr(torch_kernels, "CRC_ROWS", 5)
+    gen = torch.Generator().manual_seed(5)
+    tensors = ([torch.randn(300, generator=gen) for _ in range(7)] + [torch.randn(77, generator=gen) for _ in range(3)]
+               + [torch.randn(20, 30, generator=gen).t() for _ in range(2)] + [torch.randn(1100, generator=gen)])
+    s = Summarizer(md5=True, stats=False, device_path=True)
+    got = [s.summarize(t, defer=True)[0] for t in tensors]
+    s.start_resolve().finish()
+    for i, (t, rec) in enumerate(zip(tensors, got)):
+        assert rec["md5"] == _zlib_hex(t), i
+
+
 TRITON_CHECK = textwrap.dedent('''
     import os
     os.environ["TRITON_INTERPRET"] = "1"  # the CUDA kernels, run by Triton's interpreter on CPU tensors

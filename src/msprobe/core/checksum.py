@@ -94,7 +94,13 @@ def shift(crc, nbytes):
 
 def finish_raw(raw, nbytes):
     """8 hex digits of the CRC-32 of `nbytes` bytes whose raw CRC (register from 0, no final xor) is `raw`."""
-    return f"{(raw ^ shift(_M32, nbytes) ^ _M32) & _M32:08x}"
+    return f"{(raw ^ _final_xor(nbytes)) & _M32:08x}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _final_xor(nbytes):
+    # a dump meets few tensor sizes: the shift (32 polynomial steps in Python) once per size
+    return shift(_M32, nbytes) ^ _M32
 
 
 def combine(crc1, crc2, len2):

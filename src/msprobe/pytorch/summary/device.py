@@ -54,27 +54,21 @@ class DeviceSummaries:
     """
 
     def __init__(self):
-        self._open = {}  # (device, kind) -> the buffer being filled
-        self._batch = []  # slots filled since the last resolve, in order
-        self._buffers = []  # buffers the batch wrote
-        self._kernels = {}  # device -> triton_kernels or None
-        # deferred: (kind, kernels, item, tensor, version)
+        self._lanes = {}  # device -> _Lane: its kernels and the buffers being filled
+        self._buffers = []  # buffers the batch wrote, in the order they were opened
+        self._pending = 0  # slots in them
+        # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
         self.changed = 0  # deferred tensors changed in place before they were read
 
     @property
     def pending(self):
-        return len(self._batch)
+        return self._pending
 
     @property
     def waiting(self):
         """Deferred summaries not launched yet."""
         return len(self._waiting)
-
-    def _defer(self, kind, kernels, item, nbytes):
-        x = item[0]
-        if self._waiting.add((kind, kernels, item, x, x._version), nbytes):
-            self.launch()
 
     def launch(self, touching=None):
         """Launch the deferred summaries: one batch per (kind, kernels, device, dtype). `touching`: the
@@ -85,60 +79,73 @@ class DeviceSummaries:
 
     def _launch(self, waiting):
         groups = {}
-        for kind, kernels, item, x, version in waiting:
+        for group, item, x, version, _ in waiting:
             if x._version != version:
                 self.changed += 1
-            groups.setdefault((kind, id(kernels), x.device, x.dtype), (kind, kernels, []))[2].append(item)
-        for kind, kernels, items in groups.values():
+            items = groups.get(group)
+            if items is None:
+                groups[group] = [item]
+            else:
+                items.append(item)
+        for (kind, kernels, _), items in groups.items():
             (kernels.statistics if kind == STATS else kernels.checksum)(items)
 
-    def _slot(self, kind, device, n, dtype, nbytes):
-        key = (device, kind)
-        buf = self._open.get(key)
+    def _lane(self, device):
+        lane = self._lanes.get(device)
+        if lane is None:
+            lane = self._lanes[device] = _Lane(device, _triton_kernels(device))
+        return lane
+
+    def _slot(self, lane, kind, n, dtype, nbytes):
+        buf = lane.open[kind]
         if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = self._open[key] = Buffer(device, kind)
+            buf = lane.open[kind] = Buffer(lane.device, kind)
             self._buffers.append(buf)
         slot = Slot(kind, buf, buf.used, n, dtype, nbytes)
         buf.used += 1
-        self._batch.append(slot)
+        buf.slots.append(slot)
+        self._pending += 1
         return slot
 
-    def _kernels_for(self, device):
-        k = self._kernels.get(device, False)
-        if k is False:
-            k = self._kernels[device] = _triton_kernels(device)
-        return k
-
     def stats(self, x, n, dense, defer=False, rows=None):
-        """Slot of Max/Min/Sum/Sum-of-squares of `x` (a detached, real tensor of `n` elements);
-        `dense` is x's memory in element order (x itself, or a permutation that makes it contiguous),
-        or None; `rows`: (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
+        """Slot of Max/Min/Sum/Sum-of-squares of `x` (a real tensor of `n` elements); `dense` is x's
+        memory in element order (x itself, or a permutation that makes it contiguous), or None; `rows`:
+        (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
         `defer`: launched with others at the next `launch()`."""
-        device = x.device
-        slot = self._slot(STATS, device, n, x.dtype, 0)
-        kernels = self._kernels_for(device)
-        fused = kernels is not None and kernels.handles(x.dtype) and (dense is not None or rows is not None)
-        if fused:
+        dtype = x.dtype
+        lane = self._lanes.get(x.device) or self._lane(x.device)
+        slot = self._slot(lane, STATS, n, dtype, 0)
+        kernels = lane.kernels
+        if kernels is None:  # torch's kernels read any layout
+            item = (x, n, slot, None)
+            kernels = torch_kernels
+        elif kernels.handles(dtype) and (dense is not None or rows is not None):
             item = (dense, n, slot, None) if dense is not None else (x, n, slot, rows)
-        else:
-            item, kernels = (x, n, slot, None), torch_kernels
-        # without Triton everything may wait; with it, only what its kernel reads
-        if defer and not _DEFER_OFF and (fused or self._kernels_for(device) is None):
-            self._defer(STATS, kernels, item, n * x.element_size())
+        else:  # Triton's kernels cannot read it: torch's, at once
+            torch_kernels.statistics([(x, n, slot, None)])
+            return slot
+        if defer and not _DEFER_OFF:
+            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, _storage(x)), n * x.element_size()):
+                self.launch()
         else:
             kernels.statistics([item])
         return slot
 
     def checksum(self, x, defer=False):
         """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`: as in `stats`)."""
-        nbytes = x.numel() * x.element_size()
-        slot = self._slot(CHECKSUM, x.device, x.numel(), x.dtype, nbytes)
-        raw = x.contiguous().reshape(-1).view(torch.uint8)
-        kernels = self._kernels_for(x.device) or torch_kernels
+        dtype = x.dtype
+        if dtype.is_complex and (x.is_conj() or x.is_neg()):
+            x = x.resolve_conj().resolve_neg()  # the bytes of the values, not of the lazy view
+        n = x.numel()
+        nbytes = n * x.element_size()
+        lane = self._lanes.get(x.device) or self._lane(x.device)
+        slot = self._slot(lane, CHECKSUM, n, dtype, nbytes)
+        kernels = lane.kernels or torch_kernels
         if defer and not _DEFER_OFF:
-            self._defer(CHECKSUM, kernels, (raw, slot), nbytes)
+            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version, _storage(x)), nbytes):
+                self.launch()
         else:
-            kernels.checksum([(raw, slot)])
+            kernels.checksum([(x, slot)])
         return slot
 
     def start_resolve(self):
@@ -146,9 +153,21 @@ class DeviceSummaries:
         starts anew."""
         if self._waiting:
             self.launch()
-        batch, buffers = self._batch, self._buffers
-        self._batch, self._buffers, self._open = [], [], {}
-        return readback.start(batch, buffers)
+        buffers = self._buffers
+        self._buffers, self._pending = [], 0
+        for lane in self._lanes.values():
+            lane.open = [None, None]
+        return readback.start(buffers)
+
+
+class _Lane:
+    """One device's kernels (Triton's, or None: torch's) and its open buffer of each kind."""
+
+    __slots__ = ("device", "kernels", "open")
+
+    def __init__(self, device, kernels):
+        self.device, self.kernels = device, kernels
+        self.open = [None, None]  # by kind: STATS, CHECKSUM
 
 
 def _launched_first(waiting, touching):
@@ -159,12 +178,23 @@ def _launched_first(waiting, touching):
     return _split_by_memory(waiting, touching)
 
 
+def _storage(x):
+    """The address of `x`'s storage (None: it has none), read once when it starts waiting: an in-place call
+    compares it with its own tensors' (while up to SHARE_CHECK_MAX wait, an item meets many such calls)."""
+    try:
+        return x.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
 def _split_by_memory(waiting, tensors):
     """(the waiting items whose tensor shares a storage with one of `tensors`, the others); all of them
     when a tensor has no storage to compare."""
     try:
         changing = {t.untyped_storage().data_ptr() for t in tensors}
-        shared = [w[3].untyped_storage().data_ptr() in changing for w in waiting]
     except (RuntimeError, NotImplementedError, TypeError):
         return waiting, []
+    if None in changing or any(w[4] is None for w in waiting):
+        return waiting, []
+    shared = [w[4] in changing for w in waiting]
     return [w for w, s in zip(waiting, shared) if s], [w for w, s in zip(waiting, shared) if not s]

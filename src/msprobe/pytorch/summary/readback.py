@@ -14,8 +14,8 @@ from msprobe.pytorch.summary.slots import STATS, Slot
 _FLT_MAX = 3.4028234663852886e38
 
 
-def start(batch, buffers):
-    """Queue the copy of `buffers` (the rows `batch`'s slots are in) to the host."""
+def start(buffers):
+    """Queue the copy of `buffers` (their used rows) to the host."""
     copies = []
     for buf in buffers:
         rows = buf.rows[:buf.used]
@@ -28,57 +28,62 @@ def start(batch, buffers):
         if event is not None:
             event.record()
         copies.append((buf, host, event))
-    return Readback(batch, copies)
+    return Readback(copies)
 
 
 class Readback:
     """A batch's slots on their way to the host."""
 
-    __slots__ = ("batch", "copies")
+    __slots__ = ("copies",)
 
-    def __init__(self, batch, copies):
-        self.batch, self.copies = batch, copies
+    def __init__(self, copies):
+        self.copies = copies
 
     def finish(self):
         """Wait for the copies, set each slot's values and fill the records waiting for it."""
-        arrays = {}
         for buf, host, event in self.copies:
             if event is not None:
                 event.synchronize()
             elif host.device.type != "cpu":
                 host = host.cpu()
-            arrays[id(buf)] = host.numpy()
-        stats = [slot for slot in self.batch if slot.kind == STATS]
-        for slot, values in zip(stats, stats_values_many(stats, arrays)):
-            slot.values = values
-        for slot in self.batch:
-            if slot.kind != STATS:
-                raw = int(arrays[id(slot.buffer)][slot.index, 0])
-                slot.values = {"md5": checksum.finish_raw(raw, slot.nbytes)}
-            for rec in slot.waiting:
-                rec.update(slot.values)
-            slot.waiting = []
-        self.batch = self.copies = None
+            rows = host.numpy()
+            slots = buf.slots
+            if buf.kind == STATS:
+                values = stats_values_many(slots, rows)
+            else:
+                values = [{"md5": checksum.finish_raw(raw, slot.nbytes)} for slot, raw in zip(slots, rows[:, 0].tolist())]
+            for slot, v in zip(slots, values):
+                slot.values = v  # before the waiting records: fill_from_slot looks again after appending
+                for rec in slot.waiting:
+                    rec.update(v)
+                slot.waiting = []
+        self.copies = None
 
 
-def stats_values_many(slots, arrays):
-    """Record fields of many statistics slots: the arithmetic in numpy, one dict per slot."""
+# whether a summary of a dtype reports Mean and Norm in float32 (as the host kernel does)
+_LOW = {d: d.is_floating_point and d != torch.float64
+        for d in (getattr(torch, name) for name in dir(torch)) if isinstance(d, torch.dtype)}
+
+
+def stats_values_many(slots, rows):
+    """Record fields of many statistics slots from their rows (max, min, sum, sum of squares; row i is
+    slot i's): the arithmetic in numpy, one dict per slot."""
     if not slots:
         return []
-    rows = np.stack([arrays[id(s.buffer)][s.index] for s in slots])
-    n = np.array([s.n for s in slots], dtype=np.float64)
+    rows = rows[:len(slots)]
+    dtypes = [s.dtype for s in slots]
+    n = np.fromiter([s.n for s in slots], dtype=np.float64, count=len(slots))
     with np.errstate(all="ignore"):
         mean = rows[:, 2] / n
         norm = np.sqrt(rows[:, 3])
         # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
-        low = np.array([s.dtype.is_floating_point and s.dtype != torch.float64 for s in slots])
+        low = np.fromiter([_LOW[d] for d in dtypes], dtype=bool, count=len(slots))
         for col in (mean, norm):
             fits = low & (np.abs(col) <= _FLT_MAX)
             col[fits] = col[fits].astype(np.float32)
         finite = np.isfinite(rows).all(axis=1)
     out = []
-    for s, (mx, mn, _, _), m, nm, ok in zip(slots, rows.tolist(), mean.tolist(), norm.tolist(), finite.tolist()):
-        dtype = s.dtype
+    for dtype, (mx, mn, _, _), m, nm, ok in zip(dtypes, rows.tolist(), mean.tolist(), norm.tolist(), finite.tolist()):
         if dtype == torch.bool:
             out.append({"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None})
         elif ok:
@@ -97,4 +102,4 @@ def stats_values_many(slots, arrays):
 def stats_values(row, n, dtype):
     """Record fields from one slot's row (max, min, sum, sum of squares)."""
     one = Slot(STATS, None, 0, n, dtype, 0)
-    return stats_values_many([one], {id(None): np.asarray(row, dtype=np.float64).reshape(1, 4)})[0]
+    return stats_values_many([one], np.asarray(row, dtype=np.float64).reshape(1, 4))[0]

@@ -32,14 +32,15 @@ class Slot:
 
 
 class Buffer:
-    """SLOTS_PER_BUFFER rows of one kind on one device."""
+    """SLOTS_PER_BUFFER rows of one kind on one device; `slots`: those made in it, in row order."""
 
-    __slots__ = ("device", "kind", "rows", "used")
+    __slots__ = ("device", "kind", "rows", "used", "slots")
 
     def __init__(self, device, kind):
         self.device, self.kind = device, kind
         self.rows = torch.empty((SLOTS_PER_BUFFER, WIDTH[kind]), dtype=_DTYPES[kind], device=device)
         self.used = 0
+        self.slots = []
 
 
 def fill_from_slot(rec, slot):

@@ -55,6 +55,7 @@ class Summarizer:
             device_path = os.environ.get("MSPROBE_DEVICE_SUMMARY", "0") == "1"
         self.device_path = device_path
         self.slots = DeviceSummaries()
+        self._deferral = self.slots._waiting
         self._cache = {}
         # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
@@ -70,8 +71,9 @@ class Summarizer:
 
     @property
     def waiting(self):
-        """Deferred summaries not launched yet (see DeviceSummaries)."""
-        return self.slots.waiting
+        """Deferred summaries not launched yet (see DeviceSummaries); asked before every call the API
+        mode passes on: no nested property."""
+        return len(self._deferral)
 
     def launch(self, touching=None):
         """Launch the deferred summaries now: something may change their tensors in place (`touching`:
@@ -152,7 +154,7 @@ class Summarizer:
             if on_host or n == 0:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
             else:
-                slots.append(self.slots.checksum(t.detach(), defer))
+                slots.append(self.slots.checksum(t if t.requires_grad else t.detach(), defer))
         entry = None
         if key is not None:
             if len(self._cache) > CACHE_LIMIT:
@@ -167,7 +169,12 @@ class Summarizer:
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
         are resolved); remembered for the tensor object when it has a cache entry."""
         rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-        rec.update(values if len(values) == len(self._fields) else dict(self._fields, **values))
+        if len(values) == len(self._fields):
+            rec.update(values)
+        else:  # fields still on the device: null until resolved, in msProbe's order
+            rec.update(self._fields)
+            if values:
+                rec.update(values)
         if entry is not None:
             self._remember(t, key, shape, rec, entry)
         rec["requires_grad"] = t.requires_grad
@@ -184,8 +191,10 @@ class Summarizer:
     def _stats_slot(self, t, n, span, defer):
         """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
         when the caller has it."""
-        x = t.detach()
-        if x.is_complex():
+        # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as .grad
+        # and copies one that is held (a detach costs more than the rest of a deferral)
+        x = t if t.requires_grad else t.detach()
+        if x.dtype.is_complex:
             with torch.no_grad():
                 x = x.abs()
             span = None

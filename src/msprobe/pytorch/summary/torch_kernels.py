@@ -1,10 +1,11 @@
 """The summary kernels in torch's own ops, on the tensor's device: what NPUs, CUDA without Triton and the
 CPU path the tests force (`MSPROBE_DEVICE_SUMMARY=1`) run. A few launches a tensor; a batch of small
-tensors of one dtype in a few launches in all (one concatenation, segment reductions).
+tensors of one dtype in a few launches in all: those of one shape stacked into rows (one copy, no Python
+object per tensor), the rest concatenated and reduced by segment.
 
 Protocol (the same in triton_kernels.py): `statistics(batch)`, items (x, n, slot, rows): Max/Min/Sum/Sum
-of squares of `x` (n elements; `rows` unused here) into the slot's row; `checksum(batch)`, items (raw,
-slot): the raw CRC-32 of flat uint8 `raw` (core/checksum.py: rows of ROW bytes from the end, one table
+of squares of `x` (n elements; `rows` unused here) into the slot's row; `checksum(batch)`, items (x,
+slot): the raw CRC-32 of `x`'s bytes in index order (core/checksum.py: rows of ROW bytes from the end, one table
 lookup a byte, each row shifted by the rows after it, xored) into the slot's row. Rows here are 1 KB
 (Triton's are 64 bytes): a tensor of up to 1 KB is one row, a gather and ten xors, no shift; launches,
 not bytes, are what a small tensor costs.
@@ -22,6 +23,8 @@ from msprobe.pytorch.summary.transfer import index_tensor, to_device_async
 GROUP_ELEMENTS = {"cpu": 2048}
 GROUP_ELEMENTS_ELSEWHERE = 1 << 16
 GROUP_TOTAL = 1 << 22  # elements per grouped reduction: float64 temporaries of 32 MB
+# tensors of one shape up to this many elements are stacked (a copy each, no launch each): on CPU too
+STACK_ELEMENTS = 1 << 16
 # bytes a CRC row (the row table is ROW x 256 int32: 1 MB)
 ROW = 1024
 # rows shifted by one table lookup (the table is NEAR x 1024 int32: 256 KB): tensors up to NEAR rows
@@ -39,25 +42,61 @@ def handles(dtype):
 
 
 def statistics(batch):
-    """Statistics of items (x, n, slot, rows) of one device and dtype: the small ones concatenated (as
-    float64, exact for every real dtype) and reduced by segment; segment_reduce where a device lacks it
-    falls back to a tensor at a time."""
-    chunks, alone = _grouped(batch, lambda item: True)
-    for chunk in chunks:
-        try:
-            with torch.no_grad():
-                lengths = index_tensor([n for _, n, _, _ in chunk], chunk[0][0].device)
-                flat = torch.cat([x.reshape(-1) for x, _, _, _ in chunk]).to(torch.float64)
-                # unsafe: the lengths are right by construction, and checking them reads them back
-                values = torch.stack([torch.segment_reduce(flat, op, lengths=lengths, unsafe=True)
-                                      for op in ("max", "min", "sum")]
-                                     + [torch.segment_reduce(flat * flat, "sum", lengths=lengths, unsafe=True)], dim=1)
-        except (RuntimeError, NotImplementedError):
-            alone.extend(chunk)
+    """Statistics of items (x, n, slot, rows) of one device and dtype: small tensors of one shape stacked
+    into rows (one copy) and reduced along them, a few launches for all; the other small ones concatenated
+    (as float64, exact for every real dtype) and reduced by segment; the large ones a tensor at a time."""
+    shapes, alone = _by_shape(batch, STACK_ELEMENTS)
+    mixed = []
+    for items in shapes.values():
+        if len(items) == 1:
+            mixed.append(items[0])
             continue
-        _store_rows([slot for _, _, slot, _ in chunk], values)
+        per = max(1, GROUP_TOTAL // max(1, items[0][1]))
+        for i in range(0, len(items), per):
+            chunk = items[i:i + per]
+            try:
+                with torch.no_grad():
+                    m = torch.stack([item[0] for item in chunk]).reshape(len(chunk), -1).to(torch.float64)
+                    values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
+            except (RuntimeError, NotImplementedError):
+                mixed.extend(chunk)
+                continue
+            _store_rows([item[2] for item in chunk], values)
+    if mixed:
+        chunks, rest = _grouped(mixed, lambda item: True)
+        alone.extend(rest)
+        for chunk in chunks:
+            try:
+                with torch.no_grad():
+                    lengths = index_tensor([n for _, n, _, _ in chunk], chunk[0][0].device)
+                    flat = torch.cat([x.reshape(-1) for x, _, _, _ in chunk]).to(torch.float64)
+                    # unsafe: the lengths are right by construction, and checking them reads them back
+                    values = torch.stack([torch.segment_reduce(flat, op, lengths=lengths, unsafe=True)
+                                          for op in ("max", "min", "sum")]
+                                         + [torch.segment_reduce(flat * flat, "sum", lengths=lengths, unsafe=True)],
+                                         dim=1)
+            except (RuntimeError, NotImplementedError):
+                alone.extend(chunk)
+                continue
+            _store_rows([slot for _, _, slot, _ in chunk], values)
     for x, _, slot, _ in alone:
         _stats_one(x, slot)
+
+
+def _by_shape(items, limit):
+    """({shape: items}, items of more than `limit` elements): the first element of an item is its tensor,
+    the second its size."""
+    shapes, alone = {}, []
+    for item in items:
+        if item[1] > limit:
+            alone.append(item)
+        else:
+            group = shapes.get(item[0].shape)
+            if group is None:
+                shapes[item[0].shape] = [item]
+            else:
+                group.append(item)
+    return shapes, alone
 
 
 def _stats_one(x, slot):
@@ -78,29 +117,65 @@ def _stats_one(x, slot):
 
 
 def checksum(batch):
-    """Raw CRC-32 of items (raw, slot) of one device: the small ones each zero-padded in front to whole
-    rows and concatenated, one pass for all; the large ones a pass each, on their own memory."""
-    # grouped by 32-bit words, as the statistics are by elements (the same bytes per launch saved)
-    chunks, alone = _grouped([(raw, raw.numel() // 4, slot, None) for raw, slot in batch], lambda item: True)
-    for chunk in chunks:
-        device = chunk[0][0].device
-        sizes = [raw.numel() for raw, _, _, _ in chunk]
-        with torch.no_grad():
-            pads = [(-n) % ROW for n in sizes]
-            parts = []
-            for (raw, _, _, _), pad in zip(chunk, pads):
+    """Raw CRC-32 of items (x, slot) of one device and dtype (the bytes of `x` in index order): the small
+    tensors of each shape stacked into rows of bytes, zero-padded in front to whole CRC rows, all shapes
+    in one pass; the large ones a pass each."""
+    x0 = batch[0][0]
+    limit = GROUP_ELEMENTS.get(x0.device.type, GROUP_ELEMENTS_ELSEWHERE) * 4 // max(1, x0.element_size())
+    shapes, alone = _by_shape([(x, x.numel(), slot) for x, slot in batch], limit)
+    device, pending = x0.device, _Pass()
+    for items in shapes.values():
+        nbytes = items[0][1] * x0.element_size()
+        if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
+            with torch.no_grad():
+                m = torch.stack([item[0] for item in items]).reshape(len(items), -1).view(torch.uint8)
+                _store_rows([item[2] for item in items], _crc_short(m).unsqueeze(1))
+            continue
+        pad = (-nbytes) % ROW
+        r = (nbytes + pad) // ROW
+        per = max(1, CRC_ROWS // r)  # tensors a pass
+        for i in range(0, len(items), per):
+            chunk = items[i:i + per]
+            if pending.rows + r * len(chunk) > CRC_ROWS:
+                pending.run(device)
+            k = len(chunk)
+            with torch.no_grad():
+                m = torch.stack([item[0] for item in chunk]).reshape(k, -1).view(torch.uint8)
                 if pad:
-                    parts.append(_zeros(device, pad))
-                parts.append(raw)
-            rows = torch.cat(parts).view(-1, ROW)
-            counts = np.array([(n + pad) // ROW for n, pad in zip(sizes, pads)], dtype=np.int64)
-            segment = np.repeat(np.arange(len(chunk), dtype=np.int64), counts)
-            after = np.cumsum(counts)[segment] - 1 - np.arange(segment.size, dtype=np.int64)
-            idx = index_tensor(np.stack((segment, after)), device)
-            raws = _crc_rows(rows, idx[1], idx[0], len(chunk), int(counts.max() - 1).bit_length())
-        _store_rows([slot for _, _, slot, _ in chunk], raws.unsqueeze(1))
-    for raw, _, slot, _ in alone:
-        slot.row.copy_(crc_raw(raw))
+                    m = torch.cat((m.new_zeros((k, pad)), m), 1)
+            pending.add(m.reshape(-1, ROW), r, [item[2] for item in chunk])
+    pending.run(device)
+    for x, _, slot in alone:
+        with torch.no_grad():
+            slot.row.copy_(crc_raw(x.contiguous().reshape(-1).view(torch.uint8)))
+
+
+class _Pass:
+    """Rows of bytes of several tensors (whole CRC rows, zero-padded in front) read in one CRC pass."""
+
+    def __init__(self):
+        self.parts, self.slots, self.segment, self.after, self.rows = [], [], [], [], 0
+
+    def add(self, rows, per_tensor, slots):
+        """`rows`: len(slots) tensors of `per_tensor` rows each, one after the other."""
+        k = len(slots)
+        self.parts.append(rows)
+        self.segment.append(np.repeat(np.arange(len(self.slots), len(self.slots) + k, dtype=np.int64), per_tensor))
+        self.after.append(np.tile(np.arange(per_tensor - 1, -1, -1, dtype=np.int64), k))
+        self.slots.extend(slots)
+        self.rows += rows.shape[0]
+
+    def run(self, device):
+        """The pass: each tensor's raw CRC into its slot; the pass starts anew."""
+        if not self.parts:
+            return
+        with torch.no_grad():
+            rows = self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts)
+            after = np.concatenate(self.after)
+            idx = index_tensor(np.stack((np.concatenate(self.segment), after)), device)
+            raws = _crc_rows(rows, idx[1], idx[0], len(self.slots), int(after.max()).bit_length())
+        _store_rows(self.slots, raws.unsqueeze(1))
+        self.__init__()
 
 
 def crc_raw(raw):
@@ -151,6 +226,20 @@ def _tables(device):
                                       to_device_async(torch.arange(32, dtype=torch.int32), device),
                                       to_device_async(torch.arange(4, dtype=torch.int32) * 256, device))
     return tabs
+
+
+def _crc_short(m):
+    """(k,) int64 raw CRCs of the k rows of uint8 `m` (k, w), w <= ROW: each the last w columns of a CRC row."""
+    row_tab, _, _, cols, _, _ = _tables(m.device)
+    width = m.shape[1]
+    vals = row_tab.index_select(0, (m + cols[ROW - width:]).view(-1)).view(m.shape)  # uint8 + int32: int32
+    while width > 1:  # xor of the columns, halving; an odd one out joins the first
+        half = width // 2
+        folded = vals[:, :half] ^ vals[:, half:2 * half]
+        if width % 2:
+            folded[:, :1] ^= vals[:, 2 * half:]
+        vals, width = folded, half
+    return vals[:, 0].to(torch.int64) & 0xFFFFFFFF
 
 
 def _crc_rows(rows, after, segment, count, levels):
@@ -210,7 +299,13 @@ def _grouped(items, fits):
 
 
 def _store_rows(slots, values):
-    """Row i of `values` into slot i's row of its buffer: one indexed copy per buffer."""
+    """Row i of `values` into slot i's row of its buffer: one copy into consecutive rows of one buffer (the
+    common case: slots are made in order), else one indexed copy per buffer."""
+    first, k = slots[0], len(slots)
+    buf = first.buffer
+    if slots[-1].index - first.index == k - 1 and all(slot.buffer is buf for slot in slots):
+        buf.rows[first.index:first.index + k].copy_(values)
+        return
     by_buffer = {}
     for i, slot in enumerate(slots):
         _, rows, picks = by_buffer.setdefault(id(slot.buffer), (slot.buffer, [], []))

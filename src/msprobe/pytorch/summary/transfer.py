@@ -58,4 +58,49 @@ def to_device_async(host, device):
 
 def index_tensor(values, device):
     """int64 tensor of `values` (a list or numpy array) on `device`, without waiting for it."""
+    if device.type == "cuda":
+        return _staging.to_device(np.asarray(values, dtype=np.int64), device)
     return to_device_async(torch.as_tensor(values, dtype=torch.int64), device)
+
+
+class PinnedStaging:
+    """Pinned host buffers, kept and reused, that small int64 tables (kernel arguments, indices) go to a
+    CUDA device from: no pinned allocation per launch. A buffer is written again only once the copy out of
+    it is done (its event says so without waiting); while all are busy a new one is made."""
+
+    KEEP = 8  # buffers kept; one more is made (and the oldest let go) while all are busy
+    MIN_ELEMENTS = 4096
+
+    def __init__(self):
+        # device -> [pinned int64 tensor, its numpy view, event after its last copy], oldest first
+        self._buffers = {}
+
+    def to_device(self, values, device):
+        """int64 numpy array `values` on CUDA `device`, copied without waiting for the device's queue."""
+        n = values.size
+        kept = self._buffers.setdefault(device, [])
+        for i, entry in enumerate(kept):
+            if entry[0].numel() >= n and entry[2].query():
+                del kept[i]
+                break
+        else:
+            size = max(n, self.MIN_ELEMENTS, *(e[0].numel() for e in kept[-1:]))
+            host = torch.empty(size, dtype=torch.int64, pin_memory=True)
+            entry = [host, host.numpy(), torch.cuda.Event()]
+            if len(kept) >= self.KEEP:
+                del kept[0]  # still being copied from: torch's host allocator keeps it until done
+        entry[1][:n] = values.reshape(-1)
+        out = entry[0][:n].to(device, non_blocking=True).view(values.shape)
+        entry[2].record(torch.cuda.current_stream(device))  # the stream the copy was queued on
+        kept.append(entry)
+        return out
+
+
+_staging = PinnedStaging()
+
+
+def table_to_device(values, device):
+    """int64 numpy array `values` on `device` without waiting for it (CUDA: from a reused pinned buffer)."""
+    if device.type == "cuda":
+        return _staging.to_device(values, device)
+    return to_device_async(torch.from_numpy(values), device)

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from msprobe.core import checksum as crc
-from msprobe.pytorch.summary.transfer import to_device_async
+from msprobe.pytorch.summary.transfer import table_to_device, to_device_async
 
 BLOCK = 2048
 MAX_PROGRAMS = 1024  # partial rows a slot may use; the last program reduces them in one load
@@ -67,11 +67,12 @@ def statistics(batch):
 
 
 def checksum(batch):
-    """Raw CRC-32 of items (raw, slot), flat uint8 tensors of one device, in one launch."""
-    raw0 = batch[0][0]
-    counts = [raw.numel() for raw, _ in batch]
+    """Raw CRC-32 of items (x, slot), the bytes of tensors of one device in index order, in one launch."""
+    raws = [x if x.is_contiguous() else x.contiguous() for x, _ in batch]  # alive until launched
+    raw0 = raws[0]
+    counts = [slot.nbytes for _, slot in batch]
     levels = [max(0, -(-n // ROW) - 1).bit_length() for n in counts]
-    table, tiles = _table(raw0.device, [raw.data_ptr() for raw, _ in batch], counts,
+    table, tiles = _table(raw0.device, [raw.data_ptr() for raw in raws], counts,
                           [slot.address for _, slot in batch], CRC_TILE, (levels,))
     st = _multi_state(raw0.device, tiles, len(batch))
     row_tab, shift_tab = _crc_tables(raw0.device)
@@ -173,8 +174,8 @@ def _multi_state(device, tiles, tensors):
 
 
 def _table(device, addrs, counts, outs, per_tile, extra):
-    """The batch's table on the device (one copy from pinned memory) and its tile count: per tensor its
-    address, element count, slot address, first tile, tile count and the `extra` columns, then the
+    """The batch's table on the device (one copy from a reused pinned buffer) and its tile count: per tensor
+    its address, element count, slot address, first tile, tile count and the `extra` columns, then the
     tensor of every tile."""
     k = len(addrs)
     counts = np.asarray(counts, dtype=np.int64)
@@ -184,7 +185,7 @@ def _table(device, addrs, counts, outs, per_tile, extra):
                             first, tiles] + [np.asarray(e, dtype=np.int64) for e in extra]
                            + [np.repeat(np.arange(k, dtype=np.int64), tiles)])
     # (on the CPU: Triton's interpreter, in the tests)
-    return to_device_async(torch.from_numpy(table), device), int(tiles.sum())
+    return table_to_device(table, device), int(tiles.sum())
 
 
 def stats_many(tensors, counts, outs, rows):
