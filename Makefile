@@ -19,7 +19,7 @@ demo: setup
 
 test: setup
 	sh scripts/ensure_chromium.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile   # two workers; a test file stays on one (its module fixtures)
 
 bench: setup
 	$(BIN)/python benchmarks/dump_overhead.py
