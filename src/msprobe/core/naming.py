@@ -87,6 +87,17 @@ def split_key(key):
     return key, "", -1
 
 
+def split_base(base):
+    """(prefix, rest) of a key's base: ('Functional', 'nn.softmax') of 'Functional.nn.softmax',
+    ('Module', 'conv1.Conv2d') of a module's; rest is None for a base without a prefix.
+
+    >>> split_base("Optimizer.SGD.fc.weight")
+    ('Optimizer', 'SGD.fc.weight')
+    """
+    prefix, sep, rest = base.partition(".")
+    return prefix, (rest if sep else None)
+
+
 class CallCounter:
     """Per-name call counters: the n in `Functional.linear.{n}.forward`. Reset at each step."""
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from msprobe.core.compare import columns as C
 from msprobe.core.compare.dtypes import canonical_dtype, per_dtype_pair
-from msprobe.core.naming import split_key
+from msprobe.core.naming import split_base, split_key
 
 MSG_UNMATCHED = "no golden data matched"
 MSG_DTYPE = "error: target and golden dtypes differ"
@@ -51,8 +51,7 @@ class Flags:
 
 
 def _api_name(key):
-    base = split_key(key)[0]
-    prefix, _, rest = base.partition(".")
+    prefix, rest = split_base(split_key(key)[0])
     return None if prefix in ("Module", "Cell") else rest
 
 

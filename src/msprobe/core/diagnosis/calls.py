@@ -113,10 +113,11 @@ class Call:
 
     def __post_init__(self):
         base, direction, _ = naming.split_key(self.key)
-        plain = self.is_module or direction in ("", "parameters_grad") or "." not in base
-        self._api = None if plain else base.split(".", 1)[1]
-        self.short_api = None if plain else base.rsplit(".", 1)[1]  # 'softmax' of Functional.nn.softmax.0.forward
-        if base.split(".", 1)[0] == naming.OPTIMIZER_PREFIX:  # Optimizer.SGD.fc.weight.0.forward: the parameter's update
+        prefix, rest = naming.split_base(base)
+        plain = self.is_module or direction in ("", "parameters_grad") or rest is None
+        self._api = None if plain else rest
+        self.short_api = None if plain else rest.rpartition(".")[2]  # 'softmax' of Functional.nn.softmax.0.forward
+        if prefix == naming.OPTIMIZER_PREFIX:  # Optimizer.SGD.fc.weight.0.forward: the parameter's update
             self.short_api = OPTIMIZER_UPDATE
 
     @property
