@@ -114,7 +114,7 @@ class BackwardTracker:
                     continue
                 var = getattr(nxt, "variable", None)  # AccumulateGrad: a leaf tensor
                 pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
-                cast = _leaf_cast(nxt, leaf) if pos is None and var is None else None
+                cast = _leaf_cast(nxt, leaf) if pos is None and var is None and leaf else None  # leaf inputs only
                 if cast is not None:
                     pos, cast_to[pos] = cast
                 if pos is not None:
