@@ -58,12 +58,15 @@ def test_host_cost_quick():
     assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
 
 
-def test_profile_step_profiles_or_runs_plain_for_a_sampler_outside(capsys):
+def test_dump_overhead_profiles_or_runs_plain_for_a_sampler_outside(capsys, tmp_path):
     pytest.importorskip("torch")
-    profile_step = _bench_module("profile_step")
-    assert profile_step.main(["--steps", "1", "--top", "5", "--model", "mlp"]) == 0
-    assert "function calls" in capsys.readouterr().out
-    assert profile_step.main(["--steps", "1", "--model", "mlp", "--plain"]) == 0
+    dump_overhead = _bench_module("dump_overhead")
+    out = tmp_path / "profile.txt"
+    assert dump_overhead.main(["--profile", "stat_L1", "--steps", "1", "--top", "5", "--models", "mlp",
+                               "--profile-out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "function calls" in printed and out.read_text() in printed
+    assert dump_overhead.main(["--profile", "stat_L1", "--steps", "1", "--models", "mlp", "--plain", "--quiet"]) == 0
     assert "function calls" not in capsys.readouterr().out
 
 

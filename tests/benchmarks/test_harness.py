@@ -82,7 +82,7 @@ def test_every_overhead_script_imports_its_harness_and_models():
     sys.path.insert(0, BENCH)
     try:
         for name in ("dump_overhead", "monitor_overhead", "grad_probe_overhead", "compile_overhead",
-                     "host_cost", "acc_check_throughput", "profile_step"):
+                     "host_cost", "acc_check_throughput"):
             module = importlib.import_module(name)
             assert callable(module.main), name
     finally:
