@@ -40,15 +40,16 @@ import msprobe
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.capture.api_table import build_api_table
+from msprobe.core.dump import moments
 try:
+    from msprobe.pytorch.summary.host import PARALLEL_MIN as _PARALLEL_MIN  # msprobe's split: the same threads here
     from msprobe.pytorch.summary.layout import memory_order
     from msprobe.pytorch.summary.summarizer import Summarizer
 except ImportError:  # --baseline-src: a checkout from before pytorch/summary/
-    from msprobe.pytorch.statistics import Summarizer, memory_order
+    from msprobe.pytorch.statistics import _PARALLEL_MIN, Summarizer, memory_order
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (beside this script: timed steps)
-from floor_probes import HookFloor  # noqa: E402
 
 TARGET_US_PER_RECORD = 15.0
 # config -> (level, summary_mode, device path)
@@ -64,6 +65,67 @@ CONFIGS = {
 }
 # the floor of a level: its hooks, each tensor read once (no debugger); level -> the config it bounds
 FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
+
+
+# The L0 floor; what msprobe adds above it was measured by knocking out one part at a time (README.md,
+# "Investigations whose scripts were removed").
+class HookFloor:
+    """The hooks of an L0 dump: a forward hook on every submodule, a hook on the autograd node of each
+    module output, a post-accumulate-grad hook on every parameter; with `read`, each reads its tensors
+    once with the statistics kernel (module outputs, the module's own parameters, the gradients of the
+    outputs, parameter gradients: what an L0 record holds that no other record already read)."""
+
+    def __init__(self, read):
+        if read and not moments.ENABLED:
+            raise SystemExit("msprobe's statistics kernel is not built (MSPROBE_NATIVE_STATS=0?)")
+        self.read = read
+        self.results = []
+        self._handles = []
+
+    def _stats(self, t):
+        if not self.read:
+            return
+        if t.dtype is torch.float32 and t.is_contiguous() and t.numel():
+            n = t.numel()
+            self.results.append(moments._moments(t.data_ptr(), n, moments.KINDS["float32"],
+                                                 torch.get_num_threads() if n >= _PARALLEL_MIN else 1))
+        else:  # not in these models' L0 records; counted, not read
+            self.results.append(None)
+
+    def start(self, model):
+        for name, mod in model.named_modules():
+            if name:
+                self._handles.append(mod.register_forward_hook(self._forward))
+        for p in model.parameters():
+            self._handles.append(p.register_post_accumulate_grad_hook(lambda p: self._stats(p.grad)))
+
+    def _forward(self, mod, args, out):
+        with torch.no_grad():
+            for o in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(o, torch.Tensor):
+                    self._stats(o.detach())
+                    if o.grad_fn is not None:
+                        o.grad_fn.register_hook(self._backward)
+            for p in mod._parameters.values():
+                if p is not None:
+                    self._stats(p.detach())
+
+    def _backward(self, grad_inputs, grad_outputs):
+        for g in grad_outputs:  # the gradients of the module's outputs; those of its inputs are the
+            if g is not None:   # next module's output gradients (or the first module's input's: none)
+                self._stats(g)
+
+    def stop(self):
+        pass
+
+    def step(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.results = []
+
+    def close(self):
+        self.step()
 
 
 class ApiFloor(HookFloor):

@@ -135,12 +135,12 @@ def test_l0_floor_reads_what_an_l0_record_holds_once():
     """host_cost.py's L0 floor probe reads every module output, each module's own parameters, the gradients
     of the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
     torch = pytest.importorskip("torch")
-    floor_probes, models = _bench_module("floor_probes"), _bench_module("models")
+    host_cost, models = _bench_module("host_cost"), _bench_module("models")
     work = models.Workload("cnn")
     submodules = [m for name, m in work.model.named_modules() if name]
     params = list(work.model.parameters())
     seen = []
-    probe = floor_probes.HookFloor(read=True)
+    probe = host_cost.HookFloor(read=True)
     probe.start(work.model)
     work.train_step()
     seen, probe.results = probe.results, seen
