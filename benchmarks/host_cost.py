@@ -369,14 +369,10 @@ def _header(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=5)
+    harness.add_common_options(p, rounds=7, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
     p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS])} (default: all; on cuda "
                    "those without _device or _floor)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
-    p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--baseline-src", metavar="DIR",
                    help="the src/ folder of another checkout: measure it and this one in turn, in child processes")
     p.add_argument("--cpu", action="store_true",
@@ -384,6 +380,7 @@ def main(argv=None):
     p.add_argument("--alternations", type=int, default=3, help="with --baseline-src: pairs of runs (default 3)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    harness.check_common_options(p, args)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     on_cuda = args.device == "cuda"
     # on cuda every config is the device path, and the floors' kernel reads host memory
@@ -394,12 +391,10 @@ def main(argv=None):
         p.error(f"--configs: unknown config {bad} for --device {args.device}; choose from {', '.join(allowed)}")
     if on_cuda and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device here")
-    if args.quick:
-        args.rounds, args.steps = 1, 2
     if args.cpu:
         global METRIC
         METRIC = harness.CPU
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    log = harness.logger(args.quiet)
     if args.baseline_src:
         src = os.path.abspath(args.baseline_src)
         if not os.path.isdir(os.path.join(src, "msprobe")):
@@ -411,9 +406,7 @@ def main(argv=None):
         return 0
     torch.set_num_threads(args.threads)
     results = measure(configs, args.rounds, args.steps, log, args.device)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"msprobe": os.path.dirname(msprobe.__file__), "results": results}, f)
+    harness.write_json(args.json, {"msprobe": os.path.dirname(msprobe.__file__), "results": results})
     if args.no_summary_cost:
         return 0
     print(_header(args))

@@ -198,6 +198,16 @@ def test_multirank_compare_names_the_planted_rank():
     assert "on rank(s) [3]" in done.stdout and "compare rank pair" not in done.stdout  # the bar is on stderr
 
 
+def test_compare_throughput_quick(tmp_path):
+    """The compare benchmark's smoke run: tensor and statistics compares against their read baselines."""
+    out = tmp_path / "out.json"
+    done = run("compare_throughput.py", "--quick", "--skip", "cli", "--json", str(out))
+    got = json.loads(out.read_text())
+    assert got["statistics"]["records"] == 10_000 and got["statistics"]["compare"]["compare_s"] > 0
+    assert got["tensor"]["compare, 2 workers"]["gb_per_s"] > 0 and got["tensor"]["read (baseline)"]["x_read"] == 1
+    assert "1 rounds, medians" in done.stdout
+
+
 def test_compile_overhead_quick(tmp_path):
     """The compiled-model benchmark runs (a small model on aot_eager: Inductor's compile is the slow part):
     dumped and plain steps swap compiled entries without a compile while timed, and break no graph."""
