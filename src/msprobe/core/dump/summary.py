@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records, stat_value
 from msprobe.core.errors import DumpFormatError, none_readable, where
+from msprobe.core.naming import split_base
 
 
 @dataclass
@@ -52,7 +53,7 @@ def summarize_dump(path, skipped=None):
             s.records += 1
             s.forward += key.endswith(".forward") or ".forward." in key
             s.backward += key.endswith(".backward") or ".backward." in key
-            s.by_prefix[key.split(".", 1)[0]] += 1
+            s.by_prefix[split_base(key)[0]] += 1
             worst = 0.0
             for _, t in iter_tensor_records(rec):
                 s.tensors += 1
