@@ -121,7 +121,8 @@ def parse_list(value, allowed, what):
 
 def add_common_options(parser, rounds, steps=None, quick=(2, 1), threads=None):
     """--rounds, --quick (CI smoke: `quick` = (rounds, steps), or (rounds,) for a script without steps),
-    --json, --quiet; with `steps` (timed steps per slot) also --steps and --threads (torch's threads)."""
+    --json, --quiet; with `steps` (timed steps per slot) also --steps and, unless `threads` is False,
+    --threads (torch's threads)."""
     parser.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
     if steps is not None:
         parser.add_argument("--steps", type=int, default=steps, help=f"timed steps per slot (default {steps})")
@@ -129,7 +130,7 @@ def add_common_options(parser, rounds, steps=None, quick=(2, 1), threads=None):
     parser.add_argument("--quick", action="store_true", help=f"CI smoke test: {smoke}; the numbers are rough")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    if steps is not None:
+    if steps is not None and threads is not False:
         parser.add_argument("--threads", type=int, default=threads,
                             help="torch.set_num_threads(N) (default: " + (f"{threads})" if threads else "torch's)"))
     parser.set_defaults(_quick=quick)

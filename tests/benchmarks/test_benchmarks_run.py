@@ -158,7 +158,7 @@ def test_mindspore_synchronous_process_stays_synchronous():
     after its steps left the slots after it measuring asynchronous steps). The measuring process is
     run alone, as the script's parent starts it for that execution."""
     pytest.importorskip("mindspore")
-    done = subprocess.run([sys.executable, os.path.join(BENCH, "ms_dump_overhead.py"), "--quick", "--json",
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "ms_dump_overhead.py"), "--quick", "--one-execution",
                            "--models", "mlp", "--configs", "stat_L0"], capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, GLOG_v="3", MSPROBE_BENCH_EXECUTION="synchronous"))
     assert done.returncode == 0, done.stderr[-4000:]

@@ -86,7 +86,7 @@ def test_the_timing_scripts_take_the_common_options():
     """The scripts that time in rounds take --rounds/--quick/--json/--quiet from harness.py, not their own."""
     import re
     for name in ("acc_check_throughput", "compare_throughput", "compile_overhead", "dump_overhead",
-                 "grad_probe_overhead", "graph_render", "host_cost", "monitor_overhead"):
+                 "grad_probe_overhead", "graph_render", "host_cost", "monitor_overhead", "ms_dump_overhead"):
         with open(os.path.join(BENCH, name + ".py"), encoding="utf-8") as f:
             text = f.read()
         assert "harness.add_common_options(" in text, name
