@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records, stat_value
 from msprobe.core.errors import DumpFormatError, none_readable, where
-from msprobe.core.naming import split_base
+from msprobe.core.naming import BACKWARD, FORWARD, split_base, split_key
 
 
 @dataclass
@@ -51,8 +51,9 @@ def summarize_dump(path, skipped=None):
         s = RankSummary(rd.path, rd.step, os.path.basename(rd.path), r.task, r.level, r.framework)
         for key, rec in r.items():
             s.records += 1
-            s.forward += key.endswith(".forward") or ".forward." in key
-            s.backward += key.endswith(".backward") or ".backward." in key
+            direction = split_key(key)[1]
+            s.forward += direction == FORWARD
+            s.backward += direction == BACKWARD
             s.by_prefix[split_base(key)[0]] += 1
             worst = 0.0
             for _, t in iter_tensor_records(rec):
