@@ -65,6 +65,7 @@ def test_module_class():
     assert naming.module_class("Module.ff.1.ReLU.backward.0") == "ReLU"
     assert naming.module_class("Cell.fc1.Dense.forward.2") == "Dense"
     assert naming.module_class("Module.conv1.Conv2d.parameters_grad.0") == "Conv2d"
+    assert naming.module_parts("Module.layers.10.attn.Attention.backward.11") == ("Module", "layers.10.attn", "Attention")
     for other in ("Functional.relu.0.forward", "x2.0.debug", "Module.forward.0", "not_a_key"):
         assert naming.module_class(other) is None
 

@@ -80,13 +80,24 @@ def forward_of(key):
     return api_key(prefix, rest, index, FORWARD)
 
 
-def module_class(key):
-    """The class name of a module call's key ('ReLU' of Module.ff.1.ReLU.backward.0), None for other keys."""
+def module_parts(key):
+    """(prefix, module path, class name) of a module call's or parameters_grad key, None for other keys.
+
+    >>> module_parts("Module.ff.1.ReLU.backward.0")
+    ('Module', 'ff.1', 'ReLU')
+    """
     base, direction, _ = split_key(key)
     prefix, rest = split_base(base)
     if prefix not in MODULE_PREFIXES or rest is None or direction not in (FORWARD, BACKWARD, "parameters_grad"):
         return None
-    return rest.rpartition(".")[2]
+    path, _, class_name = rest.rpartition(".")
+    return prefix, path, class_name
+
+
+def module_class(key):
+    """The class name of a module call's key ('ReLU' of Module.ff.1.ReLU.backward.0), None for other keys."""
+    parts = module_parts(key)
+    return parts[2] if parts is not None else None
 
 
 def is_module_key(key):
