@@ -172,8 +172,11 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
                     self._patched.patch(module, api, prefix, api)
-                if level == "L1" and not compiled_model:  # at mix a module record holds a Function's backward
-                    self._patched.patch_functions()
+                if level == "L1":  # at mix a module record holds a Function's backward
+                    if compiled_model:
+                        self._patched.patch_compiled_functions()
+                    else:
+                        self._patched.patch_functions()
         if not self._optim_handles:
             # the optimizer changes parameters in place: statistics waiting for a batch launch go first;
             # at mix the APIs it runs get "optimizer" as their parent in construct.json

@@ -150,6 +150,21 @@ class PatchedApis:
             wrapper = self._wrappers[key] = _wrap_function_apply(orig)
         setattr(Function, "apply", wrapper)
 
+    def patch_compiled_functions(self):
+        """Record custom autograd Functions inside compiled graphs (capture/compiled_functions.py) until
+        `restore()`; a class keeps its wrappers from one start() to the next (Dynamo guards on them)."""
+        from msprobe.pytorch.capture.compiled_functions import user_functions, wrappers
+        for cls in user_functions():
+            if (cls, "forward") in self._originals:
+                continue
+            fwd, bwd = cls.__dict__["forward"], cls.__dict__["backward"]
+            key = (cls, fwd.__func__, bwd.__func__)
+            made = self._wrappers.get(key)
+            if made is None:
+                made = self._wrappers[key] = wrappers(cls)
+            self._originals[(cls, "forward")], self._originals[(cls, "backward")] = fwd, bwd
+            cls.forward, cls.backward = made
+
     def restore_collectives(self):
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
