@@ -172,7 +172,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
                     self._patched.patch(module, api, prefix, api)
-                if level == "L1":  # at mix a module record holds a Function's backward
+                if level in ("L1", "mix"):
                     if compiled_model:
                         self._patched.patch_compiled_functions()
                     else:
