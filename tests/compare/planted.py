@@ -9,7 +9,7 @@ changes exactly one op, so a diagnosis has one right answer:
 | `bf16_softmax` | the attention-like softmax runs in bfloat16 | `Functional.softmax.0.forward` |
 | `ln_eps` | LayerNorm epsilon 1e-1 instead of 1e-5 | `Functional.layer_norm.0.forward` (`Module.ln.LayerNorm`) |
 | `weight` | one weight of `fc2` perturbed by 5% of its range | `Functional.linear.1.forward` (`Module.fc2.Linear`) |
-| `bad_backward` | the custom autograd Function's backward is 1.5x too large | `Function.SwishFn.0.backward` (`Module.act.Swish`) |
+| `bad_backward` | the custom autograd Function's backward is 1.5x too large | `Module.act.Swish.backward.0` |
 | `fp16_exp` | `exp` of the first layer runs in float16 and overflows | `Torch.exp.0.forward` |
 """
 
@@ -35,7 +35,7 @@ EXPECTED = {
     "bf16_softmax": ("Functional.softmax.0.forward", "forward", None),
     "ln_eps": ("Functional.layer_norm.0.forward", "forward", "Module.ln.LayerNorm.forward.0"),
     "weight": ("Functional.linear.1.forward", "forward", "Module.fc2.Linear.forward.0"),
-    "bad_backward": ("Function.SwishFn.0.backward", "backward", "Module.act.Swish.backward.0"),
+    "bad_backward": ("Module.act.Swish.backward.0", "backward", None),
     "fp16_exp": ("Torch.exp.0.forward", "forward", None),
 }
 

@@ -280,10 +280,10 @@ def test_cli_writes_diagnosis_and_fails_on_divergence(planted_dumps, tmp_path):
     proc = _msprobe("compare", "-tp", target, "-gp", golden, "-o", str(out), "--no-progress",
                     "--fail-on-divergence")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Function.SwishFn.0.backward" in proc.stdout
+    assert "Module.act.Swish.backward.0" in proc.stdout
     with open(out / "diagnosis.json", encoding="utf-8") as f:
         d = json.load(f)
-    assert d["divergence"] is True and d["suspects"][0]["api"] == "Function.SwishFn.0.backward"
+    assert d["divergence"] is True and d["suspects"][0]["api"] == "Module.act.Swish.backward.0"
 
     same = _msprobe("compare", "-tp", planted_dumps[("statistics", "again")], "-gp", golden, "-o", str(tmp_path / "o2"),
                     "--no-progress", "--fail-on-divergence")
