@@ -231,7 +231,8 @@ def test_api_level_dump_names_a_custom_functions_wrong_backward(tmp_path, compil
     assert "planted.py" in top["stack"] and "SwishFn.apply" in top["stack"]
     # the inner ops of its forward and backward are folded into its records, as for any API
     keys = list(json.loads((tmp_path / "t" / "step0" / "rank0" / "dump.json").read_text())["data"])
-    assert "Function.SwishFn.0.forward" in keys and not any(k.startswith("Torch.sigmoid.") for k in keys)
+    assert "Function.SwishFn.0.forward" in keys and "Torch.sigmoid.1.forward" not in keys  # (.0: the gate's)
+    assert not any(k.startswith("Tensor.__rsub__.") for k in keys)  # `1 - s`: its backward's
 
 
 def test_torchs_own_autograd_functions_are_not_recorded_as_apis(tmp_path):
