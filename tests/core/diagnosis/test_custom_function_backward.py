@@ -242,3 +242,54 @@ def test_compiled_function_is_restored_and_compiles_once(tmp_path):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
     data = json.loads((tmp_path / "step3" / "rank0" / "dump.json").read_text())["data"]
     assert "Function.SwishFn.0.backward" in data and "Function.MulFn.0.backward" in data
+
+
+class TwoOut(torch.autograd.Function):
+    """(2 w x, 3 x) with a number argument; no gradient for `w` (returned None)."""
+
+    @staticmethod
+    def forward(ctx, x, k, w):
+        ctx.save_for_backward(w)
+        return x * 2 * w, x * k
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        w, = ctx.saved_tensors
+        return ga * 2 * w + gb * 3, None, None
+
+
+class TwiceNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        p, q = TwoOut.apply(self.a(x), 3, self.w)
+        r, _ = TwoOut.apply(self.b(p + q), 3, self.w)
+        return r.sum()
+
+
+def test_compiled_function_called_twice_pairs_each_backward(tmp_path):
+    """A Function called twice, one output unused, a gradient it returns as None: each backward record
+    pairs with its own forward and completes where eager's does (the key order is eager's)."""
+    def keys(compiled):
+        torch.manual_seed(0)
+        model = TwiceNet()
+        run = torch.compile(model, backend="aot_eager") if compiled else model
+        path = tmp_path / str(compiled)
+        debugger = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        try:
+            debugger.start(run, rank_id=0)
+            run(torch.ones(3, 4)).backward()
+            debugger.stop()
+            debugger.step()
+        finally:
+            debugger.close()
+            torch._dynamo.reset()
+        data = json.loads((path / "step0" / "rank0" / "dump.json").read_text())["data"]
+        assert data["Function.TwoOut.0.backward"]["output"][1:] == [None]  # per input tensor: w has None
+        return list(data)
+    eager = keys(False)
+    assert keys(True) == eager
+    assert eager.index("Function.TwoOut.1.backward") < eager.index("Function.TwoOut.0.backward")

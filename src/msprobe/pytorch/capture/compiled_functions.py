@@ -107,9 +107,9 @@ def _traced_backward(bwd, ctx, grads):
             torch.ops.msprobe.record([g], [OUT_GRAD, i], [], site, "")
     out = bwd(ctx, *grads)
     got = out if isinstance(out, tuple) else (out,)
-    for k, p in getattr(ctx, _SLOTS):
-        if p < len(got) and isinstance(got[p], torch.Tensor):
-            torch.ops.msprobe.record([got[p]], [IN_GRAD, k], [], site, "")
+    for k, p in getattr(ctx, _SLOTS):  # a None gradient too: the record is complete when the last one came
+        g = got[p] if p < len(got) else None
+        torch.ops.msprobe.record([g] if isinstance(g, torch.Tensor) else [], [IN_GRAD, k], [], site, "")
     return out
 
 
