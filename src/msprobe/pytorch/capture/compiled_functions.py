@@ -24,6 +24,12 @@ from msprobe.pytorch.capture.compiled_calls import CALL, IN_GRAD, OUT_GRAD
 from msprobe.pytorch.capture.compiled_sites import describe, outputs_text, site_text, trace_constant, translators
 
 _SITE, _SLOTS = "_msprobe_site", "_msprobe_slots"  # ctx attributes the forward leaves for the backward
+_installed = False  # some class has its wrappers now: only then is the traced stack searched for them
+
+
+def set_installed(on):
+    global _installed
+    _installed = on
 
 
 def user_functions():
@@ -116,5 +122,5 @@ def _traced_backward(bwd, ctx, grads):
 @trace_constant
 def inside_function():
     """Dynamo is tracing the forward or backward of a wrapped Function (its ops fold into its records)."""
-    return any(tx.f_code.co_filename == __file__ and tx.f_code.co_name in ("forward", "backward")
-               for tx in translators())
+    return _installed and any(tx.f_code.co_filename == __file__ and tx.f_code.co_name in ("forward", "backward")
+                              for tx in translators())
