@@ -258,6 +258,22 @@ class TwoOut(torch.autograd.Function):
         return ga * 2 * w + gb * 3, None, None
 
 
+class Double(torch.autograd.Function):
+    """2 x, written in the setup_context style (forward without ctx)."""
+
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
 class TwiceNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -267,12 +283,13 @@ class TwiceNet(nn.Module):
     def forward(self, x):
         p, q = TwoOut.apply(self.a(x), 3, self.w)
         r, _ = TwoOut.apply(self.b(p + q), 3, self.w)
-        return r.sum()
+        return Double.apply(r).sum()
 
 
 def test_compiled_function_called_twice_pairs_each_backward(tmp_path):
     """A Function called twice, one output unused, a gradient it returns as None: each backward record
-    pairs with its own forward and completes where eager's does (the key order is eager's)."""
+    pairs with its own forward and completes where eager's does (the key order is eager's). One written
+    with setup_context is recorded as well."""
     def keys(compiled):
         torch.manual_seed(0)
         model = TwiceNet()
@@ -292,4 +309,5 @@ def test_compiled_function_called_twice_pairs_each_backward(tmp_path):
         return list(data)
     eager = keys(False)
     assert keys(True) == eager
+    assert "Function.Double.0.backward" in eager and not any(k.startswith("Tensor.__mul__.") for k in eager)
     assert eager.index("Function.TwoOut.1.backward") < eager.index("Function.TwoOut.0.backward")

@@ -12,8 +12,8 @@ pairs into the backward record as it does an API's hooks. The ops inside the Fun
 backward are folded into its records (`inside_function`), as in eager. Outside Dynamo's tracing the
 wrappers call straight through; stop() puts the originals back.
 
-A Function defining `setup_context` (forward without ctx) is left alone: its ops are recorded one by one.
-Must not import torch._dynamo at import time.
+A Function defining `setup_context` (forward without ctx) makes its call event in `setup_context`, which
+receives the inputs and the output. Must not import torch._dynamo at import time.
 """
 
 import functools
@@ -44,22 +44,27 @@ def user_functions():
             todo.append(sub)
             d = sub.__dict__
             if (not sub.__module__.startswith("torch.") and isinstance(d.get("forward"), staticmethod)
-                    and isinstance(d.get("backward"), staticmethod) and "setup_context" not in d):
+                    and isinstance(d.get("backward"), staticmethod)
+                    and isinstance(d.get("setup_context", staticmethod(None)), staticmethod)):
                 out.append(sub)
     return out
 
 
 def wrappers(cls):
-    """(forward, backward) staticmethods recording `cls` in compiled graphs; the originals run as they are
-    outside Dynamo's tracing."""
-    fwd, bwd = cls.__dict__["forward"].__func__, cls.__dict__["backward"].__func__
+    """{attribute: staticmethod} recording `cls` in compiled graphs (forward, backward, and setup_context
+    where the class has one); the originals run as they are outside Dynamo's tracing."""
+    d = cls.__dict__
+    fwd, bwd = d["forward"].__func__, d["backward"].__func__
+    setup = d["setup_context"].__func__ if "setup_context" in d else None
     name = cls.__name__
 
     @functools.wraps(fwd)  # Dynamo reads the signature (inspect follows __wrapped__)
     def forward(*args, **kwargs):
-        if not torch.compiler.is_compiling():
-            return fwd(*args, **kwargs)
-        return _traced_forward(name, fwd, args, kwargs)
+        if setup is not None or not torch.compiler.is_compiling():
+            return fwd(*args, **kwargs)  # (traced, it still folds the ops inside)
+        out = fwd(*args, **kwargs)
+        _record_call(name, args[0], args[1:], kwargs, out)
+        return out
 
     @functools.wraps(bwd)
     def backward(ctx, *grads):
@@ -67,14 +72,21 @@ def wrappers(cls):
             return bwd(ctx, *grads)
         return _traced_backward(bwd, ctx, grads)
 
-    return staticmethod(forward), staticmethod(backward)
+    made = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    if setup is not None:
+        @functools.wraps(setup)
+        def setup_context(ctx, inputs, output):
+            setup(ctx, inputs, output)
+            if torch.compiler.is_compiling():
+                _record_call(name, ctx, tuple(inputs), {}, output)
+        made["setup_context"] = staticmethod(setup_context)
+    return made
 
 
 # -- traced by Dynamo ------------------------------------------------------------------------------
 
-def _traced_forward(name, fwd, args, kwargs):
-    """The Function's call event after its forward; its inputs are apply()'s arguments (ctx left out)."""
-    ctx, inputs = args[0], args[1:]
+def _record_call(name, ctx, inputs, kwargs, out):
+    """The Function's call event after its forward: `inputs`, apply()'s arguments; `out`, its output."""
     ins, ints, floats = [], [], []
     a_desc = describe(inputs, ins, ints, floats)
     k_desc = describe(kwargs, ins, ints, floats)
@@ -82,7 +94,6 @@ def _traced_forward(name, fwd, args, kwargs):
     slots = tuple((d[1], p) for p, d in enumerate(a_desc[1]) if d[0] == "T" and d[2])
     grad_in = tuple(k for k, _ in slots)
     site = site_text("api", ("Function", name, False), None, a_desc, k_desc, None, grad_in, (), len(ins))
-    out = fwd(*args, **kwargs)
     outs = []
     o_desc = describe(out, outs, ints, floats)
     grad_out = tuple(i for i, t in enumerate(outs) if t.is_floating_point()) if slots else ()
@@ -91,7 +102,6 @@ def _traced_forward(name, fwd, args, kwargs):
     if slots:
         setattr(ctx, _SITE, site)
         setattr(ctx, _SLOTS, slots)
-    return out
 
 
 def _requiring_grad(desc, grad_out):
@@ -122,5 +132,8 @@ def _traced_backward(bwd, ctx, grads):
 @trace_constant
 def inside_function():
     """Dynamo is tracing the forward or backward of a wrapped Function (its ops fold into its records)."""
-    return _installed and any(tx.f_code.co_filename == __file__ and tx.f_code.co_name in ("forward", "backward")
+    return _installed and any(tx.f_code.co_filename == __file__ and tx.f_code.co_name in _WRAPPERS
                               for tx in translators())
+
+
+_WRAPPERS = ("forward", "backward", "setup_context")

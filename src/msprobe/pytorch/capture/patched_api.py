@@ -163,13 +163,14 @@ class PatchedApis:
             if (cls, "forward") in self._originals:
                 self._compiled_functions = True
                 continue
-            fwd, bwd = cls.__dict__["forward"], cls.__dict__["backward"]
-            key = (cls, fwd.__func__, bwd.__func__)
+            key = (cls,) + tuple(v.__func__ for k, v in cls.__dict__.items()
+                                 if k in ("forward", "backward", "setup_context"))
             made = self._wrappers.get(key)
             if made is None:
                 made = self._wrappers[key] = wrappers(cls)
-            self._originals[(cls, "forward")], self._originals[(cls, "backward")] = fwd, bwd
-            cls.forward, cls.backward = made
+            for attr, wrapper in made.items():
+                self._originals[(cls, attr)] = cls.__dict__[attr]
+                setattr(cls, attr, wrapper)
             self._compiled_functions = True
         set_installed(self._compiled_functions)
 
