@@ -1,10 +1,10 @@
-"""A user's custom autograd Function inside torch.compile at L1: recorded as eager L1 records it, as API
+"""A user's custom autograd Function inside torch.compile (L1, mix): recorded as eager L1 records it, as API
 `Function.{class}` with a forward record and a backward record whose own gradients in and out say
 whether its hand-written backward is right.
 
 Dynamo does not call `Function.apply` (the eager wrapper in capture/patched_api.py never runs): it
 traces the class's `forward` and `backward` into a graph pair of their own. So while a compiled model is
-dumped at L1 each user Function's `forward` and `backward` are replaced by wrappers that Dynamo traces
+dumped each user Function's `forward` and `backward` are replaced by wrappers that Dynamo traces
 in their place. The forward wrapper puts the Function's call event into the graph (its site, the same
 text the API calls carry, kept on `ctx`); the backward wrapper puts in the gradient events of that site,
 the incoming gradients first, then the ones it returns, which the run-time side (capture/compiled_calls.py)
