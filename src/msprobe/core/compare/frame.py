@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 STAT_FIELDS = ("max", "min", "mean", "norm")
-_DISPLAY_ONLY = ("name", "requires_grad", "data_name", "fused")  # row columns nothing reads after the table
+_DISPLAY_ONLY = ("name", "data_name", "fused")  # row columns nothing reads after the table
 # tensor-mode metric arrays (float, NaN where not computed), one entry per target row
 METRIC_FIELDS = ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")
 
@@ -90,8 +90,8 @@ class PairedRows:
         return len(self.target)
 
     def drop_display_columns(self):
-        """Let go of what only the display table needed (names of golden rows, requires_grad, file
-        names): a compare result keeps these rows for the diagnosis, and a million-row dump's columns
+        """Let go of what only the display table needed (names of golden rows, file names; the
+        Parquet parts read requires_grad): a compare result keeps these rows for the diagnosis, and a million-row dump's columns
         weigh hundreds of megabytes."""
         self.target = self.target.drop(columns=[c for c in _DISPLAY_ONLY if c != "name"], errors="ignore")
         self.golden_rows = self.golden_rows.drop(columns=list(_DISPLAY_ONLY + ("suffix", "role")), errors="ignore")
