@@ -14,14 +14,14 @@ from msprobe.core.compare import write_compare
 
 
 def _tensor(mx, rg=True):
-    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 16], "Max": mx, "Min": mx, "Mean": mx,
-            "Norm": mx, "requires_grad": rg}
+    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 16], "Max": mx, "Min": mx,
+            "Mean": mx, "Norm": mx, "requires_grad": rg}
 
 
 def _dump(root, target):
     data = {"Functional.linear.0.forward": {
-        "input_args": [_tensor(1.0, rg=None if target else True), _tensor("NaN" if target else 1.0), {"type": "str", "value": "3"},
-                       {"type": "bool", "value": True}],
+        "input_args": [_tensor(1.0, rg=None if target else True), _tensor("NaN" if target else 1.0),
+                       {"type": "str", "value": "3"}, {"type": "bool", "value": True}],
         "input_kwargs": {},
         "output": [_tensor(2.25 if target else 2.0), _tensor(None if target else 1.0)]}}
     if target:  # a call the golden run does not make

@@ -10,8 +10,9 @@ statistics, md5 and tensor, two steps, two ranks), the bf16-autocast plants (tes
 statistics and tensor), MindSpore twins against their PyTorch originals (tests/compare/ms_pt_twins.py) and
 msProbe's own compare tables (tests/core/diagnosis/diagnosis_samples/). Per case the outputs are the result
 csv/xlsx, diagnosis.json, the printout (whole, --brief, -tensor_log) with its exit code, the Parquet row
-parts of a `--resume` compare (as text), the graph's .html and .vis.db; file names lose their timestamp and the printout its output folder, and an xlsx is
-compared member by member, less the time openpyxl stamps it with.
+parts of a `--resume` compare (as text), the graph's .html and .vis.db; file names lose their timestamp
+and the printout its output folder, and an xlsx is compared member by member, less the time openpyxl
+stamps it with.
 """
 
 import argparse
