@@ -12,7 +12,8 @@ deeper conv + batch-norm stack; then, written before the LSTM's alarms were work
 Conv1d net, rotary and ALiBi attention, depthwise-separable convs, an EmbeddingBag recommender, and the
 GPT and the separable conv net under fp16 autocast; then, written before the cell loop's alarm was
 worked on, a selective state-space scan, a U-Net, a top-2 mixture of experts, a small ViT, and convs
-with instance and group norm.
+with instance and group norm; then, before the scan's masked_fill alarm was looked at, attention
+pooling over padded sequences.
 
 Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
 family and half).
@@ -473,6 +474,31 @@ class NormConvs(nn.Module):
         return self.head(torch.cat([h.amax(dim=(2, 3)), h.mean(dim=(2, 3))], dim=1))
 
 
+class PaddedPooling(nn.Module):
+    """Variable-length sequences: positions past each sample's length are padding. A GELU Conv1d over
+    the embeddings, a learned-query attention pool whose scores at padding are masked_fill-ed to -inf
+    before the softmax, and a logsumexp pool of the same scores beside it; a linear head over both."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.emb, self.conv = nn.Embedding(64, d), nn.Conv1d(d, d, 3, padding=1)
+        self.query, self.key = nn.Parameter(torch.randn(d) * 0.2), nn.Linear(d, d)
+        self.head = nn.Linear(d + 1, 10)
+
+    def forward(self, idx):
+        lengths = 6 + idx[:, 0] % 10  # 6..15 real tokens per sample, the same in both runs
+        pad = torch.arange(idx.shape[1])[None, :] >= lengths[:, None]
+        h = F.gelu(self.conv(self.emb(idx).transpose(1, 2))).transpose(1, 2)
+        scores = (self.key(h) @ self.query).masked_fill(pad, float("-inf"))
+        pooled = (scores.softmax(dim=-1)[..., None] * h).sum(dim=1)
+        return self.head(torch.cat([pooled, scores.logsumexp(dim=-1, keepdim=True)], dim=-1))
+
+
+def _sequences(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    return torch.randint(0, 64, (4, 16), generator=gen), torch.randint(0, 10, (4,), generator=gen)
+
+
 def _tokens(seed):
     gen = torch.Generator().manual_seed(100 + seed)
     idx = torch.randint(0, 64, (2, 16), generator=gen)
@@ -529,11 +555,12 @@ FAMILIES = {
     "recommender": ("held out", Recommender, _clicks, _click_loss),
     "gpt_fp16": ("held out", lambda: Gpt("view"), _tokens, _sequence_loss),
     "dw_separable_fp16": ("held out", DepthwiseSeparable, _images, _class_loss),
-    "selective_scan": ("held out", SelectiveScan, _tokens, _sequence_loss),
+    "selective_scan": ("tuning", SelectiveScan, _tokens, _sequence_loss),
     "unet": ("held out", UNet, _images, _class_loss),
     "moe": ("held out", TopKExperts, _tokens, _sequence_loss),
     "vit": ("held out", TinyVit, _images, _class_loss),
     "norm_convs": ("held out", NormConvs, _images, _class_loss),
+    "padded_pool": ("held out", PaddedPooling, _sequences, _class_loss),
 }
 # the target's autocast dtype where it is not bfloat16
 AUTOCAST = {"gpt_fp16": torch.float16, "dw_separable_fp16": torch.float16}
