@@ -107,6 +107,9 @@ negatives = load_private("msprobe_bench_bf16_negatives", os.path.join(TESTS, "co
     # the time-major rewrite's transpose backward (golden has none) hands on a gradient autograd summed
     # over the time steps: it carries what unrecorded work carries, as a gradient read directly does
     ("lstm_layout", "tensor", "L1", "bfloat16"),
+    # a chunked scan masks its pairwise decays to -inf above the diagonal, every finite one <= 0: golden's
+    # max is 0 and its min -inf, so the range its MaxAbsErr is measured against is unknown, not zero
+    ("selective_scan", "tensor", "L1", "bfloat16"),
 ])
 def test_clean_models_of_other_shapes_are_no_divergence(tmp_path, family, task, level, dtype):
     golden = negatives.dump_run(tmp_path / "g", family, task=task, level=level, golden_layout=True)

@@ -292,7 +292,8 @@ class _RankWalk:
                     r.label = self.entry_labels.get(r.value_key(), INHERITS)
             else:
                 r.label = ROUNDING if r.is_tensor and r.error > r.exact_floor else AGREES
-            if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled:
+            if (r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled
+                    and not r.range_hidden):
                 self.noise = max(self.noise, r.error)
 
     def _label_inherited(self, call, inner):

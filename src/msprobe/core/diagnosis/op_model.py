@@ -181,8 +181,8 @@ def mark_cancelled(call, calls_by_key, working_u, cancelled_values):
 
 
 def judged_outputs(call):
-    """Output rows whose error means something (see `mark_cancelled`)."""
-    return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled]
+    """Output rows whose error means something (see `mark_cancelled`, `Row.range_hidden`)."""
+    return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled and not r.range_hidden]
 
 
 def negligible_in_sum(call, row, calls_by_key, noise):
