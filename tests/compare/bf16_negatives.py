@@ -4,16 +4,16 @@ careful verdict on every one is "no divergence beyond <dtype> precision".
 
 Two halves. `tuning`: the models looked at while the diagnosis (or the dump it reads) was changed: a
 GPT-style transformer, the same with a layout-only rewrite of its heads, a conv net with batch norm;
-then nn.GRU and nn.MultiheadAttention with a post-norm, and an LSTM written out over its time steps with
-its time-major layout rewrite, and nn.LSTMCell with a hand-written GRU cell stepped by hand, each held out
-until its false alarms were worked on. `held out`: written beside them and run only to report, their
-numbers as they came: a deep residual stream with RMSNorm and SiLU; cross-attention with a SwiGLU MLP; a
-deeper conv + batch-norm stack; then, written before the LSTM's alarms were worked on, a causal dilated
-Conv1d net, rotary and ALiBi attention, depthwise-separable convs, an EmbeddingBag recommender, and the
-GPT and the separable conv net under fp16 autocast; then, written before the cell loop's alarm was
-worked on, a selective state-space scan, a U-Net, a top-2 mixture of experts, a small ViT, and convs
-with instance and group norm; then, before the scan's masked_fill alarm was looked at, attention
-pooling over padded sequences.
+then nn.GRU and nn.MultiheadAttention with a post-norm, an LSTM written out over its time steps with its
+time-major layout rewrite, nn.LSTMCell with a hand-written GRU cell stepped by hand, and a chunked
+selective state-space scan, each held out until its false alarms were worked on. `held out`: written
+beside them and run only to report, their numbers as they came: a deep residual stream with RMSNorm and
+SiLU; cross-attention with a SwiGLU MLP; a deeper conv + batch-norm stack; then, written before the
+LSTM's alarms were worked on, a causal dilated Conv1d net, rotary and ALiBi attention,
+depthwise-separable convs, an EmbeddingBag recommender, and the GPT and the separable conv net under
+fp16 autocast; then, written before the cell loop's alarm was worked on, a U-Net, a top-2 mixture of
+experts, a small ViT, and convs with instance and group norm; then, before the scan's masked_fill
+alarm was looked at, attention pooling over padded sequences.
 
 Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
 family and half).
