@@ -131,3 +131,37 @@ def test_a_split_gradient_is_measured_against_its_piece(tmp_path, level):
     d = diagnose(compare_dumps(target, golden, progress=False))
     assert d["divergence"] is False and d["suspects"] == [], format_diagnosis(d)
     assert d["verdict"].startswith("no divergence beyond bfloat16 precision")
+
+
+class _Window(torch.nn.Module):
+    """Token features, then a window of 8 of the 16 positions (`start`), a linear head: a slice whose
+    window is wrong in the target is a real difference inside the bf16 noise."""
+
+    def __init__(self, start):
+        super().__init__()
+        self.emb, self.mix, self.head = torch.nn.Embedding(64, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 64)
+        self.start = start
+
+    def forward(self, idx):
+        return self.head(self.mix(self.emb(idx))[:, self.start:self.start + 8])
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_a_wrong_slice_is_still_found_inside_bf16_noise(tmp_path, task):
+    # the slice's bounds differ, an argument change that is a divergence only while its output differs
+    # beyond what its input and the piece's allowance (its size against the whole's, in statistics mode
+    # 10x on top) explain: the allowance must not hide the other half of the sequence
+    from msprobe.pytorch import PrecisionDebugger
+
+    def run(path, start, autocast):
+        torch.manual_seed(0)
+        net = _Window(start)
+        idx, y = negatives._tokens(0)
+        plants.dumped_step(PrecisionDebugger(dump_path=str(path), task=task, level="L1"), net, idx, y[:, :8],
+                           negatives._sequence_loss, autocast)
+        return str(path)
+
+    d = diagnose(compare_dumps(run(tmp_path / "t", 8, torch.bfloat16), run(tmp_path / "g", 0, None),
+                               progress=False))
+    assert d["divergence"] is True, format_diagnosis(d)
+    assert d["suspects"][0]["api"] == "Tensor.__getitem__.0.forward", format_diagnosis(d)
