@@ -17,8 +17,8 @@ Clean models of other shapes (tests/compare/bf16_negatives.py: attention variant
 ALiBi positions, layout-only rewrites, convs with batch norm, temporal and depthwise-separable convs,
 recurrent cells stepped by hand, a long RMSNorm residual stream, an EmbeddingBag recommender, a selective
 scan, a U-Net, a top-2 mixture of experts, a ViT, instance/group-norm convs, attention pooling over padded
-sequences; bf16 autocast, a few under fp16), two seeds each, give the second table: false alarms per family, in the half the
-diagnosis was changed on (`tuning`) and the half it was not (`held out`).
+sequences; bf16 autocast, a few under fp16), two seeds each, give the second table: false alarms per
+family, in the half the diagnosis was changed on (`tuning`) and the half it was not (`held out`).
 
 Columns: `hits` = suspect #1 is the planted call; `wrong place named` = #1 is elsewhere; `false alarms`
 = a negative control reported as a divergence; for the diagnosis also the plant runs that list another
