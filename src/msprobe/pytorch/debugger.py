@@ -172,7 +172,11 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
                 self._patched.patch_collectives()
                 for (_, api), (module, prefix) in self._custom.items():
                     self._patched.patch(module, api, prefix, api)
-                if level == "L1" and not compiled_model:  # at mix a module record holds a Function's backward
+                # a user's Function as one API: at L1, and inside a compiled model at mix too, where Dynamo
+                # records its ops one by one otherwise (eager mix: its module's record holds its backward)
+                if compiled_model:
+                    self._patched.patch_compiled_functions()
+                elif level == "L1":
                     self._patched.patch_functions()
         if not self._optim_handles:
             # the optimizer changes parameters in place: statistics waiting for a batch launch go first;

@@ -25,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.compiled_calls import BEGIN, CALL, END, IN_GRAD, OUT_GRAD, CompiledCalls
+from msprobe.pytorch.capture.compiled_functions import inside_function
 from msprobe.pytorch.capture.compiled_sites import api_name, describe, outputs_text, site_of, site_text
 from msprobe.pytorch.tool_work import tool_work
 
@@ -66,7 +67,7 @@ def traced_api_call(func, args, kwargs, aten=False):
     hooks) into the graph. `aten` (level L2): the record holds the aten ops eager would record
     (capture/compiled_aten.py) and the compiled backward is not hooked."""
     info = api_name(func)
-    if info is None:
+    if info is None or inside_function():  # a custom Function's ops: folded into its records
         return func(*args, **kwargs)
     prefix, name, inplace, flag = info
     inplace = inplace or "out" in kwargs  # no backward record, as in eager (api_mode.py, session.py)

@@ -136,8 +136,9 @@ class CompiledCalls:
                 self._begin(site, tensors, ints, floats)
             elif kind == END:
                 self._end(site, tensors, ints, floats)
-            else:  # an input's hook carries its index among the op's tensors
-                self._grad(kind, site, site.eager_position(ints[0]) if kind == IN_GRAD else ints[0], tensors[0])
+            else:  # an input's hook carries its index among the op's tensors; no tensor: a gradient of None
+                self._grad(kind, site, site.eager_position(ints[0]) if kind == IN_GRAD else ints[0],
+                           tensors[0] if tensors else None)
         finally:
             session.defer_forward = prev
 

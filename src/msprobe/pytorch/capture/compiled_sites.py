@@ -29,6 +29,8 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _COMPILER_DIRS = tuple(os.path.join(_TORCH_DIR, d) for d in (
     "_dynamo", "_functorch", "_inductor", "fx", "_compile.py", "_guards.py", "_higher_order_ops", "utils"))
 _STACK_LIMIT = 30
+# traced frames that are not the user's: msprobe's own, Dynamo's helper around a custom Function's forward
+_TRACED_NOT_USER = (_MSPROBE_DIR, os.path.join(_TORCH_DIR, "_functorch", "autograd_function.py"))
 
 
 def trace_constant(fn):
@@ -218,7 +220,7 @@ def _json(desc):
     return ["O", type(v).__module__, type(v).__qualname__]
 
 
-def _translators():
+def translators():
     """Dynamo's instruction translators on the Python stack, innermost first (one per traced frame)."""
     from torch._dynamo.symbolic_convert import InstructionTranslatorBase
     out, seen = [], set()
@@ -234,7 +236,7 @@ def _translators():
 
 def _traced_operator():
     """The dunder of the user's instruction that made Dynamo call the mode (msprobe's own frames skipped)."""
-    for tx in _translators():
+    for tx in translators():
         if not tx.f_code.co_filename.startswith(_MSPROBE_DIR):
             inst = tx.current_instruction
             return instruction_operator(inst.opcode, inst.arg) if inst is not None else None
@@ -245,7 +247,7 @@ def _traced_stack():
     """The user's stack at the traced call, innermost first, as (file, line, function): the frames Dynamo
     is tracing, then the real frames that called the compiled code (the compiler's own left out)."""
     frames = [(tx.f_code.co_filename, tx.lineno or tx.f_code.co_firstlineno, tx.f_code.co_name)
-              for tx in _translators() if not tx.f_code.co_filename.startswith(_MSPROBE_DIR)]
+              for tx in translators() if not tx.f_code.co_filename.startswith(_TRACED_NOT_USER)]
     frame = sys._getframe(1)
     outer = []
     while frame is not None:

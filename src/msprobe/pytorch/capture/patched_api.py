@@ -94,6 +94,7 @@ class PatchedApis:
         # (module, attr, original, prefix, name, inplace) -> wrapper, reused by the next start()
         self._wrappers = {}
         self._collective_wrappers = []  # (module, attr, original, wrapper) as the last start() set them
+        self._compiled_functions = False  # user Functions' forward/backward are wrapped now
 
     def patch(self, module, attr, prefix, name=None, inplace=False, buffers=frozenset()):
         if (module, attr) in self._originals:
@@ -116,6 +117,10 @@ class PatchedApis:
             orig = self._originals.pop(key, None)
             if orig is not None:
                 setattr(key[0], key[1], orig)
+        if module is None and self._compiled_functions:
+            from msprobe.pytorch.capture.compiled_functions import set_installed
+            set_installed(False)
+            self._compiled_functions = False
 
     def patch_collectives(self):
         import torch.distributed as dist
@@ -149,6 +154,25 @@ class PatchedApis:
         if wrapper is None:
             wrapper = self._wrappers[key] = _wrap_function_apply(orig)
         setattr(Function, "apply", wrapper)
+
+    def patch_compiled_functions(self):
+        """Record custom autograd Functions inside compiled graphs (capture/compiled_functions.py) until
+        `restore()`; a class keeps its wrappers from one start() to the next (Dynamo guards on them)."""
+        from msprobe.pytorch.capture.compiled_functions import set_installed, user_functions, wrappers
+        for cls in user_functions():
+            if (cls, "forward") in self._originals:
+                self._compiled_functions = True
+                continue
+            key = (cls,) + tuple(v.__func__ for k, v in cls.__dict__.items()
+                                 if k in ("forward", "backward", "setup_context"))
+            made = self._wrappers.get(key)
+            if made is None:
+                made = self._wrappers[key] = wrappers(cls)
+            for attr, wrapper in made.items():
+                self._originals[(cls, attr)] = cls.__dict__[attr]
+                setattr(cls, attr, wrapper)
+            self._compiled_functions = True
+        set_installed(self._compiled_functions)
 
     def restore_collectives(self):
         import torch.distributed as dist
