@@ -7,14 +7,19 @@ mix). Each row also says whether the diagnosis named the planted softmax first.
 
     python benchmarks/diagnosis_cost.py                 # blocks 2 and 8, 5 rounds
     python benchmarks/diagnosis_cost.py --blocks 2 --rounds 3
-    python benchmarks/diagnosis_cost.py --against main  # diagnose()'s CPU time, this tree over git's main
+    python benchmarks/diagnosis_cost.py --against main  # CPU time, this tree over git's main
 
-With --against REV the same dumps are diagnosed by this tree and by REV's src/ (a fresh interpreter
-each, taking turns), in CPU seconds (time.process_time: other work on a shared machine does not count).
+With --against REV the same dumps are read into rows and diagnosed by this tree and by REV's src/ (a fresh
+interpreter each, taking turns), in CPU seconds (time.process_time: other work on a shared machine does
+not count): `rows_from_records` and `frame_from_records` (both dumps' records into the typed rows the
+diagnosis reads, repeated READ_REPEATS times a sample) and diagnose().
 """
 
 import argparse
+import gc
+import glob
 import importlib.util
+import json
 import os
 import statistics
 import subprocess
@@ -30,6 +35,9 @@ from msprobe.core.compare.engine import compare_dumps
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STAGES = ("rows_from_records", "frame_from_records", "diagnose")
+READ_REPEATS = 20  # a demo dump reads in milliseconds: a sample reads it this many times
+SAMPLES = 5  # per interpreter and stage: CPU time on a shared machine still varies by half between samples
 
 
 def _demo():
@@ -68,22 +76,39 @@ def measure(target, golden, rounds):
     return statistics.median(compare_s), statistics.median(diagnose_s), d, rows
 
 
-def diagnose_cpu(target, golden, rounds):
-    """CPU seconds of each of `rounds` diagnoses of one compare (with diagnosis.json's content), by the
-    msprobe this interpreter imports."""
+def stage_cpu(target, golden, rounds):
+    """stage -> CPU seconds of each of `rounds` samples, by the msprobe this interpreter imports: both
+    dumps' records into rows (`READ_REPEATS` times a sample, the cyclic collector paused as the engine
+    pauses it), and a diagnosis of their compare (with diagnosis.json's content)."""
+    from msprobe.core.compare import rows
+    datas = []
+    for path in sorted(glob.glob(os.path.join(target, "**", "dump.json"), recursive=True)
+                       + glob.glob(os.path.join(golden, "**", "dump.json"), recursive=True)):
+        with open(path, encoding="utf-8") as f:
+            datas.append(json.load(f)["data"])
     results = compare_dumps(target, golden, progress=False, workers=1)
-    out = []
+    out = {s: [] for s in STAGES}
     for _ in range(rounds):
+        for name in STAGES[:2]:
+            read = getattr(rows, name)
+            gc.collect()
+            gc.disable()  # as the compare engine reads a dump (CollectorPause)
+            t0 = time.process_time()
+            for _ in range(READ_REPEATS):
+                for data in datas:
+                    read(data)
+            out[name].append(time.process_time() - t0)
+            gc.enable()
         t0 = time.process_time()
         d = diagnose(results)
         if hasattr(d, "to_json"):  # a typed Diagnosis: diagnosis.json's content is made when written
             d.to_json()
-        out.append(time.process_time() - t0)
+        out["diagnose"].append(time.process_time() - t0)
     return out
 
 
 def against(rev, blocks, rounds):
-    """Median CPU seconds of diagnose() by this tree and by git revision `rev`, and their ratio."""
+    """Median CPU seconds of each stage by this tree and by git revision `rev`, and their ratio."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src"], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
@@ -92,21 +117,26 @@ def against(rev, blocks, rounds):
                     open(os.path.join(tmp, "src", "msprobe", so), "wb") as b:
                 b.write(a.read())
         demo = _demo()
-        print(f"{'blocks':>6} {'mode':10s} {rev + ' cpu s':>12} {'this cpu s':>11} {'this/' + rev:>10}")
+        print(f"{'blocks':>6} {'mode':10s} {'stage':18s} {rev + ' cpu s':>12} {'this cpu s':>11} "
+              f"{'this/' + rev:>10} {'of minima':>10}")
         for n in blocks:
             for task in ("statistics", "tensor"):
                 golden, target = os.path.join(tmp, f"{n}_{task}_fp32"), os.path.join(tmp, f"{n}_{task}_bf16")
                 dump(demo, golden, False, n, task)
                 dump(demo, target, True, n, task)
-                times = {"ref": [], "this": []}
+                times = {(side, s): [] for side in ("ref", "this") for s in STAGES}
                 for _ in range(rounds):  # taking turns, a fresh interpreter each
                     for side, src in (("ref", os.path.join(tmp, "src")), ("this", os.path.join(ROOT, "src"))):
                         out = subprocess.run([sys.executable, __file__, "--cpu-of", target, golden],
                                              env=dict(os.environ, PYTHONPATH=src), check=True, capture_output=True,
                                              text=True).stdout
-                        times[side] += [float(x) for x in out.split()]
-                ref, this = statistics.median(times["ref"]), statistics.median(times["this"])
-                print(f"{n:>6} {task:10s} {ref:>12.4f} {this:>11.4f} {this / ref:>10.3f}", flush=True)
+                        for stage, samples in json.loads(out).items():
+                            times[side, stage] += samples
+                for stage in STAGES:  # medians, and the ratio of the fastest samples (others' load only adds)
+                    ref, this = statistics.median(times["ref", stage]), statistics.median(times["this", stage])
+                    fastest = min(times["this", stage]) / min(times["ref", stage])
+                    print(f"{n:>6} {task:10s} {stage:18s} {ref:>12.4f} {this:>11.4f} {this / ref:>10.3f} "
+                          f"{fastest:>10.3f}", flush=True)
 
 
 def main():
@@ -117,7 +147,7 @@ def main():
     parser.add_argument("--cpu-of", nargs=2, metavar=("TARGET", "GOLDEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cpu_of:  # one side of --against: this interpreter's msprobe
-        print(" ".join(f"{t:.6f}" for t in diagnose_cpu(*args.cpu_of, 3)))
+        print(json.dumps(stage_cpu(*args.cpu_of, SAMPLES)))
         return 0
     if args.against:
         against(args.against, args.blocks, args.rounds)
@@ -140,4 +170,5 @@ def main():
 
 if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
-    sys.exit(run_recorded("diagnosis_cost.py", main))
+    against_rev = any(a.startswith("--against") for a in sys.argv[1:])  # its own section beside the default run's
+    sys.exit(run_recorded("diagnosis_cost.py", main, heading="diagnosis_cost.py --against" if against_rev else None))

@@ -44,9 +44,8 @@ def cli_reference():
     lines += [f"- [`{names[0]}`](#{names[0]})" + (f" (alias {', '.join(f'`{n}`' for n in names[1:])})"
                                                   if len(names) > 1 else "")
               for names in commands]
-    lines += ["", "Without `-o` every command writes under `./output` (msProbe's compare default; grad_compare and",
-              "monitor_report wrote to `./grad_compare_out` and `./monitor_report` before), except acc_check and",
-              "multi_acc_check, which keep msProbe's `./` (the working directory).", "", PYTHON]
+    lines += ["", "Without `-o` every command writes under `./output`, as msProbe's compare does; acc_check and",
+              "multi_acc_check write to `./` (the working directory), as msProbe's do.", "", PYTHON]
     for names in commands:
         lines += ["", f"## {names[0]}", ""]
         if len(names) > 1:

@@ -9,9 +9,10 @@ The dumps (made once, with this tree): the planted PyTorch suite (tests/compare/
 statistics, md5 and tensor, two steps, two ranks), the bf16-autocast plants (tests/compare/autocast_plants.py,
 statistics and tensor), MindSpore twins against their PyTorch originals (tests/compare/ms_pt_twins.py) and
 msProbe's own compare tables (tests/core/diagnosis/diagnosis_samples/). Per case the outputs are the result
-csv/xlsx, diagnosis.json, the printout (whole, --brief, -tensor_log) with its exit code, the graph's
-.html and .vis.db; file names lose their timestamp and the printout its output folder, and an xlsx is
-compared member by member, less the time openpyxl stamps it with.
+csv/xlsx, diagnosis.json, the printout (whole, --brief, -tensor_log) with its exit code, the Parquet row
+parts of a `--resume` compare (as text), the graph's .html and .vis.db; file names lose their timestamp
+and the printout its output folder, and an xlsx is compared member by member, less the time openpyxl
+stamps it with.
 """
 
 import argparse
@@ -132,6 +133,7 @@ def write_outputs(cases, out_root):
         base = ["compare", "-tp", target, "-gp", golden, "--no-progress"] + flags
         _cli(base + ["-o", os.path.join(out, "compare")], out, "compare")
         _cli(base + ["--brief", "-o", os.path.join(out, "brief")], out, "brief")
+        _parts(target, golden, flags, os.path.join(out, "parts"))
         if graph:
             _cli(["graph_visualize", "-tp", target, "-gp", golden, "-o", os.path.join(out, "graph"),
                   "--no-progress"], out, "graph")
@@ -145,6 +147,26 @@ def write_outputs(cases, out_root):
                 text = f.read()
             with open(stripped, "w", encoding="utf-8") as f:
                 f.write(_TS.sub("", text))
+
+
+def _parts(target, golden, flags, out):
+    """The Parquet row parts a `--resume` compare writes, each as text (its schema, then its rows): the
+    parts' metadata holds a signed pickle that names the output folder, so their bytes differ anyway."""
+    import pyarrow.parquet as pq
+
+    from msprobe.core.compare import write_compare
+    precision = flags[flags.index("--precision") + 1] if "--precision" in flags else None
+    write_compare(target, golden, out, xlsx="--xlsx" in flags, precision=precision, progress=False,
+                  keep_tables=False, timestamp="20260101000000", resume=True)
+    for path in sorted(glob.glob(os.path.join(out, "rows", "step=*", "rank=*", "part.parquet"))):
+        table = pq.read_table(path)
+        lines = [str(table.schema.remove_metadata())]
+        lines += [repr(row) for row in table.to_pylist()]
+        with open(path[:-len(".parquet")] + ".txt", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    for path in glob.glob(os.path.join(out, "**", "*"), recursive=True):
+        if os.path.isfile(path) and not path.endswith("part.txt"):
+            os.remove(path)
 
 
 def _diagnose_tables(out):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 STAT_FIELDS = ("max", "min", "mean", "norm")
-_DISPLAY_ONLY = ("name", "requires_grad", "data_name", "fused")  # row columns nothing reads after the table
+_DISPLAY_ONLY = ("name", "data_name", "fused")  # row columns nothing reads after the table
 # tensor-mode metric arrays (float, NaN where not computed), one entry per target row
 METRIC_FIELDS = ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")
 
@@ -42,7 +42,18 @@ def columns_frame(arrays):
     """DataFrame of numpy columns taken as they are (no copy): object columns stay object, where pandas
     would turn columns of strings into its own string dtype at a cost of seconds per million rows."""
     import pandas as pd
-    return pd.DataFrame({c: pd.Series(a, dtype=a.dtype, copy=False) for c, a in arrays.items()}, copy=False)
+    # one DataFrame per run of object / other columns, in order: a Series per column costs more than
+    # the rest of reading a small dump's rows
+    runs = []
+    for c, a in arrays.items():
+        numbers = a.dtype.kind in "biufc"  # any other column is taken as object
+        if not runs or runs[-1][0] != numbers:
+            runs.append((numbers, {}))
+        runs[-1][1][c] = a
+    frames = [pd.DataFrame(cols, dtype=None if numbers else object, copy=False) for numbers, cols in runs]
+    if not frames:
+        return pd.DataFrame()
+    return frames[0] if len(frames) == 1 else pd.concat(frames, axis=1)
 
 
 def numeric(frame, field):
@@ -90,9 +101,9 @@ class PairedRows:
         return len(self.target)
 
     def drop_display_columns(self):
-        """Let go of what only the display table needed (names of golden rows, requires_grad, file
-        names): a compare result keeps these rows for the diagnosis, and a million-row dump's columns
-        weigh hundreds of megabytes."""
+        """Let go of what only the display table needed (names of golden rows, file names; the
+        Parquet parts read requires_grad): a compare result keeps these rows for the diagnosis, and a
+        million-row dump's columns weigh hundreds of megabytes."""
         self.target = self.target.drop(columns=[c for c in _DISPLAY_ONLY if c != "name"], errors="ignore")
         self.golden_rows = self.golden_rows.drop(columns=list(_DISPLAY_ONLY + ("suffix", "role")), errors="ignore")
         self.golden = AlignedGolden(self.golden_rows, self.gidx, self.matched)

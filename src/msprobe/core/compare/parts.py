@@ -8,7 +8,8 @@ user, `signing_key`) and a resume unpickles only a summary whose signature holds
 (`SUMMARY_FORMAT`) is this version's: a part that someone else, or an older msprobe, wrote is compared
 again, never loaded, and the resume says so in one line. `rows/_run.json` names the run the parts belong
 to (its inputs and options, and the timestamp of its file names) so that a resume with other inputs is
-refused, not mixed in.
+refused, not mixed in. A part's columns are the result table's: its numbers and requires_grad flags come
+typed from the pair's rows (the values the cells are rendered from), never parsed back from the cells.
 Needs pyarrow (the `ray` extra). Must not import torch or mindspore.
 """
 from __future__ import annotations
@@ -20,7 +21,12 @@ import os
 import pickle
 import shutil
 
+import numpy as np
+
 from msprobe.core.compare import columns
+from msprobe.core.compare.frame import METRIC_FIELDS, STAT_FIELDS
+from msprobe.core.compare.stats_diff import stat_differences
+from msprobe.core.compare.table import requires_grad_consistent
 from msprobe.core.errors import MsprobeError
 from msprobe.core.safe_files import make_dirs, open_text
 
@@ -33,7 +39,6 @@ _FORMAT_KEY = b"msprobe.pair.format"
 # the summary's layout (rank_pairs.PairDone holding a diagnosis.results.PairDiagnosis): raise it when that
 # changes, so that a resume compares the pairs of parts an older msprobe wrote again instead of loading them
 SUMMARY_FORMAT = b"2"
-_MISSING = {"N/A", "", "None", "nan", "NaN"}
 
 
 def require_pyarrow(why):
@@ -47,50 +52,68 @@ def part_path(rows_dir, step, rank):
     return os.path.join(rows_dir, f"step={int(step or 0)}", f"rank={int(rank or 0)}", PART_FILE)
 
 
-# one type per column name, whatever a pair's cells are: every part of a dataset has the same schema
-_NUMBERS = frozenset(columns.TENSOR_METRICS + columns.NPU_STATS + columns.BENCH_STATS + columns.STAT_DIFFS
-                     + columns.STAT_REL_ERRS)
-_BOOLEANS = frozenset(("NPU Requires_grad", "Bench Requires_grad", columns.REQUIRES_GRAD_CONSISTENT))
-
-
-def _as_text(values):
+def _text(values):
+    """A text column: the cells as the table shows them (a cell that is no str, as its str)."""
     import pyarrow as pa
     try:
         return pa.array(values, pa.string(), from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # numbers among the text: each as its repr
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
         return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
-def _column(name, series):
-    """An Arrow column of a table's column: float64 for the metrics and statistics (a "12.5%" relative
-    error as 12.5, "N/A" as null), bool for the requires_grad columns, else text. Arrow's kernels where
-    the cells allow: a 2000-row pair has 60 000 cells."""
+def _numbers(values, missing=None):
+    """A float64 column: null where `missing`, else the value (NaN kept: a NaN statistic was involved)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    values = series.to_numpy(dtype=object)
-    kind = pa.float64() if name in _NUMBERS else pa.bool_() if name in _BOOLEANS else pa.string()
-    if kind == pa.string():
-        return _as_text(values)
-    try:
-        return pa.array(values, kind, from_pandas=True)  # the cells are of that kind already
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
-    text = pc.utf8_trim_whitespace(_as_text(values))
-    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(sorted(_MISSING))), True))
-    if kind == pa.bool_():
-        return pc.if_else(present, pc.equal(text, "True"), pa.scalar(None, pa.bool_()))
-    cleaned = pc.if_else(present, pc.replace_substring_regex(text, "%$", ""), pa.scalar(None, pa.string()))
-    try:
-        return pc.cast(cleaned, pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a cell that is no number: null, not a failed pair
-        return pa.array([_float_or_none(v) for v in cleaned.to_pylist()], pa.float64())
+    return pa.array(np.asarray(values, dtype=np.float64), pa.float64(), mask=missing)
 
 
-def _float_or_none(v):
+def _statistic(values):
+    """A statistic's float column (`frame.numeric`): null where it is absent, not a number, or NaN."""
+    return _numbers(values, np.isnan(values))
+
+
+def _flags(values):
+    """A requires_grad column of the rows: True, False, or null where the dump does not say."""
+    import pyarrow as pa
     try:
-        return None if v is None else float(v)
-    except ValueError:
-        return None
+        return pa.array(values, pa.bool_(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a value that is no bool: only True reads as True
+        return pa.array([None if v is None else v is True for v in values], pa.bool_())
+
+
+def _typed_columns(rows, mode):
+    """column name -> Arrow array of the pair's numbers and flags, from its typed rows
+    (`frame.PairedRows`): the values the table's cells are rendered from, so no cell is parsed back."""
+    cols = {}
+    t_rg = rows.target["requires_grad"].to_numpy(dtype=object)
+    g_rg = np.where(rows.matched, rows.golden["requires_grad"].to_numpy(dtype=object), None)
+    cols["NPU Requires_grad"], cols["Bench Requires_grad"] = _flags(t_rg), _flags(g_rg)
+    cols[columns.REQUIRES_GRAD_CONSISTENT] = _flags(requires_grad_consistent(t_rg, g_rg))
+    for field, t_name, g_name in zip(STAT_FIELDS, columns.NPU_STATS, columns.BENCH_STATS):
+        cols[t_name], cols[g_name] = _statistic(rows.t_num[field][0]), _statistic(rows.g_num[field][0])
+    if mode == "statistics":
+        typed, _ = stat_differences(rows.t_num, rows.g_num, rows.matched)
+        for field, diff_name, rel_name in zip(STAT_FIELDS, columns.STAT_DIFFS, columns.STAT_REL_ERRS):
+            diff, rel, absent = typed[field]
+            cols[diff_name], cols[rel_name] = _numbers(diff, absent), _numbers(rel * 100.0, absent)  # in %
+    elif mode == "tensor":
+        one_element = rows.metrics["one_element"]
+        for field, name in zip(METRIC_FIELDS, columns.TENSOR_METRICS):
+            values = rows.metric(field)
+            shown = ~np.isnan(values)
+            if field not in ("max_abs", "max_rel"):  # a single element has no cosine, distance or ratio
+                shown &= ~one_element
+            cols[name] = _numbers(values, ~shown)
+    return cols
+
+
+def part_table(table, rows, mode):
+    """The Arrow table of a pair's part: the result table's columns in its order, numbers (float64) and
+    requires_grad (bool) from the typed rows, the rest as text. Every part has the same schema per mode."""
+    import pyarrow as pa
+    typed = _typed_columns(rows, mode)
+    return pa.table({str(c): typed[c] if c in typed else _text(table[c].to_numpy(dtype=object))
+                     for c in table.columns})
 
 
 def signing_key():
@@ -121,14 +144,13 @@ def _sign(key, blob, layout=SUMMARY_FORMAT):
     return hmac.new(key, layout + b":" + blob, hashlib.sha256).hexdigest().encode()
 
 
-def write_part(table, rows_dir, step, rank, summary, key):
-    """`table` as the pair's part, `summary` (any picklable, signed with `key`) in its metadata; temp
-    name, then rename."""
-    import pyarrow as pa
+def write_part(table, rows, mode, rows_dir, step, rank, summary, key):
+    """The pair's part (`part_table` of its result table and typed rows), `summary` (any picklable,
+    signed with `key`) in its metadata; temp name, then rename."""
     import pyarrow.parquet as pq
     path = part_path(rows_dir, step, rank)
     make_dirs(os.path.dirname(path))
-    arrow = pa.table({str(c): _column(str(c), table[c]) for c in table.columns})
+    arrow = part_table(table, rows, mode)
     blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
     arrow = arrow.replace_schema_metadata({_SUMMARY_KEY: blob, _FORMAT_KEY: SUMMARY_FORMAT,
                                            _SIGNATURE_KEY: _sign(key, blob)})

@@ -105,7 +105,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     result.output_path = os.path.join(job.output_path, name)
     if write:
         write_result(result.table, job.output_path, name, job.naming["timestamp"], marks)
-    table = result.table
+    table, rows = result.table, result.rows
     result.counts = result_counts(result)
     result.row_count = len(table)
     if not job.keep_table:
@@ -114,7 +114,7 @@ def run_pair(plan, pair, job, opts=None, write=True):
     done = PairDone(job.index, result, entry, census, used, [])
     if write and job.rows_dir:
         from msprobe.core.compare.parts import write_part
-        write_part(table, job.rows_dir, result.step, result.rank, done, job.rows_key)
+        write_part(table, rows, result.mode, job.rows_dir, result.step, result.rank, done, job.rows_key)
     return done
 
 

@@ -38,6 +38,12 @@ def _requires_grad_display(values):
     return out
 
 
+def requires_grad_consistent(t_rg, g_rg):
+    """bool array: the two sides' requires_grad agree, or one of them is unknown (None)."""
+    with np.errstate(all="ignore"):
+        return _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
+
+
 def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=None):
     """The result DataFrame; the rows' verdicts, typed, go on `p.verdicts` (verdict.Verdicts).
 
@@ -88,10 +94,8 @@ def build_table(p, mode, *, cross_framework=False, stack=None, tensor_metrics=No
             cols[name] = target[f].to_numpy(dtype=object)
         for f, name in zip(STAT_FIELDS, C.BENCH_STATS):
             cols[name] = _take(golden[f], gidx)
-    t_rg = target["requires_grad"].to_numpy(dtype=object)
-    g_rg = g["requires_grad"].to_numpy(dtype=object)
-    with np.errstate(all="ignore"):
-        same_rg = _is_none(t_rg) | _is_none(g_rg) | np.asarray(t_rg == g_rg, dtype=bool)
+    same_rg = requires_grad_consistent(target["requires_grad"].to_numpy(dtype=object),
+                                       g["requires_grad"].to_numpy(dtype=object))
     cols[C.REQUIRES_GRAD_CONSISTENT] = same_rg.astype(object)
     cols[C.RESULT], cols[C.ERR_MESSAGE] = V.result_columns(flags, matched, mode, all_ex, extra)
     if mode == "tensor" and "unreadable" in tensor_metrics:

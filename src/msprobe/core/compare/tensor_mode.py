@@ -123,13 +123,15 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
         dict: float arrays cosine, euc, max_abs, max_rel, one_k, five_k; "display" (column -> object
         array for the table); "messages" (object array of per-row notes); "nonfinite_moved" (bool
         array: both tensors hold inf/nan, at different elements); "unreadable" (bool array: a tensor
-        file of the row could not be read, or is inconsistent).
+        file of the row could not be read, or is inconsistent); "one_element" (bool array: tensors of
+        at most one element, whose Cosine, EucDist and ratios the table shows as unsupported).
     """
     n = len(target)
     arrays = {k: np.full(n, np.nan) for k in ("cosine", "euc", "max_abs", "max_rel", "one_k", "five_k")}
     display = {c: np.full(n, "N/A", dtype=object) for c in TENSOR_METRICS}
     messages = np.full(n, "", dtype=object)
     nonfinite_moved = np.zeros(n, dtype=bool)
+    one_element = np.zeros(n, dtype=bool)
     t_kind = target["kind"].to_numpy(dtype=object)
     g_kind = np.full(n, None, dtype=object)
     matched = gidx >= 0
@@ -167,9 +169,10 @@ def compute_tensor_metrics(target, golden, gidx, t_reader, g_reader, *, workers=
         cells = [cos, euc, mx_abs, mx_rel, one_k, five_k]
         if size <= 1:  # one element: only the absolute and relative errors mean anything
             cells = [UNSUPPORTED, UNSUPPORTED, mx_abs, mx_rel, UNSUPPORTED, UNSUPPORTED]
+            one_element[row] = True
             arrays["cosine"][row] = arrays["one_k"][row] = np.nan
             messages[row] = ""
         for c, v in zip(TENSOR_METRICS, cells):
             display[c][row] = v if not (isinstance(v, float) and math.isnan(v)) else "N/A"
     return {**arrays, "display": display, "messages": messages, "nonfinite_moved": nonfinite_moved,
-            "unreadable": unreadable}
+            "unreadable": unreadable, "one_element": one_element}
