@@ -123,3 +123,27 @@ def test_user_disabled_collector_stays_disabled(tmp_path):
         assert not gc.isenabled()
     finally:
         dbg.close()
+
+
+def test_what_stays_alive_after_stop_does_not_grow_with_the_records(tmp_path):
+    """The collector resumes at stop(): the step's summary caches are let go there, so its first young
+    collection does not walk (and promote) an object per record made."""
+    def alive_after_stop(calls, run):
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / run), level="L1")
+        x = torch.randn(4, 8)
+        try:
+            dbg.start()
+            for _ in range(calls):
+                x = torch.tanh(x)  # each call's tensors die: only what msprobe keeps stays
+            dbg.stop()
+            gc.disable()  # counted as stop() left them
+            alive = len(gc.get_objects())
+            gc.enable()
+            dbg.step()
+        finally:
+            dbg.close()
+        return alive
+
+    alive_after_stop(20, "warm")  # first-call caches (API table, stacks)
+    few, many = alive_after_stop(20, "few"), alive_after_stop(420, "many")
+    assert many - few < 200, (few, many)

@@ -215,6 +215,8 @@ class DumpSession(CaptureSession):
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
         if isinstance(v, torch.Tensor):
+            if not save and type(v) in _PLAIN:  # the common case, without tensor_record's frame
+                return self.summarizer.summarize(v, self.defer_forward)[0]
             return self.tensor_record(v, file_stem, save, waits)
         if v is None:
             return None

@@ -25,6 +25,8 @@ from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 from msprobe.core.diagnosis import diagnose, format_diagnosis  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
 
+from compare.dumped_training import train_dumped  # noqa: E402
+
 PLANTS = ("extra", "sign", "scale", "swap", "unscaled")
 # plant -> (the Function whose backward is wrong, the output gradient that differs most)
 WRONG = {"extra": ("SwishFn", "output.0"), "sign": ("SwishFn", "output.0"), "scale": ("SwishFn", "output.0"),
@@ -119,15 +121,8 @@ def train_step(path, plant, level, task, compiled):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     debugger = PrecisionDebugger(dump_path=str(path), task=task, level=level)
     try:
-        debugger.start(run, rank_id=0)
-        loss = F.cross_entropy(run(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        debugger.stop()
-        debugger.step()
+        train_dumped(debugger, run, opt, lambda: F.cross_entropy(run(x), y), [()])
     finally:
-        debugger.close()
         torch._dynamo.reset()
     return str(path)
 

@@ -145,3 +145,43 @@ def test_a_failed_write_stops_the_dump_not_the_caller(tmp_path):
     s.close()
     assert len(failures) == 1 and s.failed is failures[0] and "is not a directory" in str(failures[0])
     assert os.path.isfile(tmp_path / "step0")
+
+
+class _LetsOneIn:
+    """A session's queue lock that lets one record in just before the flusher takes it: the training
+    thread running between the flusher's look at the summaries and its taking the lock."""
+
+    def __init__(self, lock, record):
+        self._lock, self._record = lock, record
+
+    def acquire(self, blocking=True, timeout=-1):
+        if timeout != -1 and self._record is not None:  # the flusher's acquire(timeout=...)
+            record, self._record = self._record, None
+            record()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self):
+        self._lock.release()
+
+    def locked(self):
+        return self._lock.locked()
+
+    def __enter__(self):
+        self._lock.acquire()
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+
+def test_the_flusher_leaves_a_record_that_came_while_it_looked(tmp_path):
+    """Written by the flusher before its summary is read, a record's fields would stay null."""
+    from msprobe.core.dump import flusher
+    s = session(tmp_path)
+    flusher.unwatch(s)  # this test is the flusher
+    s.emit("Functional.add.0.forward", {"input_args": [], "input_kwargs": {}, "output": [None]})
+    s._lock = _LetsOneIn(s._lock, lambda: s.record("Functional.add.1.forward", np.array([1.0, 3.0])))
+    s._put_at -= 2 * capture.IDLE_SECONDS
+    s.write_idle()
+    assert "Functional.add.1.forward" not in on_disk(tmp_path)
+    s.close()
+    assert on_disk(tmp_path)["Functional.add.1.forward"]["output"][0]["Max"] == 3.0

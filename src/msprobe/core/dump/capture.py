@@ -238,6 +238,12 @@ class CaptureSession(CallRecords, SessionWriter):
         if not self._lock.acquire(timeout=1.0):
             return
         try:
+            # asked again holding the lock: a record queued since the look above may wait for a summary
+            # (written now, its fields would stay null)
+            if time.monotonic() - self._put_at < IDLE_SECONDS:
+                return
+            if not pending and (summarizer.pending or getattr(summarizer, "waiting", 0)):
+                return
             if self._queue or (self.writer is not None and self.writer.stacks_pending):
                 self._resolve(summarizer.start_resolve() if pending else None, stacks=True)
         finally:

@@ -29,11 +29,12 @@ class Deferral:
         select: callable (items, touching) -> (items to read now, items that keep waiting), or None.
     """
 
-    __slots__ = ("_queue", "_bytes", "max_items", "max_bytes", "_run", "_select")
+    __slots__ = ("queue", "_bytes", "max_items", "max_bytes", "_run", "_select")
 
     def __init__(self, run, max_items, max_bytes=None, select=None):
-        # (item, bytes) pairs: one list, so that a take() on another thread never splits a pair
-        self._queue = []
+        # (item, bytes) pairs: one list, so that a take() on another thread never splits a pair; read
+        # by an adapter's hot path as `len(queue)` (a __len__ call costs a Python frame)
+        self.queue = []
         self._bytes = 0
         self.max_items = max_items
         self.max_bytes = max_bytes
@@ -41,43 +42,43 @@ class Deferral:
         self._select = select
 
     def __len__(self):
-        return len(self._queue)
+        return len(self.queue)
 
     def __bool__(self):
-        return bool(self._queue)
+        return bool(self.queue)
 
     def items(self):
         """The items waiting now (a copy: another thread may add meanwhile)."""
-        return [item for item, _ in self._queue[:]]
+        return [item for item, _ in self.queue[:]]
 
     def add(self, item, nbytes=0):
         """Queue `item` (`nbytes` of tensor data held); True when the batch is full."""
-        self._queue.append((item, nbytes))
+        self.queue.append((item, nbytes))
         self._bytes += nbytes
-        return len(self._queue) >= self.max_items or (self.max_bytes is not None and self._bytes >= self.max_bytes)
+        return len(self.queue) >= self.max_items or (self.max_bytes is not None and self._bytes >= self.max_bytes)
 
     def launch(self, touching=None):
         """Read what waits now: the items `touching` may change (all of them without `select`, or when
         `touching` is None or empty); the others keep waiting for a larger batch."""
-        if not self._queue:
+        if not self.queue:
             return
         if touching and self._select is not None:
             go, _ = self._select(self.items(), touching)
             if not go:
                 return
-            if len(go) < len(self._queue):
+            if len(go) < len(self.queue):
                 chosen = {id(item) for item in go}
-                self._queue = [pair for pair in self._queue if id(pair[0]) not in chosen]
-                self._bytes = sum(n for _, n in self._queue)
+                self.queue = [pair for pair in self.queue if id(pair[0]) not in chosen]
+                self._bytes = sum(n for _, n in self.queue)
                 self._call(go)
                 return
         self._call(self.take().items)
 
     def take(self):
         """Everything waiting, removed, as a Batch (`finish()` reads it)."""
-        pairs = self._queue[:]
-        del self._queue[:len(pairs)]  # (not clear(): keeps what another thread queued meanwhile)
-        self._bytes = sum(n for _, n in self._queue)
+        pairs = self.queue[:]
+        del self.queue[:len(pairs)]  # (not clear(): keeps what another thread queued meanwhile)
+        self._bytes = sum(n for _, n in self.queue)
         return Batch([item for item, _ in pairs], self._run)
 
     def _call(self, items):

@@ -144,8 +144,15 @@ class JsonAppendFile:
         return encode(value)
 
     def append_many(self, items):
-        """Append `(key, value)` members in one write (all or, if the process dies, none of them)."""
-        parts = [orjson.dumps(key) + b": " + self._value_json(value) for key, value in items]
+        """Append `(key, value)` members (a sequence) in one write (all or, if the process dies, none of them)."""
+        if self.finite:  # the hot path (every dump record): orjson straight, no call per record
+            dumps = orjson.dumps
+            try:
+                parts = [dumps(key) + b": " + dumps(value) for key, value in items]
+            except (TypeError, orjson.JSONEncodeError):
+                parts = [dumps(key) + b": " + self._value_json(value) for key, value in items]
+        else:
+            parts = [orjson.dumps(key) + b": " + self._value_json(value) for key, value in items]
         if not parts:
             return
         with self._lock:

@@ -144,17 +144,26 @@ class DumpLifecycle:
     def stop(self):
         """Stop collection; the step's backward is still recorded until step(). What was recorded so far
         is resolved and written (on a device: without waiting for it)."""
+        self._stop_capture()
+        self._collector.resume()
+
+    def _stop_capture(self):
         if self._running:
             self._capture_off()
             self._running = False
             if self._session is not None:
                 self._session.resolve()
-        self._collector.resume()
+                self._session.summarizer.clear()
 
     def step(self):
         """End the step: flush everything to disk and advance the step counter."""
-        self.stop()
-        self._close_session()
+        self._stop_capture()
+        try:
+            self._close_session()
+        finally:
+            # resumed once the step's objects are gone: before, its first young collection would walk
+            # them all (and promote them)
+            self._collector.resume()
         self._exit_hook.drop()
         next_dumped = self._step_selected(self.current_step + 1)
         self._end_step(next_dumped)

@@ -35,10 +35,12 @@ def begin(session, optimizer_class, updates):
         key = update_key(session, optimizer_class, name)
         if not flt.want_call(key, session.module_stack) or (gate is not None and gate.exhausted):
             continue
-        # mutates: the records of the values before the step are made before the optimizer changes them
-        frame, _ = calls.begin(session, key, parent, (param, grad), {}, mutates=True, module=False,
-                               backward=False, stack=stack)
-        frames.append((frame, param))
+        frame, _ = calls.begin(session, key, parent, (param, grad), {}, module=False, backward=False, stack=stack)
+        frames.append((frame, param, grad))
+    if frames:
+        # the summaries of the values before the step go before the optimizer changes them: in one batch,
+        # not one launch per parameter
+        calls.ops.before_mutation(session, tuple(x for _, p, g in frames for x in (p, g)), {})
     return frames
 
 
@@ -47,6 +49,6 @@ def end(session, frames):
     calls = session.calls
     if frames:
         # the parameters changed in place: statistics cached for them are stale
-        calls.ops.before_mutation(session, tuple(p for _, p in frames), {})
-    for frame, param in frames:
+        calls.ops.before_mutation(session, tuple(p for _, p, _ in frames), {})
+    for frame, param, _ in frames:
         calls.end(session, frame, param, (param,))

@@ -4,6 +4,7 @@ For a call (API or module) we find the autograd nodes it created — a walk from
 back to its inputs' nodes — and hook those nodes: a pre-hook on each output node sees the gradients of
 the outputs (backward `input`), a hook on each node with an edge into an input sees the gradient that
 flows through that edge (backward `output`: this call's contribution to the input's gradient).
+A node that is both has one post-hook, which sees both.
 Unlike identity-Function wrapping (what `register_full_backward_hook` does), this creates no views,
 so in-place ops on inputs or outputs keep working, and the numbers are untouched.
 
@@ -138,11 +139,17 @@ class BackwardTracker:
             tracker.pending = 1
             gf.register_hook(functools.partial(tracker._on_node, outs, slots))
             return tracker
-        tracker.pending = len(out_nodes) + len(edges)
-        for gf, outs in out_nodes.values():
-            gf.register_prehook(functools.partial(tracker._on_outputs, outs))
-        for node, slots in edges.values():
-            node.register_hook(functools.partial(tracker._on_inputs, slots))
+        # a node that made outputs and takes inputs (F.linear's addmm; its weight comes through a
+        # transpose node) has one post-hook for both, as above
+        tracker.pending = len(out_nodes) + sum(1 for nid in edges if nid not in out_nodes)
+        for nid, (gf, outs) in out_nodes.items():
+            if nid in edges:
+                gf.register_hook(functools.partial(tracker._on_node, outs, edges[nid][1]))
+            else:
+                gf.register_prehook(functools.partial(tracker._on_outputs, outs))
+        for nid, (node, slots) in edges.items():
+            if nid not in out_nodes:
+                node.register_hook(functools.partial(tracker._on_inputs, slots))
         return tracker
 
     @classmethod

@@ -275,7 +275,8 @@ def called_by_compiler(depth=2):
     user's code running between graphs. Asked only while a compiled model may run."""
     global _graphs_seen
     if not _graphs_seen:  # nothing compiled yet (torch imports Dynamo for far more than torch.compile)
-        _graphs_seen = torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0
+        # (.get: a Counter's missing key is a Python call, asked by every API call until a graph is made)
+        _graphs_seen = torch._dynamo.utils.counters["stats"].get("unique_graphs", 0) > 0
         if not _graphs_seen:
             return False
     frame = sys._getframe(depth)

@@ -194,7 +194,9 @@ def _split_by_memory(waiting, tensors):
         changing = {t.untyped_storage().data_ptr() for t in tensors}
     except (RuntimeError, NotImplementedError, TypeError):
         return waiting, []
-    if None in changing or any(w[4] is None for w in waiting):
+    go = [w for w in waiting if w[4] in changing or w[4] is None]
+    if not go:  # the common case (an optimizer's in-place update of a tensor nothing waits for)
+        return go, waiting
+    if any(w[4] is None for w in go):  # an item without a storage address cannot be told apart
         return waiting, []
-    shared = [w[4] in changing for w in waiting]
-    return [w for w, s in zip(waiting, shared) if s], [w for w, s in zip(waiting, shared) if not s]
+    return go, [w for w in waiting if w[4] not in changing]

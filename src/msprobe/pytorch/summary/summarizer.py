@@ -66,14 +66,14 @@ class Summarizer:
 
     @property
     def pending(self):
-        """Summaries in device slots, not yet on the host."""
-        return self.slots.pending
+        """Summaries in device slots, not yet on the host (asked for every record: no nested property)."""
+        return self.slots._pending
 
     @property
     def waiting(self):
         """Deferred summaries not launched yet (see DeviceSummaries); asked before every call the API
-        mode passes on: no nested property."""
-        return len(self._deferral)
+        mode passes on: no nested property or method."""
+        return len(self._deferral.queue)
 
     def launch(self, touching=None):
         """Launch the deferred summaries now: something may change their tensors in place (`touching`:
@@ -175,18 +175,15 @@ class Summarizer:
             rec.update(self._fields)
             if values:
                 rec.update(values)
-        if entry is not None:
-            self._remember(t, key, shape, rec, entry)
+        if entry is not None:  # the tensor object's record (without requires_grad) for its next summary
+            objects = self._objects
+            if len(objects) > CACHE_LIMIT:
+                objects.clear()
+            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
         rec["requires_grad"] = t.requires_grad
         for slot in slots:
             fill_from_slot(rec, slot)
         return rec
-
-    def _remember(self, t, key, shape, rec, entry):
-        """The tensor object's record (without requires_grad) for its next summary at this version."""
-        if len(self._objects) > CACHE_LIMIT:
-            self._objects.clear()
-        self._objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
 
     def _stats_slot(self, t, n, span, defer):
         """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
