@@ -15,9 +15,10 @@ they were set, and its numbers are reported as they came.
 
 Clean models of other shapes (tests/compare/bf16_negatives.py: attention variants with learned, rotary and
 ALiBi positions, layout-only rewrites, convs with batch norm, temporal and depthwise-separable convs,
-recurrent cells stepped by hand, a long RMSNorm residual stream, an EmbeddingBag recommender; bf16 autocast,
-a few under fp16), two seeds each, give the second table: false alarms per family, in the half the
-diagnosis was changed on (`tuning`) and the half it was not (`held out`).
+recurrent cells stepped by hand, a long RMSNorm residual stream, an EmbeddingBag recommender, a selective
+scan, a U-Net, a top-2 mixture of experts, a ViT, instance/group-norm convs, attention pooling over padded
+sequences; bf16 autocast, a few under fp16), two seeds each, give the second table: false alarms per
+family, in the half the diagnosis was changed on (`tuning`) and the half it was not (`held out`).
 
 Columns: `hits` = suspect #1 is the planted call; `wrong place named` = #1 is elsewhere; `false alarms`
 = a negative control reported as a divergence; for the diagnosis also the plant runs that list another

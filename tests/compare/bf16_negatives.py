@@ -4,13 +4,16 @@ careful verdict on every one is "no divergence beyond <dtype> precision".
 
 Two halves. `tuning`: the models looked at while the diagnosis (or the dump it reads) was changed: a
 GPT-style transformer, the same with a layout-only rewrite of its heads, a conv net with batch norm;
-then nn.GRU and nn.MultiheadAttention with a post-norm, and an LSTM written out over its time steps with
-its time-major layout rewrite, each held out until its false alarms were worked on. `held out`: written
+then nn.GRU and nn.MultiheadAttention with a post-norm, an LSTM written out over its time steps with its
+time-major layout rewrite, nn.LSTMCell with a hand-written GRU cell stepped by hand, and a chunked
+selective state-space scan, each held out until its false alarms were worked on. `held out`: written
 beside them and run only to report, their numbers as they came: a deep residual stream with RMSNorm and
 SiLU; cross-attention with a SwiGLU MLP; a deeper conv + batch-norm stack; then, written before the
-LSTM's alarms were worked on, a causal dilated Conv1d net, nn.LSTMCell and a hand-written GRU cell
-stepped by hand, rotary and ALiBi attention, depthwise-separable convs, an EmbeddingBag recommender, and
-the GPT and the separable conv net under fp16 autocast.
+LSTM's alarms were worked on, a causal dilated Conv1d net, rotary and ALiBi attention,
+depthwise-separable convs, an EmbeddingBag recommender, and the GPT and the separable conv net under
+fp16 autocast; then, written before the cell loop's alarm was worked on, a U-Net, a top-2 mixture of
+experts, a small ViT, and convs with instance and group norm; then, before the scan's masked_fill
+alarm was looked at, attention pooling over padded sequences.
 
 Used by tests/core/diagnosis/test_noise_aware.py and benchmarks/bf16_diagnosis.py (the false-alarm table per
 family and half).
@@ -330,6 +333,172 @@ class Recommender(nn.Module):
         return self.top(torch.cat([feats[0], pairs], dim=1)).squeeze(1)
 
 
+class SelectiveScan(nn.Module):
+    """A Mamba-2-like selective state-space layer, scanned in chunks of 4 steps in a Python loop: an
+    input-dependent step size (softplus) and B, C projections; inside a chunk the decays are a cumsum
+    of log-decays and the chunk's states come from exp of their differences, the last state carried into
+    the next chunk; a gated output (SiLU) in a pre-RMSNorm residual, twice."""
+
+    def __init__(self, d=32, state=8, layers=2, chunk=4):
+        super().__init__()
+        self.emb, self.head, self.chunk = nn.Embedding(64, d), nn.Linear(d, 64), chunk
+        self.norms = nn.ModuleList(nn.RMSNorm(d) for _ in range(layers))
+        self.inp = nn.ModuleList(nn.Linear(d, 2 * d) for _ in range(layers))
+        self.dt = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.bc = nn.ModuleList(nn.Linear(d, 2 * state, bias=False) for _ in range(layers))
+        self.out = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.log_a = nn.Parameter(torch.log(torch.linspace(0.5, 4.0, state)).repeat(layers, d, 1))
+
+    def _scan(self, u, dt, bmat, cmat, log_a):
+        b, t, d = u.shape
+        decay = -dt[..., None] * log_a.exp()  # (b, t, d, n), log of each step's decay
+        drive = (dt * u)[..., None] * bmat[:, :, None, :]
+        h = torch.zeros(b, d, log_a.shape[-1])
+        ys = []
+        for s in range(0, t, self.chunk):
+            cum = decay[:, s:s + self.chunk].cumsum(dim=1)
+            k = cum.shape[1]
+            causal = torch.ones(k, k, dtype=torch.bool).tril()[None, :, :, None, None]
+            pair = (cum[:, :, None] - cum[:, None, :]).masked_fill(~causal, float("-inf")).exp()
+            states = torch.einsum("btsdn,bsdn->btdn", pair, drive[:, s:s + self.chunk]) + cum.exp() * h[:, None]
+            ys.append(torch.einsum("btdn,btn->btd", states, cmat[:, s:s + self.chunk]))
+            h = states[:, -1]
+        return torch.cat(ys, dim=1)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for i, (norm, inp, dt, bc, out) in enumerate(zip(self.norms, self.inp, self.dt, self.bc, self.out)):
+            u, gate = inp(norm(x)).chunk(2, dim=-1)
+            bmat, cmat = bc(u).chunk(2, dim=-1)
+            y = self._scan(u, F.softplus(dt(u)), bmat, cmat, self.log_a[i])
+            x = x + out(y * F.silu(gate))
+        return self.head(x)
+
+
+class UNet(nn.Module):
+    """A two-level U-Net: conv + GroupNorm + SiLU encoder stages, a strided-conv downsampling, a
+    transposed-conv upsampling, the encoder's maps concatenated onto the decoder's (skip
+    connections), a 1x1 conv and average-pooled head."""
+
+    def __init__(self):
+        super().__init__()
+
+        def stage(a, b):
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.GroupNorm(4, b), nn.SiLU())
+
+        self.enc1, self.down1, self.enc2 = stage(3, 8), nn.Conv2d(8, 16, 2, stride=2), stage(16, 16)
+        self.down2, self.mid = nn.Conv2d(16, 32, 2, stride=2), stage(32, 32)
+        self.up2, self.dec2 = nn.ConvTranspose2d(32, 16, 2, stride=2), stage(32, 16)
+        self.up1, self.dec1 = nn.ConvTranspose2d(16, 8, 2, stride=2), stage(16, 8)
+        self.mix, self.head = nn.Conv2d(8, 8, 1), nn.Linear(8, 10)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(self.down1(e1))
+        m = self.mid(self.down2(e2))
+        d2 = self.dec2(torch.cat([self.up2(m), e2], dim=1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], dim=1))
+        return self.head(self.mix(d1).mean(dim=(2, 3)))
+
+
+class TopKExperts(nn.Module):
+    """A mixture-of-experts layer: four SwiGLU experts, each token sent to its top two by a router
+    that reads the token embedding in fp32 with autocast off (selective precision, as Switch
+    Transformer routes), so both runs route every token alike; tokens gathered per expert, the
+    experts' outputs weighted by the renormalised router probabilities and index_add-ed back; a
+    residual, a LayerNorm, a dense GELU MLP and a linear head after it."""
+
+    def __init__(self, d=32, experts=4, hidden=48):
+        super().__init__()
+        self.emb, self.router = nn.Embedding(64, d), nn.Linear(d, experts, bias=False)
+        self.gate = nn.ModuleList(nn.Linear(d, hidden, bias=False) for _ in range(experts))
+        self.up = nn.ModuleList(nn.Linear(d, hidden, bias=False) for _ in range(experts))
+        self.down = nn.ModuleList(nn.Linear(hidden, d, bias=False) for _ in range(experts))
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, 64)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        b, t, d = x.shape
+        flat = x.reshape(-1, d)
+        with torch.autocast("cpu", enabled=False):
+            weight, chosen = self.router(flat).softmax(dim=-1).topk(2, dim=-1)
+        weight = weight / weight.sum(dim=-1, keepdim=True)
+        mixed = torch.zeros_like(flat)
+        for e, (gate, up, down) in enumerate(zip(self.gate, self.up, self.down)):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            xe = flat[token]
+            ye = down(F.silu(gate(xe)) * up(xe))
+            mixed = mixed.index_add(0, token, ye.float() * weight[token, slot, None])
+        x = x + mixed.view(b, t, d)
+        x = x + self.mlp(self.norm(x))
+        return self.head(x)
+
+
+class TinyVit(nn.Module):
+    """A small vision transformer: a 2x2 patch-embedding conv (16 patches of an 8x8 image), a class
+    token and learned positions, two pre-norm nn.TransformerEncoderLayer blocks (GELU), the class
+    token's LayerNorm and a linear head."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.patch = nn.Conv2d(3, d, 2, stride=2)
+        self.cls, self.pos = nn.Parameter(torch.randn(1, 1, d) * 0.02), nn.Parameter(torch.randn(1, 17, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, 4, 64, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, 10)
+
+    def forward(self, x):
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        z = torch.cat([self.cls.expand(p.shape[0], -1, -1), p], dim=1) + self.pos
+        return self.head(self.norm(self.blocks(z)[:, 0]))
+
+
+class NormConvs(nn.Module):
+    """Conv stages normalised per sample: InstanceNorm2d (affine) then GroupNorm with two groups,
+    LeakyReLU and a scaled residual, a strided conv, global max and mean pooling concatenated into
+    the head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.n1 = nn.Conv2d(3, 12, 3, padding=1), nn.InstanceNorm2d(12, affine=True)
+        self.c2, self.n2 = nn.Conv2d(12, 12, 3, padding=1), nn.GroupNorm(2, 12)
+        self.c3, self.n3 = nn.Conv2d(12, 24, 3, stride=2, padding=1), nn.GroupNorm(3, 24)
+        self.head = nn.Linear(48, 10)
+
+    def forward(self, x):
+        h = F.leaky_relu(self.n1(self.c1(x)), 0.1)
+        h = h + 0.5 * F.leaky_relu(self.n2(self.c2(h)), 0.1)
+        h = F.leaky_relu(self.n3(self.c3(h)), 0.1)
+        return self.head(torch.cat([h.amax(dim=(2, 3)), h.mean(dim=(2, 3))], dim=1))
+
+
+class PaddedPooling(nn.Module):
+    """Variable-length sequences: positions past each sample's length are padding. A GELU Conv1d over
+    the embeddings, a learned-query attention pool whose scores at padding are masked_fill-ed to -inf
+    before the softmax, and a logsumexp pool of the same scores beside it; a linear head over both."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.emb, self.conv = nn.Embedding(64, d), nn.Conv1d(d, d, 3, padding=1)
+        self.query, self.key = nn.Parameter(torch.randn(d) * 0.2), nn.Linear(d, d)
+        self.head = nn.Linear(d + 1, 10)
+
+    def forward(self, idx):
+        lengths = 6 + idx[:, 0] % 10  # 6..15 real tokens per sample, the same in both runs
+        pad = torch.arange(idx.shape[1])[None, :] >= lengths[:, None]
+        h = F.gelu(self.conv(self.emb(idx).transpose(1, 2))).transpose(1, 2)
+        scores = (self.key(h) @ self.query).masked_fill(pad, float("-inf"))
+        pooled = (scores.softmax(dim=-1)[..., None] * h).sum(dim=1)
+        return self.head(torch.cat([pooled, scores.logsumexp(dim=-1, keepdim=True)], dim=-1))
+
+
+def _sequences(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    return torch.randint(0, 64, (4, 16), generator=gen), torch.randint(0, 10, (4,), generator=gen)
+
+
 def _tokens(seed):
     gen = torch.Generator().manual_seed(100 + seed)
     idx = torch.randint(0, 64, (2, 16), generator=gen)
@@ -379,13 +548,19 @@ FAMILIES = {
     "cross_attn": ("held out", CrossAttention, _tokens, _sequence_loss),
     "conv_bn_deep": ("held out", ConvBnDeep, _images, _class_loss),
     "temporal_conv": ("held out", TemporalConv, _tokens, _sequence_loss),
-    "cell_loop": ("held out", CellLoop, _tokens, _sequence_loss),
+    "cell_loop": ("tuning", CellLoop, _tokens, _sequence_loss),
     "rope_attn": ("held out", lambda: PositionalAttention("rope"), _tokens, _sequence_loss),
     "alibi_attn": ("held out", lambda: PositionalAttention("alibi"), _tokens, _sequence_loss),
     "dw_separable": ("held out", DepthwiseSeparable, _images, _class_loss),
     "recommender": ("held out", Recommender, _clicks, _click_loss),
     "gpt_fp16": ("held out", lambda: Gpt("view"), _tokens, _sequence_loss),
     "dw_separable_fp16": ("held out", DepthwiseSeparable, _images, _class_loss),
+    "selective_scan": ("tuning", SelectiveScan, _tokens, _sequence_loss),
+    "unet": ("held out", UNet, _images, _class_loss),
+    "moe": ("held out", TopKExperts, _tokens, _sequence_loss),
+    "vit": ("held out", TinyVit, _images, _class_loss),
+    "norm_convs": ("held out", NormConvs, _images, _class_loss),
+    "padded_pool": ("held out", PaddedPooling, _sequences, _class_loss),
 }
 # the target's autocast dtype where it is not bfloat16
 AUTOCAST = {"gpt_fp16": torch.float16, "dw_separable_fp16": torch.float16}

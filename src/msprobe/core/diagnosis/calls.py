@@ -63,6 +63,15 @@ class Row:
         return self.matched and (bool(self.flags) or self.error > self.floor)
 
     @property
+    def range_hidden(self):
+        """Golden's finite elements have no known range: its max or min is inf or nan (the target's
+        too, else a flag says so) and the finite one is 0 (scores masked to -inf, all others <= 0), so
+        the error relative to that range (a difference over a zero scale: full) measures nothing."""
+        ends = [v for v in self.golden[:2] if type(v) is float]
+        return (self.is_tensor and not self.flags and any(not math.isfinite(v) for v in ends)
+                and all(v == 0 for v in ends if math.isfinite(v)))
+
+    @property
     def target_finite(self):
         return all(v is None or not isinstance(v, float) or math.isfinite(v) for v in self.target)
 

@@ -5,7 +5,8 @@ row, whether its difference is explained by something earlier:
 
 - a call may round its inputs and outputs to the run's working precision (bf16 under autocast: a few
   unit roundoffs), and may grow the error its inputs carry by what the op explains: not at all for
-  casts, views and copies; with its input's range for exp-like ops; up to `AMPLIFICATION` for others.
+  casts, views and copies; pieces of an input (slices, a cat's backward) by the whole's size over the
+  piece's; with its input's range for exp-like ops; up to `AMPLIFICATION` for others.
   Output error beyond `INTRODUCED_RATIO` times that is error the call *introduces*;
 - a differing input is *explained* when the target value it carries was produced by an earlier call
   whose output already differed (found by its statistics: the same tensor has the same Max/Min/Mean/Norm
@@ -291,7 +292,8 @@ class _RankWalk:
                     r.label = self.entry_labels.get(r.value_key(), INHERITS)
             else:
                 r.label = ROUNDING if r.is_tensor and r.error > r.exact_floor else AGREES
-            if r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled:
+            if (r.matched and r.is_tensor and math.isfinite(r.error) and r.label != AGREES and not r.cancelled
+                    and not r.range_hidden):
                 self.noise = max(self.noise, r.error)
 
     def _label_inherited(self, call, inner):

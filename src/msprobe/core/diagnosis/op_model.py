@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 
 from msprobe.core import naming
-from msprobe.core.diagnosis.errors import row_error
+from msprobe.core.diagnosis.errors import row_error, unit_roundoff
 from msprobe.core.diagnosis.thresholds import (ADDITIVE_APIS, AMPLIFICATION, CAST_APIS, INTRODUCED_RATIO,
-                                               PARAMETER_SLOTS, RANGE_AMPLIFICATION, RANGE_APIS, RECURRENT_APIS,
-                                               ROUNDING_UNITS, THRESHOLD_APIS, VALUE_PRESERVING_APIS)
+                                               PARAMETER_SLOTS, PIECE_APIS, PIECE_BACKWARD_APIS, RANGE_AMPLIFICATION,
+                                               RANGE_APIS, RECURRENT_APIS, ROUNDING_UNITS, THRESHOLD_APIS,
+                                               VALUE_PRESERVING_APIS)
 
 # float32's unit roundoff: outputs this much smaller than their inputs are cancellations even there
 _FP32_U = 2.0 ** -24
@@ -43,14 +44,50 @@ def _op(call, calls_by_key):
 
 def amplification(call, calls_by_key):
     """How much this call may grow the relative error of its inputs: casts, views and copies not at
-    all; exp-like ops with their input's range (d exp(x) / exp(x) = dx); others up to AMPLIFICATION."""
+    all, pieces of an input by their size (`piece_growth`); exp-like ops with their input's range
+    (d exp(x) / exp(x) = dx); others up to AMPLIFICATION."""
     name, reads = _op(call, calls_by_key)
+    if _takes_pieces(call, name):
+        return piece_growth(call)
     if name in VALUE_PRESERVING_APIS:
         return 1.0
     if name in RANGE_APIS:
         scale = max((r.golden_scale for r in reads if r.matched and r.is_tensor), default=0.0)
         return AMPLIFICATION + RANGE_AMPLIFICATION * scale
     return AMPLIFICATION
+
+
+def _takes_pieces(call, name):
+    return name in (PIECE_BACKWARD_APIS if call.direction == "backward" else PIECE_APIS)
+
+
+def piece_growth(call):
+    """How much a call that hands on pieces of its input may grow the input's relative error. A piece
+    keeps each element's absolute error, but the error is measured against the piece's own range and
+    norm, which may be smaller: the whole's size over the piece's. In statistics mode the piece's
+    max, min and mean are other elements than the whole's, whose error the whole's statistics only
+    bound from below: any op's AMPLIFICATION on top. Tensor mode measures every element (MaxAbsErr,
+    EucDist): the size ratio alone."""
+    whole = [r for r in call.inputs if r.matched and r.is_tensor and unit_roundoff(r.golden_dtype)]  # not indices
+    pieces = [r for r in call.outputs if r.matched and r.is_tensor]
+    if not whole or not pieces:
+        return 1.0
+    range_in = max(r.golden_scale for r in whole)
+    norm_in = max(_golden_norm(r) for r in whole)
+    ratio = 1.0
+    for r in pieces:
+        if r.golden_scale > 0:
+            ratio = max(ratio, range_in / r.golden_scale)
+        if _golden_norm(r) > 0:
+            ratio = max(ratio, norm_in / _golden_norm(r))
+    element_wise = all(r.tensor_metrics and any(math.isfinite(m) for m in r.tensor_metrics)
+                       for r in whole + pieces)
+    return ratio if element_wise else AMPLIFICATION * ratio
+
+
+def _golden_norm(row):
+    norm = row.golden[3] if len(row.golden) > 3 else None
+    return abs(norm) if type(norm) is float and math.isfinite(norm) else 0.0
 
 
 def internal_rounding(call, calls_by_key, working_u):
@@ -131,8 +168,8 @@ def mark_cancelled(call, calls_by_key, working_u, cancelled_values):
 
 
 def judged_outputs(call):
-    """Output rows whose error means something (see `mark_cancelled`)."""
-    return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled]
+    """Output rows whose error means something (see `mark_cancelled`, `Row.range_hidden`)."""
+    return [r for r in call.outputs if r.matched and r.is_tensor and not r.cancelled and not r.range_hidden]
 
 
 def negligible_in_sum(call, row, calls_by_key, noise):

@@ -59,6 +59,13 @@ VALUE_PRESERVING_APIS = frozenset({
     "identity", "broadcast_to", "tile", "index_select", "gather", "roll", "flip", "masked_select",
     "Cast", "Reshape", "Transpose", "ExpandDims", "Squeeze", "Concat",
 })
+# Value-preserving calls whose outputs are pieces of an input (by API name; a backward takes its
+# forward's name): slices and splits forward, and the backward of a concatenation, which splits the
+# gradient it is given. A piece's size (range, norm) may be smaller than the whole's, and its
+# statistics read elements the whole's four statistics may never have seen.
+PIECE_APIS = frozenset({"__getitem__", "narrow", "select", "chunk", "split", "unbind", "index_select", "gather",
+                        "masked_select"})
+PIECE_BACKWARD_APIS = frozenset({"cat", "concat", "stack", "Concat"})
 # Casts: their output is their input rounded to another dtype, so in the target itself the two may differ
 # by that dtype's rounding only (capped at the working precision: a cast below it introduces error).
 CAST_APIS = frozenset({"to", "type", "type_as", "float", "half", "bfloat16", "double", "Cast"})
