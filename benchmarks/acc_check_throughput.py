@@ -53,7 +53,6 @@ msProbe's PyTorch acc_check, forced onto the CPU, checks 2.4 APIs/s on this mode
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -166,20 +165,17 @@ def time_spin(processes, n=10_000_000):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, the order rotated (default 3)")
-    ap.add_argument("--skip-multi", action="store_true", help="measure the single-process run only")
-    ap.add_argument("--quick", action="store_true", help="CI smoke test: --rounds 1 --skip-multi")
+    harness.add_common_options(ap, rounds=3, quick=(1,))  # rounds of every mode, the order rotated
+    ap.add_argument("--skip-multi", action="store_true", help="measure the single-process run only (--quick too)")
     ap.add_argument("--blocks", type=int, default=4,
                     help="transformer blocks of the dumped model (4: 153 APIs; 40: ~1400 APIs)")
     ap.add_argument("--cli", action="store_true",
                     help="also time `msprobe multi_acc_check -d 0` and `-d 0 1` as commands (fresh processes)")
-    ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
+    harness.check_common_options(ap, args)
     if args.quick:
-        args.rounds, args.skip_multi = 1, True
-    if args.rounds < 1:
-        ap.error(f"--rounds: {args.rounds}; must be >= 1")
+        args.skip_multi = True
 
     torch.set_num_threads(1)  # before any op: forked workers must not inherit a busy OpenMP pool
     with tempfile.TemporaryDirectory(prefix="acc_check_bench_") as root:  # the dump and every run's CSVs
@@ -199,6 +195,7 @@ def measure(args, root):
     cpu = []
     worker_cpu = {"multi1": [], "multi2": []}
     load_start = os.getloadavg()[0]
+    log = harness.logger(args.quiet)
     for r in range(args.rounds):
         for mode in harness.rotated(modes, r):
             out = os.path.join(root, f"r{r}-{mode}")
@@ -216,34 +213,34 @@ def measure(args, root):
                 worker_cpu[mode].append(w_cpu)
             assert n == n_apis, f"{mode}: {n} of {n_apis} APIs"
             times[mode].append(wall)
-            print(f"round {r} {mode:7s} {wall:7.2f} s  {n / wall:6.1f} APIs/s", file=sys.stderr)
+            log(f"round {r} {mode:7s} {wall:7.2f} s  {n / wall:6.1f} APIs/s")
     res = {"apis": n_apis, "blocks": args.blocks, "cpu_count": os.cpu_count(),
            "load_avg": [load_start, os.getloadavg()[0]]}
     print(f"\nacc_check throughput, {n_apis} APIs (fwd + bwd), {args.rounds} rounds, "
           f"{os.cpu_count()} CPUs, load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print(f"{'mode':<10}{'median s':>10}{'APIs/s':>9}{'target':>9}")
     for mode in [m for m in modes if not m.startswith(("spin", "cli"))]:
-        med = statistics.median(times[mode])
+        med = harness.median(times[mode])
         res[mode] = {"median_s": med, "apis_per_s": n_apis / med, "all_s": times[mode]}
         target = f"{TARGET_APIS_PER_S:.0f}" if mode == "single" else ""
         print(f"{mode:<10}{med:>10.2f}{n_apis / med:>9.1f}{target:>9}")
-    res["single"]["cpu_s_median"] = statistics.median(cpu)
-    print(f"single: {statistics.median(cpu):.2f} CPU s of this process "
-          f"({n_apis / statistics.median(cpu):.1f} APIs per CPU second); msProbe on CPU: {MSPROBE_APIS_PER_S} APIs/s "
+    res["single"]["cpu_s_median"] = harness.median(cpu)
+    print(f"single: {harness.median(cpu):.2f} CPU s of this process "
+          f"({n_apis / harness.median(cpu):.1f} APIs per CPU second); msProbe on CPU: {MSPROBE_APIS_PER_S} APIs/s "
           f"-> {res['single']['apis_per_s'] / MSPROBE_APIS_PER_S:.1f}x")
     ok = res["single"]["apis_per_s"] >= TARGET_APIS_PER_S
     if not args.skip_multi:
         ratios = [a / b for a, b in zip(times["multi1"], times["multi2"])]
         spin = [a / b for a, b in zip(times["spin1"], times["spin2"])]
-        res["speedup_2_workers"] = statistics.median(ratios)
-        res["machine_speedup_2_processes"] = statistics.median(spin)
+        res["speedup_2_workers"] = harness.median(ratios)
+        res["machine_speedup_2_processes"] = harness.median(spin)
         print(f"2 workers vs 1: {res['speedup_2_workers']:.2f}x (median of per-round ratios "
               f"{', '.join(f'{x:.2f}' for x in ratios)}; target {TARGET_SPEEDUP}x)")
         print(f"the machine meanwhile, 2 vs 1 processes of pure Python: {res['machine_speedup_2_processes']:.2f}x "
               f"({', '.join(f'{x:.2f}' for x in spin)}; 2.0 on two idle cores)")
         split = [c1[0] / max(c2) for c1, c2 in zip(worker_cpu["multi1"], worker_cpu["multi2"])]
         res["worker_cpu_s"] = worker_cpu
-        res["work_split_2_workers"] = statistics.median(split)
+        res["work_split_2_workers"] = harness.median(split)
         print("worker CPU s per round: 1 worker " + ", ".join(f"{c[0]:.2f}" for c in worker_cpu["multi1"])
               + "; 2 workers " + ", ".join("+".join(f"{x:.2f}" for x in c) for c in worker_cpu["multi2"]))
         print(f"work split, 1-worker CPU s / busier of 2 workers: {res['work_split_2_workers']:.2f}x "
@@ -253,11 +250,11 @@ def measure(args, root):
         ratios = [a / b for a, b in zip(times["cli1"], times["cli2"])]
         whole = [a / b for a, b in zip(cli_total["cli1"], cli_total["cli2"])]
         res["cli"] = {"check_s": {m: times[m] for m in ("cli1", "cli2")}, "command_s": cli_total,
-                      "speedup_2_workers": statistics.median(ratios)}
-        print(f"command line, fresh processes: -d 0 {statistics.median(times['cli1']):.2f} s, -d 0 1 "
-              f"{statistics.median(times['cli2']):.2f} s for the check -> {statistics.median(ratios):.2f}x "
-              f"({', '.join(f'{x:.2f}' for x in ratios)}); whole command {statistics.median(cli_total['cli1']):.2f}"
-              f" s / {statistics.median(cli_total['cli2']):.2f} s -> {statistics.median(whole):.2f}x "
+                      "speedup_2_workers": harness.median(ratios)}
+        print(f"command line, fresh processes: -d 0 {harness.median(times['cli1']):.2f} s, -d 0 1 "
+              f"{harness.median(times['cli2']):.2f} s for the check -> {harness.median(ratios):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ratios)}); whole command {harness.median(cli_total['cli1']):.2f}"
+              f" s / {harness.median(cli_total['cli2']):.2f} s -> {harness.median(whole):.2f}x "
               "(interpreter start and imports included)")
     harness.write_json(args.json, res)
     return 0 if ok or not args.check else 1

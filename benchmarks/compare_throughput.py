@@ -14,7 +14,8 @@
    process each), and whether the two engines wrote the same files. Ray runs on a local cluster started
    here with `ray start --head` (its start-up is printed, not counted: a user's cluster is up already).
 
-    python benchmarks/compare_throughput.py                  # quick (CI-safe): 0.2 GB, 100k records
+    python benchmarks/compare_throughput.py                  # 0.2 GB, 100k records, 3 rounds
+    python benchmarks/compare_throughput.py --quick          # CI smoke: 1 round, 0.05 GB, 10k records
     python benchmarks/compare_throughput.py --tensor-gb 3 --records 1000000 --dir /tmp/cmpbench
     python benchmarks/compare_throughput.py --engine ray --pairs 1024 --tensor-pairs 64 --record
 
@@ -26,13 +27,15 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (beside this script: the rounds' options and medians)
 
 TENSOR_ELEMENTS = 1 << 22  # 16 MiB per float32 tensor file
 
@@ -179,14 +182,16 @@ def tensor_bench(root, gb, rounds):
             r = run_child(t, g, workers, baseline=old)
             rows[names[workers, old]].append(r["wall"])
             extra[names[workers, old]].append(r)
-    base = statistics.median(rows["read (baseline)"])
+    base = harness.median(rows["read (baseline)"])
     print(f"{'':22s}{'wall s':>9s}{'GB/s':>8s}{'x read':>8s}{'cpu s':>9s}{'peak MB main/worker':>22s}")
+    numbers = {"bytes": nbytes}
     for name, walls in rows.items():
-        w = statistics.median(walls)
+        w = harness.median(walls)
+        numbers[name] = {"wall_s": w, "gb_per_s": nbytes / 1e9 / w, "x_read": w / base}
         line = f"{name:22s}{w:9.2f}{nbytes / 1e9 / w:8.2f}{w / base:8.2f}"
         if name in extra:
             e = extra[name]
-            cpu = statistics.median(x["cpu"] + x["children_cpu"] for x in e)
+            cpu = harness.median(x["cpu"] + x["children_cpu"] for x in e)
             line += f"{cpu:9.2f}{max(x['rss_mb'] for x in e):11.0f} /{max(x['child_rss_mb'] for x in e):7.0f}"
         print(line)
     # one worker's own speed: metrics of one pair of memory-mapped files on one core (CPU time)
@@ -199,9 +204,11 @@ def tensor_bench(root, gb, rounds):
         c = time.process_time()
         tensor_metrics(a, b)
         cpu.append(time.process_time() - c)
-    c = statistics.median(cpu)
+    c = harness.median(cpu)
     print(f"single core, metrics only: {(a.nbytes + b.nbytes) / 1e9 / c:.2f} GB/s of CPU time "
           f"({(a.nbytes + b.nbytes) / 1e6:.0f} MB pair in {c * 1000:.0f} ms)")
+    numbers["single_core_cpu_gb_per_s"] = (a.nbytes + b.nbytes) / 1e9 / c
+    return numbers
 
 
 def stats_bench(root, n, rounds):
@@ -218,9 +225,10 @@ def stats_bench(root, n, rounds):
         runs.append(run_child(t, g, 1, os.path.join(root, "stats_out")))
         if BASELINE_SRC:
             old.append(run_child(t, g, 1, os.path.join(root, "stats_out_old"), baseline=True))
-    med = statistics.median
+    med = harness.median
     p = med(parse)
     print(f"json.load of both (baseline) {p:7.2f} s   (load average {os.getloadavg()[0]:.1f})")
+    numbers = {"records": n, "json_load_s": p}
     for label, rs in (("", runs), ("old ", old)):
         if not rs:
             continue
@@ -234,6 +242,8 @@ def stats_bench(root, n, rounds):
             print(f"{label + 'compare_dumps':28s} {c:7.2f} s")
         print(f"{label + 'csv of %d rows' % n:28s} {wr:7.2f} s")
         print(f"{label + 'diagnose':28s} {med(r['diagnose'] for r in rs):7.2f} s  (msprobe compare runs it too)")
+        numbers[label + "compare"] = {"compare_s": c, "csv_s": wr, "diagnose_s": med(r["diagnose"] for r in rs),
+                                      "x_json_load": (c + wr) / p}
         print(f"{label + 'total':28s} {c + wr:7.2f} s  ({(c + wr) / p:.2f}x the baseline; CPU of compare "
               f"{med(r['cpu'] + r['children_cpu'] for r in rs):.2f} s in all processes; peak RSS "
               f"{max(r['rss_mb'] for r in rs):.0f} MB main, {max(r['child_rss_mb'] for r in rs):.0f} MB largest child)")
@@ -243,6 +253,7 @@ def stats_bench(root, n, rounds):
         print(f"compare + csv, new/old       {new_total / old_total:.2f}")
         same = _same_file(os.path.join(root, "stats_out", "bench.csv"), os.path.join(root, "stats_out_old", "bench.csv"))
         print(f"csv byte-identical to the old one: {same}")
+    return numbers
 
 
 def _same_file(a, b):
@@ -260,8 +271,9 @@ def cli_bench(rounds):
     for _ in range(rounds):
         base.append(timed([sys.executable, "-c", "pass"]))
         helps.append(timed([exe, "compare", "-h"] if exe else [sys.executable, "-m", "msprobe.cli.main", "compare", "-h"]))
-    b, h = statistics.median(base), statistics.median(helps)
+    b, h = harness.median(base), harness.median(helps)
     print(f"\n[cli] msprobe compare -h {h:.3f} s; python -c pass {b:.3f} s ({h / b:.1f}x)")
+    return {"compare_help_s": h, "python_s": b}
 
 
 _ENGINE_CHILD = r"""
@@ -434,7 +446,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tensor-gb", type=float, default=0.2, help="total size of the tensor pair (default 0.2)")
     ap.add_argument("--records", type=int, default=100_000, help="tensor records per statistics dump")
-    ap.add_argument("--rounds", type=int, default=3)
+    harness.add_common_options(ap, rounds=3, quick=(1,))
     ap.add_argument("--dir", help="where to generate (default: a temporary folder, removed at the end)")
     ap.add_argument("--skip", nargs="*", default=(), choices=("tensor", "statistics", "cli"))
     ap.add_argument("--baseline-src", help="the src/ folder of an older checkout (e.g. from `git archive`): its "
@@ -447,6 +459,9 @@ def main():
     ap.add_argument("--pair-records", type=int, default=2000, help="--engine ray: tensor records a rank")
     ap.add_argument("--tensor-pairs", type=int, default=64, help="--engine ray: tensor-mode rank pairs")
     args = ap.parse_args()
+    harness.check_common_options(ap, args)
+    if args.quick:
+        args.tensor_gb, args.records = min(args.tensor_gb, 0.05), min(args.records, 10_000)
     global BASELINE_SRC, COLD
     COLD = args.cold
     BASELINE_SRC = os.path.abspath(args.baseline_src) if args.baseline_src else None
@@ -457,12 +472,14 @@ def main():
         if args.engine == "ray":
             engine_bench(root, args.pairs, args.pair_records, args.tensor_pairs)
             return 0
+        numbers = {}
         if "tensor" not in args.skip:
-            tensor_bench(os.path.join(root, "tensor"), args.tensor_gb, args.rounds)
+            numbers["tensor"] = tensor_bench(os.path.join(root, "tensor"), args.tensor_gb, args.rounds)
         if "statistics" not in args.skip:
-            stats_bench(root, args.records, args.rounds)
+            numbers["statistics"] = stats_bench(root, args.records, args.rounds)
         if "cli" not in args.skip:
-            cli_bench(max(5, args.rounds))
+            numbers["cli"] = cli_bench(max(5, args.rounds))
+        harness.write_json(args.json, numbers)
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

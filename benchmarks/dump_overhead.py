@@ -15,14 +15,22 @@ processes on a shared machine, the median over rounds drops the rounds a burst s
     python benchmarks/dump_overhead.py --quick              # CI smoke (2 rounds, 1 step per slot, no retries)
     python benchmarks/dump_overhead.py --models transformer --configs none,stat_L1 --json out.json
     python benchmarks/dump_overhead.py --check              # exit 1 when a ratio misses its target
+    python benchmarks/dump_overhead.py --profile stat_L1 [--device cuda] [--profile-out profile.txt]
+
+`--profile CONFIG` times nothing: it shows where a dumped step's host time goes, as cProfile's top
+functions over `--steps` steps of CONFIG on the first model (`--plain`: the steps alone, for a sampling
+profiler outside, such as `py-spy record --threads`, that also sees autograd's device thread).
 
 Only msprobe's public API is used: `from msprobe.pytorch import PrecisionDebugger`.
 """
 
 import argparse
+import cProfile
+import io
 import json
 import os
 import platform
+import pstats
 import shutil
 import statistics
 import sys
@@ -274,6 +282,35 @@ def check_targets(results, models, configs, targets=TARGETS):
     return misses
 
 
+def profile(config, model, device, gpt_blocks, steps, top, out=None, plain=False, tmpdir=None):
+    """cProfile's table of `steps` dumped steps of `config` on `model` (after two warm-up steps: API table,
+    kernels compiled), printed and written to `out`; with `plain`, the steps run unprofiled."""
+    work = Workload(model, device, gpt_blocks)
+    root = tempfile.mkdtemp(prefix="msprobe_profile_", dir=tmpdir)
+    try:
+        runner = Runner(config, work, root)
+        for _ in range(2):
+            runner.step()
+        prof = None if plain else cProfile.Profile()
+        if prof is not None:
+            prof.enable()
+        for _ in range(steps):
+            runner.step()
+        if prof is not None:
+            prof.disable()
+        runner.rest()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if prof is None:
+        return
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    print(text.getvalue())
+    if out:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text.getvalue())
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -292,6 +329,15 @@ def main(argv=None):
                    help="measure a slot again when its two none neighbours disagree (default 2 times at most)")
     p.add_argument("--tolerance", type=float, default=1.25,
                    help="neighbouring none slots agree when max/min of their medians <= this (default 1.25)")
+    prof = p.add_argument_group("profile (instead of timing)")
+    prof.add_argument("--profile", metavar="CONFIG", choices=[c for c, spec in CONFIG_SPECS.items() if spec],
+                      help="cProfile of --steps dumped steps of CONFIG on the first model (default: transformer "
+                           "on cpu, gpt on cuda), its --top functions by own time")
+    prof.add_argument("--top", type=int, default=30, help="functions listed (default 30)")
+    prof.add_argument("--profile-out", metavar="PATH", help="also write the table here")
+    prof.add_argument("--plain", action="store_true",
+                      help="run the steps without cProfile, for a sampling profiler outside that sees every thread: "
+                           "on CUDA the backward hooks run on autograd's device thread, which cProfile does not see")
     args = p.parse_args(argv)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # one "dumping to" line per timed debugger would bury the table
     harness.check_common_options(p, args)
@@ -306,6 +352,11 @@ def main(argv=None):
         configs.insert(0, "none")  # ratios need the baseline
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device")
+    if args.profile:
+        model = args.models[0] if args.models else ("transformer" if args.device == "cpu" else "gpt")
+        profile(args.profile, model, args.device, args.gpt_blocks, args.steps, args.top, args.profile_out,
+                args.plain, args.tmpdir)
+        return 0
     models = list(args.models or (CPU_MODELS if args.device == "cpu" else ("gpt",)))
     targets = targets_for(args.device)
 

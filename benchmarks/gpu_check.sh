@@ -24,11 +24,11 @@ timeout 300 $BENCH --record --rounds 5 --steps 5 --configs none,stat_L0,stat_L1,
 timeout 150 python3 benchmarks/host_cost.py --device cuda --rounds 3 --steps 3 --configs L1,mix,md5_L1 \
     2>/dev/null | tee "$OUT/host_cost_cuda.log"
 cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
-timeout 120 python3 benchmarks/profile_step.py --device cuda --config stat_L1 --steps 3 --top 40 \
-    --out "$OUT/profile_L1.txt" > /dev/null 2>&1
+timeout 120 python3 benchmarks/dump_overhead.py --device cuda --profile stat_L1 --steps 3 --top 40 \
+    --profile-out "$OUT/profile_L1.txt" > /dev/null 2>&1
 if [ -x /tmp/site/bin/py-spy ]; then  # every thread, autograd's device thread too (py-spy's wheel in .whl/)
     timeout 60 /tmp/site/bin/py-spy record --threads --format raw -r 250 -o "$OUT/pyspy_stat_L0.txt" -- \
-        python3 benchmarks/profile_step.py --device cuda --config stat_L0 --steps 20 --plain > /dev/null 2>&1
+        python3 benchmarks/dump_overhead.py --device cuda --profile stat_L0 --steps 20 --plain > /dev/null 2>&1
 fi
 if [ "${GPU_CHECK_ALL:-0}" = 1 ]; then  # torch's reductions instead of Triton; tensor_L1's write rate
     MSPROBE_TRITON=0 timeout 150 $BENCH --rounds 3 --steps 5 --configs none,stat_L1,md5_L1 \

@@ -14,19 +14,20 @@ Measured per size, the variants taking turns, medians over --rounds:
 
     python benchmarks/graph_render.py                # 5 rounds
     python benchmarks/graph_render.py --rounds 3 --sizes 1,13
+    python benchmarks/graph_render.py --quick               # smoke: 1 round, the smallest size
 """
 
 import argparse
 import html
-import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "graph"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import harness  # noqa: E402  (beside this script: the rounds' options, order and medians)
 
 CHROMIUM = os.environ.get("MSPROBE_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -52,11 +53,11 @@ def naive_page(graph, path):
                 "window.__done = performance.now();</script></body></html>")
 
 
-def build_pages(workdir, sizes):
+def build_pages(workdir, sizes, log):
     import graph_dumps
     from msprobe.core.graph.build import visualize
 
-    print("dumping a 24-layer transformer twice (level mix) ...", file=sys.stderr)
+    log("dumping a 24-layer transformer twice (level mix) ...")
     golden = graph_dumps.dump_transformer(os.path.join(workdir, "g1"), layers=24, d=8)
     target = graph_dumps.dump_transformer(os.path.join(workdir, "t1"), layers=24, d=8, perturbed=True)
     pages = {}
@@ -71,8 +72,7 @@ def build_pages(workdir, sizes):
         naive_page(graph, naive)
         pages[copies] = {"nodes": len(graph["names"]), "page": out.html_path, "naive": naive, "build_s": build_s,
                          "page_mb": os.path.getsize(out.html_path) / 1e6}
-        print(f"  {copies} micro-batch(es): {len(graph['names'])} nodes, page {pages[copies]['page_mb']:.1f} MB",
-              file=sys.stderr)
+        log(f"  {copies} micro-batch(es): {len(graph['names'])} nodes, page {pages[copies]['page_mb']:.1f} MB")
     return pages
 
 
@@ -99,24 +99,24 @@ def measure_naive(browser, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--sizes", default="1,4,13", help="micro-batch counts (default 1,4,13)")
-    parser.add_argument("--json", help="also write the numbers here")
+    harness.add_common_options(parser, rounds=5, quick=(1,))
+    parser.add_argument("--sizes", default="1,4,13", help="micro-batch counts (default 1,4,13; --quick: 1)")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    harness.check_common_options(parser, args)
+    sizes = [1] if args.quick else [int(s) for s in args.sizes.split(",")]
+    log = harness.logger(args.quiet)
 
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as workdir:
-        pages = build_pages(workdir, sizes)
+        pages = build_pages(workdir, sizes, log)
         samples = {c: {"first": [], "ready": [], "expand": [], "naive": [], "rows": 0} for c in sizes}
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             for r in range(args.rounds):
-                print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
-                for c in sizes:  # interleaved: ours and the baseline alternate within each round
-                    order = (0, 1) if r % 2 == 0 else (1, 0)
-                    for which in order:
+                log(f"round {r + 1}/{args.rounds}")
+                for c in sizes:  # interleaved: ours and the baseline take turns first, round by round
+                    for which in harness.rotated((0, 1), r):
                         if which == 0:
                             first, ready, expand, rows = measure_page(browser, pages[c]["page"])
                             samples[c]["first"].append(first)
@@ -127,7 +127,7 @@ def main():
                             samples[c]["naive"].append(measure_naive(browser, pages[c]["naive"]))
             browser.close()
 
-    med = {c: {k: statistics.median(v) for k, v in s.items() if isinstance(v, list)} for c, s in samples.items()}
+    med = {c: {k: harness.median(v) for k, v in s.items() if isinstance(v, list)} for c, s in samples.items()}
     print(f"\nGraph page vs one-DOM-row-per-node page, headless Chromium, medians of {args.rounds} rounds")
     print(f"{'nodes':>7} {'page MB':>8} {'first render':>13} {'ready':>8} {'expand all':>11} {'naive':>9} "
           f"{'naive/first':>12} {'DOM rows':>9}")
@@ -140,11 +140,9 @@ def main():
     print(f"\nscaling {pages[small]['nodes']} -> {pages[big]['nodes']} nodes "
           f"({pages[big]['nodes'] / pages[small]['nodes']:.1f}x): first render "
           f"{med[big]['first'] / med[small]['first']:.2f}x, naive {med[big]['naive'] / med[small]['naive']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"pages": {str(c): {k: v for k, v in pages[c].items() if k not in ("page", "naive")}
-                                 for c in sizes},
-                       "medians_ms": {str(c): med[c] for c in sizes}}, f, indent=1)
+    harness.write_json(args.json, {"pages": {str(c): {k: v for k, v in pages[c].items() if k not in ("page", "naive")}
+                                             for c in sizes},
+                                   "medians_ms": {str(c): med[c] for c in sizes}})
 
 
 if __name__ == "__main__":

@@ -119,25 +119,31 @@ def parse_list(value, allowed, what):
     return items
 
 
-def add_common_options(parser, rounds, steps, quick=(2, 1), threads=None):
-    """--rounds, --steps, --quick (CI smoke: `quick` = (rounds, steps)), --json, --quiet, --threads."""
+def add_common_options(parser, rounds, steps=None, quick=(2, 1), threads=None):
+    """--rounds, --quick (CI smoke: `quick` = (rounds, steps), or (rounds,) for a script without steps),
+    --json, --quiet; with `steps` (timed steps per slot) also --steps and, unless `threads` is False,
+    --threads (torch's threads)."""
     parser.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
-    parser.add_argument("--steps", type=int, default=steps, help=f"timed steps per slot (default {steps})")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"CI smoke test: --rounds {quick[0]} --steps {quick[1]}; the numbers are rough")
+    if steps is not None:
+        parser.add_argument("--steps", type=int, default=steps, help=f"timed steps per slot (default {steps})")
+    smoke = f"--rounds {quick[0]}" + (f" --steps {quick[1]}" if steps is not None else "")
+    parser.add_argument("--quick", action="store_true", help=f"CI smoke test: {smoke}; the numbers are rough")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    parser.add_argument("--threads", type=int, default=threads,
-                        help="torch.set_num_threads(N) (default: " + (f"{threads})" if threads else "torch's)"))
+    if steps is not None and threads is not False:
+        parser.add_argument("--threads", type=int, default=threads,
+                            help="torch.set_num_threads(N) (default: " + (f"{threads})" if threads else "torch's)"))
     parser.set_defaults(_quick=quick)
 
 
 def check_common_options(parser, args):
     """Apply --quick and check the common options (one-line errors naming the flag)."""
     if args.quick:
-        args.rounds, args.steps = args._quick
+        args.rounds = args._quick[0]
+        if hasattr(args, "steps"):
+            args.steps = args._quick[1]
     for flag in ("rounds", "steps", "threads"):
-        value = getattr(args, flag)
+        value = getattr(args, flag, None)
         if value is not None and value < 1:
             parser.error(f"--{flag}: {value}; must be >= 1")
 

@@ -40,15 +40,16 @@ import msprobe
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.capture.api_table import build_api_table
+from msprobe.core.dump import moments
 try:
+    from msprobe.pytorch.summary.host import PARALLEL_MIN as _PARALLEL_MIN  # msprobe's split: the same threads here
     from msprobe.pytorch.summary.layout import memory_order
     from msprobe.pytorch.summary.summarizer import Summarizer
 except ImportError:  # --baseline-src: a checkout from before pytorch/summary/
-    from msprobe.pytorch.statistics import Summarizer, memory_order
+    from msprobe.pytorch.statistics import _PARALLEL_MIN, Summarizer, memory_order
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (beside this script: timed steps)
-from floor_probes import HookFloor  # noqa: E402
 
 TARGET_US_PER_RECORD = 15.0
 # config -> (level, summary_mode, device path)
@@ -64,6 +65,67 @@ CONFIGS = {
 }
 # the floor of a level: its hooks, each tensor read once (no debugger); level -> the config it bounds
 FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
+
+
+# The L0 floor; what msprobe adds above it was measured by knocking out one part at a time (README.md,
+# "Investigations whose scripts were removed").
+class HookFloor:
+    """The hooks of an L0 dump: a forward hook on every submodule, a hook on the autograd node of each
+    module output, a post-accumulate-grad hook on every parameter; with `read`, each reads its tensors
+    once with the statistics kernel (module outputs, the module's own parameters, the gradients of the
+    outputs, parameter gradients: what an L0 record holds that no other record already read)."""
+
+    def __init__(self, read):
+        if read and not moments.ENABLED:
+            raise SystemExit("msprobe's statistics kernel is not built (MSPROBE_NATIVE_STATS=0?)")
+        self.read = read
+        self.results = []
+        self._handles = []
+
+    def _stats(self, t):
+        if not self.read:
+            return
+        if t.dtype is torch.float32 and t.is_contiguous() and t.numel():
+            n = t.numel()
+            self.results.append(moments._moments(t.data_ptr(), n, moments.KINDS["float32"],
+                                                 torch.get_num_threads() if n >= _PARALLEL_MIN else 1))
+        else:  # not in these models' L0 records; counted, not read
+            self.results.append(None)
+
+    def start(self, model):
+        for name, mod in model.named_modules():
+            if name:
+                self._handles.append(mod.register_forward_hook(self._forward))
+        for p in model.parameters():
+            self._handles.append(p.register_post_accumulate_grad_hook(lambda p: self._stats(p.grad)))
+
+    def _forward(self, mod, args, out):
+        with torch.no_grad():
+            for o in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(o, torch.Tensor):
+                    self._stats(o.detach())
+                    if o.grad_fn is not None:
+                        o.grad_fn.register_hook(self._backward)
+            for p in mod._parameters.values():
+                if p is not None:
+                    self._stats(p.detach())
+
+    def _backward(self, grad_inputs, grad_outputs):
+        for g in grad_outputs:  # the gradients of the module's outputs; those of its inputs are the
+            if g is not None:   # next module's output gradients (or the first module's input's: none)
+                self._stats(g)
+
+    def stop(self):
+        pass
+
+    def step(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.results = []
+
+    def close(self):
+        self.step()
 
 
 class ApiFloor(HookFloor):
@@ -307,14 +369,10 @@ def _header(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=5)
+    harness.add_common_options(p, rounds=7, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
     p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS])} (default: all; on cuda "
                    "those without _device or _floor)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
-    p.add_argument("--quick", action="store_true", help="CI smoke: 1 round of 2 steps")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: host cost, not parallelism)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--baseline-src", metavar="DIR",
                    help="the src/ folder of another checkout: measure it and this one in turn, in child processes")
     p.add_argument("--cpu", action="store_true",
@@ -322,6 +380,7 @@ def main(argv=None):
     p.add_argument("--alternations", type=int, default=3, help="with --baseline-src: pairs of runs (default 3)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    harness.check_common_options(p, args)
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     on_cuda = args.device == "cuda"
     # on cuda every config is the device path, and the floors' kernel reads host memory
@@ -332,12 +391,10 @@ def main(argv=None):
         p.error(f"--configs: unknown config {bad} for --device {args.device}; choose from {', '.join(allowed)}")
     if on_cuda and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device here")
-    if args.quick:
-        args.rounds, args.steps = 1, 2
     if args.cpu:
         global METRIC
         METRIC = harness.CPU
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    log = harness.logger(args.quiet)
     if args.baseline_src:
         src = os.path.abspath(args.baseline_src)
         if not os.path.isdir(os.path.join(src, "msprobe")):
@@ -349,9 +406,7 @@ def main(argv=None):
         return 0
     torch.set_num_threads(args.threads)
     results = measure(configs, args.rounds, args.steps, log, args.device)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"msprobe": os.path.dirname(msprobe.__file__), "results": results}, f)
+    harness.write_json(args.json, {"msprobe": os.path.dirname(msprobe.__file__), "results": results})
     if args.no_summary_cost:
         return 0
     print(_header(args))

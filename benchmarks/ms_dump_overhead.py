@@ -286,9 +286,11 @@ def measure_in_process(execution, args):
     """Run this script for one execution in a fresh process (MindSpore's execution is fixed by then);
     its results come back as JSON on the last line of its output."""
     cmd = [sys.executable, os.path.abspath(__file__), "--models", args.models, "--configs", args.configs,
-           "--rounds", str(args.rounds), "--steps", str(args.steps), "--json"]
+           "--rounds", str(args.rounds), "--steps", str(args.steps), "--one-execution"]
     if args.plain_steps:
         cmd.append("--plain-steps")
+    if args.quiet:
+        cmd.append("--quiet")
     env = dict(os.environ, **{_EXECUTION_ENV: execution})
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -300,18 +302,16 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--quick", action="store_true")
+    harness.add_common_options(p, rounds=5, steps=3, quick=(2, 2), threads=False)
     p.add_argument("--check", action="store_true")
     p.add_argument("--execution", default="both", choices=EXECUTIONS + ("both",),
                    help="which process(es) to measure (see the module docstring)")
     p.add_argument("--plain-steps", action="store_true",
                    help="time the plain step only (not the faster of it and the step with a blocking forward read)")
-    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a child process's output
+    p.add_argument("--one-execution", action="store_true", help=argparse.SUPPRESS)  # a child process: JSON out
     args = p.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps = 2, 2
+    harness.check_common_options(p, args)
+    log = harness.logger(args.quiet)
     models = [m for m in args.models.split(",") if m]
     configs = [c for c in args.configs.split(",") if c]
     for m in models:
@@ -320,23 +320,23 @@ def main(argv=None):
     for c in configs:
         if c not in CONFIGS:
             p.error(f"--configs: got {c!r}; allowed: {', '.join(CONFIGS)}")
-    if args.json:  # this is the process of one execution
+    if args.one_execution:  # this is the process of one execution
         root = tempfile.mkdtemp(prefix="ms_dump_bench_")
         try:
-            results = measure(models, configs, args.rounds, args.steps, root,
-                              lambda msg: print(msg, file=sys.stderr, flush=True), args.plain_steps)
+            results = measure(models, configs, args.rounds, args.steps, root, log, args.plain_steps)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         print(json.dumps(results))
         return 0
     executions = EXECUTIONS if args.execution == "both" else (args.execution,)
-    missed = []
+    missed, numbers = [], {}
     for execution in executions:
-        print(f"-- {execution} process", file=sys.stderr, flush=True)
-        results = measure_in_process(execution, args)
+        log(f"-- {execution} process")
+        results = numbers[execution] = measure_in_process(execution, args)
         print(render(results, configs, execution), flush=True)
         missed += [(execution, m, c) for m in results if not m.endswith("(cpu)")
                    for c, t in TARGETS.items() if c in results[m] and results[m][c] > t]
+    harness.write_json(args.json, numbers)
     if args.check and missed:
         print("missed targets: " + ", ".join(f"{e}/{m}/{c}" for e, m, c in missed))
         return 1

@@ -18,15 +18,17 @@ PYTHON = """## The same from Python
 
 | command | Python |
 |---|---|
-| `summary -i P` | `format_summary(summarize_dump(P))` (`msprobe.core.dump.summary`) |
-| `compare -tp T -gp G -o O` | `write_compare(T, G, O)` (`msprobe.core.compare.outputs`); printout `format_diagnosis(out.diagnosis)` (`msprobe.core.diagnosis`) |
+| `summary -i P` | `format_summary(summarize_dump(P, skipped=lines))` (`msprobe.core.dump.summary`); exit 1: `lines` (the steps and ranks left out) |
+| `compare -tp T -gp G -o O` | `out = write_compare(T, G, O)` (`msprobe.core.compare.outputs`); printout `format_diagnosis(out.diagnosis)` (`msprobe.core.diagnosis`), `--brief`: `format_diagnosis(out.diagnosis, brief=True)`; the first warning: `out.diagnosis.unmatched` |
+| compare's options | `write_compare` keywords of the same names: `xlsx`, `precision`, `fuzzy_match`, `data_mapping`, `cell_mapping`, `api_mapping`, `layer_mapping`, `workers`, `target_run`, `golden_run`, `engine`, `address`, `resume`; `-tensor_log`: `keep_tables=True`, then each `r.rows.verdicts` of `out.results` (`result[i]`, `messages(i)`) |
+| compare's exit code | 2 with `--fail-on-divergence`: `out.failed` (a divergence, or dumps that mostly do not match); 1: `out.failed_pairs` (the pairs not compared, one line each) |
 | `compare -i compare.json` | `cfg = read_compare_json(path)` (`msprobe.core.compare.compare_json`), then `write_compare(cfg.npu_path, cfg.bench_path, O, stack_path=cfg.stack_path, engine=cfg.engine or "pool", address=cfg.address)` |
-| `overflow_check -i P -o O` | `a = analyze_overflow(P)` (`msprobe.core.overflow`); `write_analysis_json(a, O)`, `format_analysis(a)` (`msprobe.core.overflow.report`) |
-| `grad_compare A B -o O` | `cmps = compare_grad_runs(A, B)` (`msprobe.core.grad_probe.compare`); `write_comparison(cmps, O, THRESHOLD, DROP)` (`msprobe.core.grad_probe.report`) |
-| `monitor_report -i P -o O` | `build_report(P, O)` (`msprobe.core.monitor.report`) |
-| `graph_visualize -tp T -gp G -o O` | `visualize(T, O, golden_path=G)` (`msprobe.core.graph.build`) |
+| `overflow_check -i P -o O` | `a = analyze_overflow(P)` (`msprobe.core.overflow`); `write_analysis_json(a, O)`, `format_analysis(a)` (`msprobe.core.overflow.report`); exit 1: `a.skipped` |
+| `grad_compare A B -o O` | `cmps = compare_grad_runs(A, B, threshold, drop)` (`msprobe.core.grad_probe.compare`; defaults `THRESHOLD`, `DROP`); `write_comparison(cmps, O, threshold, drop)` (`msprobe.core.grad_probe.report`; `--no-plots`: `plots=False`), `format_comparison(cmps)` |
+| `monitor_report -i P -o O` | `build_report(P, O)` (`msprobe.core.monitor.report`; `--ops norm,mean`: `ops=["norm", "mean"]`) |
+| `graph_visualize -tp T -gp G -o O` | `out = visualize(T, O, golden_path=G)` (`msprobe.core.graph.build`; `layer_mapping`, `fuzzy_match`, `overflow_check`, `target_run`, `golden_run` as the options); exit 1: `out.skipped` |
 | `graph -i compare.json` | `cfg = read_compare_json(path, golden_required=False)`, then `visualize(cfg.npu_path, O, golden_path=cfg.bench_path, stack_path=cfg.stack_path)` |
-| `acc_check -api_info D -o O` | `run_acc_check(D, out_path=O)` (`msprobe.pytorch.acc_check`, also for MindSpore dumps); `format_summary(report)` (`msprobe.core.acc_check.summary`) |
+| `acc_check -api_info D -o O` | `report = run_acc_check(D, out_path=O)` (`msprobe.pytorch.acc_check`, also for MindSpore dumps); `format_summary(report)` (`msprobe.core.acc_check.summary`); `-d`, `-csv_path`, `-save_error_data`, `--custom_api`, `--seed`, `--max-elements`: `device`, `resume_csv`, `save_error_data`, `custom_apis`, `seed`, `max_elements` |
 | `multi_acc_check -api_info D -d 0 1` | `run_multi_acc_check(D, devices=[0, 1])`: it asks the framework for the device count and picks the start method itself |"""
 
 

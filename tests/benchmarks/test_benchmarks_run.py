@@ -58,12 +58,15 @@ def test_host_cost_quick():
     assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
 
 
-def test_profile_step_profiles_or_runs_plain_for_a_sampler_outside(capsys):
+def test_dump_overhead_profiles_or_runs_plain_for_a_sampler_outside(capsys, tmp_path):
     pytest.importorskip("torch")
-    profile_step = _bench_module("profile_step")
-    assert profile_step.main(["--steps", "1", "--top", "5", "--model", "mlp"]) == 0
-    assert "function calls" in capsys.readouterr().out
-    assert profile_step.main(["--steps", "1", "--model", "mlp", "--plain"]) == 0
+    dump_overhead = _bench_module("dump_overhead")
+    out = tmp_path / "profile.txt"
+    assert dump_overhead.main(["--profile", "stat_L1", "--steps", "1", "--top", "5", "--models", "mlp",
+                               "--profile-out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "function calls" in printed and out.read_text() in printed
+    assert dump_overhead.main(["--profile", "stat_L1", "--steps", "1", "--models", "mlp", "--plain", "--quiet"]) == 0
     assert "function calls" not in capsys.readouterr().out
 
 
@@ -132,12 +135,12 @@ def test_l0_floor_reads_what_an_l0_record_holds_once():
     """host_cost.py's L0 floor probe reads every module output, each module's own parameters, the gradients
     of the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
     torch = pytest.importorskip("torch")
-    floor_probes, models = _bench_module("floor_probes"), _bench_module("models")
+    host_cost, models = _bench_module("host_cost"), _bench_module("models")
     work = models.Workload("cnn")
     submodules = [m for name, m in work.model.named_modules() if name]
     params = list(work.model.parameters())
     seen = []
-    probe = floor_probes.HookFloor(read=True)
+    probe = host_cost.HookFloor(read=True)
     probe.start(work.model)
     work.train_step()
     seen, probe.results = probe.results, seen
@@ -155,7 +158,7 @@ def test_mindspore_synchronous_process_stays_synchronous():
     after its steps left the slots after it measuring asynchronous steps). The measuring process is
     run alone, as the script's parent starts it for that execution."""
     pytest.importorskip("mindspore")
-    done = subprocess.run([sys.executable, os.path.join(BENCH, "ms_dump_overhead.py"), "--quick", "--json",
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "ms_dump_overhead.py"), "--quick", "--one-execution",
                            "--models", "mlp", "--configs", "stat_L0"], capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, GLOG_v="3", MSPROBE_BENCH_EXECUTION="synchronous"))
     assert done.returncode == 0, done.stderr[-4000:]
@@ -193,6 +196,16 @@ def test_multirank_compare_names_the_planted_rank():
     done = run("multirank_compare.py", "--ranks", "4", "--steps", "2", "--calls", "60")
     assert "4 ranks x 2 steps x 60 calls: 8 rank pairs" in done.stdout
     assert "on rank(s) [3]" in done.stdout and "compare rank pair" not in done.stdout  # the bar is on stderr
+
+
+def test_compare_throughput_quick(tmp_path):
+    """The compare benchmark's smoke run: tensor and statistics compares against their read baselines."""
+    out = tmp_path / "out.json"
+    done = run("compare_throughput.py", "--quick", "--skip", "cli", "--json", str(out))
+    got = json.loads(out.read_text())
+    assert got["statistics"]["records"] == 10_000 and got["statistics"]["compare"]["compare_s"] > 0
+    assert got["tensor"]["compare, 2 workers"]["gb_per_s"] > 0 and got["tensor"]["read (baseline)"]["x_read"] == 1
+    assert "1 rounds, medians" in done.stdout
 
 
 def test_compile_overhead_quick(tmp_path):

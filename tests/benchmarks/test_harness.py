@@ -74,6 +74,23 @@ def test_common_options_quick_and_one_line_errors(capsys):
     assert "--rounds: 0; must be >= 1" in capsys.readouterr().err
     with pytest.raises(argparse.ArgumentTypeError, match=r"unknown model \['x'\]; choose from a, b"):
         harness.parse_list("a,x", ("a", "b"), "model")
+    # a script without timed steps (its samples from a child process or a browser) has no --steps/--threads
+    p = argparse.ArgumentParser()
+    harness.add_common_options(p, rounds=5, quick=(1,))
+    args = p.parse_args(["--quick", "--json", "x.json"])
+    harness.check_common_options(p, args)
+    assert (args.rounds, args.json) == (1, "x.json") and not hasattr(args, "steps") and not hasattr(args, "threads")
+
+
+def test_the_timing_scripts_take_the_common_options():
+    """The scripts that time in rounds take --rounds/--quick/--json/--quiet from harness.py, not their own."""
+    import re
+    for name in ("acc_check_throughput", "compare_throughput", "compile_overhead", "dump_overhead",
+                 "grad_probe_overhead", "graph_render", "host_cost", "monitor_overhead", "ms_dump_overhead"):
+        with open(os.path.join(BENCH, name + ".py"), encoding="utf-8") as f:
+            text = f.read()
+        assert "harness.add_common_options(" in text, name
+        assert not re.search(r"add_argument\(\"--(rounds|quick|quiet|json)\"", text), name
 
 
 def test_every_overhead_script_imports_its_harness_and_models():
@@ -82,7 +99,7 @@ def test_every_overhead_script_imports_its_harness_and_models():
     sys.path.insert(0, BENCH)
     try:
         for name in ("dump_overhead", "monitor_overhead", "grad_probe_overhead", "compile_overhead",
-                     "host_cost", "acc_check_throughput", "profile_step"):
+                     "host_cost", "acc_check_throughput"):
             module = importlib.import_module(name)
             assert callable(module.main), name
     finally:

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from msprobe.core.errors import EXIT_PARTIAL
+from msprobe.core.dump.summary import summarize_dump
+from msprobe.core.errors import EXIT_PARTIAL, DumpFormatError
 from private_modules import load_private
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,3 +79,17 @@ def test_summary_summarises_the_other_steps(three_steps):
 def test_nothing_readable_is_still_one_error(three_steps, tmp_path):
     proc = msprobe("summary", "-i", os.path.join(three_steps[0], "step1"))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # the rule is the Python API's: the one error, said the same way; of several, the first line
+    with pytest.raises(DumpFormatError) as e:
+        summarize_dump(os.path.join(three_steps[0], "step1"), skipped=[])
+    assert proc.stderr.strip() == f"msprobe summary: {e.value}" and "not valid JSON" in str(e.value)
+    two = tmp_path / "two"
+    for rank in (0, 1):
+        shutil.copytree(os.path.join(three_steps[0], "step1", "rank0"), two / "step1" / f"rank{rank}")
+    skipped = []
+    with pytest.raises(DumpFormatError, match=r"^no rank directory could be read; first: step 1 rank 0: skipped: "):
+        summarize_dump(str(two), skipped=skipped)
+    assert len(skipped) == 2
+    proc = msprobe("graph_visualize", "-tp", two, "-o", tmp_path / "g", "--no-progress")
+    assert proc.returncode == 1 and proc.stderr.startswith("msprobe graph_visualize: no rank directory could be "
+                                                           "read; first: step 1 rank 0: skipped: "), proc.stderr

@@ -2,7 +2,7 @@
 msprobe's PrecisionDebugger, as a golden fp32 run and as target runs with one planted difference
 (a perturbed weight element, or the attention softmax in bfloat16).
 
-Loaded by the test files with `load_runs()` (tests/ has no packages).
+Loaded by the `runs` fixture of tests/conftest.py (tests/ has no packages).
 """
 
 import json

@@ -52,6 +52,24 @@ def test_forward_and_backward_share_base():
         assert (f[1], b[1]) == ("forward", "backward")
 
 
+def test_forward_of_is_backward_of_undone():
+    for fwd in ("Functional.linear.3.forward", "Functional.nn.softmax.0.forward", "Module.a.0.b.Linear.forward.1",
+                "Cell.fc1.Dense.forward.2", "Optimizer.SGD.fc.weight.0.forward"):
+        assert naming.forward_of(naming.backward_of(fwd)) == fwd
+    assert naming.forward_of("Module.body.2.Linear.parameters_grad.3") == "Module.body.2.Linear.forward.3"
+    for other in ("Functional.linear.3.forward", "Module.a.Linear.forward.0", "x2.0.debug", "not_a_key"):
+        assert naming.forward_of(other) is None
+
+
+def test_module_class():
+    assert naming.module_class("Module.ff.1.ReLU.backward.0") == "ReLU"
+    assert naming.module_class("Cell.fc1.Dense.forward.2") == "Dense"
+    assert naming.module_class("Module.conv1.Conv2d.parameters_grad.0") == "Conv2d"
+    assert naming.module_parts("Module.layers.10.attn.Attention.backward.11") == ("Module", "layers.10.attn", "Attention")
+    for other in ("Functional.relu.0.forward", "x2.0.debug", "Module.forward.0", "not_a_key"):
+        assert naming.module_class(other) is None
+
+
 def test_builders_round_trip_through_split_key():
     assert naming.api_key("Functional", "linear", 3, naming.FORWARD) == "Functional.linear.3.forward"
     assert split_key(naming.api_key("Tensor", "add_", 2, naming.BACKWARD)) == ("Tensor.add_", "backward", 2)

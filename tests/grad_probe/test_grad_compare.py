@@ -150,6 +150,9 @@ def test_bad_input_is_one_line(runs, tmp_path):
         assert len(res.stderr.strip().splitlines()) == 1
     with pytest.raises(DumpFormatError):
         compare_grad_runs(runs["base"], str(tmp_path / "empty"))
+    for kw in ({"threshold": 2.0}, {"drop": -0.1}):  # the command's range checks are the Python API's
+        with pytest.raises(MsprobeError, match=r"^--(threshold|drop): got .*; allowed: a number in \[0, 1\]$"):
+            compare_grad_runs(runs["base"], runs["again"], **kw)
     other = tmp_path / "other" / "rank0"
     other.mkdir(parents=True)
     (other / "grad_summary_0.csv").write_text("Param_name,Max,Min,Norm,Shape\nw,1,0,1,\"[3]\"\n")

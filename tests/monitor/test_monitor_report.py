@@ -15,6 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
+from msprobe.core.errors import ConfigError  # noqa: E402
+from msprobe.core.monitor.ops import OPS  # noqa: E402
+from msprobe.core.monitor.report import build_report  # noqa: E402
 from msprobe.pytorch import TrainerMon  # noqa: E402
 
 SAMPLES = str(Path(__file__).resolve().parents[1] / "data" / "msprobe-samples/monitor")
@@ -124,7 +127,10 @@ def test_bad_input_is_one_line(tmp_path):
     res = msprobe("monitor_report", "-i", tmp_path / "empty", "-o", tmp_path / "rep")
     assert res.returncode == 1 and "no monitor data found" in res.stderr
     res = msprobe("monitor_report", "-i", tmp_path / "empty", "--ops", "norm,median")
-    assert res.returncode == 1 and "config field '--ops'" in res.stderr
+    assert res.returncode == 1 and res.stderr.strip() == ("msprobe monitor_report: config field '--ops': got "
+                                                          "'norm,median'; allowed: a comma list of " + ", ".join(OPS))
+    with pytest.raises(ConfigError, match=r"^config field 'ops': got \['norm', 'median'\]; allowed: a comma list"):
+        build_report(str(tmp_path / "empty"), str(tmp_path / "rep"), ops=["norm", "median"])  # the same rule
     bad = tmp_path / "bad" / "x-rank0-1"
     bad.mkdir(parents=True)
     (bad / "actv_0-0.csv").write_text("foo,bar\n1,2\n")

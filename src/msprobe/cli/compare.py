@@ -114,7 +114,7 @@ def run(args):
     for note in out.pairing:
         print(note)
     if out.mostly_unmatched:  # before anything else: nothing below means much then
-        print(f"warning: {out.diagnosis.verdict.split('; ', 1)[0]}")
+        print(f"warning: {out.diagnosis.unmatched}")
     for r in out.results:
         counts = result_counts(r)
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())

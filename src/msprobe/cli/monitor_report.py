@@ -15,16 +15,12 @@ def add_arguments(parser):
 
 
 def run(args):
-    from msprobe.core.errors import ConfigError
-    from msprobe.core.monitor.ops import OPS
+    from msprobe.core.monitor.ops import chosen_ops
     from msprobe.core.monitor.report import build_report
 
     ops = None
     if args.ops:
-        ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-        bad = [o for o in ops if o not in OPS]
-        if bad or not ops:
-            raise ConfigError("--ops", args.ops, "a comma list of " + ", ".join(OPS))
+        ops = chosen_ops([o.strip() for o in args.ops.split(",") if o.strip()], "--ops", args.ops)
     result = build_report(args.input_path, args.output_path, ops=ops)
     print(f"monitor_report: {result.rows} rows, {result.anomalies} anomalies; wrote "
           f"{os.path.abspath(result.html_path)} and {len(result.png_paths)} charts:")

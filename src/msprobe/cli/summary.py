@@ -11,7 +11,7 @@ import sys
 from msprobe.cli import options
 
 from msprobe.core.dump.summary import format_summary, summarize_dump
-from msprobe.core.errors import EXIT_PARTIAL, DumpFormatError
+from msprobe.core.errors import EXIT_PARTIAL
 
 
 def add_arguments(parser):
@@ -22,9 +22,6 @@ def add_arguments(parser):
 def run(args):
     skipped = []
     summaries = summarize_dump(args.input_path, skipped=skipped)
-    if not summaries and skipped:
-        raise DumpFormatError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
-                              f"no rank directory could be read; first: {skipped[0]}")
     print(format_summary(summaries, top=args.top))
     for line in skipped:
         print(line, file=sys.stderr)

@@ -32,3 +32,9 @@ class DumpFormatError(MsprobeError):
 def where(step, rank, is_proc=False):
     """How a one-line message names a step's rank dir: "step 1 rank 0", "step 0 process 4242"."""
     return f"step {step} {'process' if is_proc else 'rank'} {rank}"
+
+
+def none_readable(errors, skipped):
+    """What to say when no rank directory could be read: the one error's own message, or the first of
+    the `skipped` lines (one per rank dir, each with its error in `errors`)."""
+    return str(errors[0]) if len(errors) == 1 else f"no rank directory could be read; first: {skipped[0]}"

@@ -63,6 +63,43 @@ def backward_of(forward_key):
     return forward_key
 
 
+def forward_of(key):
+    """The forward key of a backward or parameters_grad key (None for other keys).
+
+    >>> forward_of("Functional.linear.0.backward"), forward_of("Module.fc.Linear.parameters_grad.2")
+    ('Functional.linear.0.forward', 'Module.fc.Linear.forward.2')
+    """
+    base, direction, index = split_key(key)
+    if direction not in (BACKWARD, "parameters_grad"):
+        return None
+    prefix, rest = split_base(base)
+    rest = rest or ""
+    if is_module_key(key):
+        path, _, class_name = rest.rpartition(".")
+        return module_key(prefix, path, class_name, FORWARD, index)
+    return api_key(prefix, rest, index, FORWARD)
+
+
+def module_parts(key):
+    """(prefix, module path, class name) of a module call's or parameters_grad key, None for other keys.
+
+    >>> module_parts("Module.ff.1.ReLU.backward.0")
+    ('Module', 'ff.1', 'ReLU')
+    """
+    base, direction, _ = split_key(key)
+    prefix, rest = split_base(base)
+    if prefix not in MODULE_PREFIXES or rest is None or direction not in (FORWARD, BACKWARD, "parameters_grad"):
+        return None
+    path, _, class_name = rest.rpartition(".")
+    return prefix, path, class_name
+
+
+def module_class(key):
+    """The class name of a module call's key ('ReLU' of Module.ff.1.ReLU.backward.0), None for other keys."""
+    parts = module_parts(key)
+    return parts[2] if parts is not None else None
+
+
 def is_module_key(key):
     return key.split(".", 1)[0] in MODULE_PREFIXES
 

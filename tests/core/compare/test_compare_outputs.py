@@ -109,6 +109,14 @@ def test_dumps_that_mostly_do_not_match_say_so_first_and_fail(dumps, tmp_path):
     assert proc.stdout.startswith("warning: the dumps mostly do not match: ")
     d = json.loads((tmp_path / "o" / "diagnosis.json").read_text())
     assert d["mostly_unmatched"] is True and d["verdict"].startswith("the dumps mostly do not match")
+    # the printout's headline is the unmatched clause, its next line the rest of the verdict: from the
+    # typed Diagnosis, and the same from diagnosis.json read back
+    clause, rest = d["verdict"].split("; ", 1)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"warning: {clause}"
+    headline = lines.index(f"Diagnosis: {clause}.")
+    assert lines[headline + 1] == f"  then:    {rest}"
+    assert format_diagnosis(d) in proc.stdout
     assert msprobe("compare", "-tp", target, "-gp", other, "-o", str(tmp_path / "p"), "--no-progress").returncode == 0
 
 

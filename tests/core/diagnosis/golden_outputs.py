@@ -81,7 +81,6 @@ def make_dumps(root):
     cases.append(("planted-weight-bf16", os.path.join(root, "weight-stat"), clean, ["--precision", "bfloat16"],
                   False))
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     autocast = _load("golden_autocast", os.path.join(ROOT, "tests", "compare", "autocast_plants.py"))
     import torch
     for task in ("statistics", "tensor"):

@@ -5,6 +5,7 @@ and exemption lists of §8.6. Data only: no logic, no imports.
 NPU_NAME, BENCH_NAME = "NPU Name", "Bench Name"
 RESULT, ERR_MESSAGE, STACK, DATA_NAME = "Result", "Err_message", "NPU_Stack_Info", "Data_name"
 REQUIRES_GRAD_CONSISTENT = "Requires_grad Consistent"
+DIAGNOSIS = "Diagnosis"  # the diagnosis' labels (core/diagnosis/labels.py), after Err_message
 
 COMMON = (NPU_NAME, BENCH_NAME, "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
           "NPU Requires_grad", "Bench Requires_grad")

@@ -19,7 +19,7 @@ import numpy as np
 
 from msprobe.core.compare.dtypes import dtypes_compatible, per_dtype_pair
 from msprobe.core.compare.mappings import ApiRule, FusedRule
-from msprobe.core.naming import BACKWARD, FORWARD, OPTIMIZER_PREFIX, api_key, module_key, split_key
+from msprobe.core.naming import BACKWARD, FORWARD, OPTIMIZER_PREFIX, api_key, module_key, module_parts, split_key
 
 # MindSpore dump prefixes whose PyTorch counterparts only differ in the prefix (facts §8.8).
 MS_PREFIX_TO_PT = {"Mint": "Torch", "MintFunctional": "Functional", "Cell": "Module",
@@ -96,11 +96,9 @@ class _KeyMapper:
         """module path -> class name, from the module keys of the dump."""
         classes = {}
         for key in keys:
-            base, direction, _ = split_key(key)
-            prefix, _, rest = base.partition(".")
-            if prefix in ("Module", "Cell") and direction and "." in rest:
-                path, _, cls = rest.rpartition(".")
-                classes.setdefault(path, cls)
+            parts = module_parts(key)
+            if parts is not None and parts[1]:
+                classes.setdefault(parts[1], parts[2])
         return classes
 
     def rule_for(self, base):

@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 EXCEL_MAX_ROWS = 1_048_575  # one row of the sheet is the header
 RED, YELLOW, ORANGE = "FFC7CE", "FFEB9C", "FCE4D6"
 # the diagnosis' own column: where error enters (red), just past what is explained (yellow), carried in
-DIAGNOSIS_COLUMN = "Diagnosis"
 DIAGNOSIS_FILLS = {"introduces": RED, "marginal": YELLOW, "inherits": ORANGE}
 
 # message -> the columns that show why (highlighted with the Result cell)
@@ -84,7 +83,7 @@ def _cell_text(v):
 
 
 _INF_VALUES = [math.inf, -math.inf, "inf", "-inf"]
-_TEXT_COLUMNS = frozenset(C.COMMON + (C.RESULT, C.ERR_MESSAGE, C.STACK, C.DATA_NAME, DIAGNOSIS_COLUMN) + C.MD5)
+_TEXT_COLUMNS = frozenset(C.COMMON + (C.RESULT, C.ERR_MESSAGE, C.STACK, C.DATA_NAME, C.DIAGNOSIS) + C.MD5)
 
 
 def _float_cells(out, idx, values, text):
@@ -281,7 +280,7 @@ def write_xlsx(table, path, timestamp=None, marks=None):
     columns = list(table.columns)
     ws.append(columns)
     pos = {c: i for i, c in enumerate(columns)}
-    result_i, label_i = pos.get(C.RESULT), pos.get(DIAGNOSIS_COLUMN)
+    result_i, label_i = pos.get(C.RESULT), pos.get(C.DIAGNOSIS)
     levels = marks.verdicts.result if marks is not None and result_i is not None else None
     labels = marks.labels if marks is not None and label_i is not None else None
     for row_i, values in enumerate(_renderable(table).itertuples(index=False, name=None)):

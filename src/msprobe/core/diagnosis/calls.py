@@ -353,9 +353,10 @@ def implicit_lowering(result):
 
 def _computes(key):
     """A forward API call that is not a cast, view or copy."""
-    parts = key.split(".")
-    return (len(parts) >= 4 and parts[-1] == "forward" and parts[0] not in ("Module", "Cell")
-            and parts[-3] not in VALUE_PRESERVING_APIS)
+    base, direction, _ = naming.split_key(key)
+    prefix, rest = naming.split_base(base)
+    return (direction == naming.FORWARD and key.endswith(naming.FORWARD) and rest is not None
+            and prefix not in naming.MODULE_PREFIXES and rest.rpartition(".")[2] not in VALUE_PRESERVING_APIS)
 
 
 def working_precision(counts, total, share, lowered=()):

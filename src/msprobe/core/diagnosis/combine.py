@@ -16,7 +16,7 @@ from msprobe.core.diagnosis.ranking import listed_suspect, rank_suspects, receiv
 from msprobe.core.diagnosis.results import Diagnosis, Precision
 from msprobe.core.diagnosis.thresholds import (AMPLIFICATION, DTYPE_NOISE_FLOOR, INTRODUCED_RATIO, MAX_SUSPECTS,
                                                MIN_MATCHED_SHARE, ROUNDING_UNITS, WORKING_PRECISION_SHARE)
-from msprobe.core.diagnosis.verdict import verdict
+from msprobe.core.diagnosis import verdict
 from msprobe.core.gc_pause import CollectorPause
 
 
@@ -83,12 +83,11 @@ def _combine(pairs, working, working_u, inferred, reload):
     # hardware get there, and --fail-on-divergence must not flake on them.
     divergence = any(g.suspect.tier != flow.WEAK for g in groups)
     receiving = receiving_ranks(groups)
-    compared = sum(p.rows for p in pairs)
-    matched = sum(p.matched_rows for p in pairs)
+    unmatched = verdict.unmatched_clause(pairs)
+    finding = verdict.finding(divergence, suspects, len(groups), receiving, pairs, working)
     return Diagnosis(
-        divergence=divergence,
-        mostly_unmatched=compared > 0 and matched < MIN_MATCHED_SHARE * compared,
-        verdict=verdict(divergence, suspects, len(groups), receiving, pairs, working, (matched, compared)),
+        divergence=divergence, mostly_unmatched=unmatched is not None,
+        verdict=verdict.join(unmatched, finding), unmatched=unmatched, finding=finding,
         mode=modes[0] if len(modes) == 1 else modes,
         precision=Precision(working, working_u, inferred),
         suspects=suspects, suspect_count=len(groups), receiving_ranks=receiving, pairs=pairs,

@@ -111,7 +111,10 @@ def diagnosis_from_json(doc):
         return PairDiagnosis(**p)
 
     precision = doc["precision"]
+    # the file's verdict is the unmatched clause, "; ", the finding (verdict.join) when mostly unmatched
+    unmatched, _, finding = doc["verdict"].partition("; ") if doc["mostly_unmatched"] else (None, "", doc["verdict"])
     return Diagnosis(divergence=doc["divergence"], mostly_unmatched=doc["mostly_unmatched"], verdict=doc["verdict"],
+                     unmatched=unmatched, finding=finding,
                      mode=doc["mode"], precision=Precision(precision["working"], precision["unit_roundoff"],
                                                            precision["inferred"]),
                      suspects=[suspect(s) for s in doc["suspects"]], suspect_count=doc["suspect_count"],

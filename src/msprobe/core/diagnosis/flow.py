@@ -456,7 +456,7 @@ class _RankWalk:
         earlier differences may reach them), or None when they cannot differ."""
         if call.is_param_grad:
             return math.inf if (self.noise > 0 or self.diverged) else None
-        fwd = op_model.forward_key_of(call.key) if call.direction == "backward" else None
+        fwd = naming.forward_of(call.key) if call.direction == "backward" else None
         if fwd not in self.diverged_keys:
             return None
         return max(_max_error(self.calls_by_key[fwd].rows), 0.0) if fwd in self.calls_by_key else math.inf

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from msprobe.core.compare import columns as C
 from msprobe.core.diagnosis import flow
 
-DIAGNOSIS_COLUMN = "Diagnosis"
 LABELS = (flow.INTRODUCES, flow.MARGINAL, flow.INHERITS, flow.ROUNDING, flow.AGREES, flow.UNMATCHED, flow.MISPAIRED)
 
 
@@ -33,8 +33,8 @@ def label_table(table, labels):
     their places)."""
     if labels is None or table is None:
         return
-    if DIAGNOSIS_COLUMN in table.columns:
-        table[DIAGNOSIS_COLUMN] = labels
+    if C.DIAGNOSIS in table.columns:
+        table[C.DIAGNOSIS] = labels
         return
-    at = list(table.columns).index("Err_message") + 1 if "Err_message" in table.columns else len(table.columns)
-    table.insert(at, DIAGNOSIS_COLUMN, labels)
+    at = list(table.columns).index(C.ERR_MESSAGE) + 1 if C.ERR_MESSAGE in table.columns else len(table.columns)
+    table.insert(at, C.DIAGNOSIS, labels)

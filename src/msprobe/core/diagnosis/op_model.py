@@ -28,20 +28,7 @@ def _module_class(call):
     like relu does); None for other calls."""
     if not call.is_module or call.is_param_grad:
         return None
-    parts = call.key.split(".")
-    return parts[-3] if len(parts) >= 4 else None
-
-
-def forward_key_of(key):
-    """The forward record of a backward or parameters_grad key (None for other keys)."""
-    base, direction, index = naming.split_key(key)
-    if direction not in (naming.BACKWARD, "parameters_grad"):
-        return None
-    prefix, _, rest = base.partition(".")
-    if naming.is_module_key(key):
-        path, _, cls = rest.rpartition(".")
-        return naming.module_key(prefix, path, cls, naming.FORWARD, index)
-    return naming.api_key(prefix, rest, index, naming.FORWARD)
+    return naming.module_class(call.key)
 
 
 def _op(call, calls_by_key):
@@ -49,7 +36,7 @@ def _op(call, calls_by_key):
     backward, which has no API name, takes its forward's)."""
     name = short_api(call) or _module_class(call)
     if call.direction == "backward":
-        fwd = calls_by_key.get(forward_key_of(call.key) or "")
+        fwd = calls_by_key.get(naming.forward_of(call.key) or "")
         if fwd is not None:
             return name or short_api(fwd), fwd.inputs
     return name, call.inputs

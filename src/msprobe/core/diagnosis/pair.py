@@ -9,7 +9,7 @@ import numpy as np
 
 from msprobe.core import naming
 from msprobe.core.compare.matching import INSIDE_FUSED
-from msprobe.core.diagnosis import flow, op_model
+from msprobe.core.diagnosis import flow
 from msprobe.core.diagnosis.calls import calls_from_rows
 from msprobe.core.diagnosis.labels import label_counts, row_labels
 from msprobe.core.diagnosis.results import PairDiagnosis
@@ -145,7 +145,7 @@ def _suspect_context(suspects, calls, construct):
     context = {}
     for s in suspects:
         stack = s.call.stack
-        fwd = by_key.get(op_model.forward_key_of(s.call.key))
+        fwd = by_key.get(naming.forward_of(s.call.key))
         if not stack and fwd is not None:
             stack = fwd.stack
         context[s.call.key] = (module_path(s.call.key, construct), stack)

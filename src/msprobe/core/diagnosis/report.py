@@ -62,8 +62,8 @@ def format_diagnosis(d, brief=False):
     if brief:
         return f"Diagnosis: {d.verdict}."
     lines = [_headline(d)]
-    if d.mostly_unmatched and d.verdict.count("; ") >= 1:
-        lines.append(f"  then:    {d.verdict.split('; ', 1)[1]}")
+    if d.unmatched:
+        lines.append(f"  then:    {d.finding}")
     suspects = d.suspects
     if d.divergence:
         top = suspects[0]
@@ -96,8 +96,8 @@ def format_diagnosis(d, brief=False):
 
 
 def _headline(d):
-    if d.mostly_unmatched:
-        return f"Diagnosis: {d.verdict.split('; ', 1)[0]}."
+    if d.unmatched:
+        return f"Diagnosis: {d.unmatched}."
     if not d.divergence:
         return f"Diagnosis: {d.verdict}."
     top = d.suspects[0]

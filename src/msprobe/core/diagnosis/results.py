@@ -99,7 +99,9 @@ class Diagnosis(Mapping):
     Attributes:
         divergence: a suspect beyond marginal: --fail-on-divergence fails.
         mostly_unmatched: most target values have no golden counterpart.
-        verdict: the one-sentence account.
+        verdict: the one-sentence account: `unmatched`, then `finding` (`verdict.join`).
+        unmatched: the clause saying most target values have no golden counterpart, or None.
+        finding: what the verdict says of the values, without that clause.
         mode: the compare mode, or the sorted modes when pairs differ.
         precision: the working precision the target may round to.
         suspects: the listed Suspects, most likely first (at most thresholds.MAX_SUSPECTS).
@@ -113,6 +115,8 @@ class Diagnosis(Mapping):
     divergence: bool
     mostly_unmatched: bool
     verdict: str
+    unmatched: str | None
+    finding: str
     mode: object
     precision: Precision
     suspects: list

@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from msprobe.core.dump.reader import DumpReader, find_rank_dirs, iter_tensor_records, stat_value
-from msprobe.core.errors import DumpFormatError, where
+from msprobe.core.errors import DumpFormatError, none_readable, where
+from msprobe.core.naming import BACKWARD, FORWARD, split_base, split_key
 
 
 @dataclass
@@ -33,8 +34,11 @@ def summarize_dump(path, skipped=None):
     Args:
         skipped: a list to collect one line per rank directory that cannot be read, which is then left
             out; None raises on the first one.
+
+    Raises:
+        DumpFormatError: a rank directory cannot be read (without `skipped`), or none can.
     """
-    out = []
+    out, errors = [], []
     for rd in find_rank_dirs(path):
         try:
             r = DumpReader(rd.path)
@@ -42,13 +46,15 @@ def summarize_dump(path, skipped=None):
             if skipped is None:
                 raise
             skipped.append(f"{where(rd.step, rd.rank, rd.is_proc)}: skipped: {e}")
+            errors.append(e)
             continue
         s = RankSummary(rd.path, rd.step, os.path.basename(rd.path), r.task, r.level, r.framework)
         for key, rec in r.items():
             s.records += 1
-            s.forward += key.endswith(".forward") or ".forward." in key
-            s.backward += key.endswith(".backward") or ".backward." in key
-            s.by_prefix[key.split(".", 1)[0]] += 1
+            direction = split_key(key)[1]
+            s.forward += direction == FORWARD
+            s.backward += direction == BACKWARD
+            s.by_prefix[split_base(key)[0]] += 1
             worst = 0.0
             for _, t in iter_tensor_records(rec):
                 s.tensors += 1
@@ -63,6 +69,8 @@ def summarize_dump(path, skipped=None):
             s.largest.append((worst, key))
         s.largest = sorted(s.largest, reverse=True)
         out.append(s)
+    if errors and not out:
+        raise DumpFormatError(none_readable(errors, skipped))
     return out
 
 

@@ -147,8 +147,12 @@ def compare_grad_runs(dir_a, dir_b, threshold=THRESHOLD, drop=DROP):
         list[RankComparison], one per rank present in both.
 
     Raises:
-        DumpFormatError: a directory holds no grad_probe output; MsprobeError: nothing in common.
+        DumpFormatError: a directory holds no grad_probe output; MsprobeError: nothing in common, or
+        `threshold` or `drop` outside [0, 1].
     """
+    for name, v in (("--threshold", threshold), ("--drop", drop)):  # named as grad_compare's options
+        if not 0.0 <= v <= 1.0:
+            raise MsprobeError(f"{name}: got {v}; allowed: a number in [0, 1]")
     ranks_a, ranks_b = find_grad_ranks(dir_a), find_grad_ranks(dir_b)
     if len(ranks_a) == 1 and len(ranks_b) == 1:
         pairs = [(next(iter(ranks_a)), next(iter(ranks_a.values())), next(iter(ranks_b.values())))]

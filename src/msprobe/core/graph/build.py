@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from msprobe.core.dump.reader import find_rank_dirs, load_stack
-from msprobe.core.errors import DumpFormatError, MsprobeError, where
+from msprobe.core.errors import DumpFormatError, MsprobeError, none_readable, where
 from msprobe.core.graph.document import compare_graph_json, graph_document, single_graph_json
 from msprobe.core.graph.hierarchy import graph_from_dump
 from msprobe.core.graph.merge import merge_compare
@@ -68,14 +68,15 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
     for flag, value in (("-tp", target_path), ("-gp", golden_path), ("-lm", layer_mapping)):
         if value is not None and not os.path.exists(value):
             raise MsprobeError(f"{flag} '{value}': no such file or directory")
-    skipped = []
+    skipped, errors = [], []
 
     def readable(d):
-        """d's graph, or None (the damage noted in `skipped`)."""
+        """d's graph, or None (the damage noted in `skipped`, its error in `errors`)."""
         try:
             return graph_from_dump(d.path)
         except DumpFormatError as e:
             skipped.append(f"{where(d.step, d.rank, d.is_proc)}: skipped: {e}")
+            errors.append(e)
             return None
 
     targets = rank_dirs_for_graph(target_path)
@@ -88,8 +89,7 @@ def visualize(target_path, output_path, golden_path=None, layer_mapping=None, fu
         if graph is not None:
             graphs[_norm(d.path)] = (d, graph)
     if not graphs:
-        raise MsprobeError(skipped[0].split(": skipped: ", 1)[-1] if len(skipped) == 1 else
-                           f"no rank directory could be read; first: {skipped[0]}")
+        raise MsprobeError(none_readable(errors, skipped))
     if stack_path is not None:
         only = next(iter(graphs.values()))[1]
         only.stacks = load_stack(stack_path)

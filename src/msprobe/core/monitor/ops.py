@@ -7,6 +7,8 @@ used by the MindSpore adapter and by the tests as the oracle. Must not import to
 
 import numpy as np
 
+from msprobe.core.errors import ConfigError
+
 # name -> meaning (the `ops` values the config accepts, in the column order of a default config).
 OPS = {
     "norm": "L2 norm of all elements",
@@ -17,6 +19,16 @@ OPS = {
     "nans": "number of NaN elements",
 }
 DEFAULT_OPS = ("norm",)
+
+
+def chosen_ops(ops, field="ops", value=None):
+    """`ops` as a list, checked: at least one, each a name of OPS (ConfigError naming `field` and the
+    `value` the user wrote otherwise)."""
+    ops = list(ops)
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise ConfigError(field, ops if value is None else value, "a comma list of " + ", ".join(OPS))
+    return ops
 
 
 def stats_from_array(array, ops, eps):

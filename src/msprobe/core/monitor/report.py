@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import List
 
-from msprobe.core.monitor.ops import OPS
+from msprobe.core.monitor.ops import OPS, chosen_ops
 from msprobe.core.monitor.reader import anomaly_point, load_anomalies, load_monitor_dir
 from msprobe.core.monitor.sparkline import sparkline
 from msprobe.core.safe_files import make_dirs, open_text
@@ -108,8 +108,10 @@ def build_report(input_dir, output_dir, ops=None, show_progress=True):
         ReportResult
 
     Raises:
-        DumpFormatError: no monitor data in `input_dir`.
+        DumpFormatError: no monitor data in `input_dir`; ConfigError: an op not in `ops.OPS`.
     """
+    if ops:  # none or empty: every op present
+        ops = chosen_ops(ops)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -18,7 +18,7 @@ from typing import List, Optional
 from msprobe.core.dump.reader import RankDir, find_rank_dirs
 from msprobe.core.dump.writer import rank_dir_name
 from msprobe.core.errors import DumpFormatError, where
-from msprobe.core.naming import MODULE_PREFIXES
+from msprobe.core.naming import is_module_key
 from msprobe.core.overflow.scan import scan_rank
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def _feeding_ranks(node, rank, nonfinite_comm_inputs):
 def _innermost(origins, reader):
     """Prefer an API origin inside the first origin when that one is a module."""
     first = origins[0]
-    if first.key.split(".", 1)[0] not in MODULE_PREFIXES:
+    if not is_module_key(first.key):
         return first
     for node in origins[1:]:
         cur, hops = reader.construct.get(node.key), 0

@@ -7,7 +7,7 @@ optimizer), so the position of a node is its place in time within the step.
 from dataclasses import dataclass
 
 from msprobe.core.dump.reader import DumpReader
-from msprobe.core.naming import split_key
+from msprobe.core.naming import forward_of, split_base, split_key
 from msprobe.core.overflow.finiteness import values_finite
 from msprobe.core.overflow.rules import (COLLECTIVE_PREFIXES, COLLECTIVES, INTENDED_NONFINITE, RECEIVERS,
                                          SENDERS)
@@ -80,7 +80,7 @@ def scan_rank(rank_dir):
     for index, (key, record) in enumerate(reader.items()):
         api = _api_name(key)
         base, direction, _ = split_key(key)
-        is_comm = key.split(".", 1)[0] in COLLECTIVE_PREFIXES and api in COLLECTIVES
+        is_comm = split_base(key)[0] in COLLECTIVE_PREFIXES and api in COLLECTIVES
         inputs, outputs = split_record(record)
         inputs_finite = values_finite(inputs, reader)
         outputs_finite = values_finite(outputs, reader)
@@ -93,17 +93,10 @@ def scan_rank(rank_dir):
                 tainted.add(base)
         elif direction == "backward":
             # a backward also reads what its forward saved (inputs, outputs): a nan there is not new
-            inputs_finite = inputs_finite and forward_finite.get(_forward_key(key), True)
+            inputs_finite = inputs_finite and forward_finite.get(forward_of(key), True)
         elif direction == "parameters_grad":
             inputs_finite = base not in tainted
         nodes.append(NodeState(key, index, comm, inputs_finite, outputs_finite, is_comm, api))
         if is_comm:
             comm += 1
     return reader, nodes
-
-
-def _forward_key(backward_key):
-    parts = backward_key.split(".")
-    i = len(parts) - 1 - parts[::-1].index("backward")
-    parts[i] = "forward"
-    return ".".join(parts)
