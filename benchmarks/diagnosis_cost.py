@@ -34,6 +34,9 @@ from msprobe.core.diagnosis import diagnose
 from msprobe.core.compare.engine import compare_dumps
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (beside this script: the rounds' options)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("rows_from_records", "frame_from_records", "diagnose")
 READ_REPEATS = 20  # a demo dump reads in milliseconds: a sample reads it this many times
@@ -107,7 +110,7 @@ def stage_cpu(target, golden, rounds):
     return out
 
 
-def against(rev, blocks, rounds):
+def against(rev, blocks, rounds, log):
     """Median CPU seconds of each stage by this tree and by git revision `rev`, and their ratio."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src"], check=True, capture_output=True).stdout
@@ -117,6 +120,7 @@ def against(rev, blocks, rounds):
                     open(os.path.join(tmp, "src", "msprobe", so), "wb") as b:
                 b.write(a.read())
         demo = _demo()
+        numbers = []
         print(f"{'blocks':>6} {'mode':10s} {'stage':18s} {rev + ' cpu s':>12} {'this cpu s':>11} "
               f"{'this/' + rev:>10} {'of minima':>10}")
         for n in blocks:
@@ -125,7 +129,8 @@ def against(rev, blocks, rounds):
                 dump(demo, golden, False, n, task)
                 dump(demo, target, True, n, task)
                 times = {(side, s): [] for side in ("ref", "this") for s in STAGES}
-                for _ in range(rounds):  # taking turns, a fresh interpreter each
+                for r in range(rounds):  # taking turns, a fresh interpreter each
+                    log(f"{n} blocks, {task}: round {r + 1}/{rounds}")
                     for side, src in (("ref", os.path.join(tmp, "src")), ("this", os.path.join(ROOT, "src"))):
                         out = subprocess.run([sys.executable, __file__, "--cpu-of", target, golden],
                                              env=dict(os.environ, PYTHONPATH=src), check=True, capture_output=True,
@@ -137,22 +142,28 @@ def against(rev, blocks, rounds):
                     fastest = min(times["this", stage]) / min(times["ref", stage])
                     print(f"{n:>6} {task:10s} {stage:18s} {ref:>12.4f} {this:>11.4f} {this / ref:>10.3f} "
                           f"{fastest:>10.3f}", flush=True)
+                    numbers.append({"blocks": n, "mode": task, "stage": stage, "ref_cpu_s": ref,
+                                    "this_cpu_s": this, "ratio": this / ref, "ratio_of_minima": fastest})
+    return numbers
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 8], help="transformer blocks")
-    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--against", metavar="REV", help="git revision to compare diagnose()'s CPU time with")
     parser.add_argument("--cpu-of", nargs=2, metavar=("TARGET", "GOLDEN"), help=argparse.SUPPRESS)
+    harness.add_common_options(parser, rounds=5, quick=(1,))
     args = parser.parse_args()
+    harness.check_common_options(parser, args)
+    log = harness.logger(args.quiet)
     if args.cpu_of:  # one side of --against: this interpreter's msprobe
         print(json.dumps(stage_cpu(*args.cpu_of, SAMPLES)))
         return 0
     if args.against:
-        against(args.against, args.blocks, args.rounds)
+        harness.write_json(args.json, against(args.against, args.blocks, args.rounds, log))
         return 0
     demo = _demo()
+    numbers = []
     print(f"{'blocks':>6} {'mode':10s} {'rows':>6} {'compare s':>10} {'diagnose s':>11} {'diag/compare':>13}  "
           f"named first")
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,9 +173,13 @@ def main():
                 target = os.path.join(tmp, f"{blocks}_{task}_bf16")
                 dump(demo, golden, False, blocks, task)
                 dump(demo, target, True, blocks, task)
+                log(f"{blocks} blocks, {task}: {args.rounds} rounds")
                 c, dg, d, rows = measure(target, golden, args.rounds)
                 top = d.suspects[0].api if d.suspects else "-"
                 print(f"{blocks:>6} {task:10s} {rows:>6} {c:>10.3f} {dg:>11.3f} {dg / c:>13.3f}  {top}", flush=True)
+                numbers.append({"blocks": blocks, "mode": task, "rows": rows, "compare_s": c, "diagnose_s": dg,
+                                "named_first": top})
+    harness.write_json(args.json, numbers)
     return 0
 
 

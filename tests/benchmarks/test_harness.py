@@ -85,7 +85,7 @@ def test_common_options_quick_and_one_line_errors(capsys):
 def test_the_timing_scripts_take_the_common_options():
     """The scripts that time in rounds take --rounds/--quick/--json/--quiet from harness.py, not their own."""
     import re
-    for name in ("acc_check_throughput", "compare_throughput", "compile_overhead", "dump_overhead",
+    for name in ("acc_check_throughput", "compare_throughput", "compile_overhead", "diagnosis_cost", "dump_overhead",
                  "grad_probe_overhead", "graph_render", "host_cost", "monitor_overhead", "ms_dump_overhead"):
         with open(os.path.join(BENCH, name + ".py"), encoding="utf-8") as f:
             text = f.read()
