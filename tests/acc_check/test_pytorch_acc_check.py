@@ -57,6 +57,18 @@ def test_transformer_dump_end_to_end(pt_dumps, tmp_path, task):
     assert int(lin["ReductionLength"]) == 16 and lin["Dtype Status"] == "pass"
 
 
+def test_a_run_in_the_callers_process_gives_back_its_thread_count(pt_dumps, tmp_path):
+    """run_acc_check checks on one intra-op thread, then the caller's training (a different thread count
+    changes reductions' rounding) goes on with its own."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_acc_check(pt_dumps["statistics"], out_path=str(tmp_path), progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_checked_apis_leave_no_tensor_in_a_reference_cycle(pt_dumps):
     """Each API's inputs and outputs are freed when its check returns, not at the next garbage
     collection (a recursive closure in the argument builder once kept ~100 MB alive per worker)."""

@@ -120,6 +120,9 @@ class CaseExecutor:
     def _run(self, case, source, rng, run):
         raise NotImplementedError
 
+    def close(self):
+        """Give back what the executor changed in its process (a run in the caller's own process)."""
+
     def _random_api_reason(self, case, name):
         """Why API `name` cannot be compared because it draws random numbers, or None when it can."""
         return None

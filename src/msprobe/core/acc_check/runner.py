@@ -172,6 +172,7 @@ def run_acc_check(api_info, out_path="./", resume_csv=None, save_error_data=Fals
                 report.results.append(result)
         finally:
             bar.close()
+            executor.close()
     report.check_seconds = time.perf_counter() - checking
     report.seconds = time.perf_counter() - start
     return report

@@ -86,11 +86,19 @@ class TorchExecutor(CaseExecutor):
     framework = "pytorch"
 
     def __init__(self, device=None, custom_apis=(), threads=None, api_sources=None):
+        self._threads_before = None
         if threads:
+            self._threads_before = torch.get_num_threads()
             torch.set_num_threads(threads)
         self.device = pick_device(device)
         self.device_name = device_name(self.device)
         self.resolver = TorchResolver(custom_apis, api_sources)
+
+    def close(self):
+        """The caller's intra-op thread count back (run_acc_check runs in the caller's process)."""
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     # -- one case ------------------------------------------------------------------------------
     def _random_api_reason(self, case, name):
