@@ -56,14 +56,10 @@ class DeviceSummaries:
     def __init__(self):
         self._lanes = {}  # device -> _Lane: its kernels and the buffers being filled
         self._buffers = []  # buffers the batch wrote, in the order they were opened
-        self._pending = 0  # slots in them
+        self.pending = 0  # slots in them (read for every record: a plain attribute)
         # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
         self.changed = 0  # deferred tensors changed in place before they were read
-
-    @property
-    def pending(self):
-        return self._pending
 
     @property
     def waiting(self):
@@ -104,7 +100,7 @@ class DeviceSummaries:
         slot = Slot(kind, buf, buf.used, n, dtype, nbytes)
         buf.used += 1
         buf.slots.append(slot)
-        self._pending += 1
+        self.pending += 1
         return slot
 
     def stats(self, x, n, dense, defer=False, rows=None):
@@ -154,7 +150,7 @@ class DeviceSummaries:
         if self._waiting:
             self.launch()
         buffers = self._buffers
-        self._buffers, self._pending = [], 0
+        self._buffers, self.pending = [], 0
         for lane in self._lanes.values():
             lane.open = [None, None]
         return readback.start(buffers)

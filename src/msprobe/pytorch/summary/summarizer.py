@@ -67,7 +67,7 @@ class Summarizer:
     @property
     def pending(self):
         """Summaries in device slots, not yet on the host (asked for every record: no nested property)."""
-        return self.slots._pending
+        return self.slots.pending
 
     @property
     def waiting(self):
