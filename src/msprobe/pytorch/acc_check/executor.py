@@ -86,13 +86,13 @@ class TorchExecutor(CaseExecutor):
     framework = "pytorch"
 
     def __init__(self, device=None, custom_apis=(), threads=None, api_sources=None):
-        self._threads_before = None
-        if threads:
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(threads)
         self.device = pick_device(device)
         self.device_name = device_name(self.device)
         self.resolver = TorchResolver(custom_apis, api_sources)
+        self._threads_before = None  # set last: a bad option above leaves the caller's threads alone
+        if threads:
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(threads)
 
     def close(self):
         """The caller's intra-op thread count back (run_acc_check runs in the caller's process)."""
