@@ -59,6 +59,10 @@ def build(variant):
     return model
 
 
+# every dump's intra-op threads: another test in the process may have changed torch's between two dumps
+THREADS = torch.get_num_threads()
+
+
 def dump(root, variant, task, level="mix", steps=1, rank=0):
     """Train `steps` SGD steps of `variant` under a debugger; returns the dump path (`root/...`)."""
     dump_path = os.path.join(str(root), f"{variant}_{task}_{level}_{steps}")
@@ -77,8 +81,13 @@ def dump(root, variant, task, level="mix", steps=1, rank=0):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = ((torch.randn(2, 6, 16, generator=gen), torch.randint(0, 5, (2, 6), generator=gen))
                for _ in range(steps))
-    train_dumped(PrecisionDebugger(config_path=cfg_path), model, opt,
-                 lambda x, y: F.cross_entropy(model(x).reshape(-1, 5), y.reshape(-1)), batches, rank)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)  # cached runs made at any time round their reductions alike
+    try:
+        train_dumped(PrecisionDebugger(config_path=cfg_path), model, opt,
+                     lambda x, y: F.cross_entropy(model(x).reshape(-1, 5), y.reshape(-1)), batches, rank)
+    finally:
+        torch.set_num_threads(threads)
     return dump_path
 
 
