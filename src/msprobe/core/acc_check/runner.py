@@ -111,18 +111,23 @@ def one_blas_thread():
 
 
 def _check_cases(cases, reader, spec, files, save_error_data, error_root, progress, seed, executor):
+    own = executor is None
     executor = executor or spec.create()
     source = TensorSource(reader, real_data=True)
-    for case in cases:
-        run = executor.run(case, source, rng_for(case.name, seed))
-        result = judge(case, run)
-        files.write(result)
-        if save_error_data and result.failed:
-            save_error_case(error_root, case, run, spec.framework, reproduce_script(spec, case, seed),
-                            dict(spec.options).get("api_sources"))
-        if progress is not None:
-            progress(case.name)
-        yield result
+    try:
+        for case in cases:
+            run = executor.run(case, source, rng_for(case.name, seed))
+            result = judge(case, run)
+            files.write(result)
+            if save_error_data and result.failed:
+                save_error_case(error_root, case, run, spec.framework, reproduce_script(spec, case, seed),
+                                dict(spec.options).get("api_sources"))
+            if progress is not None:
+                progress(case.name)
+            yield result
+    finally:
+        if own:  # one it made gives its process back what it changed (run_acc_check closes its own)
+            executor.close()
 
 
 def _progress_bar(total, initial, enabled):
