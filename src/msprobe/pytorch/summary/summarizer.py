@@ -19,6 +19,8 @@ from msprobe.pytorch.summary.layout import element_span, memory_order
 from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
+_kernel = host.kernel  # the C statistics kernel (None when not built)
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
 _DTYPE_NAMES = {}
@@ -124,7 +126,7 @@ class Summarizer:
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
             return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
                     "requires_grad": t.requires_grad}, None
-        key = span = None
+        key = span = storage = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
         if type(t) in _PLAIN and t.layout is _STRIDED and not t.is_inference():
@@ -134,22 +136,34 @@ class Summarizer:
                     key = (t.data_ptr(), dtype, t.device, span)
                 else:
                     key, span = memory_key(t, n, self.md5)
+                storage = t.untyped_storage()  # read once: the cache's liveness check and its entry
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
         shape = t.shape
+        version = t._version
         if key is not None:
             hit = self._cache.get(key)
             # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
             # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
-            if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
+            if hit is not None and version == hit.version and hit.ref() is storage:
                 return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
-        values, slots = {}, []
+        values, slots = None, []
         on_host = t.is_cpu and not self.device_path
         if self.stats:
             if on_host or n == 0:
-                values = host.statistics(t, n, span, self._native_kinds)
+                kind = self._native_kinds.get(dtype)
+                if kind is not None and span is not None and n < host.PARALLEL_MIN and span[0][0] == 1 \
+                        and len(span) == 1:
+                    # a small dense tensor (most of them): the C kernel straight, without statistics()'s frame
+                    got = _kernel(t.data_ptr(), n, kind, 1)
+                    if got is not None:
+                        values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+                if values is None:
+                    values = host.statistics(t, n, span, self._native_kinds)
             else:
                 slots.append(self._stats_slot(t, n, span, defer))
+        if values is None:
+            values = {}
         if self.md5:
             if on_host or n == 0:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
@@ -160,8 +174,8 @@ class Summarizer:
             if len(self._cache) > CACHE_LIMIT:
                 self._cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values, slots)
-            except (RuntimeError, TypeError):
+                entry = self._cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
+            except TypeError:  # a storage without weak references
                 entry = None
         return self._record(t, name, shape, key, entry, values, slots), entry
 
