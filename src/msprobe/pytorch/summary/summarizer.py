@@ -153,8 +153,8 @@ class Summarizer:
         if self.stats:
             if on_host or n == 0:
                 kind = self._native_kinds.get(dtype)
-                if kind is not None and span is not None and n < host.PARALLEL_MIN and span[0][0] == 1 \
-                        and len(span) == 1:
+                if (kind is not None and span is not None and n < host.PARALLEL_MIN and len(span) == 1
+                        and span[0][0] == 1):
                     # a small dense tensor (most of them): the C kernel straight, without statistics()'s frame
                     got = _kernel(t.data_ptr(), n, kind, 1)
                     if got is not None:
