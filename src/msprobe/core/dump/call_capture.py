@@ -58,7 +58,12 @@ class CallCapture:
         ops.before_call(s)
         key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
         gate = s.gate
-        if not s.filter.want_call(key, s.module_stack) or (gate is not None and gate.exhausted):
+        flt = s.filter
+        if flt.passes_everything:  # no scope or list (want_call's answer, without its frame)
+            flt.hit = True
+        elif not flt.want_call(key, s.module_stack):
+            return func(*args, **kwargs)
+        if gate is not None and gate.exhausted:
             return func(*args, **kwargs)
         frame, args = self.begin(s, key, s.parent_key() if parent is _PARENT else parent, args, kwargs,
                                  inplace=inplace, mutates=mutates, buffers=buffers, module=False,
@@ -79,11 +84,12 @@ class CallCapture:
         f.key, f.parent, f.inplace, f.module = key, parent, inplace, module
         # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
         # their memory is overwritten before the gate decides)
-        f.save = save = flt.saves_tensor(key) or gate is not None
+        f.save = save = (flt.saves_all_tensors or gate is not None
+                         or (bool(flt.tensor_list) and flt.saves_tensor(key)))
         f.waits = waits = []
         exhausted = gate is not None and gate.exhausted
         # False: only its backward key is listed. A module's structure is noted anyway (its calls hang on it).
-        listed = flt.wants_forward(key, s.module_stack)
+        listed = not flt.list or flt.wants_forward(key, s.module_stack)
         f.listed = listed or module
         f.forward = forward = flt.forward and listed and not exhausted
         with ops.work():

@@ -29,7 +29,7 @@ _memory = ctypes.pythonapi.PyMemoryView_FromMemory
 _memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
 _PYBUF_READ = 0x100
 # the kernel itself, without the wrapper's frame (None when not built or MSPROBE_NATIVE_STATS=0)
-_kernel = native._moments if native.ENABLED else None
+kernel = native._moments if native.ENABLED else None
 NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                 torch.bfloat16: native.KINDS["bfloat16"]}
 
@@ -50,9 +50,9 @@ def statistics(t, n, span, native_kinds):
         threads = torch.get_num_threads() if n >= PARALLEL_MIN else 1
         # one dense run (contiguous or a transpose), or rows of runs (a slice of a wider tensor)
         if len(span) == 1 and span[0][0] == 1:
-            got = _kernel(t.data_ptr(), n, kind, threads)
+            got = kernel(t.data_ptr(), n, kind, threads)
         elif len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]:  # rows do not overlap
-            got = _kernel(t.data_ptr(), span[1][1], kind, threads, span[0][1], span[0][0])
+            got = kernel(t.data_ptr(), span[1][1], kind, threads, span[0][1], span[0][0])
         if got is not None:  # None: a NaN or inf is in there (torch's reductions say how), or other layouts
             return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}  # (native.stats_record, inline)
     x = t.detach()

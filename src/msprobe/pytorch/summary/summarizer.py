@@ -19,6 +19,8 @@ from msprobe.pytorch.summary.layout import element_span, memory_order
 from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
+_kernel = host.kernel  # the C statistics kernel (None when not built)
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
 _DTYPE_NAMES = {}
@@ -137,19 +139,32 @@ class Summarizer:
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
         shape = t.shape
+        version = t._version
         if key is not None:
             hit = self._cache.get(key)
-            # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
-            # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
-            if hit is not None and t._version == hit.version and hit.ref() is t.untyped_storage():
-                return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
-        values, slots = {}, []
+            # the tensor summarised is alive and still there: the memory was not freed and reused by
+            # another tensor since (nor its storage swapped or resized to 0, as FSDP2 frees a parameter)
+            if hit is not None and version == hit.version:
+                owner = hit.ref()
+                if owner is t or (owner is not None and owner.data_ptr() == key[0]):
+                    return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
+        values, slots = None, []
         on_host = t.is_cpu and not self.device_path
         if self.stats:
             if on_host or n == 0:
-                values = host.statistics(t, n, span, self._native_kinds)
+                kind = self._native_kinds.get(dtype)
+                if (kind is not None and span is not None and n < host.PARALLEL_MIN and len(span) == 1
+                        and span[0][0] == 1):
+                    # a small dense tensor (most of them): the C kernel straight, without statistics()'s frame
+                    got = _kernel(t.data_ptr(), n, kind, 1)
+                    if got is not None:
+                        values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+                if values is None:
+                    values = host.statistics(t, n, span, self._native_kinds)
             else:
                 slots.append(self._stats_slot(t, n, span, defer))
+        if values is None:
+            values = {}
         if self.md5:
             if on_host or n == 0:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
@@ -160,8 +175,8 @@ class Summarizer:
             if len(self._cache) > CACHE_LIMIT:
                 self._cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(t.untyped_storage()), t._version, values, slots)
-            except (RuntimeError, TypeError):
+                entry = self._cache[key] = CacheEntry(weakref.ref(t), version, values, slots)
+            except TypeError:  # no weak references
                 entry = None
         return self._record(t, name, shape, key, entry, values, slots), entry
 
