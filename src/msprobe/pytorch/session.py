@@ -125,6 +125,9 @@ class DumpSession(CaptureSession):
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
         self.defer_forward = cfg.level in ("L1", "mix")
+        # a call's backward record may come out at its first node's hook, ahead of the weight's transpose
+        # (backward.py): at L1, where no module or parameter hook records in between
+        self.fold_transposes = cfg.level == "L1"
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
         self.calls = CALLS
 
