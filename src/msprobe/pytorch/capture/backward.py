@@ -11,6 +11,9 @@ so in-place ops on inputs or outputs keep working, and the numbers are untouched
 An input that reaches the call through a cast of a leaf (autocast casts a weight once per region and
 every call in it shares that cast) is hooked where the gradient enters the cast, not where it leaves:
 what leaves is the sum over all the calls sharing it, what enters is this call's share.
+
+A leaf input reached through a transpose the call made (F.linear's `weight.t()`) is read at L1 by the
+call's one hook, as the transpose of the gradient entering that node (what its backward hands on).
 """
 
 import functools
