@@ -82,7 +82,7 @@ class TorchCallOps:
         for a module, the autograd watermark: nodes made from here on belong to it."""
         if inplace or not torch.is_grad_enabled():
             return None, args
-        edges = input_edges(flat_tensors(args) + flat_tensors(kwargs))
+        edges = input_edges(flat_tensors(args) + flat_tensors(kwargs) if kwargs else flat_tensors(args))
         return (edges, _state.seq_watermark if module else None), args
 
     @staticmethod
@@ -95,6 +95,8 @@ class TorchCallOps:
     @staticmethod
     def param_record(s, p, stem, save, waits):
         # parameters change in place only in the optimizer, which launches what waits (debugger)
+        if not save and type(p) in _PLAIN:  # the common case, without tensor_record's frame
+            return s.summarizer.summarize(p, True)[0]
         return s.tensor_record(p, stem, save, waits, defer=True)
 
     @staticmethod
@@ -123,6 +125,9 @@ class DumpSession(CaptureSession):
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
         self.defer_forward = cfg.level in ("L1", "mix")
+        # a call's backward record may come out at its first node's hook, ahead of the weight's transpose
+        # (backward.py): at L1, where no module or parameter hook records in between
+        self.fold_transposes = cfg.level == "L1"
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
         self.calls = CALLS
 
@@ -163,6 +168,8 @@ class DumpSession(CaptureSession):
     def gradient_record(self, g, file_stem, save, waits):
         """A gradient from a backward hook: its summary may wait for a batch launch (autograd does not
         accumulate in place into a gradient someone else holds)."""
+        if not save and type(g) in _PLAIN:  # the common case, without tensor_record's frame
+            return self.summarizer.summarize(g, True)[0]
         return self.tensor_record(g, file_stem, save, waits, defer=True)
 
     def before_mutation(self, args=None, kwargs=None):
@@ -264,20 +271,25 @@ class DumpSession(CaptureSession):
     def emit_params_grad(self, base, grads):
         if not self.filter.backward or self.gate is not None:
             return
-        key = naming.params_grad_key(*_split_module_base(base), self.counter.next(base + ".parameters_grad"))
+        counted, stem = _params_grad_names(base)
+        key = f"{stem}{self.counter.next(counted)}"
         save = self.filter.saves_tensor(key)
         waits = []
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 the module's gradients go in one batch launched before this hook returns
-        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=True) if g is not None else None]
-                  for n, g in grads.items()}
-        if not self.defer_forward:
+        if save:
+            record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=True) if g is not None else None]
+                      for n, g in grads.items()}
+        else:
+            record = {n: [self.gradient_record(g, None, False, waits) if g is not None else None]
+                      for n, g in grads.items()}
+        if not self.defer_forward and self.summarizer.waiting:
             self.summarizer.launch([g for g in grads.values() if g is not None])
         self.emit(key, record, waits)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
         """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
-        outputs = flat_tensors(out)
+        outputs = [out] if isinstance(out, torch.Tensor) else flat_tensors(out)
         tracker = BackwardTracker.attach(self, bwd_key, edges, outputs, save, parent, floor)
         if tracker is not None:
             self.trackers[tracker] = None
@@ -288,9 +300,10 @@ class DumpSession(CaptureSession):
         flt = self.filter
         record = {"input": tracker.out_recs if flt.input else [],
                   "output": tracker.in_recs if flt.output else []}
-        # overflow_check: kept when the gradients it computed (its "output") overflow
-        self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs)
-        self.note_backward(tracker.key, tracker.parent)
+        # overflow_check: kept when the gradients it computed (its "output") overflow; its construct.json
+        # entry (note_backward's) rides in the record's queue entry
+        self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs,
+                  notes=[(True, tracker.parent)] if self._construct_all else None)
 
     # -- step end --------------------------------------------------------------------------------
     def flush(self):
@@ -311,10 +324,11 @@ class DumpSession(CaptureSession):
 
 
 @functools.lru_cache(maxsize=None)  # one per module, asked once per step for each
-def _split_module_base(base):
+def _params_grad_names(base):
+    """(its counter's name, its parameters_grad key without the index) for module `base`."""
     prefix, rest = base.split(".", 1)
     path, cls = rest.rsplit(".", 1)
-    return prefix, path, cls
+    return base + ".parameters_grad", naming.params_grad_key(prefix, path, cls, "")
 
 
 def flat_tensors(v):

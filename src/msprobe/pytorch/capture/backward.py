@@ -11,6 +11,9 @@ so in-place ops on inputs or outputs keep working, and the numbers are untouched
 An input that reaches the call through a cast of a leaf (autocast casts a weight once per region and
 every call in it shares that cast) is hooked where the gradient enters the cast, not where it leaves:
 what leaves is the sum over all the calls sharing it, what enters is this call's share.
+
+A leaf input reached through a transpose the call made (F.linear's `weight.t()`) is read at L1 by the
+call's one hook, as the transpose of the gradient entering that node (what its backward hands on).
 """
 
 import functools
@@ -50,6 +53,21 @@ def _leads_to_leaves_only(node, wanted):
         if var is None or id(var) in wanted:
             return False
     return True
+
+
+def _transposed_leaf(node, wanted):
+    """The input position of the leaf whose transpose `node` makes (F.linear's `weight.t()`), when it is
+    `TBackward0` with its one edge into a wanted leaf, else None: the gradient that reaches the leaf is
+    then the transpose of the gradient that enters the node (its backward is `grad.t()`, a view), read
+    by the call's one hook. Its record then comes out at that hook, before the transpose's node runs:
+    the session allows it (`fold_transposes`) only where no other record can come in between."""
+    if node.name() != "TBackward0":
+        return None
+    nexts = node.next_functions
+    if len(nexts) != 1 or nexts[0][0] is None:
+        return None
+    var = getattr(nexts[0][0], "variable", None)
+    return None if var is None else wanted.get(id(var))
 
 
 class BackwardTracker:
@@ -174,6 +192,7 @@ class BackwardTracker:
                     return False
                 wanted[key_in] = pos
         slots = []
+        transposed = ()  # (slot, input position) of leaves reached through a transpose made here
         for slot, (nxt, nr) in enumerate(gf.next_functions):
             if nxt is None:
                 continue
@@ -181,21 +200,26 @@ class BackwardTracker:
             pos = wanted.get(id(var)) if var is not None else wanted.get((id(nxt), nr))
             if pos is not None:
                 slots.append((slot, pos))
-            elif var is None and nxt._sequence_nr() > floor and not _leads_to_leaves_only(nxt, wanted):
-                return False  # a node made inside this call whose edges may reach the inputs too
-        if len(slots) != len(wanted) or not slots:
+            elif var is None and nxt._sequence_nr() > floor:
+                pos = _transposed_leaf(nxt, wanted) if session is not None and session.fold_transposes else None
+                if pos is not None:
+                    transposed += ((slot, pos),)
+                elif not _leads_to_leaves_only(nxt, wanted):
+                    return False  # a node made inside this call whose edges may reach the inputs too
+        if len(slots) + len(transposed) != len(wanted) or not (slots or transposed):
             return False
         seq = gf._sequence_nr()
         if _state.seq_watermark < seq:
             _state.seq_watermark = seq
         tracker = cls(session, key, save, parent, 1, len(inputs))
         tracker.pending = 1
-        gf.register_hook(functools.partial(tracker._on_one_node, out.output_nr, slots))
+        gf.register_hook(functools.partial(tracker._on_one_node, out.output_nr, slots, transposed))
         return tracker
 
-    def _on_one_node(self, out_nr, slots, grad_inputs, grad_outputs):
+    def _on_one_node(self, out_nr, slots, transposed, grad_inputs, grad_outputs):
         """Post-hook of a call hooked by the shortcut: its one output's gradient, then its inputs'
-        (each reached by one edge), then the record — in one go."""
+        (each reached by one edge; `transposed`: through a transpose, whose backward is read here,
+        not hooked), then the record — in one go."""
         session = self.session
         if session is None or self.fired:
             return
@@ -210,6 +234,11 @@ class BackwardTracker:
                 if g is not None:
                     self.in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}" if save else None, save,
                                                                 waits)
+            for slot, pos in transposed:
+                g = grad_inputs[slot]
+                if g is not None:
+                    self.in_recs[pos] = session.gradient_record(g.t(), f"{key}.output.{pos}" if save else None,
+                                                                save, waits)
             session.emit_backward(self)
 
     def _record(self, role, i, g):

@@ -187,10 +187,11 @@ class _ParamGradState:
             session = _state.session
             if session is None or not self.owner.grads_active or self.base not in session.recorded_modules:
                 return
-            with tool_work():
-                self.got[name] = param.grad
-                if len(self.got) == len(self.names):
-                    # in the order the module holds them: autograd's order differs with compiled backward
-                    got, self.got = {n: self.got[n] for n in self.names}, {}
+            got = self.got
+            got[name] = param.grad
+            if len(got) == len(self.names):
+                # in the order the module holds them: autograd's order differs with compiled backward
+                got, self.got = {n: got[n] for n in self.names}, {}
+                with tool_work():
                     session.emit_params_grad(self.base, got)
         return on_grad
