@@ -103,8 +103,7 @@ class DeviceSummaries:
             (kernels.statistics if kind == STATS else kernels.checksum)(items)
         for stage, items in staged.items():
             # staged items are launched all at once (no in-place call selects one): the stage from its start
-            torch_kernels.segment_statistics(stage.buf[:stage.used], [n for _, n, _, _ in items],
-                                             [slot for _, _, slot, _ in items])
+            torch_kernels.segment_statistics(stage.buf[:stage.used], [n for n, _ in items], [slot for _, slot in items])
             stage.used = 0
 
     def _stage_waiting(self, waiting):
@@ -131,10 +130,12 @@ class DeviceSummaries:
         if stage.used + n > STAGE_ELEMENTS:
             self.launch()  # everything, this stage too: it starts over
         off = stage.used
-        part = stage.buf[off:off + n]
-        part.view(x.shape).copy_(x.detach() if x.requires_grad else x)  # (no graph: cheaper than no_grad)
+        shape = x.shape
+        strides = x.stride() if x.is_contiguous() else (_STRIDES.get(shape) or _strides(shape))
+        # (detached: no graph, cheaper than no_grad; as_strided: one view, not a slice and a view)
+        stage.buf.as_strided(shape, strides, off).copy_(x.detach() if x.requires_grad else x)
         stage.used = off + n
-        if self._waiting.add((stage, (part, n, slot, None), None, 0, _STAGED)):
+        if self._waiting.add((stage, (n, slot), None, 0, _STAGED)):
             self.launch()
 
     def _lane(self, device):
@@ -231,6 +232,20 @@ class _Stage:
     def __init__(self, device, dtype):
         self.buf = torch.empty(STAGE_ELEMENTS, dtype=dtype, device=device)
         self.used = 0
+
+
+_STRIDES = {}  # shape -> the strides of a contiguous tensor of it
+
+
+def _strides(shape):
+    if len(_STRIDES) > 4096:  # shapes that keep changing (a sequence length): start over
+        _STRIDES.clear()
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    strides = _STRIDES[shape] = tuple(reversed(strides))
+    return strides
 
 
 def _launched_first(waiting, touching):
