@@ -465,3 +465,45 @@ def test_parameter_gradients_are_read_before_clipping(tmp_path, monkeypatch, lev
     assert set(got) == set(norms)
     for name, norm in norms.items():
         assert got[name] == pytest.approx(norm, rel=1e-5), name
+
+
+def test_l0_reduces_small_tensors_in_batches(tmp_path, monkeypatch):
+    """At L0 (no API mode: nothing may wait past its hook) a module's small tensors are copied into a
+    staging buffer in the hook and reduced with the whole stage: a step runs a few batches of reductions,
+    not a few per module, and a record holds the values as the hook saw them, though the parent's code
+    changes the output in place right after (unseen by any hook)."""
+    from msprobe.pytorch.summary import torch_kernels
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    calls = []
+    for name in ("statistics", "segment_statistics", "_stats_one"):
+        real = getattr(torch_kernels, name)
+
+        def counted(*a, _real=real, **k):
+            calls[-1] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(torch_kernels, name, counted)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.fc(x)
+            y.mul_(1000.0)  # after fc's hook, seen by no hook
+            return torch.tanh(y)
+
+    for depth in (4, 16):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[Block() for _ in range(depth)])
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / str(depth)), level="L0")
+        calls.append(0)
+        dbg.start(model)
+        x = torch.randn(4, 16)
+        want = model[0].fc(x).detach()
+        model(x).square().mean().backward()
+        r = _finish_clean(dbg, tmp_path / str(depth))
+        out = r["Module.0.fc.Linear.forward.0"]["output"][0]
+        assert out["Max"] == pytest.approx(want.max().item(), rel=1e-5)
+        assert out["Norm"] == pytest.approx(want.norm().item(), rel=1e-5)
+    assert calls[1] <= 8, calls  # (launched one by one: more than 80)

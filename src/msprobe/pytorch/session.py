@@ -276,15 +276,14 @@ class DumpSession(CaptureSession):
         save = self.filter.saves_tensor(key)
         waits = []
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
-        # for a batch; at L0 the module's gradients go in one batch launched before this hook returns
-        if save:
-            record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=True) if g is not None else None]
+        # for a batch; at L0 they are taken now (on the device: staged, or launched)
+        defer = self.defer_forward
+        if save or not defer:
+            record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=defer) if g is not None else None]
                       for n, g in grads.items()}
         else:
             record = {n: [self.gradient_record(g, None, False, waits) if g is not None else None]
                       for n, g in grads.items()}
-        if not self.defer_forward and self.summarizer.waiting:
-            self.summarizer.launch([g for g in grads.values() if g is not None])
         self.emit(key, record, waits)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):

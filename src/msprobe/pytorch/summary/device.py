@@ -27,6 +27,12 @@ DEFER_BYTES = 256 << 20
 # an in-place call sorts the waiting tensors by whether it changes their memory while this few wait
 # (above, all are launched: the batch is large enough)
 SHARE_CHECK_MAX = 32
+# torch's kernels: a small tensor whose summary must be taken now (not deferred, or about to change in
+# place) is copied into its lane's staging buffer instead — one launch, not five — and reduced with the
+# rest of the stage at the next full launch
+STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds (one per device and dtype)
+STAGE_PICK = 8  # a launch of at most this many waiting tensors stages the small ones
+_STAGED = -1  # a staged item's storage address: no in-place call reaches a copy of msprobe's own
 _DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
 
 
@@ -60,6 +66,7 @@ class DeviceSummaries:
         # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
         self.changed = 0  # deferred tensors changed in place before they were read
+        self._touching = False  # a launch for an in-place change of known tensors is under way
 
     @property
     def waiting(self):
@@ -70,12 +77,21 @@ class DeviceSummaries:
         """Launch the deferred summaries: one batch per (kind, kernels, device, dtype). `touching`: the
         tensors about to change in place, when known (None or empty: unknown); then only the summaries of
         tensors sharing memory with them go, and the others keep waiting for a larger batch (an in-place
-        call launches its own input's alone)."""
-        self._waiting.launch(touching)
+        call launches its own input's alone; on torch's lanes a few small ones are staged instead)."""
+        self._touching = bool(touching)
+        try:
+            self._waiting.launch(touching)
+        finally:
+            self._touching = False
 
     def _launch(self, waiting):
-        groups = {}
+        if self._touching and len(waiting) <= STAGE_PICK:
+            waiting = self._stage_waiting(waiting)
+        groups, staged = {}, {}
         for group, item, x, version, _ in waiting:
+            if x is None:  # in a staging buffer (group): reduced together
+                staged.setdefault(group, []).append(item)
+                continue
             if x._version != version:
                 self.changed += 1
             items = groups.get(group)
@@ -85,6 +101,42 @@ class DeviceSummaries:
                 items.append(item)
         for (kind, kernels, _), items in groups.items():
             (kernels.statistics if kind == STATS else kernels.checksum)(items)
+        for stage, items in staged.items():
+            # staged items are launched all at once (no in-place call selects one): the stage from its start
+            torch_kernels.segment_statistics(stage.buf[:stage.used], [n for n, _ in items], [slot for _, slot in items])
+            stage.used = 0
+
+    def _stage_waiting(self, waiting):
+        """The few waiting items about to change in place: the small ones on torch's lanes are copied into
+        staging (they keep waiting there); the others are returned, to launch now."""
+        go = []
+        for w in waiting:
+            group, item, x, version, _ = w
+            lane = self._lanes.get(x.device) if x is not None and group[0] == STATS else None
+            if lane is None or lane.kernels is not None or item[1] > lane.stage_max:
+                go.append(w)
+                continue
+            if x._version != version:
+                self.changed += 1
+            self._stage(lane, x, item[1], item[2])
+        return go
+
+    def _stage(self, lane, x, n, slot):
+        """Copy `x` (n elements, any layout) into `lane`'s staging buffer of its dtype; its statistics go
+        into `slot` with the stage's batch."""
+        stage = lane.stages.get(x.dtype)
+        if stage is None:
+            stage = lane.stages[x.dtype] = _Stage(lane.device, x.dtype)
+        if stage.used + n > STAGE_ELEMENTS:
+            self.launch()  # everything, this stage too: it starts over
+        off = stage.used
+        shape = x.shape
+        strides = x.stride() if x.is_contiguous() else (_STRIDES.get(shape) or _strides(shape))
+        # (detached: no graph, cheaper than no_grad; as_strided: one view, not a slice and a view)
+        stage.buf.as_strided(shape, strides, off).copy_(x.detach() if x.requires_grad else x)
+        stage.used = off + n
+        if self._waiting.add((stage, (n, slot), None, 0, _STAGED)):
+            self.launch()
 
     def _lane(self, device):
         lane = self._lanes.get(device)
@@ -115,6 +167,9 @@ class DeviceSummaries:
         if kernels is None:  # torch's kernels read any layout
             item = (x, n, slot, None)
             kernels = torch_kernels
+            if not defer and not _DEFER_OFF and n <= lane.stage_max:
+                self._stage(lane, x, n, slot)
+                return slot
         elif kernels.handles(dtype) and (dense is not None or rows is not None):
             item = (dense, n, slot, None) if dense is not None else (x, n, slot, rows)
         else:  # Triton's kernels cannot read it: torch's, at once
@@ -159,11 +214,38 @@ class DeviceSummaries:
 class _Lane:
     """One device's kernels (Triton's, or None: torch's) and its open buffer of each kind."""
 
-    __slots__ = ("device", "kernels", "open")
+    __slots__ = ("device", "kernels", "open", "stages", "stage_max")
 
     def __init__(self, device, kernels):
         self.device, self.kernels = device, kernels
         self.open = [None, None]  # by kind: STATS, CHECKSUM
+        self.stages = {}  # dtype -> _Stage (torch's kernels only)
+        # tensors staged instead of reduced alone: those the kernels would group anyway
+        self.stage_max = torch_kernels.GROUP_ELEMENTS.get(device.type, torch_kernels.GROUP_ELEMENTS_ELSEWHERE)
+
+
+class _Stage:
+    """A staging buffer: copies of small tensors, back to back, waiting for one segmented reduction."""
+
+    __slots__ = ("buf", "used")
+
+    def __init__(self, device, dtype):
+        self.buf = torch.empty(STAGE_ELEMENTS, dtype=dtype, device=device)
+        self.used = 0
+
+
+_STRIDES = {}  # shape -> the strides of a contiguous tensor of it
+
+
+def _strides(shape):
+    if len(_STRIDES) > 4096:  # shapes that keep changing (a sequence length): start over
+        _STRIDES.clear()
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    strides = _STRIDES[shape] = tuple(reversed(strides))
+    return strides
 
 
 def _launched_first(waiting, touching):

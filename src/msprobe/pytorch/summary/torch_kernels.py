@@ -83,6 +83,25 @@ def statistics(batch):
         _stats_one(x, slot)
 
 
+def segment_statistics(flat, lengths, slots):
+    """Statistics of the segments of `flat` (a staging buffer: tensors of `lengths` elements, back to back)
+    into their slots: a few launches for all, no copy of the segments."""
+    k = len(slots)
+    if k == 1:
+        _stats_one(flat, slots[0])
+        return
+    with torch.no_grad():
+        m = flat.to(torch.float64)
+        if all(n == lengths[0] for n in lengths):  # one size: rows
+            m = m.view(k, -1)
+            values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
+        else:
+            lens = index_tensor(lengths, flat.device)
+            values = torch.stack([torch.segment_reduce(m, op, lengths=lens, unsafe=True) for op in ("max", "min", "sum")]
+                                 + [torch.segment_reduce(m * m, "sum", lengths=lens, unsafe=True)], dim=1)
+    _store_rows(slots, values)
+
+
 def _by_shape(items, limit):
     """({shape: items}, items of more than `limit` elements): the first element of an item is its tensor,
     the second its size."""
@@ -302,9 +321,10 @@ def _store_rows(slots, values):
     """Row i of `values` into slot i's row of its buffer: one copy into consecutive rows of one buffer (the
     common case: slots are made in order), else one indexed copy per buffer."""
     first, k = slots[0], len(slots)
-    buf = first.buffer
-    if slots[-1].index - first.index == k - 1 and all(slot.buffer is buf for slot in slots):
-        buf.rows[first.index:first.index + k].copy_(values)
+    buf, start = first.buffer, first.index
+    # (staged slots come in staging order, not row order: each index is looked at)
+    if all(slot.buffer is buf and slot.index == start + i for i, slot in enumerate(slots)):
+        buf.rows[start:start + k].copy_(values)
         return
     by_buffer = {}
     for i, slot in enumerate(slots):
