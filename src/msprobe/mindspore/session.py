@@ -21,7 +21,7 @@ from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.mindspore import _state
+from msprobe.mindspore import _state, context_params
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
 from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
 
@@ -128,7 +128,7 @@ class DumpSession(CaptureSession):
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
         self._late = Deferral(self._summarise_late, LATE_LIMIT + 1)
-        self._on_cpu = ms.get_context("device_target") == "CPU"
+        self._on_cpu = context_params.device_target() == "CPU"
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
         self.calls = CALLS
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)

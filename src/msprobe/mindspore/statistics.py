@@ -24,6 +24,7 @@ from msprobe.core.checksum import crc32_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import json_float
+from msprobe.mindspore import context_params
 
 _CACHE_LIMIT = 4096
 # dtypes numpy cannot hold: upcast exactly to float32 before asnumpy()
@@ -90,7 +91,7 @@ def _float_stats(flat):
 def _direct_kinds():
     """MindSpore dtype -> numpy dtype, for tensors whose memory may be read where it lies: only when
     MindSpore runs on the CPU (elsewhere data_ptr() is device memory), float32/float64 only."""
-    if not native.ENABLED or ms.get_context("device_target") != "CPU":
+    if not native.ENABLED or context_params.device_target() != "CPU":
         return {}
     return {ms.float32: np.dtype(np.float32), ms.float64: np.dtype(np.float64)}
 
