@@ -248,10 +248,7 @@ class DumpSession(CaptureSession):
 
     def tensor_record_now(self, t, file_stem, save, waits, into=None):
         """Record of tensor `t` now (filling in `into` when given)."""
-        rec, arr = self.summarizer.summarize(t)
-        if into is not None:
-            into.update(rec)
-            rec = into
+        rec, arr = self.summarizer.summarize(t, into)
         if save and self.gate is not None:
             # the file is written only if the record overflows; a Parameter is copied now, as the
             # optimizer changes it in place before the gate decides
