@@ -158,6 +158,9 @@ class DumpLifecycle:
 
     def step(self):
         """End the step: flush everything to disk and advance the step counter."""
+        # paused again (stop() resumed it): a collection while the session closes would walk the
+        # step's objects, which the close frees
+        self._collector.pause()
         self._stop_capture()
         try:
             self._close_session()
