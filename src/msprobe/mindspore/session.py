@@ -302,6 +302,8 @@ class DumpSession(CaptureSession):
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
         if isinstance(v, ms.Tensor):
+            if self.defer and not isinstance(v, ms.Parameter):  # (tensor_record's first case, a call fewer)
+                return self.deferred_record(v, file_stem, save, waits)
             return self.tensor_record(v, file_stem, save, waits)
         if v is None:
             return None
