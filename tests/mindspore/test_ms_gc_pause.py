@@ -58,3 +58,34 @@ def test_dumped_steps_leave_no_reference_cycles(models, tmp_path, level):
     # MindSpore leaves a few cycles of its own (a new optimizer's Tensor.init_data); more is msprobe's
     extra = Counter(kind for kind, _ in dumped) - Counter(kind for kind, _ in plain)
     assert not extra
+
+
+def test_step_after_stop_closes_the_session_with_the_collector_paused(models, tmp_path):
+    """stop() resumes the collector; step() pauses it again while the step's session closes (a
+    collection there would walk the records the close frees) and resumes it after."""
+    from mindspore import mint
+
+    from msprobe.mindspore import PrecisionDebugger
+    gc.enable()
+    net = models.build("mlp")
+    x, y = (ms.Tensor(a) for a in models.make_data("mlp"))
+    grad_fn = ms.value_and_grad(lambda xb, yb: mint.mean((net(xb) - yb) ** 2), None, net.trainable_params())
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    seen = []
+
+    def closing(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return close(*args, **kwargs)
+    try:
+        debugger.start(net)
+        grad_fn(x, y)
+        debugger.stop()
+        assert gc.isenabled()
+        session = debugger._session
+        close = session.close
+        session.close = closing
+        debugger.step()
+        assert seen == [False] and gc.isenabled()
+    finally:
+        debugger.close()
+        gc.enable()

@@ -1,7 +1,7 @@
 """CPython's cyclic garbage collector paused over work that allocates many short-lived containers
 holding no cycles; reference counting still frees them (and everything else) at once.
 
-Used by the dump debuggers from start() to stop()/step(). A step being dumped allocates ~10
+Used by the dump debuggers from start() to stop()/step(), and again while step() closes the session. A step being dumped allocates ~10
 GC-tracked objects per record (records, cache entries, weak references, backward trackers, the
 Python wrappers of the autograd nodes the graph walk reads) that live until the step ends: every
 young collection walks them again, and those that survive two are promoted to the oldest

@@ -16,7 +16,7 @@ import mindspore as ms
 from msprobe.core.dump.api_sources import StepApiSources
 from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import ConfigError
-from msprobe.mindspore import _state, optimizer_step
+from msprobe.mindspore import _state, context_params, optimizer_step
 from msprobe.mindspore.capture.cells import CellCapture, all_cells, jit_cells
 from msprobe.mindspore.capture.debug_save import save_variable
 from msprobe.mindspore.capture.patched_api import PatchedApis
@@ -59,6 +59,9 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._jit_warned = False
         self._sync = SynchronousOps()  # capture runs MindSpore synchronously on a CPU: see sync_execution.py
         self._model_cells = None  # (all_cells, jit_cells) of the model: walked once per model, as CellCapture's
+        # its trainable Parameters, walked once per model: one frozen or unfrozen since is read when its
+        # record is made instead of with the others (the same values)
+        self._model_params = None
         _state.debugger = weakref.ref(self)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -72,7 +75,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             rank_id: names the rank{ID} folder instead of mindspore.communication's rank.
         """
         cfg = self.config
-        if ms.get_context("mode") == ms.GRAPH_MODE:
+        if context_params.graph_mode():
             self._start_static(model)
             return
         if cfg.level == "L2":
@@ -133,7 +136,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._patched.restore()
 
     def _on_new_model(self):
-        self._model_cells = None
+        self._model_cells = self._model_params = None
         if self._cells is not None:
             self._cells.release()  # hooks of the previous model
             self._cells = None
@@ -143,7 +146,9 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         """Tell the step's session(s) which Parameters to read together (DumpSession.param_record)."""
         if self._session is None:
             return
-        params = _trainable_params(self._model)
+        params = self._model_params
+        if params is None:
+            params = self._model_params = _trainable_params(self._model)
         for session in (self._session, self._session.graph):
             if session is not None:
                 session.params_changed()

@@ -21,7 +21,7 @@ from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import save_npy
-from msprobe.mindspore import _state
+from msprobe.mindspore import _state, context_params
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
 from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
 
@@ -128,7 +128,7 @@ class DumpSession(CaptureSession):
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
         self._late = Deferral(self._summarise_late, LATE_LIMIT + 1)
-        self._on_cpu = ms.get_context("device_target") == "CPU"
+        self._on_cpu = context_params.device_target() == "CPU"
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, dump_path=dump_path)
         self.calls = CALLS
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
@@ -248,10 +248,7 @@ class DumpSession(CaptureSession):
 
     def tensor_record_now(self, t, file_stem, save, waits, into=None):
         """Record of tensor `t` now (filling in `into` when given)."""
-        rec, arr = self.summarizer.summarize(t)
-        if into is not None:
-            into.update(rec)
-            rec = into
+        rec, arr = self.summarizer.summarize(t, into)
         if save and self.gate is not None:
             # the file is written only if the record overflows; a Parameter is copied now, as the
             # optimizer changes it in place before the gate decides
@@ -305,6 +302,8 @@ class DumpSession(CaptureSession):
     def value_record(self, v, file_stem, save, waits):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
         if isinstance(v, ms.Tensor):
+            if self.defer and not isinstance(v, ms.Parameter):  # (tensor_record's first case, a call fewer)
+                return self.deferred_record(v, file_stem, save, waits)
             return self.tensor_record(v, file_stem, save, waits)
         if v is None:
             return None

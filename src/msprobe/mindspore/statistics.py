@@ -24,6 +24,7 @@ from msprobe.core.checksum import crc32_hex
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import json_float
+from msprobe.mindspore import context_params
 
 _CACHE_LIMIT = 4096
 # dtypes numpy cannot hold: upcast exactly to float32 before asnumpy()
@@ -90,31 +91,26 @@ def _float_stats(flat):
 def _direct_kinds():
     """MindSpore dtype -> numpy dtype, for tensors whose memory may be read where it lies: only when
     MindSpore runs on the CPU (elsewhere data_ptr() is device memory), float32/float64 only."""
-    if not native.ENABLED or ms.get_context("device_target") != "CPU":
+    if not native.ENABLED or context_params.device_target() != "CPU":
         return {}
     return {ms.float32: np.dtype(np.float32), ms.float64: np.dtype(np.float64)}
 
 
-def direct_stats(t, kinds, dtype=None):
-    """Max/Min/Mean/Norm of a CPU float tensor read where it lies (data_ptr() waits for the op that
-    makes it, as asnumpy() does), or None: another dtype, empty, or inf/nan (array_stats then says how
-    they show). asnumpy() builds an ndarray whose buffer format numpy parses each time, and copies a
-    strided view (a chunk, a transpose) through MindSpore's thread pool, several times slower than
-    this for small views. `dtype`: t.dtype, read once by the caller (a property of MindSpore's)."""
-    dt = kinds.get(t.dtype if dtype is None else dtype)
-    if dt is None:
-        return None
+def direct_moments(t, dt):
+    """(Max, Min, Mean, Norm) of a CPU float tensor of numpy dtype `dt` (see _direct_kinds) read where
+    it lies (data_ptr() waits for the op that makes it, as asnumpy() does), or None: empty, or inf/nan
+    (array_stats then says how they show). asnumpy() builds an ndarray whose buffer format numpy
+    parses each time, and copies a strided view (a chunk, a transpose) through MindSpore's thread
+    pool, several times slower than this for small views."""
     n = t.size
     if not n:
         return None
+    # the kernel itself (core/dump/moments.py's `moments`, minus a call): _direct_kinds is empty
+    # unless it is enabled
     if t.is_contiguous():
-        got = native.moments(t.data_ptr(), n, _NATIVE_KINDS[dt])
-    else:
-        dense = _dense_copy(t, dt)
-        got = native.moments(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt])
-    if got is None:
-        return None
-    return native.stats_record(got)
+        return native._moments(t.data_ptr(), n, _NATIVE_KINDS[dt], 1)
+    dense = _dense_copy(t, dt)
+    return native._moments(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt], 1)
 
 
 def _dense_copy(t, dt):
@@ -157,12 +153,12 @@ class Summarizer:
         self._late = late if late is not None else Deferral(_nothing, 1)
         self._cache = {}
         self._aliases = {}  # id(HookBackward copy) -> (weakref to it, the tensor it copies)
-        self._direct = _direct_kinds() if stats and not md5 else {}  # see direct_stats
+        self._direct = _direct_kinds() if stats and not md5 else {}  # see direct_moments
 
     @property
     def pending(self):
-        """Tensors queued for the next resolve."""
-        return len(self._late)
+        """Tensors queued for the next resolve (read at every record)."""
+        return len(self._late.queue)
 
     @property
     def waiting(self):
@@ -197,23 +193,30 @@ class Summarizer:
             self._cache.pop(id(t), None)
             self._aliases.pop(id(t), None)
 
-    def summarize(self, t):
+    def summarize(self, t, into=None):
         """(record, host view or None) for tensor `t`; the view (see host_view) is returned when it was
-        made anyway, to be copied at once by a caller that keeps it."""
-        alias = self._aliases.get(id(t))
+        made anyway, to be copied at once by a caller that keeps it. `into`: a dict the fields go
+        into (it is the record returned), instead of a new one."""
+        key = id(t)
+        alias = self._aliases.get(key)
         if alias is not None and alias[0]() is t:
-            rec, arr = self.summarize(alias[1])
-            self._remember(t, rec)
+            rec, arr = self.summarize(alias[1], into)
+            self._remember(t, dict(rec))
             return rec, arr
-        hit = self._cache.get(id(t))
+        hit = self._cache.get(key)
         if hit is not None and hit[0]() is t:
-            return dict(hit[1]), None
+            if into is None:
+                return dict(hit[1]), None
+            into.update(hit[1])
+            return into, None
         dtype = t.dtype
-        rec = {"type": "mindspore.Tensor", "dtype": dtype_name(dtype), "shape": list(t.shape)}
+        rec = {"type": "mindspore.Tensor", "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
+               "shape": list(t.shape)}
         arr = None
-        stats = direct_stats(t, self._direct, dtype) if self._direct else None
-        if stats is not None:
-            rec.update(stats)
+        dt = self._direct.get(dtype)
+        got = direct_moments(t, dt) if dt is not None else None
+        if got is not None:
+            rec["Max"], rec["Min"], rec["Mean"], rec["Norm"] = got  # (native.stats_record, inline)
         elif self.stats or self.md5:
             arr = host_view(t)
             if self.stats:
@@ -221,13 +224,18 @@ class Summarizer:
             if self.md5:
                 rec["md5"] = checksum_of(arr)
         self._remember(t, rec)
-        return dict(rec), arr
+        if into is None:
+            return dict(rec), arr
+        into.update(rec)
+        return into, arr
 
     def _remember(self, t, rec):
-        if len(self._cache) > _CACHE_LIMIT:
-            self._cache.clear()
+        """Cache `rec` (kept: never handed out, a hit returns a copy) as the record of `t`."""
+        cache = self._cache
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
         try:
-            self._cache[id(t)] = (weakref.ref(t), dict(rec))
+            cache[id(t)] = (weakref.ref(t), rec)
         except TypeError:  # not weak-referenceable: never cached
             pass
 

@@ -24,6 +24,8 @@ cannot be switched off again). Where either way is gone, that part simply stays 
 
 import mindspore as ms
 
+from msprobe.mindspore import context_params
+
 _OPTION = "pynative_synchronize"
 
 
@@ -52,9 +54,9 @@ class SynchronousOps:
         self._queues_were_off = True  # nothing to restore
 
     def enter(self):
-        if self._saved is not None or ms.get_context("device_target") != "CPU":
+        if self._saved is not None or context_params.device_target() != "CPU":
             return
-        saved = bool(ms.get_context(_OPTION))
+        saved = bool(context_params.synchronous())
         if not saved and _set_option is not None:
             _set_option(True)
         self._saved = saved
@@ -63,7 +65,7 @@ class SynchronousOps:
     @staticmethod
     def synchronous():
         """Whether MindSpore runs ops synchronously now (this capture's doing or the user's setting)."""
-        return bool(ms.get_context(_OPTION))
+        return bool(context_params.synchronous())
 
     def exit(self):
         if self._saved is None:

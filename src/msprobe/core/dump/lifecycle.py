@@ -18,6 +18,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from msprobe.core.config import config_task, load_config
+from msprobe.core.dump import flusher
 from msprobe.core.dump.overflow import OverflowBudget
 from msprobe.core.dump.run_report import RunReport
 from msprobe.core.dump.writer import DumpExistsError, DumpWriter
@@ -157,6 +158,9 @@ class DumpLifecycle:
 
     def step(self):
         """End the step: flush everything to disk and advance the step counter."""
+        # paused again (stop() resumed it): a collection while the session closes would walk the
+        # step's objects, which the close frees
+        self._collector.pause()
         self._stop_capture()
         try:
             self._close_session()
@@ -259,6 +263,7 @@ class DumpLifecycle:
             if pool is not None:
                 pool.shutdown(wait=True)
                 setattr(self, name, None)
+        flusher.release()  # (it waits between dumped steps: flusher.py)
 
     def _open_session(self):
         if self._failure is not None:

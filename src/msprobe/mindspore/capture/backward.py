@@ -33,6 +33,20 @@ from msprobe.mindspore.tool_work import tool_work
 _executor = ms.common.api._pynative_executor
 
 
+def _hook_without_handle():
+    """Tensor.register_hook minus its checks and its removal handle (a weak reference each): a
+    stand-in's hook dies with the stand-in, so nothing would remove it."""
+    try:
+        from mindspore._c_expression import TensorPy
+        register = TensorPy.register_hook
+    except (ImportError, AttributeError):
+        return lambda t, hook: t.register_hook(hook)
+    return register
+
+
+_register_hook = _hook_without_handle()
+
+
 def grad_recording():
     """True while a forward pass runs under mindspore.grad / value_and_grad / a training cell."""
     return _executor.requires_grad()
@@ -54,7 +68,7 @@ def _through_hook(v, hook, synchronous):
     if synchronous:
         try:
             new = v.view(v.shape)
-            new.register_hook(hook)
+            _register_hook(new, hook)
             return new
         except (RuntimeError, TypeError, ValueError):
             pass
