@@ -1,11 +1,9 @@
 """Memory-keyed reuse of summaries: values seen again unchanged — the same memory at the same version
-counter, while the tensor first summarised there is alive and still holds it (a weak reference to that
-tensor, its data pointer compared: no storage object made for every fresh tensor) — reuse their
-statistics: an API's input is usually the previous API's output, an optimizer's gradient is the one
-backward produced. A tensor is keyed by the elements it covers, not its shape: `view`, `reshape`,
-`transpose`, `flatten` outputs (and their gradients) hold the same elements as their input, so the same
-statistics; the checksum of a permuted view reads other bytes first, so with md5 a non-contiguous view
-is keyed exactly."""
+counter, while that memory is alive (a weak reference to its storage) — reuse their statistics: an API's
+input is usually the previous API's output, an optimizer's gradient is the one backward produced. A
+tensor is keyed by the elements it covers, not its shape: `view`, `reshape`, `transpose`, `flatten`
+outputs (and their gradients) hold the same elements as their input, so the same statistics; the
+checksum of a permuted view reads other bytes first, so with md5 a non-contiguous view is keyed exactly."""
 
 from msprobe.pytorch.summary.layout import element_span
 
@@ -14,8 +12,7 @@ CACHE_LIMIT = 4096
 
 
 class CacheEntry:
-    """What is known about one stretch of memory at one version (`ref`: the tensor summarised there):
-    its statistics (and checksum) —
+    """What is known about one stretch of memory at one version: its statistics (and checksum) —
     `values`, plus `slots` still on their way from the device — and, once written, the .npy file of
     the tensor `layout` (shape, strides) that was saved from it."""
 

@@ -126,7 +126,7 @@ class Summarizer:
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
             return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
                     "requires_grad": t.requires_grad}, None
-        key = span = None
+        key = span = storage = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
         if type(t) in _PLAIN and t.layout is _STRIDED and not t.is_inference():
@@ -136,18 +136,17 @@ class Summarizer:
                     key = (t.data_ptr(), dtype, t.device, span)
                 else:
                     key, span = memory_key(t, n, self.md5)
+                storage = t.untyped_storage()  # read once: the cache's liveness check and its entry
             except (RuntimeError, NotImplementedError):  # no storage (wrapper subclasses, fake tensors)
                 key = None
         shape = t.shape
         version = t._version
         if key is not None:
             hit = self._cache.get(key)
-            # the tensor summarised is alive and still there: the memory was not freed and reused by
-            # another tensor since (nor its storage swapped or resized to 0, as FSDP2 frees a parameter)
-            if hit is not None and version == hit.version:
-                owner = hit.ref()
-                if owner is t or (owner is not None and owner.data_ptr() == key[0]):
-                    return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
+            # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
+            # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
+            if hit is not None and version == hit.version and hit.ref() is storage:
+                return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
         values, slots = None, []
         on_host = t.is_cpu and not self.device_path
         if self.stats:
@@ -175,8 +174,8 @@ class Summarizer:
             if len(self._cache) > CACHE_LIMIT:
                 self._cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(t), version, values, slots)
-            except TypeError:  # no weak references
+                entry = self._cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
+            except TypeError:  # a storage without weak references
                 entry = None
         return self._record(t, name, shape, key, entry, values, slots), entry
 
