@@ -105,12 +105,11 @@ def direct_moments(t, dt):
     n = t.size
     if not n:
         return None
-    # the kernel itself (core/dump/moments.py's `moments`, minus a call): _direct_kinds is empty
-    # unless it is enabled
+    # (_direct_kinds is empty unless the kernel is enabled)
     if t.is_contiguous():
-        return native._moments(t.data_ptr(), n, _NATIVE_KINDS[dt], 1)
+        return native.kernel(t.data_ptr(), n, _NATIVE_KINDS[dt], 1)
     dense = _dense_copy(t, dt)
-    return native._moments(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt], 1)
+    return native.kernel(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt], 1)
 
 
 def _dense_copy(t, dt):

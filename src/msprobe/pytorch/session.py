@@ -278,12 +278,8 @@ class DumpSession(CaptureSession):
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 they are taken now (on the device: staged, or launched)
         defer = self.defer_forward
-        if save or not defer:
-            record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=defer) if g is not None else None]
-                      for n, g in grads.items()}
-        else:
-            record = {n: [self.gradient_record(g, None, False, waits) if g is not None else None]
-                      for n, g in grads.items()}
+        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=defer) if g is not None else None]
+                  for n, g in grads.items()}
         self.emit(key, record, waits)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):

@@ -17,6 +17,8 @@ KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}
 
 # MSPROBE_NATIVE_STATS=0 turns the kernel off (to compare against the frameworks' reductions)
 ENABLED = _moments is not None and os.environ.get("MSPROBE_NATIVE_STATS", "1") != "0"
+# the kernel itself, for the adapters' per-tensor hot paths (no `moments` frame); None when not ENABLED
+kernel = _moments if ENABLED else None
 
 
 def moments(address, count, kind, threads=1, rows=1, row_stride=None):

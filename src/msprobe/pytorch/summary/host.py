@@ -28,8 +28,7 @@ PARALLEL_MIN = 32 * 1024
 _memory = ctypes.pythonapi.PyMemoryView_FromMemory
 _memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
 _PYBUF_READ = 0x100
-# the kernel itself, without the wrapper's frame (None when not built or MSPROBE_NATIVE_STATS=0)
-kernel = native._moments if native.ENABLED else None
+kernel = native.kernel  # (None when not built or MSPROBE_NATIVE_STATS=0)
 NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                 torch.bfloat16: native.KINDS["bfloat16"]}
 

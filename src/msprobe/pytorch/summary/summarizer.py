@@ -19,7 +19,7 @@ from msprobe.pytorch.summary.layout import element_span, memory_order
 from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
-_kernel = host.kernel  # the C statistics kernel (None when not built)
+_kernel = native.kernel  # the C statistics kernel (None when not built)
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
