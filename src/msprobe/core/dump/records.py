@@ -51,8 +51,9 @@ class CallRecords:
                          for i, x in enumerate(args)],
                         {n: self.buffer_record(x) if n in buffers else self.value_record(x, None, False, waits)
                          for n, x in kwargs.items()})
+            # (no keyword arguments, the common case: without a comprehension's frame)
             return ([self.value_record(x, None, False, waits) for x in args],
-                    {n: self.value_record(x, None, False, waits) for n, x in kwargs.items()})
+                    {n: self.value_record(x, None, False, waits) for n, x in kwargs.items()} if kwargs else {})
         stem = f"{key}.{role}"
         if buffers:
             a = [self.buffer_record(x) if i in buffers else self.value_record(x, f"{stem}.{i}", save, waits)
