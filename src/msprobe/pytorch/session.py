@@ -73,7 +73,7 @@ class TorchCallOps:
         if not inplace:
             return out
         result = args[0] if args and not isinstance(out, torch.Tensor) else out
-        s.summarizer.forget(flat_tensors(result))
+        s.summarizer.forget((result,) if type(result) in _PLAIN else flat_tensors(result))
         return result
 
     @staticmethod

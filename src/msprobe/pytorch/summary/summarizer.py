@@ -101,7 +101,11 @@ class Summarizer:
                     continue
             self._objects.pop(id(t), None)
             try:
-                self._cache.pop(memory_key(t, t.numel(), self.md5)[0], None)
+                n = t.numel()
+                # a dense tensor's key as summarize builds it (an in-place op's result: without memory_key's frame)
+                key = ((t.data_ptr(), t.dtype, t.device, ((1, n),)) if n > 1 and t.is_contiguous()
+                       else memory_key(t, n, self.md5)[0])
+                self._cache.pop(key, None)
             except (RuntimeError, NotImplementedError):
                 pass
 
