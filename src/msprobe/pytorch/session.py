@@ -73,7 +73,7 @@ class TorchCallOps:
         if not inplace:
             return out
         result = args[0] if args and not isinstance(out, torch.Tensor) else out
-        s.summarizer.forget(flat_tensors(result))
+        s.summarizer.forget((result,) if type(result) in _PLAIN else flat_tensors(result))
         return result
 
     @staticmethod
@@ -96,7 +96,7 @@ class TorchCallOps:
     def param_record(s, p, stem, save, waits):
         # parameters change in place only in the optimizer, which launches what waits (debugger)
         if not save and type(p) in _PLAIN:  # the common case, without tensor_record's frame
-            return s.summarizer.summarize(p, True)[0]
+            return s.summarizer.summarize(p, True, s.shared_records)[0]
         return s.tensor_record(p, stem, save, waits, defer=True)
 
     @staticmethod
@@ -130,6 +130,10 @@ class DumpSession(CaptureSession):
         self.fold_transposes = cfg.level == "L1"
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
         self.calls = CALLS
+        # value_record's tensor records may be shared TensorRecords (core/dump/records.py): nothing reads or
+        # extends them before they are written. Off under overflow_check (the gate reads and marks records)
+        # and while records of a compiled graph are made (compiled_calls.py: it sets requires_grad on them).
+        self.shared_records = self.gate is None
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -169,7 +173,7 @@ class DumpSession(CaptureSession):
         """A gradient from a backward hook: its summary may wait for a batch launch (autograd does not
         accumulate in place into a gradient someone else holds)."""
         if not save and type(g) in _PLAIN:  # the common case, without tensor_record's frame
-            return self.summarizer.summarize(g, True)[0]
+            return self.summarizer.summarize(g, True, self.shared_records)[0]
         return self.tensor_record(g, file_stem, save, waits, defer=True)
 
     def before_mutation(self, args=None, kwargs=None):
@@ -223,7 +227,7 @@ class DumpSession(CaptureSession):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
         if isinstance(v, torch.Tensor):
             if not save and type(v) in _PLAIN:  # the common case, without tensor_record's frame
-                return self.summarizer.summarize(v, self.defer_forward)[0]
+                return self.summarizer.summarize(v, self.defer_forward, self.shared_records)[0]
             return self.tensor_record(v, file_stem, save, waits)
         if v is None:
             return None

@@ -6,8 +6,34 @@ and `output` (a list), with tensor file stems `{key}.{role}.{i}` / `{key}.{role}
 when the call saves tensor files (`file_stem` is None otherwise: nothing is built for a tensor that is
 only summarised). The records
 of the non-tensor values both frameworks pass alike (slices, Ellipsis, other objects) are here too.
-Framework-free.
+A tensor's record on the hot path may be a `TensorRecord`: a small tuple, shared by every record of
+the same unchanged tensor, that becomes msProbe's dict only when the batch is written (`as_dict`, called
+by the JSON encoder: json_append.py). Framework-free.
 """
+
+
+class TensorRecord(tuple):
+    """(type, dtype name, shape, values, requires_grad) of a tensor whose summary is complete; `values`
+    holds its value fields (Max, Min, Mean, Norm, md5) in msProbe's order. Immutable: never extended
+    (a record that gets `data_name` or a shard is a dict from the start)."""
+
+    __slots__ = ()
+
+    def as_dict(self):
+        rec = {"type": self[0], "dtype": self[1], "shape": list(self[2])}
+        rec.update(self[3])
+        rec["requires_grad"] = self[4]
+        return rec
+
+
+def record_default(value):
+    """orjson's `default`: a TensorRecord is written as its dict."""
+    if type(value) is TensorRecord:  # (as_dict's body: one frame per tensor at write time, not two)
+        rec = {"type": value[0], "dtype": value[1], "shape": list(value[2])}
+        rec.update(value[3])
+        rec["requires_grad"] = value[4]
+        return rec
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
 class CallRecords:
@@ -25,8 +51,9 @@ class CallRecords:
                          for i, x in enumerate(args)],
                         {n: self.buffer_record(x) if n in buffers else self.value_record(x, None, False, waits)
                          for n, x in kwargs.items()})
+            # (no keyword arguments, the common case: without a comprehension's frame)
             return ([self.value_record(x, None, False, waits) for x in args],
-                    {n: self.value_record(x, None, False, waits) for n, x in kwargs.items()})
+                    {n: self.value_record(x, None, False, waits) for n, x in kwargs.items()} if kwargs else {})
         stem = f"{key}.{role}"
         if buffers:
             a = [self.buffer_record(x) if i in buffers else self.value_record(x, f"{stem}.{i}", save, waits)

@@ -76,17 +76,19 @@ class ApiCapture(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         compiled = self.compiled
-        if compiled is not None:
-            if compiled.is_compiling():
-                return compiled.traced_api_call(func, args, kwargs, self.aten)
-            if compiled.called_by_compiler():
-                return func(*args, **kwargs)
+        if compiled is not None and compiled.is_compiling():
+            return compiled.traced_api_call(func, args, kwargs, self.aten)
         info = self._table.get(func)
         session = _state.session
+        # the compiler's own calls are asked about last: most calls reaching here (attribute reads,
+        # nested calls) are passed on before that frame walk
         if (info is None or session is None or _state.busy or _state.depth
                 or (self._distributed and _called_by_distributed()) or recomputing()):
-            if session is not None and not _state.busy and session.summarizer.waiting:
+            if (session is not None and not _state.busy and session.summarizer.waiting
+                    and not (compiled is not None and compiled.called_by_compiler())):
                 self._before_unrecorded(session, func, args, kwargs, info)
+            return func(*args, **kwargs)
+        if compiled is not None and compiled.called_by_compiler():
             return func(*args, **kwargs)
         prefix, name, inplace, maybe_operator, flag = info
         if maybe_operator:

@@ -129,6 +129,7 @@ class CompiledCalls:
         session = self.session
         session.summarizer.forget(tensors)  # a reused buffer keeps its version: nothing cached is valid
         prev, session.defer_forward = session.defer_forward, False
+        shared, session.shared_records = session.shared_records, False  # records here get requires_grad set
         try:
             if kind == CALL:
                 self._call(site, outputs_of(outputs), tensors, ints, floats)
@@ -141,6 +142,7 @@ class CompiledCalls:
                            tensors[0] if tensors else None)
         finally:
             session.defer_forward = prev
+            session.shared_records = shared
 
     def _call(self, site, outputs, tensors, ints, floats):
         """An API call, as `CallCapture.call` records it (the call itself ran in the graph)."""

@@ -12,6 +12,7 @@ import weakref
 import torch
 
 from msprobe.core.dump import moments as native
+from msprobe.core.dump.records import TensorRecord
 from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import DeviceSummaries
@@ -100,14 +101,20 @@ class Summarizer:
                     continue
             self._objects.pop(id(t), None)
             try:
-                self._cache.pop(memory_key(t, t.numel(), self.md5)[0], None)
+                n = t.numel()
+                # a dense tensor's key as summarize builds it (an in-place op's result: without memory_key's frame)
+                key = ((t.data_ptr(), t.dtype, t.device, ((1, n),)) if n > 1 and t.is_contiguous()
+                       else memory_key(t, n, self.md5)[0])
+                self._cache.pop(key, None)
             except (RuntimeError, NotImplementedError):
                 pass
 
-    def summarize(self, t, defer=False):
+    def summarize(self, t, defer=False, shared=False):
         """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
         filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
-        the next `launch()` (the caller launches before anything changes `t` in place).
+        the next `launch()` (the caller launches before anything changes `t` in place). `shared`: the
+        caller hands the record on unchanged, so a complete one may be a TensorRecord (records.py),
+        the same object for every record of the same unchanged tensor: no dict built per record.
 
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it. (The hot path of every dump: attributes are read once, in one place.)
@@ -115,9 +122,14 @@ class Summarizer:
         seen = self._objects.get(id(t))
         if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
                 and seen[3] == t.shape):
-            rec = seen[4].copy()
-            rec["requires_grad"] = t.requires_grad
+            rec = seen[4]
             entry = seen[5]
+            if type(rec) is TensorRecord:
+                if rec[4] is not t.requires_grad:
+                    rec = TensorRecord((rec[0], rec[1], rec[2], rec[3], t.requires_grad))
+                return (rec if shared else rec.as_dict()), entry
+            rec = rec.copy()
+            rec["requires_grad"] = t.requires_grad
             for slot in entry.slots:
                 fill_from_slot(rec, slot)
             return rec, entry
@@ -146,7 +158,7 @@ class Summarizer:
             # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
             # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
             if hit is not None and version == hit.version and hit.ref() is storage:
-                return self._record(t, name, shape, key, hit, hit.values, hit.slots), hit
+                return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared), hit
         values, slots = None, []
         on_host = t.is_cpu and not self.device_path
         if self.stats:
@@ -177,11 +189,19 @@ class Summarizer:
                 entry = self._cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
             except TypeError:  # a storage without weak references
                 entry = None
-        return self._record(t, name, shape, key, entry, values, slots), entry
+        return self._record(t, name, shape, key, entry, values, slots, shared), entry
 
-    def _record(self, t, name, shape, key, entry, values, slots):
+    def _record(self, t, name, shape, key, entry, values, slots, shared=False):
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
-        are resolved); remembered for the tensor object when it has a cache entry."""
+        are resolved); remembered for the tensor object when it has a cache entry. `shared`: see summarize."""
+        if not slots and len(values) == len(self._fields):  # complete: a TensorRecord, a dict when written
+            rec = TensorRecord(("torch.Tensor", name, shape, values, t.requires_grad))
+            if entry is not None:
+                objects = self._objects
+                if len(objects) > CACHE_LIMIT:
+                    objects.clear()
+                objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
+            return rec if shared else rec.as_dict()
         rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
         if len(values) == len(self._fields):
             rec.update(values)
