@@ -7,6 +7,8 @@ import torch
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.recompute import recomputing
+
+_graph_task_id = torch._C._current_graph_task_id  # -1 outside backward: no recomputation to look for
 from msprobe.pytorch.tool_work import tool_work
 
 
@@ -121,15 +123,19 @@ class ModuleCapture:
             if compiled is not None and compiled.is_compiling():
                 return compiled.traced_module_begin(base, module, args, kwargs) if self.forward_active else None
             session = _state.session
-            if session is None or not self.forward_active or _state.busy or _state.depth or recomputing():
+            if (session is None or not self.forward_active or _state.busy or _state.depth
+                    or (_graph_task_id() != -1 and recomputing())):
                 self._frames.append(None)
                 return None
-            index = session.counter.next(base)
-            key = f"{base}.forward.{index}"
+            key = f"{base}.forward.{session.counter.next(base)}"
             enclosing = session.module_stack
-            want = session.filter.want_call(key, enclosing)
+            flt = session.filter
+            if flt.passes_everything:  # no scope or list (want_call's answer, without its frame)
+                flt.hit = want = True
+            else:
+                want = flt.want_call(key, enclosing)
             parent = enclosing[-1] if enclosing else None
-            session.module_stack.append(key)
+            enclosing.append(key)
             if not want:
                 self._frames.append((key, parent, None))
                 return None
@@ -155,7 +161,7 @@ class ModuleCapture:
                 session.module_stack.pop()
             if frame is None:
                 return None
-            session.calls.end(session, frame, output, params=own_parameters(module))
+            session.calls.end(session, frame, output, params=own_parameters(module) if module._parameters else ())
             return None
         return hook
 
