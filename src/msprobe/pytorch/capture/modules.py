@@ -68,10 +68,20 @@ def unwrapped(module):
 
 
 def has_compiled_modules(models):
-    """Whether torch.compile wraps any of the models or their submodules (or `module.compile()` did)."""
-    roots = [models] if isinstance(models, torch.nn.Module) else list(models or ())
-    return any(is_compiled_wrapper(m) or getattr(m, "_compiled_call_impl", None) is not None
-               for root in roots for m in root.modules())
+    """Whether torch.compile wraps any of the models or their submodules (or `module.compile()` did).
+    Asked at every start() once Dynamo is loaded: a walk of the `_modules` tables, without the
+    qualified names `modules()` builds for every submodule."""
+    todo = [models] if isinstance(models, torch.nn.Module) else [m for m in models or () if m is not None]
+    seen = set()
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if getattr(m, "_compiled_call_impl", None) is not None or is_compiled_wrapper(m):
+            return True
+        todo.extend(c for c in m._modules.values() if c is not None)
+    return False
 
 
 class ModuleCapture:
