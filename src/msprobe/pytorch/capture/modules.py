@@ -7,9 +7,9 @@ import torch
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.recompute import recomputing
+from msprobe.pytorch.tool_work import tool_work
 
 _graph_task_id = torch._C._current_graph_task_id  # -1 outside backward: no recomputation to look for
-from msprobe.pytorch.tool_work import tool_work
 
 
 def own_parameters(module):
