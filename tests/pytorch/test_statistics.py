@@ -288,3 +288,33 @@ def test_kernel_threads_are_torchs_own_openmp_pool():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("1 "), out.stdout
+
+
+def test_kernel_splits_only_tensors_of_parallel_min_elements_or_more(monkeypatch):
+    """A parallel read wakes torch's OpenMP team, whose workers then spin between the model's ops: the
+    summaries of a step's usual tensors (up to a few million elements) take one kernel thread, only
+    tensors of host.PARALLEL_MIN elements or more are split over torch's threads."""
+    from msprobe.pytorch.summary import host, summarizer
+    if host.kernel is None:
+        pytest.skip("msprobe._moments is not built")
+    asked = []
+
+    def counting(real):
+        def kernel(address, count, kind, threads, *rows):
+            asked.append(threads)
+            return real(address, count, kind, threads, *rows)
+        return kernel
+
+    monkeypatch.setattr(host, "kernel", counting(host.kernel))
+    monkeypatch.setattr(summarizer, "_kernel", counting(summarizer._kernel))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        s = Summarizer()
+        for t in (torch.randn(2048, 2048), torch.randn(2048, 2048).t(), torch.randn(64, 64)):
+            s.summarize(t)
+        assert asked == [1, 1, 1]
+        s.summarize(torch.ones(host.PARALLEL_MIN))
+        assert asked[-1] == 2
+    finally:
+        torch.set_num_threads(before)

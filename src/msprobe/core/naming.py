@@ -49,15 +49,18 @@ def debug_file_name(key, index_path, suffix):
     return f"{key}.{parts}{suffix}" if parts else f"{key}{suffix}"
 
 
+_DOT_FORWARD, _DOT_FORWARD_DOT = "." + FORWARD, f".{FORWARD}."  # built once: asked for every call
+
+
 def backward_of(forward_key):
     """The backward key of the call whose forward key is given (unchanged for other keys).
 
     >>> backward_of("Functional.linear.0.forward"), backward_of("Module.fc.Linear.forward.2")
     ('Functional.linear.0.backward', 'Module.fc.Linear.backward.2')
     """
-    if forward_key.endswith("." + FORWARD):
+    if forward_key.endswith(_DOT_FORWARD):
         return forward_key[: -len(FORWARD)] + BACKWARD
-    head, sep, tail = forward_key.rpartition(f".{FORWARD}.")
+    head, sep, tail = forward_key.rpartition(_DOT_FORWARD_DOT)
     if sep and tail.isdigit():
         return f"{head}.{BACKWARD}.{tail}"
     return forward_key

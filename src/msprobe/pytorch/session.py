@@ -82,7 +82,10 @@ class TorchCallOps:
         for a module, the autograd watermark: nodes made from here on belong to it."""
         if inplace or not torch.is_grad_enabled():
             return None, args
-        edges = input_edges(flat_tensors(args) + flat_tensors(kwargs) if kwargs else flat_tensors(args))
+        if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):  # one tensor: a module's usual input
+            edges = input_edges(args)
+        else:
+            edges = input_edges(flat_tensors(args) + flat_tensors(kwargs) if kwargs else flat_tensors(args))
         return (edges, _state.seq_watermark if module else None), args
 
     @staticmethod
@@ -277,19 +280,27 @@ class DumpSession(CaptureSession):
             return
         counted, stem = _params_grad_names(base)
         key = f"{stem}{self.counter.next(counted)}"
-        save = self.filter.saves_tensor(key)
-        waits = []
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 they are taken now (on the device: staged, or launched)
         defer = self.defer_forward
-        record = {n: [self.tensor_record(g, f"{key}.{n}", save, waits, defer=defer) if g is not None else None]
-                  for n, g in grads.items()}
+        if self.filter.saves_tensor(key):
+            waits = []
+            record = {n: [self.tensor_record(g, f"{key}.{n}", True, waits, defer=defer) if g is not None else None]
+                      for n, g in grads.items()}
+        else:  # no files: plain tensors straight to the summarizer, without tensor_record's frame
+            waits, summarize = (), self.summarizer.summarize
+            record = {n: [None if g is None else summarize(g, defer)[0] if type(g) in _PLAIN
+                          else self.tensor_record(g, None, False, waits, defer=defer)] for n, g in grads.items()}
         self.emit(key, record, waits)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
         """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
-        outputs = [out] if isinstance(out, torch.Tensor) else flat_tensors(out)
-        tracker = BackwardTracker.attach(self, bwd_key, edges, outputs, save, parent, floor)
+        if isinstance(out, torch.Tensor):  # one output (most calls): the one-node shortcut first
+            tracker = BackwardTracker._attach_one_node(self, bwd_key, edges, out, save, parent, floor)
+            if tracker is False:
+                tracker = BackwardTracker._attach_walk(self, bwd_key, edges, [out], save, parent, floor)
+        else:
+            tracker = BackwardTracker.attach(self, bwd_key, edges, flat_tensors(out), save, parent, floor)
         if tracker is not None:
             self.trackers[tracker] = None
 

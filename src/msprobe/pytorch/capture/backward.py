@@ -17,12 +17,15 @@ call's one hook, as the transpose of the gradient entering that node (what its b
 """
 
 import functools
+from types import MappingProxyType
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.tool_work import tool_work
 
 # Safety bound on the nodes one call may have created (a walk that escapes is cut here).
 MAX_NODES = 4096
+# a tracker's input sums, edge counts and casts when it has none (most calls): shared, read-only
+_NONE = MappingProxyType({})
 
 
 def input_edges(tensors):
@@ -74,7 +77,7 @@ class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "in_sums", "waits", "pending",
-                 "fired", "multi", "cast_to")
+                 "fired", "multi", "cast_to", "out_nr", "slots", "transposed")
 
     def __init__(self, session, key, save, parent, n_out, n_in):
         self.session, self.key, self.save, self.parent = session, key, save, parent
@@ -82,12 +85,12 @@ class BackwardTracker:
         # very tensors it handed us, so holding them would record the wrong values.
         self.out_recs = [None] * n_out
         self.in_recs = [None] * n_in
-        self.in_sums = {}  # pos -> running sum, for inputs reached by several edges
-        self.waits = []
+        self.in_sums = _NONE  # pos -> running sum, for inputs reached by several edges
+        self.waits = [] if save else ()  # file writes: only a tracker that saves has any
         self.pending = 0
         self.fired = False
-        self.multi = {}  # input position -> number of edges reaching it, when more than one
-        self.cast_to = {}  # input position -> the leaf's dtype, when its gradient is read before a cast
+        self.multi = _NONE  # input position -> number of edges reaching it, when more than one
+        self.cast_to = _NONE  # input position -> the leaf's dtype, when its gradient is read before a cast
 
     @classmethod
     def attach(cls, session, key, inputs, outputs, save, parent, floor=None):
@@ -104,6 +107,11 @@ class BackwardTracker:
             tracker = cls._attach_one_node(session, key, inputs, outputs[0], save, parent, floor)
             if tracker is not False:
                 return tracker
+        return cls._attach_walk(session, key, inputs, outputs, save, parent, floor)
+
+    @classmethod
+    def _attach_walk(cls, session, key, inputs, outputs, save, parent, floor=None):
+        """`attach` by a walk of the nodes the call created, from its outputs back to its inputs."""
         out_nodes = {}
         for i, o in enumerate(outputs):
             gf = o.grad_fn if o.requires_grad else None
@@ -147,8 +155,11 @@ class BackwardTracker:
         for _, slots in edges.values():
             for _, pos in slots:
                 hit[pos] = hit.get(pos, 0) + 1
-        tracker.multi = {p: c for p, c in hit.items() if c > 1}
-        tracker.cast_to = cast_to
+        multi = {p: c for p, c in hit.items() if c > 1}
+        if multi:
+            tracker.multi, tracker.in_sums = multi, {}
+        if cast_to:
+            tracker.cast_to = cast_to
         if len(out_nodes) == 1 and len(edges) == 1 and next(iter(out_nodes)) == next(iter(edges)):
             # one node made the outputs and takes the inputs (most single ops): its post-hook sees
             # both gradients, before the engine passes any on, so one hook does
@@ -175,7 +186,7 @@ class BackwardTracker:
         """`attach` for the most common call: one output, made by one node whose edges lead straight
         to the inputs that need a gradient, each once, and to no other node this call created.
         Returns False when the call is not like that (the general walk then decides)."""
-        gf = out.grad_fn if out.requires_grad else None
+        gf = out.grad_fn  # None when `out` needs no gradient
         if gf is None:
             return None
         floor = _state.seq_watermark if floor is None else floor
@@ -213,10 +224,11 @@ class BackwardTracker:
             _state.seq_watermark = seq
         tracker = cls(session, key, save, parent, 1, len(inputs))
         tracker.pending = 1
-        gf.register_hook(functools.partial(tracker._on_one_node, out.output_nr, slots, transposed))
+        tracker.out_nr, tracker.slots, tracker.transposed = out.output_nr, slots, transposed
+        gf.register_hook(tracker)  # the tracker is the hook (__call__): no partial, no bound method
         return tracker
 
-    def _on_one_node(self, out_nr, slots, transposed, grad_inputs, grad_outputs):
+    def __call__(self, grad_inputs, grad_outputs):
         """Post-hook of a call hooked by the shortcut: its one output's gradient, then its inputs'
         (each reached by one edge; `transposed`: through a transpose, whose backward is read here,
         not hooked), then the record — in one go."""
@@ -224,9 +236,9 @@ class BackwardTracker:
         if session is None or self.fired:
             return
         self.fired, self.session, self.pending = True, None, 0
-        key, save, waits = self.key, self.save, self.waits
+        key, save, waits, slots, transposed = self.key, self.save, self.waits, self.slots, self.transposed
         with tool_work():
-            g = grad_outputs[out_nr]
+            g = grad_outputs[self.out_nr]
             if g is not None:
                 self.out_recs[0] = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
             for slot, pos in slots:
@@ -295,7 +307,7 @@ class BackwardTracker:
             for pos, (g, _) in self.in_sums.items():  # edges that never ran: record what arrived
                 stem = f"{self.key}.output.{pos}" if self.save else None
                 self.in_recs[pos] = session.gradient_record(g, stem, self.save, self.waits)
-            self.in_sums = {}
+            self.in_sums = _NONE
             session.emit_backward(self)
 
     def emit_partial(self):

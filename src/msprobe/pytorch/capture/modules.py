@@ -9,6 +9,8 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.capture.recompute import recomputing
 from msprobe.pytorch.tool_work import tool_work
 
+_graph_task_id = torch._C._current_graph_task_id  # -1 outside backward: no recomputation to look for
+
 
 def own_parameters(module):
     """`module.named_parameters(recurse=False)` without its generator machinery: the module's own
@@ -66,10 +68,20 @@ def unwrapped(module):
 
 
 def has_compiled_modules(models):
-    """Whether torch.compile wraps any of the models or their submodules (or `module.compile()` did)."""
-    roots = [models] if isinstance(models, torch.nn.Module) else list(models or ())
-    return any(is_compiled_wrapper(m) or getattr(m, "_compiled_call_impl", None) is not None
-               for root in roots for m in root.modules())
+    """Whether torch.compile wraps any of the models or their submodules (or `module.compile()` did).
+    Asked at every start() once Dynamo is loaded: a walk of the `_modules` tables, without the
+    qualified names `modules()` builds for every submodule."""
+    todo = [models] if isinstance(models, torch.nn.Module) else [m for m in models or () if m is not None]
+    seen = set()
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if getattr(m, "_compiled_call_impl", None) is not None or is_compiled_wrapper(m):
+            return True
+        todo.extend(c for c in m._modules.values() if c is not None)
+    return False
 
 
 class ModuleCapture:
@@ -121,15 +133,19 @@ class ModuleCapture:
             if compiled is not None and compiled.is_compiling():
                 return compiled.traced_module_begin(base, module, args, kwargs) if self.forward_active else None
             session = _state.session
-            if session is None or not self.forward_active or _state.busy or _state.depth or recomputing():
+            if (session is None or not self.forward_active or _state.busy or _state.depth
+                    or (_graph_task_id() != -1 and recomputing())):
                 self._frames.append(None)
                 return None
-            index = session.counter.next(base)
-            key = f"{base}.forward.{index}"
+            key = f"{base}.forward.{session.counter.next(base)}"
             enclosing = session.module_stack
-            want = session.filter.want_call(key, enclosing)
+            flt = session.filter
+            if flt.passes_everything:  # no scope or list (want_call's answer, without its frame)
+                flt.hit = want = True
+            else:
+                want = flt.want_call(key, enclosing)
             parent = enclosing[-1] if enclosing else None
-            session.module_stack.append(key)
+            enclosing.append(key)
             if not want:
                 self._frames.append((key, parent, None))
                 return None
@@ -155,7 +171,7 @@ class ModuleCapture:
                 session.module_stack.pop()
             if frame is None:
                 return None
-            session.calls.end(session, frame, output, params=own_parameters(module))
+            session.calls.end(session, frame, output, params=own_parameters(module) if module._parameters else ())
             return None
         return hook
 
