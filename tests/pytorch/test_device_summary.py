@@ -274,7 +274,7 @@ TRITON_CHECK = textwrap.dedent('''
     from msprobe.core import checksum
     from msprobe.pytorch.summary import device, triton_kernels as ts
     from msprobe.pytorch.summary.readback import stats_values
-    from msprobe.pytorch.summary.slots import CHECKSUM, Buffer, Slot
+    from msprobe.pytorch.summary.slots import CHECKSUM, Buffer
     from msprobe.pytorch.summary.summarizer import Summarizer
     out = torch.zeros((4, 4), dtype=torch.float64)
     gen = torch.Generator().manual_seed(0)
@@ -306,11 +306,11 @@ TRITON_CHECK = textwrap.dedent('''
     sizes = (0, 1, 63, 64, 65, 1000, ts.CRC_TILE, 2 * ts.CRC_TILE + 77)
     raws = [torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen) for n in sizes]
     buf = Buffer(torch.device("cpu"), CHECKSUM)
-    slots = [Slot(CHECKSUM, buf, i, n, torch.uint8, n) for i, n in enumerate(sizes)]
+    slots = [buf.slot(n, torch.uint8, n) for n in sizes]
     ts.checksum([(raws[1], slots[1])])
     ts.checksum(list(zip(raws, slots)))
-    for raw, slot in zip(raws, slots):
-        got = checksum.finish_raw(int(buf.rows[slot.index, 0]), raw.numel())
+    for raw, (_, index) in zip(raws, slots):
+        got = checksum.finish_raw(int(buf.rows[index, 0]), raw.numel())
         assert got == f"{zlib.crc32(raw.numpy().tobytes()):08x}", raw.numel()
     # the Summarizer's choice of kernel: slices at any byte offset, one at a time and deferred
     device._triton_kernels = lambda d: ts

@@ -18,7 +18,7 @@ import torch
 
 from msprobe.core.dump.deferral import Deferral
 from msprobe.pytorch.summary import readback, slots, torch_kernels
-from msprobe.pytorch.summary.slots import CHECKSUM, STATS, Buffer, Slot
+from msprobe.pytorch.summary.slots import CHECKSUM, STATS, Buffer
 
 _TRITON_OFF = os.environ.get("MSPROBE_TRITON", "1") == "0"
 # deferred summaries launched together once this many tensors (or bytes of them) wait
@@ -33,6 +33,7 @@ SHARE_CHECK_MAX = 32
 STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds (one per device and dtype)
 STAGE_PICK = 8  # a launch of at most this many waiting tensors stages the small ones
 _STAGED = -1  # a staged item's storage address: no in-place call reaches a copy of msprobe's own
+_UNREAD = object()  # a storage address the caller has not read
 _DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
 
 
@@ -65,6 +66,9 @@ class DeviceSummaries:
         self.pending = 0  # slots in them (read for every record: a plain attribute)
         # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
+        # the storage addresses of the waiting tensors (None: one has none): an in-place call on other
+        # memory (most of them) is told so without a look at the waiting items
+        self._memory = set()
         self.changed = 0  # deferred tensors changed in place before they were read
         self._touching = False  # a launch for an in-place change of known tensors is under way
 
@@ -78,6 +82,16 @@ class DeviceSummaries:
         tensors about to change in place, when known (None or empty: unknown); then only the summaries of
         tensors sharing memory with them go, and the others keep waiting for a larger batch (an in-place
         call launches its own input's alone; on torch's lanes a few small ones are staged instead)."""
+        if touching and None not in self._memory:
+            memory = self._memory
+            try:
+                for t in touching:
+                    if t.untyped_storage().data_ptr() in memory:
+                        break
+                else:
+                    return
+            except (RuntimeError, NotImplementedError, TypeError):  # no storage to compare: the long way
+                pass
         self._touching = bool(touching)
         try:
             self._waiting.launch(touching)
@@ -105,6 +119,8 @@ class DeviceSummaries:
             # staged items are launched all at once (no in-place call selects one): the stage from its start
             torch_kernels.segment_statistics(stage.buf[:stage.used], [n for n, _ in items], [slot for _, slot in items])
             stage.used = 0
+        # what still waits (kept by a selective launch, or staged just now)
+        self._memory = {pair[0][4] for pair in self._waiting.queue}
 
     def _stage_waiting(self, waiting):
         """The few waiting items about to change in place: the small ones on torch's lanes are copied into
@@ -144,25 +160,29 @@ class DeviceSummaries:
             lane = self._lanes[device] = _Lane(device, _triton_kernels(device))
         return lane
 
-    def _slot(self, lane, kind, n, dtype, nbytes):
-        buf = lane.open[kind]
-        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = lane.open[kind] = Buffer(lane.device, kind)
-            self._buffers.append(buf)
-        slot = Slot(kind, buf, buf.used, n, dtype, nbytes)
-        buf.used += 1
-        buf.slots.append(slot)
-        self.pending += 1
-        return slot
+    def _open(self, lane, kind):
+        """A new buffer of `kind` for `lane`'s slots (the one open is full, or none is)."""
+        buf = lane.open[kind] = Buffer(lane.device, kind)
+        self._buffers.append(buf)
+        return buf
 
-    def stats(self, x, n, dense, defer=False, rows=None):
+    def stats(self, x, n, dense, defer=False, rows=None, storage=_UNREAD):
         """Slot of Max/Min/Sum/Sum-of-squares of `x` (a real tensor of `n` elements); `dense` is x's
         memory in element order (x itself, or a permutation that makes it contiguous), or None; `rows`:
-        (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
-        `defer`: launched with others at the next `launch()`."""
+        (columns, row stride) when x's memory is rows of a wider tensor (a chunk); `storage`: the address
+        of x's storage when the caller has read it.
+        `defer`: launched with others at the next `launch()`. (Every summary's path: inlined.)"""
         dtype = x.dtype
         lane = self._lanes.get(x.device) or self._lane(x.device)
-        slot = self._slot(lane, STATS, n, dtype, 0)
+        buf = lane.open[STATS]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, STATS)
+        i = buf.used  # Buffer.slot, inlined
+        buf.used = i + 1
+        buf.ns.append(n)
+        buf.dtypes.append(dtype)
+        slot = (buf, i)
+        self.pending += 1
         kernels = lane.kernels
         if kernels is None:  # torch's kernels read any layout
             item = (x, n, slot, None)
@@ -176,24 +196,34 @@ class DeviceSummaries:
             torch_kernels.statistics([(x, n, slot, None)])
             return slot
         if defer and not _DEFER_OFF:
-            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, _storage(x)), n * x.element_size()):
+            if storage is _UNREAD:
+                storage = _storage(x)
+            self._memory.add(storage)
+            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, storage), n * x.element_size()):
                 self.launch()
         else:
             kernels.statistics([item])
         return slot
 
-    def checksum(self, x, defer=False):
-        """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`: as in `stats`)."""
+    def checksum(self, x, defer=False, storage=_UNREAD):
+        """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`, `storage`: as in `stats`)."""
         dtype = x.dtype
         if dtype.is_complex and (x.is_conj() or x.is_neg()):
             x = x.resolve_conj().resolve_neg()  # the bytes of the values, not of the lazy view
         n = x.numel()
         nbytes = n * x.element_size()
         lane = self._lanes.get(x.device) or self._lane(x.device)
-        slot = self._slot(lane, CHECKSUM, n, dtype, nbytes)
+        buf = lane.open[CHECKSUM]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, CHECKSUM)
+        slot = buf.slot(n, dtype, nbytes)
+        self.pending += 1
         kernels = lane.kernels or torch_kernels
         if defer and not _DEFER_OFF:
-            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version, _storage(x)), nbytes):
+            if storage is _UNREAD:
+                storage = _storage(x)
+            self._memory.add(storage)
+            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version, storage), nbytes):
                 self.launch()
         else:
             kernels.checksum([(x, slot)])

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from msprobe.core import checksum as crc
+from msprobe.pytorch.summary.slots import row as slot_row
 from msprobe.pytorch.summary.transfer import index_tensor, to_device_async
 
 # deferred tensors of at most this many elements (by device type) are reduced together: one concatenation
@@ -46,7 +47,7 @@ def statistics(batch):
     into rows (one copy) and reduced along them, a few launches for all; the other small ones concatenated
     (as float64, exact for every real dtype) and reduced by segment; the large ones a tensor at a time."""
     shapes, alone = _by_shape(batch, STACK_ELEMENTS)
-    mixed = []
+    mixed, out = [], _Rows()
     for items in shapes.values():
         if len(items) == 1:
             mixed.append(items[0])
@@ -61,7 +62,7 @@ def statistics(batch):
             except (RuntimeError, NotImplementedError):
                 mixed.extend(chunk)
                 continue
-            _store_rows([item[2] for item in chunk], values)
+            out.add([item[2] for item in chunk], values)
     if mixed:
         chunks, rest = _grouped(mixed, lambda item: True)
         alone.extend(rest)
@@ -78,7 +79,8 @@ def statistics(batch):
             except (RuntimeError, NotImplementedError):
                 alone.extend(chunk)
                 continue
-            _store_rows([slot for _, _, slot, _ in chunk], values)
+            out.add([slot for _, _, slot, _ in chunk], values)
+    out.store()
     for x, _, slot, _ in alone:
         _stats_one(x, slot)
 
@@ -119,7 +121,7 @@ def _by_shape(items, limit):
 
 
 def _stats_one(x, slot):
-    row = slot.row
+    row = slot_row(slot)
     with torch.no_grad():
         if x.dtype == torch.bool:
             row.copy_(torch.stack((x.any(), x.all(), x.any(), x.any())))
@@ -142,13 +144,14 @@ def checksum(batch):
     x0 = batch[0][0]
     limit = GROUP_ELEMENTS.get(x0.device.type, GROUP_ELEMENTS_ELSEWHERE) * 4 // max(1, x0.element_size())
     shapes, alone = _by_shape([(x, x.numel(), slot) for x, slot in batch], limit)
-    device, pending = x0.device, _Pass()
+    out = _Rows()
+    device, pending = x0.device, _Pass(out)
     for items in shapes.values():
         nbytes = items[0][1] * x0.element_size()
         if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
             with torch.no_grad():
                 m = torch.stack([item[0] for item in items]).reshape(len(items), -1).view(torch.uint8)
-                _store_rows([item[2] for item in items], _crc_short(m).unsqueeze(1))
+                out.add([item[2] for item in items], _crc_short(m).unsqueeze(1))
             continue
         pad = (-nbytes) % ROW
         r = (nbytes + pad) // ROW
@@ -164,15 +167,18 @@ def checksum(batch):
                     m = torch.cat((m.new_zeros((k, pad)), m), 1)
             pending.add(m.reshape(-1, ROW), r, [item[2] for item in chunk])
     pending.run(device)
+    out.store()
     for x, _, slot in alone:
         with torch.no_grad():
-            slot.row.copy_(crc_raw(x.contiguous().reshape(-1).view(torch.uint8)))
+            slot_row(slot).copy_(crc_raw(x.contiguous().reshape(-1).view(torch.uint8)))
 
 
 class _Pass:
-    """Rows of bytes of several tensors (whole CRC rows, zero-padded in front) read in one CRC pass."""
+    """Rows of bytes of several tensors (whole CRC rows, zero-padded in front) read in one CRC pass; the
+    raw CRCs go to `out` (_Rows)."""
 
-    def __init__(self):
+    def __init__(self, out):
+        self.out = out
         self.parts, self.slots, self.segment, self.after, self.rows = [], [], [], [], 0
 
     def add(self, rows, per_tensor, slots):
@@ -193,8 +199,8 @@ class _Pass:
             after = np.concatenate(self.after)
             idx = index_tensor(np.stack((np.concatenate(self.segment), after)), device)
             raws = _crc_rows(rows, idx[1], idx[0], len(self.slots), int(after.max()).bit_length())
-        _store_rows(self.slots, raws.unsqueeze(1))
-        self.__init__()
+        self.out.add(self.slots, raws.unsqueeze(1))
+        self.parts, self.slots, self.segment, self.after, self.rows = [], [], [], [], 0
 
 
 def crc_raw(raw):
@@ -317,21 +323,46 @@ def _grouped(items, fits):
     return chunks, alone
 
 
+class _Rows:
+    """Rows of values computed for slots, part by part, stored into the slots' buffers together: one copy
+    (or one indexed copy) per buffer for a whole batch, not one per group of it."""
+
+    __slots__ = ("slots", "parts")
+
+    def __init__(self):
+        self.slots, self.parts = [], []
+
+    def add(self, slots, values):
+        """Row i of `values` is slot i's."""
+        self.slots.extend(slots)
+        self.parts.append(values)
+
+    def store(self):
+        if self.parts:
+            _store_rows(self.slots, self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts))
+            self.slots, self.parts = [], []
+
+
 def _store_rows(slots, values):
-    """Row i of `values` into slot i's row of its buffer: one copy into consecutive rows of one buffer (the
-    common case: slots are made in order), else one indexed copy per buffer."""
-    first, k = slots[0], len(slots)
-    buf, start = first.buffer, first.index
-    # (staged slots come in staging order, not row order: each index is looked at)
-    if all(slot.buffer is buf and slot.index == start + i for i, slot in enumerate(slots)):
-        buf.rows[start:start + k].copy_(values)
+    """Row i of `values` into slot i's row of its buffer: one copy into consecutive rows of one buffer (slots
+    made in order), else one indexed copy per buffer."""
+    buf, start = slots[0]
+    k = len(slots)
+    index = [i for _, i in slots]
+    if len({b for b, _ in slots}) == 1:
+        # (stacked and staged slots come grouped by shape or stage, not in row order)
+        if index[-1] == start + k - 1 and index == list(range(start, start + k)):
+            buf.rows[start:start + k].copy_(values)
+        else:
+            buf.rows.index_copy_(0, index_tensor(index, values.device), values)
         return
     by_buffer = {}
-    for i, slot in enumerate(slots):
-        _, rows, picks = by_buffer.setdefault(id(slot.buffer), (slot.buffer, [], []))
-        rows.append(slot.index)
-        picks.append(i)
+    for pos, (b, i) in enumerate(slots):
+        got = by_buffer.get(b)
+        if got is None:
+            got = by_buffer[b] = ([], [])
+        got[0].append(i)
+        got[1].append(pos)
     device = values.device
-    for buf, rows, picks in by_buffer.values():
-        part = values if len(picks) == len(slots) else values[index_tensor(picks, device)]
-        buf.rows.index_copy_(0, index_tensor(rows, device), part)
+    for b, (rows, picks) in by_buffer.items():
+        b.rows.index_copy_(0, index_tensor(rows, device), values[index_tensor(picks, device)])
