@@ -475,7 +475,7 @@ def test_l0_reduces_small_tensors_in_batches(tmp_path, monkeypatch):
     from msprobe.pytorch.summary import torch_kernels
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
     calls = []
-    for name in ("statistics", "segment_statistics", "_stats_one"):
+    for name in ("statistics", "row_statistics", "_stats_one"):
         real = getattr(torch_kernels, name)
 
         def counted(*a, _real=real, **k):

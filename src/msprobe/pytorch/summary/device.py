@@ -28,9 +28,11 @@ DEFER_BYTES = 256 << 20
 # (above, all are launched: the batch is large enough)
 SHARE_CHECK_MAX = 32
 # torch's kernels: a small tensor whose summary must be taken now (not deferred, or about to change in
-# place) is copied into its lane's staging buffer instead — one launch, not five — and reduced with the
-# rest of the stage at the next full launch
-STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds (one per device and dtype)
+# place) is copied into a row of its lane's staging buffer of its dtype and shape instead — one copy into
+# a view made once, not five launches — and the stage is reduced along its rows at the next full launch
+STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds at most
+STAGE_ROWS = 256  # rows a staging buffer holds at most
+STAGES_PER_LANE = 64  # staging buffers a lane keeps (shapes that keep changing: all launched, made anew)
 STAGE_PICK = 8  # a launch of at most this many waiting tensors stages the small ones
 _STAGED = -1  # a staged item's storage address: no in-place call reaches a copy of msprobe's own
 _UNREAD = object()  # a storage address the caller has not read
@@ -103,8 +105,12 @@ class DeviceSummaries:
             waiting = self._stage_waiting(waiting)
         groups, staged = {}, {}
         for group, item, x, version, _ in waiting:
-            if x is None:  # in a staging buffer (group): reduced together
-                staged.setdefault(group, []).append(item)
+            if x is None:  # a row of a staging buffer (group), its slot (item): reduced together
+                rows = staged.get(group)
+                if rows is None:
+                    staged[group] = [item]
+                else:
+                    rows.append(item)
                 continue
             if x._version != version:
                 self.changed += 1
@@ -115,10 +121,11 @@ class DeviceSummaries:
                 items.append(item)
         for (kind, kernels, _), items in groups.items():
             (kernels.statistics if kind == STATS else kernels.checksum)(items)
-        for stage, items in staged.items():
-            # staged items are launched all at once (no in-place call selects one): the stage from its start
-            torch_kernels.segment_statistics(stage.buf[:stage.used], [n for n, _ in items], [slot for _, slot in items])
-            stage.used = 0
+        if staged:
+            # staged items are launched all at once (no in-place call selects one): each stage from its start
+            torch_kernels.row_statistics([(stage.rows[:stage.used], items) for stage, items in staged.items()])
+            for stage in staged:
+                stage.used = 0
         # what still waits (kept by a selective launch, or staged just now)
         self._memory = {pair[0][4] for pair in self._waiting.queue}
 
@@ -138,20 +145,20 @@ class DeviceSummaries:
         return go
 
     def _stage(self, lane, x, n, slot):
-        """Copy `x` (n elements, any layout) into `lane`'s staging buffer of its dtype; its statistics go
-        into `slot` with the stage's batch."""
-        stage = lane.stages.get(x.dtype)
+        """Copy `x` (n elements, any layout) into the next row of `lane`'s staging buffer of its dtype and
+        shape; its statistics go into `slot` with the stage's batch."""
+        key = (x.dtype, x.shape)
+        stage = lane.stages.get(key)
         if stage is None:
-            stage = lane.stages[x.dtype] = _Stage(lane.device, x.dtype)
-        if stage.used + n > STAGE_ELEMENTS:
-            self.launch()  # everything, this stage too: it starts over
-        off = stage.used
-        shape = x.shape
-        strides = x.stride() if x.is_contiguous() else (_STRIDES.get(shape) or _strides(shape))
-        # (detached: no graph, cheaper than no_grad; as_strided: one view, not a slice and a view)
-        stage.buf.as_strided(shape, strides, off).copy_(x.detach() if x.requires_grad else x)
-        stage.used = off + n
-        if self._waiting.add((stage, (n, slot), None, 0, _STAGED)):
+            if len(lane.stages) >= STAGES_PER_LANE:
+                self.launch()  # everything, the stages too: they start over
+                lane.stages.clear()
+            stage = lane.stages[key] = _Stage(lane.device, x.dtype, x.shape, n)
+        k = stage.used
+        # (detached: a copy from a tensor that requires grad would put the stage in the graph)
+        stage.views[k].copy_(x.detach() if x.requires_grad else x)
+        stage.used = k + 1
+        if self._waiting.add((stage, slot, None, 0, _STAGED)) or k + 1 == len(stage.views):
             self.launch()
 
     def _lane(self, device):
@@ -249,33 +256,22 @@ class _Lane:
     def __init__(self, device, kernels):
         self.device, self.kernels = device, kernels
         self.open = [None, None]  # by kind: STATS, CHECKSUM
-        self.stages = {}  # dtype -> _Stage (torch's kernels only)
+        self.stages = {}  # (dtype, shape) -> _Stage (torch's kernels only)
         # tensors staged instead of reduced alone: those the kernels would group anyway
         self.stage_max = torch_kernels.GROUP_ELEMENTS.get(device.type, torch_kernels.GROUP_ELEMENTS_ELSEWHERE)
 
 
 class _Stage:
-    """A staging buffer: copies of small tensors, back to back, waiting for one segmented reduction."""
+    """A staging buffer: copies of small tensors of one dtype and shape as rows, waiting for one reduction
+    along them; `views`: each row as a tensor of that shape, made once (a copy into a row is one op)."""
 
-    __slots__ = ("buf", "used")
+    __slots__ = ("rows", "views", "used")
 
-    def __init__(self, device, dtype):
-        self.buf = torch.empty(STAGE_ELEMENTS, dtype=dtype, device=device)
+    def __init__(self, device, dtype, shape, n):
+        count = max(1, min(STAGE_ROWS, STAGE_ELEMENTS // max(1, n)))
+        self.rows = torch.empty((count, n), dtype=dtype, device=device)
+        self.views = self.rows.view(count, *shape).unbind(0)
         self.used = 0
-
-
-_STRIDES = {}  # shape -> the strides of a contiguous tensor of it
-
-
-def _strides(shape):
-    if len(_STRIDES) > 4096:  # shapes that keep changing (a sequence length): start over
-        _STRIDES.clear()
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    strides = _STRIDES[shape] = tuple(reversed(strides))
-    return strides
 
 
 def _launched_first(waiting, touching):

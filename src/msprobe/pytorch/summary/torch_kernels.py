@@ -85,23 +85,15 @@ def statistics(batch):
         _stats_one(x, slot)
 
 
-def segment_statistics(flat, lengths, slots):
-    """Statistics of the segments of `flat` (a staging buffer: tensors of `lengths` elements, back to back)
-    into their slots: a few launches for all, no copy of the segments."""
-    k = len(slots)
-    if k == 1:
-        _stats_one(flat, slots[0])
-        return
+def row_statistics(stages):
+    """Statistics of each row of staging buffers (device.py), [(rows (k, n), the k rows' slots)] of one
+    device: a few launches a buffer, no copy of the rows, the results stored together."""
+    out = _Rows()
     with torch.no_grad():
-        m = flat.to(torch.float64)
-        if all(n == lengths[0] for n in lengths):  # one size: rows
-            m = m.view(k, -1)
-            values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
-        else:
-            lens = index_tensor(lengths, flat.device)
-            values = torch.stack([torch.segment_reduce(m, op, lengths=lens, unsafe=True) for op in ("max", "min", "sum")]
-                                 + [torch.segment_reduce(m * m, "sum", lengths=lens, unsafe=True)], dim=1)
-    _store_rows(slots, values)
+        for rows, slots in stages:
+            m = rows.to(torch.float64)
+            out.add(slots, torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1))
+    out.store()
 
 
 def _by_shape(items, limit):
