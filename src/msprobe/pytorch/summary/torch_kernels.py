@@ -250,13 +250,26 @@ def _crc_short(m):
     row_tab, _, _, cols, _, _ = _tables(m.device)
     width = m.shape[1]
     vals = row_tab.index_select(0, (m + cols[ROW - width:]).view(-1)).view(m.shape)  # uint8 + int32: int32
-    while width > 1:  # xor of the columns, halving; an odd one out joins the first
+    return _xor_columns(vals).to(torch.int64) & 0xFFFFFFFF
+
+
+def _xor_columns(vals):
+    """(k,) int32: the xor of the columns of each row of contiguous int32 `vals` (k, w), halving; pairs
+    of columns folded as one int64 first (half the elements), the two halves of the last xored."""
+    width = vals.shape[1]
+    pairs = width % 2 == 0 and width > 2
+    if pairs:
+        vals, width = vals.view(torch.int64), width // 2
+    while width > 1:  # an odd one out joins the first
         half = width // 2
         folded = vals[:, :half] ^ vals[:, half:2 * half]
         if width % 2:
             folded[:, :1] ^= vals[:, 2 * half:]
         vals, width = folded, half
-    return vals[:, 0].to(torch.int64) & 0xFFFFFFFF
+    if pairs:
+        halves = vals.contiguous().view(torch.int32)
+        return halves[:, 0] ^ halves[:, 1]
+    return vals[:, 0]
 
 
 def _crc_rows(rows, after, segment, count, levels):
@@ -265,12 +278,8 @@ def _crc_rows(rows, after, segment, count, levels):
     `after`."""
     row_tab, near_tab, shift_tab, cols, bits, quarters = _tables(rows.device)
     # (r, ROW): each byte's part of its row's raw CRC
-    vals = row_tab.index_select(0, (rows.to(torch.int32) + cols).view(-1)).view(rows.shape)
-    width = vals.shape[1]
-    while width > 1:  # xor of the columns, halving
-        width //= 2
-        vals = vals[:, :width] ^ vals[:, width:2 * width]
-    u = vals[:, 0].contiguous()
+    vals = row_tab.index_select(0, (rows + cols).view(-1)).view(rows.shape)  # uint8 + int32: int32
+    u = _xor_columns(vals).contiguous()
     if after is None:
         return u.to(torch.int64) & 0xFFFFFFFF
     # rows fewer than NEAR from the end: one lookup of the CRC's four bytes (little-endian int32 memory)
