@@ -507,3 +507,27 @@ def test_l0_reduces_small_tensors_in_batches(tmp_path, monkeypatch):
         assert out["Max"] == pytest.approx(want.max().item(), rel=1e-5)
         assert out["Norm"] == pytest.approx(want.norm().item(), rel=1e-5)
     assert calls[1] <= 8, calls  # (launched one by one: more than 80)
+
+
+@pytest.mark.parametrize("cap", ["shapes", "rows", "elements"])
+def test_staging_buffers_fill_and_start_over(monkeypatch, cap):
+    """Small tensors summarised at once go into staging buffers of their dtype and shape; more shapes than a
+    lane keeps buffers for, a full buffer, or more staged elements than a lane keeps launch everything and
+    start over: each record holds the values as they were when summarised, though they change right after."""
+    from msprobe.pytorch.summary import device
+    monkeypatch.setattr(device, {"shapes": "STAGES_PER_LANE", "rows": "STAGE_ROWS", "elements": "STAGE_TOTAL"}[cap],
+                        {"shapes": 3, "rows": 2, "elements": 40}[cap])
+    gen = torch.Generator().manual_seed(6)
+    tensors = ([torch.randn(i % 5 + 1, 7, generator=gen) for i in range(20)]
+               + [torch.randn(3, 3, generator=gen).t(), torch.randint(-5, 5, (6,), generator=gen)])
+    s = Summarizer(device_path=True)
+    got, want = [], []
+    for t in tensors:
+        want.append(Summarizer(device_path=False).summarize(t)[0])
+        got.append(s.summarize(t)[0])
+        t.mul_(100)  # after its summary: not seen by it
+    lane = next(iter(s.slots._lanes.values()))
+    assert len(lane.stages) <= {"shapes": 3, "rows": 7, "elements": 1}[cap]  # (of 7 dtypes and shapes)
+    s.start_resolve().finish()
+    for i, (w, rec) in enumerate(zip(want, got)):
+        _same(w, rec, str(i))

@@ -32,7 +32,10 @@ SHARE_CHECK_MAX = 32
 # a view made once, not five launches — and the stage is reduced along its rows at the next full launch
 STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds at most
 STAGE_ROWS = 256  # rows a staging buffer holds at most
-STAGES_PER_LANE = 64  # staging buffers a lane keeps (shapes that keep changing: all launched, made anew)
+# staging buffers (and elements in them) a lane keeps; beyond (shapes that keep changing), all are launched
+# and made anew
+STAGES_PER_LANE = 64
+STAGE_TOTAL = 1 << 22
 STAGE_PICK = 8  # a launch of at most this many waiting tensors stages the small ones
 _STAGED = -1  # a staged item's storage address: no in-place call reaches a copy of msprobe's own
 _UNREAD = object()  # a storage address the caller has not read
@@ -150,10 +153,13 @@ class DeviceSummaries:
         key = (x.dtype, x.shape)
         stage = lane.stages.get(key)
         if stage is None:
-            if len(lane.stages) >= STAGES_PER_LANE:
+            stage = _Stage(lane.device, x.dtype, x.shape, n)
+            if len(lane.stages) >= STAGES_PER_LANE or lane.staged + stage.rows.numel() > STAGE_TOTAL:
                 self.launch()  # everything, the stages too: they start over
                 lane.stages.clear()
-            stage = lane.stages[key] = _Stage(lane.device, x.dtype, x.shape, n)
+                lane.staged = 0
+            lane.stages[key] = stage
+            lane.staged += stage.rows.numel()
         k = stage.used
         # (detached: a copy from a tensor that requires grad would put the stage in the graph)
         stage.views[k].copy_(x.detach() if x.requires_grad else x)
@@ -251,12 +257,13 @@ class DeviceSummaries:
 class _Lane:
     """One device's kernels (Triton's, or None: torch's) and its open buffer of each kind."""
 
-    __slots__ = ("device", "kernels", "open", "stages", "stage_max")
+    __slots__ = ("device", "kernels", "open", "stages", "staged", "stage_max")
 
     def __init__(self, device, kernels):
         self.device, self.kernels = device, kernels
         self.open = [None, None]  # by kind: STATS, CHECKSUM
         self.stages = {}  # (dtype, shape) -> _Stage (torch's kernels only)
+        self.staged = 0  # elements of the staging buffers
         # tensors staged instead of reduced alone: those the kernels would group anyway
         self.stage_max = torch_kernels.GROUP_ELEMENTS.get(device.type, torch_kernels.GROUP_ELEMENTS_ELSEWHERE)
 
