@@ -127,8 +127,11 @@ class DeviceSummaries:
         if staged:
             # staged items are launched all at once (no in-place call selects one): each stage from its start
             torch_kernels.row_statistics([(stage.rows[:stage.used], items) for stage, items in staged.items()])
-            for stage in staged:
-                stage.used = 0
+            for stage in staged:  # launched: free for the next tensors of its shape, of any session
+                lane = self._lanes[stage.rows.device]
+                if lane.stages.pop(stage.key, None) is not None:
+                    lane.staged -= stage.rows.numel()
+                _give_back(stage)
         # what still waits (kept by a selective launch, or staged just now)
         self._memory = {pair[0][4] for pair in self._waiting.queue}
 
@@ -153,7 +156,7 @@ class DeviceSummaries:
         key = (x.dtype, x.shape)
         stage = lane.stages.get(key)
         if stage is None:
-            stage = _Stage(lane.device, x.dtype, x.shape, n)
+            stage = _take_stage(lane.device, key, n)
             if len(lane.stages) >= STAGES_PER_LANE or lane.staged + stage.rows.numel() > STAGE_TOTAL:
                 self.launch()  # everything, the stages too: they start over
                 lane.stages.clear()
@@ -269,16 +272,47 @@ class _Lane:
 
 
 class _Stage:
-    """A staging buffer: copies of small tensors of one dtype and shape as rows, waiting for one reduction
-    along them; `views`: each row as a tensor of that shape, made once (a copy into a row is one op)."""
+    """A staging buffer: copies of small tensors of one dtype and shape (`key`) as rows, waiting for one
+    reduction along them; `views`: each row as a tensor of that shape, made once (a copy into a row is
+    one op)."""
 
-    __slots__ = ("rows", "views", "used")
+    __slots__ = ("key", "rows", "views", "used")
 
-    def __init__(self, device, dtype, shape, n):
+    def __init__(self, device, key, n):
+        dtype, shape = key
         count = max(1, min(STAGE_ROWS, STAGE_ELEMENTS // max(1, n)))
+        self.key = key
         self.rows = torch.empty((count, n), dtype=dtype, device=device)
         self.views = self.rows.view(count, *shape).unbind(0)
         self.used = 0
+
+
+# staging buffers launched and free, of any session: (device, dtype, shape) -> [_Stage]; a session (a step)
+# takes them from here rather than making its own (the views of a buffer's rows take ~200 µs to make).
+# Reused in stream order, as the kernels' scratch memory is; at most STAGE_TOTAL elements kept.
+_free_stages = {}
+_free_elements = [0]
+
+
+def _take_stage(device, key, n):
+    free = _free_stages.get((device, *key))
+    if free:
+        try:
+            stage = free.pop()
+        except IndexError:  # taken meanwhile by another thread's session
+            return _Stage(device, key, n)
+        _free_elements[0] -= stage.rows.numel()
+        return stage
+    return _Stage(device, key, n)
+
+
+def _give_back(stage):
+    stage.used = 0
+    size = stage.rows.numel()
+    if _free_elements[0] + size > STAGE_TOTAL:
+        return  # let it go
+    _free_elements[0] += size
+    _free_stages.setdefault((stage.rows.device, *stage.key), []).append(stage)
 
 
 def _launched_first(waiting, touching):

@@ -169,7 +169,7 @@ class Summarizer:
                         values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
                 if values is None:
                     values = host.statistics(t, n, span, self._native_kinds)
-            elif span is not None and len(span) == 1 and span[0][0] == 1 and not dtype.is_complex:
+            elif span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
                 slots.append(self.slots.stats(x, n, x, defer, None, address))  # contiguous: no more to look at
             else:
                 slots.append(self._stats_slot(x, n, span, defer))
