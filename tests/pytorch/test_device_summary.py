@@ -515,6 +515,8 @@ def test_staging_buffers_fill_and_start_over(monkeypatch, cap):
     lane keeps buffers for, a full buffer, or more staged elements than a lane keeps launch everything and
     start over: each record holds the values as they were when summarised, though they change right after."""
     from msprobe.pytorch.summary import device
+    monkeypatch.setattr(device, "_free_stages", {})  # buffers of the sizes set here stay out of other tests
+    monkeypatch.setattr(device, "_free_elements", [0])
     monkeypatch.setattr(device, {"shapes": "STAGES_PER_LANE", "rows": "STAGE_ROWS", "elements": "STAGE_TOTAL"}[cap],
                         {"shapes": 3, "rows": 2, "elements": 40}[cap])
     gen = torch.Generator().manual_seed(6)
