@@ -533,3 +533,24 @@ def test_staging_buffers_fill_and_start_over(monkeypatch, cap):
     s.start_resolve().finish()
     for i, (w, rec) in enumerate(zip(want, got)):
         _same(w, rec, str(i))
+
+
+def test_staging_buffers_are_taken_again_by_the_next_session(monkeypatch):
+    """A launched staging buffer goes to a free list and the next session (the next step) takes it from
+    there instead of making one: the same buffer both steps, each record right."""
+    from msprobe.pytorch.summary import device
+    monkeypatch.setattr(device, "_free_stages", {})
+    monkeypatch.setattr(device, "_free_elements", [0])
+    gen = torch.Generator().manual_seed(7)
+    kept = []
+    for step in range(2):
+        s = Summarizer(device_path=True)
+        tensors = [torch.randn(4, 8, generator=gen) for _ in range(5)]
+        got = [s.summarize(t)[0] for t in tensors]
+        s.start_resolve().finish()
+        for i, (t, rec) in enumerate(zip(tensors, got)):
+            _same(Summarizer(device_path=False).summarize(t)[0], rec, f"{step}:{i}")
+        (free,) = device._free_stages.values()
+        assert len(free) == 1 and free[0].used == 0
+        kept.append(free[0])
+    assert kept[0] is kept[1]
