@@ -274,7 +274,7 @@ TRITON_CHECK = textwrap.dedent('''
     from msprobe.core import checksum
     from msprobe.pytorch.summary import device, triton_kernels as ts
     from msprobe.pytorch.summary.readback import stats_values
-    from msprobe.pytorch.summary.slots import CHECKSUM, Buffer, Slot
+    from msprobe.pytorch.summary.slots import CHECKSUM, Buffer
     from msprobe.pytorch.summary.summarizer import Summarizer
     out = torch.zeros((4, 4), dtype=torch.float64)
     gen = torch.Generator().manual_seed(0)
@@ -306,11 +306,11 @@ TRITON_CHECK = textwrap.dedent('''
     sizes = (0, 1, 63, 64, 65, 1000, ts.CRC_TILE, 2 * ts.CRC_TILE + 77)
     raws = [torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen) for n in sizes]
     buf = Buffer(torch.device("cpu"), CHECKSUM)
-    slots = [Slot(CHECKSUM, buf, i, n, torch.uint8, n) for i, n in enumerate(sizes)]
+    slots = [buf.slot(n, torch.uint8, n) for n in sizes]
     ts.checksum([(raws[1], slots[1])])
     ts.checksum(list(zip(raws, slots)))
-    for raw, slot in zip(raws, slots):
-        got = checksum.finish_raw(int(buf.rows[slot.index, 0]), raw.numel())
+    for raw, (_, index) in zip(raws, slots):
+        got = checksum.finish_raw(int(buf.rows[index, 0]), raw.numel())
         assert got == f"{zlib.crc32(raw.numpy().tobytes()):08x}", raw.numel()
     # the Summarizer's choice of kernel: slices at any byte offset, one at a time and deferred
     device._triton_kernels = lambda d: ts
@@ -475,7 +475,7 @@ def test_l0_reduces_small_tensors_in_batches(tmp_path, monkeypatch):
     from msprobe.pytorch.summary import torch_kernels
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
     calls = []
-    for name in ("statistics", "segment_statistics", "_stats_one"):
+    for name in ("statistics", "row_statistics", "_stats_one"):
         real = getattr(torch_kernels, name)
 
         def counted(*a, _real=real, **k):
@@ -507,3 +507,50 @@ def test_l0_reduces_small_tensors_in_batches(tmp_path, monkeypatch):
         assert out["Max"] == pytest.approx(want.max().item(), rel=1e-5)
         assert out["Norm"] == pytest.approx(want.norm().item(), rel=1e-5)
     assert calls[1] <= 8, calls  # (launched one by one: more than 80)
+
+
+@pytest.mark.parametrize("cap", ["shapes", "rows", "elements"])
+def test_staging_buffers_fill_and_start_over(monkeypatch, cap):
+    """Small tensors summarised at once go into staging buffers of their dtype and shape; more shapes than a
+    lane keeps buffers for, a full buffer, or more staged elements than a lane keeps launch everything and
+    start over: each record holds the values as they were when summarised, though they change right after."""
+    from msprobe.pytorch.summary import device
+    monkeypatch.setattr(device, "_free_stages", {})  # buffers of the sizes set here stay out of other tests
+    monkeypatch.setattr(device, "_free_elements", [0])
+    monkeypatch.setattr(device, {"shapes": "STAGES_PER_LANE", "rows": "STAGE_ROWS", "elements": "STAGE_TOTAL"}[cap],
+                        {"shapes": 3, "rows": 2, "elements": 40}[cap])
+    gen = torch.Generator().manual_seed(6)
+    tensors = ([torch.randn(i % 5 + 1, 7, generator=gen) for i in range(20)]
+               + [torch.randn(3, 3, generator=gen).t(), torch.randint(-5, 5, (6,), generator=gen)])
+    s = Summarizer(device_path=True)
+    got, want = [], []
+    for t in tensors:
+        want.append(Summarizer(device_path=False).summarize(t)[0])
+        got.append(s.summarize(t)[0])
+        t.mul_(100)  # after its summary: not seen by it
+    lane = next(iter(s.slots._lanes.values()))
+    assert len(lane.stages) <= {"shapes": 3, "rows": 7, "elements": 1}[cap]  # (of 7 dtypes and shapes)
+    s.start_resolve().finish()
+    for i, (w, rec) in enumerate(zip(want, got)):
+        _same(w, rec, str(i))
+
+
+def test_staging_buffers_are_taken_again_by_the_next_session(monkeypatch):
+    """A launched staging buffer goes to a free list and the next session (the next step) takes it from
+    there instead of making one: the same buffer both steps, each record right."""
+    from msprobe.pytorch.summary import device
+    monkeypatch.setattr(device, "_free_stages", {})
+    monkeypatch.setattr(device, "_free_elements", [0])
+    gen = torch.Generator().manual_seed(7)
+    kept = []
+    for step in range(2):
+        s = Summarizer(device_path=True)
+        tensors = [torch.randn(4, 8, generator=gen) for _ in range(5)]
+        got = [s.summarize(t)[0] for t in tensors]
+        s.start_resolve().finish()
+        for i, (t, rec) in enumerate(zip(tensors, got)):
+            _same(Summarizer(device_path=False).summarize(t)[0], rec, f"{step}:{i}")
+        (free,) = device._free_stages.values()
+        assert len(free) == 1 and free[0].used == 0
+        kept.append(free[0])
+    assert kept[0] is kept[1]

@@ -18,7 +18,7 @@ import torch
 
 from msprobe.core.dump.deferral import Deferral
 from msprobe.pytorch.summary import readback, slots, torch_kernels
-from msprobe.pytorch.summary.slots import CHECKSUM, STATS, Buffer, Slot
+from msprobe.pytorch.summary.slots import CHECKSUM, STATS, Buffer
 
 _TRITON_OFF = os.environ.get("MSPROBE_TRITON", "1") == "0"
 # deferred summaries launched together once this many tensors (or bytes of them) wait
@@ -28,11 +28,17 @@ DEFER_BYTES = 256 << 20
 # (above, all are launched: the batch is large enough)
 SHARE_CHECK_MAX = 32
 # torch's kernels: a small tensor whose summary must be taken now (not deferred, or about to change in
-# place) is copied into its lane's staging buffer instead — one launch, not five — and reduced with the
-# rest of the stage at the next full launch
-STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds (one per device and dtype)
+# place) is copied into a row of its lane's staging buffer of its dtype and shape instead — one copy into
+# a view made once, not five launches — and the stage is reduced along its rows at the next full launch
+STAGE_ELEMENTS = 1 << 20  # elements a staging buffer holds at most
+STAGE_ROWS = 256  # rows a staging buffer holds at most
+# staging buffers (and elements in them) a lane keeps; beyond (shapes that keep changing), all are launched
+# and made anew
+STAGES_PER_LANE = 64
+STAGE_TOTAL = 1 << 22
 STAGE_PICK = 8  # a launch of at most this many waiting tensors stages the small ones
 _STAGED = -1  # a staged item's storage address: no in-place call reaches a copy of msprobe's own
+_UNREAD = object()  # a storage address the caller has not read
 _DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
 
 
@@ -65,6 +71,9 @@ class DeviceSummaries:
         self.pending = 0  # slots in them (read for every record: a plain attribute)
         # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
+        # the storage addresses of the waiting tensors (None: one has none): an in-place call on other
+        # memory (most of them) is told so without a look at the waiting items
+        self._memory = set()
         self.changed = 0  # deferred tensors changed in place before they were read
         self._touching = False  # a launch for an in-place change of known tensors is under way
 
@@ -78,6 +87,16 @@ class DeviceSummaries:
         tensors about to change in place, when known (None or empty: unknown); then only the summaries of
         tensors sharing memory with them go, and the others keep waiting for a larger batch (an in-place
         call launches its own input's alone; on torch's lanes a few small ones are staged instead)."""
+        if touching and None not in self._memory:
+            memory = self._memory
+            try:
+                for t in touching:
+                    if t.untyped_storage().data_ptr() in memory:
+                        break
+                else:
+                    return
+            except (RuntimeError, NotImplementedError, TypeError):  # no storage to compare: the long way
+                pass
         self._touching = bool(touching)
         try:
             self._waiting.launch(touching)
@@ -89,8 +108,12 @@ class DeviceSummaries:
             waiting = self._stage_waiting(waiting)
         groups, staged = {}, {}
         for group, item, x, version, _ in waiting:
-            if x is None:  # in a staging buffer (group): reduced together
-                staged.setdefault(group, []).append(item)
+            if x is None:  # a row of a staging buffer (group), its slot (item): reduced together
+                rows = staged.get(group)
+                if rows is None:
+                    staged[group] = [item]
+                else:
+                    rows.append(item)
                 continue
             if x._version != version:
                 self.changed += 1
@@ -101,10 +124,16 @@ class DeviceSummaries:
                 items.append(item)
         for (kind, kernels, _), items in groups.items():
             (kernels.statistics if kind == STATS else kernels.checksum)(items)
-        for stage, items in staged.items():
-            # staged items are launched all at once (no in-place call selects one): the stage from its start
-            torch_kernels.segment_statistics(stage.buf[:stage.used], [n for n, _ in items], [slot for _, slot in items])
-            stage.used = 0
+        if staged:
+            # staged items are launched all at once (no in-place call selects one): each stage from its start
+            torch_kernels.row_statistics([(stage.rows[:stage.used], items) for stage, items in staged.items()])
+            for stage in staged:  # launched: free for the next tensors of its shape, of any session
+                lane = self._lanes[stage.rows.device]
+                if lane.stages.pop(stage.key, None) is not None:
+                    lane.staged -= stage.rows.numel()
+                _give_back(stage)
+        # what still waits (kept by a selective launch, or staged just now)
+        self._memory = {pair[0][4] for pair in self._waiting.queue}
 
     def _stage_waiting(self, waiting):
         """The few waiting items about to change in place: the small ones on torch's lanes are copied into
@@ -122,20 +151,23 @@ class DeviceSummaries:
         return go
 
     def _stage(self, lane, x, n, slot):
-        """Copy `x` (n elements, any layout) into `lane`'s staging buffer of its dtype; its statistics go
-        into `slot` with the stage's batch."""
-        stage = lane.stages.get(x.dtype)
+        """Copy `x` (n elements, any layout) into the next row of `lane`'s staging buffer of its dtype and
+        shape; its statistics go into `slot` with the stage's batch."""
+        key = (x.dtype, x.shape)
+        stage = lane.stages.get(key)
         if stage is None:
-            stage = lane.stages[x.dtype] = _Stage(lane.device, x.dtype)
-        if stage.used + n > STAGE_ELEMENTS:
-            self.launch()  # everything, this stage too: it starts over
-        off = stage.used
-        shape = x.shape
-        strides = x.stride() if x.is_contiguous() else (_STRIDES.get(shape) or _strides(shape))
-        # (detached: no graph, cheaper than no_grad; as_strided: one view, not a slice and a view)
-        stage.buf.as_strided(shape, strides, off).copy_(x.detach() if x.requires_grad else x)
-        stage.used = off + n
-        if self._waiting.add((stage, (n, slot), None, 0, _STAGED)):
+            stage = _take_stage(lane.device, key, n)
+            if len(lane.stages) >= STAGES_PER_LANE or lane.staged + stage.rows.numel() > STAGE_TOTAL:
+                self.launch()  # everything, the stages too: they start over
+                lane.stages.clear()
+                lane.staged = 0
+            lane.stages[key] = stage
+            lane.staged += stage.rows.numel()
+        k = stage.used
+        # (detached: a copy from a tensor that requires grad would put the stage in the graph)
+        stage.views[k].copy_(x.detach() if x.requires_grad else x)
+        stage.used = k + 1
+        if self._waiting.add((stage, slot, None, 0, _STAGED)) or k + 1 == len(stage.views):
             self.launch()
 
     def _lane(self, device):
@@ -144,25 +176,29 @@ class DeviceSummaries:
             lane = self._lanes[device] = _Lane(device, _triton_kernels(device))
         return lane
 
-    def _slot(self, lane, kind, n, dtype, nbytes):
-        buf = lane.open[kind]
-        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = lane.open[kind] = Buffer(lane.device, kind)
-            self._buffers.append(buf)
-        slot = Slot(kind, buf, buf.used, n, dtype, nbytes)
-        buf.used += 1
-        buf.slots.append(slot)
-        self.pending += 1
-        return slot
+    def _open(self, lane, kind):
+        """A new buffer of `kind` for `lane`'s slots (the one open is full, or none is)."""
+        buf = lane.open[kind] = Buffer(lane.device, kind)
+        self._buffers.append(buf)
+        return buf
 
-    def stats(self, x, n, dense, defer=False, rows=None):
+    def stats(self, x, n, dense, defer=False, rows=None, storage=_UNREAD):
         """Slot of Max/Min/Sum/Sum-of-squares of `x` (a real tensor of `n` elements); `dense` is x's
         memory in element order (x itself, or a permutation that makes it contiguous), or None; `rows`:
-        (columns, row stride) when x's memory is rows of a wider tensor (a chunk).
-        `defer`: launched with others at the next `launch()`."""
+        (columns, row stride) when x's memory is rows of a wider tensor (a chunk); `storage`: the address
+        of x's storage when the caller has read it.
+        `defer`: launched with others at the next `launch()`. (Every summary's path: inlined.)"""
         dtype = x.dtype
         lane = self._lanes.get(x.device) or self._lane(x.device)
-        slot = self._slot(lane, STATS, n, dtype, 0)
+        buf = lane.open[STATS]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, STATS)
+        i = buf.used  # Buffer.slot, inlined
+        buf.used = i + 1
+        buf.ns.append(n)
+        buf.dtypes.append(dtype)
+        slot = (buf, i)
+        self.pending += 1
         kernels = lane.kernels
         if kernels is None:  # torch's kernels read any layout
             item = (x, n, slot, None)
@@ -176,24 +212,34 @@ class DeviceSummaries:
             torch_kernels.statistics([(x, n, slot, None)])
             return slot
         if defer and not _DEFER_OFF:
-            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, _storage(x)), n * x.element_size()):
+            if storage is _UNREAD:
+                storage = _storage(x)
+            self._memory.add(storage)
+            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, storage), n * x.element_size()):
                 self.launch()
         else:
             kernels.statistics([item])
         return slot
 
-    def checksum(self, x, defer=False):
-        """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`: as in `stats`)."""
+    def checksum(self, x, defer=False, storage=_UNREAD):
+        """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`, `storage`: as in `stats`)."""
         dtype = x.dtype
         if dtype.is_complex and (x.is_conj() or x.is_neg()):
             x = x.resolve_conj().resolve_neg()  # the bytes of the values, not of the lazy view
         n = x.numel()
         nbytes = n * x.element_size()
         lane = self._lanes.get(x.device) or self._lane(x.device)
-        slot = self._slot(lane, CHECKSUM, n, dtype, nbytes)
+        buf = lane.open[CHECKSUM]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, CHECKSUM)
+        slot = buf.slot(n, dtype, nbytes)
+        self.pending += 1
         kernels = lane.kernels or torch_kernels
         if defer and not _DEFER_OFF:
-            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version, _storage(x)), nbytes):
+            if storage is _UNREAD:
+                storage = _storage(x)
+            self._memory.add(storage)
+            if self._waiting.add(((CHECKSUM, kernels, dtype), (x, slot), x, x._version, storage), nbytes):
                 self.launch()
         else:
             kernels.checksum([(x, slot)])
@@ -214,38 +260,59 @@ class DeviceSummaries:
 class _Lane:
     """One device's kernels (Triton's, or None: torch's) and its open buffer of each kind."""
 
-    __slots__ = ("device", "kernels", "open", "stages", "stage_max")
+    __slots__ = ("device", "kernels", "open", "stages", "staged", "stage_max")
 
     def __init__(self, device, kernels):
         self.device, self.kernels = device, kernels
         self.open = [None, None]  # by kind: STATS, CHECKSUM
-        self.stages = {}  # dtype -> _Stage (torch's kernels only)
+        self.stages = {}  # (dtype, shape) -> _Stage (torch's kernels only)
+        self.staged = 0  # elements of the staging buffers
         # tensors staged instead of reduced alone: those the kernels would group anyway
         self.stage_max = torch_kernels.GROUP_ELEMENTS.get(device.type, torch_kernels.GROUP_ELEMENTS_ELSEWHERE)
 
 
 class _Stage:
-    """A staging buffer: copies of small tensors, back to back, waiting for one segmented reduction."""
+    """A staging buffer: copies of small tensors of one dtype and shape (`key`) as rows, waiting for one
+    reduction along them; `views`: each row as a tensor of that shape, made once (a copy into a row is
+    one op)."""
 
-    __slots__ = ("buf", "used")
+    __slots__ = ("key", "rows", "views", "used")
 
-    def __init__(self, device, dtype):
-        self.buf = torch.empty(STAGE_ELEMENTS, dtype=dtype, device=device)
+    def __init__(self, device, key, n):
+        dtype, shape = key
+        count = max(1, min(STAGE_ROWS, STAGE_ELEMENTS // max(1, n)))
+        self.key = key
+        self.rows = torch.empty((count, n), dtype=dtype, device=device)
+        self.views = self.rows.view(count, *shape).unbind(0)
         self.used = 0
 
 
-_STRIDES = {}  # shape -> the strides of a contiguous tensor of it
+# staging buffers launched and free, of any session: (device, dtype, shape) -> [_Stage]; a session (a step)
+# takes them from here rather than making its own (the views of a buffer's rows take ~200 µs to make).
+# Reused in stream order, as the kernels' scratch memory is; at most STAGE_TOTAL elements kept.
+_free_stages = {}
+_free_elements = [0]
 
 
-def _strides(shape):
-    if len(_STRIDES) > 4096:  # shapes that keep changing (a sequence length): start over
-        _STRIDES.clear()
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    strides = _STRIDES[shape] = tuple(reversed(strides))
-    return strides
+def _take_stage(device, key, n):
+    free = _free_stages.get((device, *key))
+    if free:
+        try:
+            stage = free.pop()
+        except IndexError:  # taken meanwhile by another thread's session
+            return _Stage(device, key, n)
+        _free_elements[0] -= stage.rows.numel()
+        return stage
+    return _Stage(device, key, n)
+
+
+def _give_back(stage):
+    stage.used = 0
+    size = stage.rows.numel()
+    if _free_elements[0] + size > STAGE_TOTAL:
+        return  # let it go
+    _free_elements[0] += size
+    _free_stages.setdefault((stage.rows.device, *stage.key), []).append(stage)
 
 
 def _launched_first(waiting, touching):

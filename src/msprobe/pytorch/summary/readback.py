@@ -9,7 +9,7 @@ import torch
 
 from msprobe.core import checksum
 from msprobe.core.dump.json_append import json_float
-from msprobe.pytorch.summary.slots import STATS, Slot
+from msprobe.pytorch.summary.slots import STATS
 
 _FLT_MAX = 3.4028234663852886e38
 
@@ -47,16 +47,16 @@ class Readback:
             elif host.device.type != "cpu":
                 host = host.cpu()
             rows = host.numpy()
-            slots = buf.slots
             if buf.kind == STATS:
-                values = stats_values_many(slots, rows)
+                values = stats_values_many(buf.ns, buf.dtypes, rows)
             else:
-                values = [{"md5": checksum.finish_raw(raw, slot.nbytes)} for slot, raw in zip(slots, rows[:, 0].tolist())]
-            for slot, v in zip(slots, values):
-                slot.values = v  # before the waiting records: fill_from_slot looks again after appending
-                for rec in slot.waiting:
-                    rec.update(v)
-                slot.waiting = []
+                finish = checksum.finish_raw
+                values = [{"md5": finish(raw, nbytes)} for nbytes, raw in zip(buf.nbytes, rows[:, 0].tolist())]
+            buf.values = values  # before the waiting records: a fill looks again after appending
+            for i, rec in buf.fills:
+                rec.update(values[i])
+            buf.fills = []
+            buf.rows = None  # the device memory goes; the values stay for records that reuse them
         self.copies = None
 
 
@@ -65,19 +65,19 @@ _LOW = {d: d.is_floating_point and d != torch.float64
         for d in (getattr(torch, name) for name in dir(torch)) if isinstance(d, torch.dtype)}
 
 
-def stats_values_many(slots, rows):
-    """Record fields of many statistics slots from their rows (max, min, sum, sum of squares; row i is
-    slot i's): the arithmetic in numpy, one dict per slot."""
-    if not slots:
+def stats_values_many(ns, dtypes, rows):
+    """Record fields of many statistics rows (max, min, sum, sum of squares; row i of a tensor of ns[i]
+    elements of dtypes[i]): the arithmetic in numpy, one dict per row."""
+    k = len(ns)
+    if not k:
         return []
-    rows = rows[:len(slots)]
-    dtypes = [s.dtype for s in slots]
-    n = np.fromiter([s.n for s in slots], dtype=np.float64, count=len(slots))
+    rows = rows[:k]
+    n = np.asarray(ns, dtype=np.float64)
     with np.errstate(all="ignore"):
         mean = rows[:, 2] / n
         norm = np.sqrt(rows[:, 3])
         # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
-        low = np.fromiter([_LOW[d] for d in dtypes], dtype=bool, count=len(slots))
+        low = np.fromiter(map(_LOW.__getitem__, dtypes), dtype=bool, count=k)
         for col in (mean, norm):
             fits = low & (np.abs(col) <= _FLT_MAX)
             col[fits] = col[fits].astype(np.float32)
@@ -101,5 +101,4 @@ def stats_values_many(slots, rows):
 
 def stats_values(row, n, dtype):
     """Record fields from one slot's row (max, min, sum, sum of squares)."""
-    one = Slot(STATS, None, 0, n, dtype, 0)
-    return stats_values_many([one], np.asarray(row, dtype=np.float64).reshape(1, 4))[0]
+    return stats_values_many([n], [dtype], np.asarray(row, dtype=np.float64).reshape(1, 4))[0]

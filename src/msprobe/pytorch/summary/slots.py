@@ -1,5 +1,9 @@
 """Where device summaries land: a slot is one row of a buffer on the tensor's device — (max, min, sum, sum
-of squares) in float64 for statistics, the raw CRC-32 (core/checksum.py) in an int64 for a checksum."""
+of squares) in float64 for statistics, the raw CRC-32 (core/checksum.py) in an int64 for a checksum.
+
+A slot is the tuple (buffer, row index): no object of its own per tensor (a summary's host cost is a few
+list appends). What a row's values mean (its tensor's element count, dtype, bytes) is kept by the buffer
+in lists indexed by row, and the records waiting for a row as (row, record) pairs."""
 
 import torch
 
@@ -11,44 +15,53 @@ ROW_BYTES = {STATS: 32, CHECKSUM: 8}
 _DTYPES = {STATS: torch.float64, CHECKSUM: torch.int64}
 
 
-class Slot:
-    """Where one tensor's summary lands: `values` once resolved; the records waiting to be filled."""
-
-    __slots__ = ("kind", "buffer", "index", "n", "dtype", "nbytes", "values", "waiting")
-
-    def __init__(self, kind, buffer, index, n, dtype, nbytes):
-        self.kind, self.buffer, self.index, self.n, self.dtype, self.nbytes = kind, buffer, index, n, dtype, nbytes
-        self.values = None
-        self.waiting = []
-
-    @property
-    def row(self):
-        return self.buffer.rows[self.index]
-
-    @property
-    def address(self):
-        """The device address of the slot's row (what the Triton kernels write to)."""
-        return self.buffer.rows.data_ptr() + self.index * ROW_BYTES[self.kind]
-
-
 class Buffer:
-    """SLOTS_PER_BUFFER rows of one kind on one device; `slots`: those made in it, in row order."""
+    """SLOTS_PER_BUFFER rows of one kind on one device; per row made so far (`used` of them): its tensor's
+    element count and dtype (statistics) or bytes (checksums); `values`: a record-fields dict per row once resolved (None before);
+    `fills`: (row, record) of the records waiting for it."""
 
-    __slots__ = ("device", "kind", "rows", "used", "slots")
+    __slots__ = ("device", "kind", "rows", "used", "ns", "dtypes", "nbytes", "values", "fills")
 
     def __init__(self, device, kind):
         self.device, self.kind = device, kind
         self.rows = torch.empty((SLOTS_PER_BUFFER, WIDTH[kind]), dtype=_DTYPES[kind], device=device)
         self.used = 0
-        self.slots = []
+        self.ns, self.dtypes, self.nbytes = [], [], []
+        self.values = None
+        self.fills = []
+
+    def slot(self, n, dtype, nbytes=0):
+        """A new slot (self, row) for a tensor of `n` elements of `dtype` (`nbytes`: its bytes, checksums)."""
+        i = self.used
+        self.used = i + 1
+        if self.kind == STATS:  # (what readback reads of a row of each kind)
+            self.ns.append(n)
+            self.dtypes.append(dtype)
+        else:
+            self.nbytes.append(nbytes)
+        return (self, i)
+
+
+def row(slot):
+    """The slot's row (a view of its buffer)."""
+    buf, i = slot
+    return buf.rows[i]
+
+
+def address(slot):
+    """The device address of the slot's row (what the Triton kernels write to)."""
+    buf, i = slot
+    return buf.rows.data_ptr() + i * ROW_BYTES[buf.kind]
 
 
 def fill_from_slot(rec, slot):
     """`rec` gets the slot's values now or when it is resolved (perhaps on the lane thread: this appends
-    to `waiting` before looking again, the resolve sets `values` before it fills the waiting records)."""
-    values = slot.values
+    to `fills` before looking again, the resolve sets `values` before it fills the waiting records).
+    (Summarizer inlines this on its hot path.)"""
+    buf, i = slot
+    values = buf.values
     if values is None:
-        slot.waiting.append(rec)
-        values = slot.values
+        buf.fills.append((i, rec))
+        values = buf.values
     if values is not None:
-        rec.update(values)
+        rec.update(values[i])

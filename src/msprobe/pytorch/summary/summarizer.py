@@ -15,9 +15,8 @@ from msprobe.core.dump import moments as native
 from msprobe.core.dump.records import TensorRecord
 from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
-from msprobe.pytorch.summary.device import DeviceSummaries
+from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
 from msprobe.pytorch.summary.layout import element_span, memory_order
-from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
 _kernel = native.kernel  # the C statistics kernel (None when not built)
@@ -130,8 +129,13 @@ class Summarizer:
                 return (rec if shared else rec.as_dict()), entry
             rec = rec.copy()
             rec["requires_grad"] = t.requires_grad
-            for slot in entry.slots:
-                fill_from_slot(rec, slot)
+            for buf, i in entry.slots:  # slots.fill_from_slot, inlined
+                got = buf.values
+                if got is None:
+                    buf.fills.append((i, rec))
+                    got = buf.values
+                if got is not None:
+                    rec.update(got[i])
             return rec, entry
         dtype = t.dtype
         name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
@@ -161,6 +165,11 @@ class Summarizer:
                 return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared), hit
         values, slots = None, []
         on_host = t.is_cpu and not self.device_path
+        if not on_host:
+            # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as
+            # .grad and copies one that is held (a detach costs more than the rest of a deferral)
+            x = t if t.requires_grad else t.detach()
+            address = _UNREAD if storage is None else storage.data_ptr()
         if self.stats:
             if on_host or n == 0:
                 kind = self._native_kinds.get(dtype)
@@ -172,15 +181,17 @@ class Summarizer:
                         values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
                 if values is None:
                     values = host.statistics(t, n, span, self._native_kinds)
+            elif span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
+                slots.append(self.slots.stats(x, n, x, defer, None, address))  # contiguous: no more to look at
             else:
-                slots.append(self._stats_slot(t, n, span, defer))
+                slots.append(self._stats_slot(x, n, span, defer))
         if values is None:
             values = {}
         if self.md5:
             if on_host or n == 0:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
             else:
-                slots.append(self.slots.checksum(t if t.requires_grad else t.detach(), defer))
+                slots.append(self.slots.checksum(x, defer, address))
         entry = None
         if key is not None:
             if len(self._cache) > CACHE_LIMIT:
@@ -215,22 +226,22 @@ class Summarizer:
                 objects.clear()
             objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
         rec["requires_grad"] = t.requires_grad
-        for slot in slots:
-            fill_from_slot(rec, slot)
+        for buf, i in slots:  # slots.fill_from_slot, inlined
+            got = buf.values
+            if got is None:
+                buf.fills.append((i, rec))
+                got = buf.values
+            if got is not None:
+                rec.update(got[i])
         return rec
 
-    def _stats_slot(self, t, n, span, defer):
-        """A device slot of `t`'s Max/Min/Sum/Sum of squares (complex: of |t|); `span`: element_span(t)
-        when the caller has it."""
-        # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as .grad
-        # and copies one that is held (a detach costs more than the rest of a deferral)
-        x = t if t.requires_grad else t.detach()
+    def _stats_slot(self, x, n, span, defer):
+        """A device slot of the Max/Min/Sum/Sum of squares of `x` (complex: of |x|), not contiguous or
+        complex (summarize takes the rest); `span`: element_span(x) when the caller has it."""
         if x.dtype.is_complex:
             with torch.no_grad():
                 x = x.abs()
             span = None
-        elif span is not None and len(span) == 1 and span[0][0] == 1 and n == span[0][1]:
-            return self.slots.stats(x, n, x, defer)  # contiguous: the caller has looked
         dense = memory_order(x)
         if dense.is_contiguous():
             return self.slots.stats(x, n, dense, defer)

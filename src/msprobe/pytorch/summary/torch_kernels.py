@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from msprobe.core import checksum as crc
+from msprobe.pytorch.summary.slots import row as slot_row
 from msprobe.pytorch.summary.transfer import index_tensor, to_device_async
 
 # deferred tensors of at most this many elements (by device type) are reduced together: one concatenation
@@ -46,7 +47,7 @@ def statistics(batch):
     into rows (one copy) and reduced along them, a few launches for all; the other small ones concatenated
     (as float64, exact for every real dtype) and reduced by segment; the large ones a tensor at a time."""
     shapes, alone = _by_shape(batch, STACK_ELEMENTS)
-    mixed = []
+    mixed, out = [], _Rows()
     for items in shapes.values():
         if len(items) == 1:
             mixed.append(items[0])
@@ -61,7 +62,7 @@ def statistics(batch):
             except (RuntimeError, NotImplementedError):
                 mixed.extend(chunk)
                 continue
-            _store_rows([item[2] for item in chunk], values)
+            out.add([item[2] for item in chunk], values)
     if mixed:
         chunks, rest = _grouped(mixed, lambda item: True)
         alone.extend(rest)
@@ -78,28 +79,21 @@ def statistics(batch):
             except (RuntimeError, NotImplementedError):
                 alone.extend(chunk)
                 continue
-            _store_rows([slot for _, _, slot, _ in chunk], values)
+            out.add([slot for _, _, slot, _ in chunk], values)
+    out.store()
     for x, _, slot, _ in alone:
         _stats_one(x, slot)
 
 
-def segment_statistics(flat, lengths, slots):
-    """Statistics of the segments of `flat` (a staging buffer: tensors of `lengths` elements, back to back)
-    into their slots: a few launches for all, no copy of the segments."""
-    k = len(slots)
-    if k == 1:
-        _stats_one(flat, slots[0])
-        return
+def row_statistics(stages):
+    """Statistics of each row of staging buffers (device.py), [(rows (k, n), the k rows' slots)] of one
+    device: a few launches a buffer, no copy of the rows, the results stored together."""
+    out = _Rows()
     with torch.no_grad():
-        m = flat.to(torch.float64)
-        if all(n == lengths[0] for n in lengths):  # one size: rows
-            m = m.view(k, -1)
-            values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
-        else:
-            lens = index_tensor(lengths, flat.device)
-            values = torch.stack([torch.segment_reduce(m, op, lengths=lens, unsafe=True) for op in ("max", "min", "sum")]
-                                 + [torch.segment_reduce(m * m, "sum", lengths=lens, unsafe=True)], dim=1)
-    _store_rows(slots, values)
+        for rows, slots in stages:
+            m = rows.to(torch.float64)
+            out.add(slots, torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1))
+    out.store()
 
 
 def _by_shape(items, limit):
@@ -119,7 +113,7 @@ def _by_shape(items, limit):
 
 
 def _stats_one(x, slot):
-    row = slot.row
+    row = slot_row(slot)
     with torch.no_grad():
         if x.dtype == torch.bool:
             row.copy_(torch.stack((x.any(), x.all(), x.any(), x.any())))
@@ -142,13 +136,14 @@ def checksum(batch):
     x0 = batch[0][0]
     limit = GROUP_ELEMENTS.get(x0.device.type, GROUP_ELEMENTS_ELSEWHERE) * 4 // max(1, x0.element_size())
     shapes, alone = _by_shape([(x, x.numel(), slot) for x, slot in batch], limit)
-    device, pending = x0.device, _Pass()
+    out = _Rows()
+    device, pending = x0.device, _Pass(out)
     for items in shapes.values():
         nbytes = items[0][1] * x0.element_size()
         if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
             with torch.no_grad():
                 m = torch.stack([item[0] for item in items]).reshape(len(items), -1).view(torch.uint8)
-                _store_rows([item[2] for item in items], _crc_short(m).unsqueeze(1))
+                out.add([item[2] for item in items], _crc_short(m).unsqueeze(1))
             continue
         pad = (-nbytes) % ROW
         r = (nbytes + pad) // ROW
@@ -164,15 +159,18 @@ def checksum(batch):
                     m = torch.cat((m.new_zeros((k, pad)), m), 1)
             pending.add(m.reshape(-1, ROW), r, [item[2] for item in chunk])
     pending.run(device)
+    out.store()
     for x, _, slot in alone:
         with torch.no_grad():
-            slot.row.copy_(crc_raw(x.contiguous().reshape(-1).view(torch.uint8)))
+            slot_row(slot).copy_(crc_raw(x.contiguous().reshape(-1).view(torch.uint8)))
 
 
 class _Pass:
-    """Rows of bytes of several tensors (whole CRC rows, zero-padded in front) read in one CRC pass."""
+    """Rows of bytes of several tensors (whole CRC rows, zero-padded in front) read in one CRC pass; the
+    raw CRCs go to `out` (_Rows)."""
 
-    def __init__(self):
+    def __init__(self, out):
+        self.out = out
         self.parts, self.slots, self.segment, self.after, self.rows = [], [], [], [], 0
 
     def add(self, rows, per_tensor, slots):
@@ -193,8 +191,8 @@ class _Pass:
             after = np.concatenate(self.after)
             idx = index_tensor(np.stack((np.concatenate(self.segment), after)), device)
             raws = _crc_rows(rows, idx[1], idx[0], len(self.slots), int(after.max()).bit_length())
-        _store_rows(self.slots, raws.unsqueeze(1))
-        self.__init__()
+        self.out.add(self.slots, raws.unsqueeze(1))
+        self.parts, self.slots, self.segment, self.after, self.rows = [], [], [], [], 0
 
 
 def crc_raw(raw):
@@ -252,13 +250,26 @@ def _crc_short(m):
     row_tab, _, _, cols, _, _ = _tables(m.device)
     width = m.shape[1]
     vals = row_tab.index_select(0, (m + cols[ROW - width:]).view(-1)).view(m.shape)  # uint8 + int32: int32
-    while width > 1:  # xor of the columns, halving; an odd one out joins the first
+    return _xor_columns(vals).to(torch.int64) & 0xFFFFFFFF
+
+
+def _xor_columns(vals):
+    """(k,) int32: the xor of the columns of each row of contiguous int32 `vals` (k, w), halving; pairs
+    of columns folded as one int64 first (half the elements), the two halves of the last xored."""
+    width = vals.shape[1]
+    pairs = width % 2 == 0 and width > 2
+    if pairs:
+        vals, width = vals.view(torch.int64), width // 2
+    while width > 1:  # an odd one out joins the first
         half = width // 2
         folded = vals[:, :half] ^ vals[:, half:2 * half]
         if width % 2:
             folded[:, :1] ^= vals[:, 2 * half:]
         vals, width = folded, half
-    return vals[:, 0].to(torch.int64) & 0xFFFFFFFF
+    if pairs:
+        halves = vals.contiguous().view(torch.int32)
+        return halves[:, 0] ^ halves[:, 1]
+    return vals[:, 0]
 
 
 def _crc_rows(rows, after, segment, count, levels):
@@ -267,12 +278,8 @@ def _crc_rows(rows, after, segment, count, levels):
     `after`."""
     row_tab, near_tab, shift_tab, cols, bits, quarters = _tables(rows.device)
     # (r, ROW): each byte's part of its row's raw CRC
-    vals = row_tab.index_select(0, (rows.to(torch.int32) + cols).view(-1)).view(rows.shape)
-    width = vals.shape[1]
-    while width > 1:  # xor of the columns, halving
-        width //= 2
-        vals = vals[:, :width] ^ vals[:, width:2 * width]
-    u = vals[:, 0].contiguous()
+    vals = row_tab.index_select(0, (rows + cols).view(-1)).view(rows.shape)  # uint8 + int32: int32
+    u = _xor_columns(vals).contiguous()
     if after is None:
         return u.to(torch.int64) & 0xFFFFFFFF
     # rows fewer than NEAR from the end: one lookup of the CRC's four bytes (little-endian int32 memory)
@@ -317,21 +324,46 @@ def _grouped(items, fits):
     return chunks, alone
 
 
+class _Rows:
+    """Rows of values computed for slots, part by part, stored into the slots' buffers together: one copy
+    (or one indexed copy) per buffer for a whole batch, not one per group of it."""
+
+    __slots__ = ("slots", "parts")
+
+    def __init__(self):
+        self.slots, self.parts = [], []
+
+    def add(self, slots, values):
+        """Row i of `values` is slot i's."""
+        self.slots.extend(slots)
+        self.parts.append(values)
+
+    def store(self):
+        if self.parts:
+            _store_rows(self.slots, self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts))
+            self.slots, self.parts = [], []
+
+
 def _store_rows(slots, values):
-    """Row i of `values` into slot i's row of its buffer: one copy into consecutive rows of one buffer (the
-    common case: slots are made in order), else one indexed copy per buffer."""
-    first, k = slots[0], len(slots)
-    buf, start = first.buffer, first.index
-    # (staged slots come in staging order, not row order: each index is looked at)
-    if all(slot.buffer is buf and slot.index == start + i for i, slot in enumerate(slots)):
-        buf.rows[start:start + k].copy_(values)
+    """Row i of `values` into slot i's row of its buffer: one copy into consecutive rows of one buffer (slots
+    made in order), else one indexed copy per buffer."""
+    buf, start = slots[0]
+    k = len(slots)
+    index = [i for _, i in slots]
+    if len({b for b, _ in slots}) == 1:
+        # (stacked and staged slots come grouped by shape or stage, not in row order)
+        if index[-1] == start + k - 1 and index == list(range(start, start + k)):
+            buf.rows[start:start + k].copy_(values)
+        else:
+            buf.rows.index_copy_(0, index_tensor(index, values.device), values)
         return
     by_buffer = {}
-    for i, slot in enumerate(slots):
-        _, rows, picks = by_buffer.setdefault(id(slot.buffer), (slot.buffer, [], []))
-        rows.append(slot.index)
-        picks.append(i)
+    for pos, (b, i) in enumerate(slots):
+        got = by_buffer.get(b)
+        if got is None:
+            got = by_buffer[b] = ([], [])
+        got[0].append(i)
+        got[1].append(pos)
     device = values.device
-    for buf, rows, picks in by_buffer.values():
-        part = values if len(picks) == len(slots) else values[index_tensor(picks, device)]
-        buf.rows.index_copy_(0, index_tensor(rows, device), part)
+    for b, (rows, picks) in by_buffer.items():
+        b.rows.index_copy_(0, index_tensor(rows, device), values[index_tensor(picks, device)])

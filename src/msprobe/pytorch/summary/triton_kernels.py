@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from msprobe.core import checksum as crc
+from msprobe.pytorch.summary.slots import address
 from msprobe.pytorch.summary.transfer import table_to_device, to_device_async
 
 BLOCK = 2048
@@ -59,10 +60,10 @@ def statistics(batch):
     """Statistics of items (x, n, slot, rows) of one device and dtype: `x` dense, or rows of a wider
     tensor when `rows` is (columns, row stride); one tensor alone by the ring kernel."""
     if len(batch) == 1 and batch[0][3] is None:
-        x, n, slot, _ = batch[0]
-        stats(x, n, slot.buffer.rows, slot.index)
+        x, n, (buf, index), _ = batch[0]
+        stats(x, n, buf.rows, index)
         return
-    stats_many([x for x, _, _, _ in batch], [n for _, n, _, _ in batch], [slot.address for _, _, slot, _ in batch],
+    stats_many([x for x, _, _, _ in batch], [n for _, n, _, _ in batch], [address(slot) for _, _, slot, _ in batch],
                [r or (n, n) for _, n, _, r in batch])
 
 
@@ -70,10 +71,10 @@ def checksum(batch):
     """Raw CRC-32 of items (x, slot), the bytes of tensors of one device in index order, in one launch."""
     raws = [x if x.is_contiguous() else x.contiguous() for x, _ in batch]  # alive until launched
     raw0 = raws[0]
-    counts = [slot.nbytes for _, slot in batch]
+    counts = [buf.nbytes[i] for _, (buf, i) in batch]
     levels = [max(0, -(-n // ROW) - 1).bit_length() for n in counts]
     table, tiles = _table(raw0.device, [raw.data_ptr() for raw in raws], counts,
-                          [slot.address for _, slot in batch], CRC_TILE, (levels,))
+                          [address(slot) for _, slot in batch], CRC_TILE, (levels,))
     st = _multi_state(raw0.device, tiles, len(batch))
     row_tab, shift_tab = _crc_tables(raw0.device)
     _crc_multi_kernel[(tiles,)](table, len(batch), st[1], st[2], row_tab, shift_tab, ROW=ROW, RB=CRC_RB,
