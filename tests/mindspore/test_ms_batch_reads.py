@@ -25,24 +25,25 @@ def assert_stats(rec, expected, what):
         assert rec[k] == pytest.approx(v, rel=1e-5, abs=1e-6), f"{what} {k}"
 
 
-def test_views_at_other_offsets_of_one_buffer_keep_their_own_statistics(tmp_path):
-    """mint.chunk's three outputs have one shape and one stride, at three offsets of one buffer."""
+@pytest.mark.parametrize("dim", [0, -1])
+def test_views_at_other_offsets_of_one_buffer_keep_their_own_statistics(tmp_path, dim):
+    """mint.chunk's three outputs have one shape and one stride, at three offsets of one buffer
+    (along dim 0 each is contiguous, along the last dim strided)."""
     from mindspore import mint
 
     from msprobe.mindspore import PrecisionDebugger
-    x = ms.Tensor(np.arange(48, dtype=np.float32).reshape(4, 12) * np.float32(0.5) - 3)
+    x = ms.Tensor(np.arange(72, dtype=np.float32).reshape(6, 12) * np.float32(0.5) - 3)
     debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
     debugger.start()
-    parts = mint.chunk(x * 1.0, 3, -1)
+    parts = mint.chunk(x * 1.0, 3, dim)
     total = parts[0] + parts[1] + parts[2]
     debugger.stop()
     debugger.step()
     debugger.close()
     r = DumpReader(os.path.join(tmp_path, "step0", f"proc{PID}"))
     outs = r["Mint.chunk.0.forward"]["output"]
-    host = x.asnumpy()
-    for i, rec in enumerate(outs):
-        assert_stats(rec, stats(host[:, 4 * i:4 * (i + 1)]), f"chunk output {i}")
+    for rec, part in zip(outs, np.split(x.asnumpy(), 3, axis=dim)):
+        assert_stats(rec, stats(part), f"chunk output {rec}")
     assert_stats(r["Tensor.__add__.1.forward"]["output"][0], stats(total.asnumpy()), "sum")
 
 

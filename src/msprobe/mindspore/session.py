@@ -266,9 +266,9 @@ class DumpSession(CaptureSession):
         for t in tensors:
             recs.pop(id(t), None)
 
-    def tensor_record_now(self, t, file_stem, save, waits, into=None):
-        """Record of tensor `t` now (filling in `into` when given)."""
-        rec, arr = self.summarizer.summarize(t, into)
+    def tensor_record_now(self, t, file_stem, save, waits, into=None, same=None):
+        """Record of tensor `t` now (filling in `into` when given; `same`: see Summarizer.summarize)."""
+        rec, arr = self.summarizer.summarize(t, into, same)
         if save and self.gate is not None:
             # the file is written only if the record overflows; a Parameter is copied now, as the
             # optimizer changes it in place before the gate decides
@@ -304,22 +304,14 @@ class DumpSession(CaptureSession):
 
     def _summarise_late(self, late):
         """The summarizer's resolve: statistics (and files) of the tensors deferred_record queued.
-        On a CPU target, tensors of the batch that are other objects over the same memory and layout (a
-        gradient seen by two hooks, an output handed on under another name) are read once: the batch
-        is read at one moment, with all of them alive."""
+        Tensors of the batch that are other objects over the same memory (a gradient seen by two
+        hooks, an output handed on under another name) are read once: the batch is read at one
+        moment, with all of them alive."""
         self._after_backward = False
-        same = {} if self._on_cpu and self.gate is None else None
+        same = {}  # see Summarizer.summarize
         for t, rec, stem, save, waits in late:
-            where = _memory_of(t) if same is not None and not save else None
             try:
-                if where is not None:
-                    hit = same.get(where)
-                    if hit is not None:
-                        rec.update(hit)
-                        continue
-                    same[where] = self.tensor_record_now(t, stem, save, waits, into=rec)
-                else:
-                    self.tensor_record_now(t, stem, save, waits, into=rec)
+                self.tensor_record_now(t, stem, save, waits, into=rec, same=same)
             except Exception as e:  # noqa: BLE001 - one bad tensor: logged, its record written without it
                 self._writer().log_error(f"{stem or rec.get('type', 'a tensor')}: {e!r}")
         self.summarizer.drop_aliases()
@@ -433,15 +425,6 @@ class DumpSession(CaptureSession):
         finally:
             if self.graph is not None:
                 self.graph.close()
-
-
-def _memory_of(t):
-    """(address, shape, strides, dtype) of CPU tensor `t`: what its statistics depend on; None when it
-    has no memory to name."""
-    try:
-        return t.data_ptr(), t.shape, tuple(t.stride()), t.dtype
-    except (RuntimeError, TypeError, ValueError):
-        return None
 
 
 def _tensors_in(values):
