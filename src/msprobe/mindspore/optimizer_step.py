@@ -25,9 +25,11 @@ def _call(orig):
             return session.record_call("Jit", type(optimizer).__name__, lambda *a, **k: orig(optimizer, *a, **k),
                                        args, kwargs)
         calls = session.calls
-        calls.ops.before_call(session)
+        session.before_optimizer()
         frames = optimizer_updates.begin(session, type(optimizer).__name__,
                                          [(p.name, p, g) for p, g in zip(params, grads)])
+        if not frames:  # begin read nothing: what the backward pass queued is read before the step
+            session.before_mutation()
         out = calls.ops.run(lambda *a, **k: orig(optimizer, *a, **k), args, kwargs)
         optimizer_updates.end(session, frames)
         return out

@@ -51,12 +51,15 @@ class MindSporeCallOps:
 
     @staticmethod
     def before_call(s):
-        """A forward call: the backward pass is over (stuck trackers go out) and the gradients it
-        queued are summarised."""
+        """A forward call: the backward pass is over (stuck trackers go out), the gradients it
+        queued are summarised, and the Parameters' statistics read before it are dropped (see
+        gradients_arrived)."""
         if s.stuck:
             s.release_stuck(-1)
         if s._after_backward:
             s.resolve()
+        if s._params_stale:
+            s.params_changed()
 
     @staticmethod
     def run(func, args, kwargs):
@@ -144,6 +147,7 @@ class DumpSession(CaptureSession):
         # hooks, L1 only through the backward records of recorded calls
         self._params_tracked = cfg.level in ("L0", "mix") or (self.filter.backward and self.filter.passes_everything)
         self._param_recs = None  # id(p) -> (weakref to p, record), or None: not read since the last change
+        self._params_stale = False  # gradients arrived: _param_recs go at the next forward call
         self.tensor_hooks = []  # handles of Tensor.register_hook (in-place calls), removed at step end
         # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
         # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
@@ -233,22 +237,38 @@ class DumpSession(CaptureSession):
             _state.busy = prev
         return recs
 
+    def gradients_arrived(self):
+        """The optimizer may change the Parameters from now on: their statistics go at the next forward
+        call (before_call), which comes before any later read of them, but are still the values the
+        wrapped optimizer's step starts from (before_optimizer): the Parameters are not read twice."""
+        if self._param_recs:
+            self._params_stale = True
+
+    def before_optimizer(self):
+        """nn.Optimizer's step starts (optimizer_step.py): stuck trackers go out. Not a forward call:
+        the gradients queued join the batch of the step's own inputs, one read for a gradient both
+        show (see _summarise_late), and the Parameters' statistics stand until it changes them."""
+        if self.stuck:
+            self.release_stuck(-1)
+
     def params_changed(self, tensors=None):
-        """The optimizer may change the Parameters from now on (`tensors`: only these changed): drop
-        their statistics read by param_record, here and in the summarizer's cache."""
+        """The Parameters changed (`tensors`: only these): drop their statistics read by param_record,
+        here and in the summarizer's cache."""
         recs = self._param_recs
         if not recs:
+            self._params_stale = False
             return
         if tensors is None:
             self._param_recs = None
+            self._params_stale = False
             self.summarizer.forget([ref() for ref, _ in recs.values()])
             return
         for t in tensors:
             recs.pop(id(t), None)
 
-    def tensor_record_now(self, t, file_stem, save, waits, into=None):
-        """Record of tensor `t` now (filling in `into` when given)."""
-        rec, arr = self.summarizer.summarize(t, into)
+    def tensor_record_now(self, t, file_stem, save, waits, into=None, same=None):
+        """Record of tensor `t` now (filling in `into` when given; `same`: see Summarizer.summarize)."""
+        rec, arr = self.summarizer.summarize(t, into, same)
         if save and self.gate is not None:
             # the file is written only if the record overflows; a Parameter is copied now, as the
             # optimizer changes it in place before the gate decides
@@ -279,15 +299,19 @@ class DumpSession(CaptureSession):
         """deferred_record for a gradient: the batch is resolved at the next forward call."""
         self._after_backward = True
         if self._param_recs:
-            self.params_changed()
+            self.gradients_arrived()
         return self.deferred_record(g, file_stem, save, waits)
 
     def _summarise_late(self, late):
-        """The summarizer's resolve: statistics (and files) of the tensors deferred_record queued."""
+        """The summarizer's resolve: statistics (and files) of the tensors deferred_record queued.
+        Tensors of the batch that are other objects over the same memory (a gradient seen by two
+        hooks, an output handed on under another name) are read once: the batch is read at one
+        moment, with all of them alive."""
         self._after_backward = False
+        same = {}  # see Summarizer.summarize
         for t, rec, stem, save, waits in late:
             try:
-                self.tensor_record_now(t, stem, save, waits, into=rec)
+                self.tensor_record_now(t, stem, save, waits, into=rec, same=same)
             except Exception as e:  # noqa: BLE001 - one bad tensor: logged, its record written without it
                 self._writer().log_error(f"{stem or rec.get('type', 'a tensor')}: {e!r}")
         self.summarizer.drop_aliases()

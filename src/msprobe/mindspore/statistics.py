@@ -96,16 +96,19 @@ def _direct_kinds():
     return {ms.float32: np.dtype(np.float32), ms.float64: np.dtype(np.float64)}
 
 
-def direct_moments(t, dt):
+def direct_moments(t, dt, address=None):
     """(Max, Min, Mean, Norm) of a CPU float tensor of numpy dtype `dt` (see _direct_kinds) read where
     it lies (data_ptr() waits for the op that makes it, as asnumpy() does), or None: empty, or inf/nan
     (array_stats then says how they show). asnumpy() builds an ndarray whose buffer format numpy
     parses each time, and copies a strided view (a chunk, a transpose) through MindSpore's thread
-    pool, several times slower than this for small views."""
+    pool, several times slower than this for small views. `address`: its data_ptr() when the caller
+    read it and knows the tensor is contiguous."""
     n = t.size
     if not n:
         return None
     # (_direct_kinds is empty unless the kernel is enabled)
+    if address is not None:
+        return native.kernel(address, n, _NATIVE_KINDS[dt], 1)
     if t.is_contiguous():
         return native.kernel(t.data_ptr(), n, _NATIVE_KINDS[dt], 1)
     dense = _dense_copy(t, dt)
@@ -192,10 +195,13 @@ class Summarizer:
             self._cache.pop(id(t), None)
             self._aliases.pop(id(t), None)
 
-    def summarize(self, t, into=None):
+    def summarize(self, t, into=None, same=None):
         """(record, host view or None) for tensor `t`; the view (see host_view) is returned when it was
         made anyway, to be copied at once by a caller that keeps it. `into`: a dict the fields go
-        into (it is the record returned), instead of a new one."""
+        into (it is the record returned), instead of a new one. `same`: a dict of the records of
+        tensors read at this same moment, all alive, by (address, shape, dtype) of their memory: a
+        contiguous tensor read where it lies takes the record of another object over that memory (a
+        gradient two hooks see) instead of reading it again."""
         key = id(t)
         alias = self._aliases.get(key)
         if alias is not None and alias[0]() is t:
@@ -209,11 +215,24 @@ class Summarizer:
             into.update(hit[1])
             return into, None
         dtype = t.dtype
-        rec = {"type": "mindspore.Tensor", "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
-               "shape": list(t.shape)}
-        arr = None
         dt = self._direct.get(dtype)
-        got = direct_moments(t, dt) if dt is not None else None
+        where = address = None
+        if dt is not None and same is not None and t.is_contiguous():
+            address = t.data_ptr()
+            where = (address, t.shape, dtype)
+            seen = same.get(where)
+            if seen is not None:
+                self._remember(t, seen)
+                if into is None:
+                    return dict(seen), None
+                into.update(seen)
+                return into, None
+        rec = {"type": "mindspore.Tensor", "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
+               "shape": list(where[1] if where is not None else t.shape)}
+        arr = None
+        got = direct_moments(t, dt, address) if dt is not None else None
+        if where is not None:
+            same[where] = rec
         if got is not None:
             rec["Max"], rec["Min"], rec["Mean"], rec["Norm"] = got  # (native.stats_record, inline)
         elif self.stats or self.md5:

@@ -254,7 +254,7 @@ class _ParamGradState:
             session = _state.session
             if session is None or not self.owner.grads_active:
                 return None
-            session.params_changed()  # the optimizer may update the Parameters from now on
+            session.gradients_arrived()  # the optimizer may update the Parameters from now on
             if self.base not in session.recorded_modules:
                 return None
             prev, _state.busy = _state.busy, True
