@@ -21,10 +21,10 @@ from msprobe.pytorch.summary.transfer import host_copy
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 # integer tensors up to this size are summarised in Python (one tolist) instead of torch reductions
 _SMALL_INTS = 64
-# below this many elements (64 MB of float32) the kernel reads on one thread: a parallel read wakes
-# torch's OpenMP team, whose workers then spin between the model's ops (statistics L0 on
-# dump_overhead's mlp/cnn: 1.38/1.40x the process CPU time of a step with 32K here, 1.01/1.01x with one thread)
-PARALLEL_MIN = 16 * 1024 * 1024
+# below this many elements (4 MB of float32) the kernel reads on one thread: a parallel read wakes
+# torch's OpenMP team, whose workers then spin between the model's ops (on a loaded machine that spin
+# is most of a small read's CPU time); above it a read takes long enough for the split to pay
+PARALLEL_MIN = 1024 * 1024
 # a read-only memoryview of raw memory: ISA-L reads a tensor's bytes with no numpy view built (several us)
 _memory = ctypes.pythonapi.PyMemoryView_FromMemory
 _memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
