@@ -56,8 +56,7 @@ def address(slot):
 
 def fill_from_slot(rec, slot):
     """`rec` gets the slot's values now or when it is resolved (perhaps on the lane thread: this appends
-    to `fills` before looking again, the resolve sets `values` before it fills the waiting records).
-    (Summarizer inlines this on its hot path.)"""
+    to `fills` before looking again, the resolve sets `values` before it fills the waiting records)."""
     buf, i = slot
     values = buf.values
     if values is None:

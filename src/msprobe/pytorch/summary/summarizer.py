@@ -17,6 +17,7 @@ from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
 from msprobe.pytorch.summary.layout import element_span, memory_order
+from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
 _kernel = native.kernel  # the C statistics kernel (None when not built)
@@ -129,13 +130,8 @@ class Summarizer:
                 return (rec if shared else rec.as_dict()), entry
             rec = rec.copy()
             rec["requires_grad"] = t.requires_grad
-            for buf, i in entry.slots:  # slots.fill_from_slot, inlined
-                got = buf.values
-                if got is None:
-                    buf.fills.append((i, rec))
-                    got = buf.values
-                if got is not None:
-                    rec.update(got[i])
+            for slot in entry.slots:
+                fill_from_slot(rec, slot)
             return rec, entry
         dtype = t.dtype
         name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
@@ -226,13 +222,8 @@ class Summarizer:
                 objects.clear()
             objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
         rec["requires_grad"] = t.requires_grad
-        for buf, i in slots:  # slots.fill_from_slot, inlined
-            got = buf.values
-            if got is None:
-                buf.fills.append((i, rec))
-                got = buf.values
-            if got is not None:
-                rec.update(got[i])
+        for slot in slots:
+            fill_from_slot(rec, slot)
         return rec
 
     def _stats_slot(self, x, n, span, defer):
