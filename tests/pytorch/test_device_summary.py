@@ -554,3 +554,22 @@ def test_staging_buffers_are_taken_again_by_the_next_session(monkeypatch):
         assert len(free) == 1 and free[0].used == 0
         kept.append(free[0])
     assert kept[0] is kept[1]
+
+
+def test_close_lets_the_staging_buffers_go(tmp_path, monkeypatch):
+    """The staging buffers a step leaves for the next are process-wide; a debugger's close() frees them:
+    device memory held by the tool is the user's again once it is closed."""
+    from msprobe.pytorch.summary import device
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    monkeypatch.setattr(device, "_free_stages", {})
+    monkeypatch.setattr(device, "_free_elements", [0])
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    for _ in range(2):
+        dbg.start(model)
+        model(torch.randn(8, 16)).sum().backward()
+        dbg.stop()
+        dbg.step()
+    assert device._free_stages and device._free_elements[0] > 0  # kept between the steps
+    dbg.close()
+    assert device._free_stages == {} and device._free_elements[0] == 0

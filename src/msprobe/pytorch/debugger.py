@@ -21,6 +21,7 @@ from msprobe.pytorch.capture.debug_save import save_variable
 from msprobe.pytorch.capture.modules import ModuleCapture, has_compiled_modules
 from msprobe.pytorch.capture.patched_api import PatchedApis
 from msprobe.pytorch.session import DumpSession, current_rank
+from msprobe.pytorch.summary.device import drop_free_stages
 from msprobe.pytorch.tool_work import tool_work
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             self._record_order.release()
         if self._modules is not None:
             self._modules.release()
+        drop_free_stages()  # (close(): the staging buffers kept for the next step go)
 
     def _capture_on(self):
         level = self.config.level

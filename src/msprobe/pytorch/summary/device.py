@@ -306,6 +306,12 @@ def _take_stage(device, key, n):
     return _Stage(device, key, n)
 
 
+def drop_free_stages():
+    """Let every free staging buffer go (a debugger closed: its device memory is the user's again)."""
+    _free_stages.clear()
+    _free_elements[0] = 0
+
+
 def _give_back(stage):
     stage.used = 0
     size = stage.rows.numel()
