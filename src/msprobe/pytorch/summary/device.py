@@ -187,17 +187,13 @@ class DeviceSummaries:
         memory in element order (x itself, or a permutation that makes it contiguous), or None; `rows`:
         (columns, row stride) when x's memory is rows of a wider tensor (a chunk); `storage`: the address
         of x's storage when the caller has read it.
-        `defer`: launched with others at the next `launch()`. (Every summary's path: inlined.)"""
+        `defer`: launched with others at the next `launch()`."""
         dtype = x.dtype
         lane = self._lanes.get(x.device) or self._lane(x.device)
         buf = lane.open[STATS]
         if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
             buf = self._open(lane, STATS)
-        i = buf.used  # Buffer.slot, inlined
-        buf.used = i + 1
-        buf.ns.append(n)
-        buf.dtypes.append(dtype)
-        slot = (buf, i)
+        slot = buf.slot(n, dtype)
         self.pending += 1
         kernels = lane.kernels
         if kernels is None:  # torch's kernels read any layout
