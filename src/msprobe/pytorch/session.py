@@ -53,14 +53,9 @@ class TorchCallOps:
 
     __slots__ = ()
     work = tool_work
-
-    @staticmethod
-    def before_call(s):
-        pass
-
-    @staticmethod
-    def run(func, args, kwargs):
-        return _run_nested(func, args, kwargs)
+    before_call = None  # nothing to do as a call starts
+    amend_outputs = None
+    run = staticmethod(_run_nested)
 
     @staticmethod
     def before_mutation(s, args, kwargs):
@@ -70,8 +65,6 @@ class TorchCallOps:
     def result_of(s, out, args, inplace):
         """`__setitem__` and collectives return None and mutate their first argument; an in-place
         result's cached statistics are stale."""
-        if not inplace:
-            return out
         result = args[0] if args and not isinstance(out, torch.Tensor) else out
         s.summarizer.forget((result,) if type(result) in _PLAIN else flat_tensors(result))
         return result
@@ -101,10 +94,6 @@ class TorchCallOps:
         if not save and type(p) in _PLAIN:  # the common case, without tensor_record's frame
             return s.summarizer.record(p, True, s.summarizer.share_forward)
         return s.tensor_record(p, stem, save, waits, defer=True)
-
-    @staticmethod
-    def amend_outputs(s, outs):
-        pass
 
 
 CALLS = CallCapture(TorchCallOps())

@@ -94,8 +94,11 @@ class ApiCapture(TorchFunctionMode):
         if maybe_operator:
             name = operator_name(2) or name
             inplace = is_inplace(name)
-        return session.record_call(prefix, name, func, args, kwargs, inplace=inplace or "out" in kwargs,
-                                   mutates=_mutates(func, args, kwargs, flag))
+        out_arg = "out" in kwargs
+        # (_mutates, inline: asked for every recorded call)
+        mutates = out_arg or (flag is not None and (kwargs.get("inplace") is True
+                                                    or (len(args) > flag and args[flag] is True)))
+        return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
 
     def _before_unrecorded(self, session, func, args, kwargs, info):
         """A call not recorded (nested, private, not an API) that changes a tensor in place launches the
