@@ -114,6 +114,7 @@ class DumpSession(CaptureSession):
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, lane=lane)
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
+        self.api_level_l2 = cfg.level == "L2"  # an API call only names its aten ops' parent (record_call)
         # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.

@@ -61,7 +61,7 @@ class CallCapture:
         ops = self.ops
         if ops.before_call is not None:
             ops.before_call(s)
-        key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
+        key = s.counter.next_api_key(prefix, name)
         gate = s.gate
         flt = s.filter
         if flt.passes_everything:  # no scope or list (want_call's answer, without its frame)

@@ -264,11 +264,11 @@ class CaptureSession(CallRecords, SessionWriter):
         if self.failed is not None:
             return
         now = time.monotonic()
+        if self._queue and now - self._resolved_at >= FLUSH_SECONDS:
+            self._due = True  # (the next record's; summaries this thread may not read wait for it)
         puts = self._puts
         if puts != self._idle_puts:  # records came since the last look
             self._idle_puts, self._idle_since = puts, now
-            if self._queue and now - self._resolved_at >= FLUSH_SECONDS:
-                self._due = True
             return
         if now - self._idle_since < IDLE_SECONDS:
             return

@@ -98,7 +98,10 @@ class ApiCapture(TorchFunctionMode):
         # (_mutates, inline: asked for every recorded call)
         mutates = out_arg or (flag is not None and (kwargs.get("inplace") is True
                                                     or (len(args) > flag and args[flag] is True)))
-        return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
+        if session.api_level_l2:
+            return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
+        # record_call's L1/mix case, without its frame
+        return session.calls.call(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
 
     def _before_unrecorded(self, session, func, args, kwargs, info):
         """A call not recorded (nested, private, not an API) that changes a tensor in place launches the

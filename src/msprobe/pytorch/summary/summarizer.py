@@ -146,7 +146,10 @@ class Summarizer:
                 fill_from_slot(rec, slot)
             return rec
         dtype = t.dtype
-        name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+        try:
+            name = _DTYPE_NAMES[dtype]
+        except KeyError:
+            name = dtype_name(dtype)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
             self.entry = None
             return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
@@ -212,7 +215,16 @@ class Summarizer:
             except TypeError:  # a storage without weak references
                 entry = None
         self.entry = entry
-        return self._record(t, name, shape, key, entry, values, slots, shared)
+        if slots or entry is None or len(values) != self._nfields:
+            return self._record(t, name, shape, key, entry, values, slots, shared)
+        # complete, remembered for the tensor object (_record's first case, inline: most records)
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
+               "requires_grad": t.requires_grad}
+        objects = self._objects
+        if len(objects) > CACHE_LIMIT:
+            objects.clear()
+        objects[id(t)] = (weakref.ref(t), version, key[0], shape, rec, entry, True)
+        return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
