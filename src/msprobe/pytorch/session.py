@@ -176,7 +176,7 @@ class DumpSession(CaptureSession):
     def before_mutation(self, args=None, kwargs=None):
         """Something is about to change tensors in place (a call with `args`, `kwargs`, when known):
         launch the summaries waiting for them."""
-        if self.summarizer.waiting:
+        if self.summarizer.deferred:
             super().before_mutation(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
 
     def save_tensor_file(self, t, path):

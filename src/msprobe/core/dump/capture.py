@@ -10,8 +10,8 @@ that wait: `waiting`, `launch` before a mutation, `pending`, `start_resolve`) an
 construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
 `FLUSH_SECONDS` seconds, at stop() and at the step's end; and, while no record comes, by the
 background flusher (flusher.py) once the queue has been idle `IDLE_SECONDS`. A record joins the
-queue with one list append and no lock (the training thread is its only writer; a resolve, under the
-lock, takes the entries queued so far); whether the queue is due for a resolve is asked every
+queue with one list append and no lock (an append is atomic, whichever thread makes it; a resolve,
+holding the lock, takes the entries queued so far and leaves any appended meanwhile); whether the queue is due for a resolve is asked every
 `CHECK_EVERY` records, or at the next record once the flusher finds it waited `FLUSH_SECONDS`. A process killed by
 SIGKILL keeps every finished step and, of the current one, every record captured up to a second
 before. With a `lane` (a one-thread executor: CUDA),
@@ -93,7 +93,7 @@ class CaptureSession(CallRecords, SessionWriter):
                      if cfg.task == "overflow_check" and overflow is not None else None)
         self.summarizer = self._new_summarizer()
         # [key, record (or _NO_RECORD), check, waits, structure notes (or None), parent (or _UNLISTED),
-        # stack]: appended by the training thread without the lock, taken by a resolve holding it
+        # stack]: appended without the lock, taken by a resolve holding it
         self._queue = []
         self._last = {}  # key -> its queued entry, for structure noted after the record
         self._puts = 0  # records queued so far (the flusher tells an idle queue by it)

@@ -84,7 +84,7 @@ class ApiCapture(TorchFunctionMode):
         # nested calls) are passed on before that frame walk
         if (info is None or session is None or _state.busy or _state.depth
                 or (self._distributed and _called_by_distributed()) or recomputing()):
-            if (session is not None and not _state.busy and session.summarizer.waiting
+            if (session is not None and not _state.busy and session.summarizer.deferred
                     and not (compiled is not None and compiled.called_by_compiler())):
                 self._before_unrecorded(session, func, args, kwargs, info)
             return func(*args, **kwargs)

@@ -58,6 +58,9 @@ class Summarizer:
         self.device_path = device_path
         self.slots = DeviceSummaries()
         self._deferral = self.slots._waiting
+        # the deferred summaries not launched yet, truthy while any wait: asked before every call the
+        # API mode passes on, as an attribute (the Deferral's own list, changed only in place)
+        self.deferred = self._deferral.queue
         self._cache = {}
         # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
@@ -131,7 +134,8 @@ class Summarizer:
         """
         if defer is None:
             defer, shared = self.defer_forward, self.share_forward
-        seen = self._objects.get(id(t))
+        tid = id(t)
+        seen = self._objects.get(tid)
         if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
                 and seen[3] == t.shape):
             rec = seen[4]
@@ -223,7 +227,7 @@ class Summarizer:
         objects = self._objects
         if len(objects) > CACHE_LIMIT:
             objects.clear()
-        objects[id(t)] = (weakref.ref(t), version, key[0], shape, rec, entry, True)
+        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry, True)
         return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
