@@ -181,6 +181,8 @@ class DumpSession(CaptureSession):
         """The flusher may summarise the waiting tensors: CPU tensors read with no MindSpore op (a
         contiguous tensor needing no bfloat16 upcast: data_ptr()/asnumpy(), which capture ignores),
         so nothing it does is captured. A device's are read where their ops run."""
+        if self.held:  # backward records still to be queued: the backward pass is not idle
+            return False
         return self._on_cpu and all(t.dtype not in _UPCAST and t.is_contiguous() for t, *_ in self._late.items())
 
     def _new_summarizer(self):
@@ -416,11 +418,12 @@ class DumpSession(CaptureSession):
             self.stuck.pop(t, None)
             t.emit_partial()
 
-    def emit_backward(self, tracker):
-        """Called by a GradTracker when the gradients of a call are complete. One with inputs hooked
-        by node goes out where it would have with stand-ins for them (see emit_held)."""
+    def emit_backward(self, tracker, now=False):
+        """Called by a GradTracker when the gradients of a call are complete (`now`: a partial record,
+        at a release). One with inputs hooked by node goes out where it would have with stand-ins for
+        them (see emit_held)."""
         seq = self.event_seq
-        if tracker.in_keys and seq is not None and seq > tracker.vseq:
+        if not now and tracker.in_keys and seq is not None and seq > tracker.vseq:
             self.held.append(tracker)
             return
         self._emit_backward(tracker)

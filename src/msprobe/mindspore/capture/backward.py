@@ -11,6 +11,16 @@ gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing
 records no gradient for (made from constants only: a sliced mask buffer, `ops.ones`) gets no hook: it
 refuses a tensor hook, and no gradient would come.
 
+While ops run synchronously (a CPU target) most inputs need no stand-in: the autograd nodes the
+call made that take an input directly see, in a post-hook, the gradient that flows back through that
+edge — the same tensor the stand-in's hook would get, with neither a view in forward nor a view node
+in backward (grad_nodes.py; `hook_inputs(graph=...)`, `_hook_nodes`). A stand-in stays for an input
+whose gradient may not be asked for (a LayerNorm node computes a data input's anyway, where a
+stand-in's hook would not fire), for a tensor taken twice, and where Cells' parameters_grad records are
+made, for a Parameter an API takes. A node's hook runs before MindSpore passes the gradient on, a
+stand-in's after: the session holds a record completed there and sends it where the stand-in's hook
+would have (DumpSession.emit_held), so the records and their order do not depend on the way.
+
 In-place calls must change the caller's own tensor, not a stand-in: the tensor they change (the first
 argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
 before and after the change (a total gradient, not the call's share; the handles go at step end).
@@ -360,16 +370,16 @@ class GradTracker:
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()
 
-    def _emit(self):
+    def _emit(self, now=False):
         if self.fired or self.session is None:
             return
         self.fired = True
         session, self.session = self.session, None
-        session.emit_backward(self)
+        session.emit_backward(self, now)
 
     def emit_partial(self):
         """At step end: emit what arrived if any gradient did; drop the tracker otherwise."""
         if self.session is not None and any(r is not None for r in self.out_recs + self.in_recs):
             with tool_work():
-                self._emit()
+                self._emit(now=True)  # where a stand-in's record would go out too
         self.session = None
