@@ -113,7 +113,7 @@ class GradTracker:
     def hook_inputs(self, args, in_place=False, graph=None):
         """`args` (a tuple, lists inside kept) with each tensor passed through a hook. `in_place`: the
         call changes `args[0]`, which keeps its identity and gets a tensor hook; so does the result.
-        `graph` (a NodeGraph, for an API call while ops run synchronously): the inputs whose gradient
+        `graph` (a NodeGraph, while ops run synchronously): the inputs whose gradient
         is surely computed stay as they are, their gradients seen on the nodes the call makes (see
         grad_nodes.py and hook_outputs); the others, and a tensor taken a second time, get stand-ins."""
         pos = [0]
