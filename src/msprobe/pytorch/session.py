@@ -7,6 +7,7 @@ Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/h
 
 import functools
 import logging
+import weakref
 
 import torch
 
@@ -18,7 +19,7 @@ from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
+from msprobe.pytorch.capture.backward import BackwardTracker, OneNodeHook, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.summary.summarizer import Summarizer
@@ -137,6 +138,10 @@ class DumpSession(CaptureSession):
         # extends them before they are written. Off under overflow_check (the gate reads and marks records)
         # and while records of a compiled graph are made (compiled_calls.py: it sets requires_grad on them).
         self.shared_records = self.gate is None
+        # what a OneNodeHook holds (not the session: a graph the user keeps must not keep the session),
+        # and whether its backward records are still wanted (false from the step's end)
+        self.weak_self = weakref.ref(self)
+        self.backward_open = True
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -301,19 +306,27 @@ class DumpSession(CaptureSession):
                 tracker = BackwardTracker._attach_walk(self, bwd_key, edges, [out], save, parent, floor)
         else:
             tracker = BackwardTracker.attach(self, bwd_key, edges, flat_tensors(out), save, parent, floor)
-        if tracker is not None:
+        # a OneNodeHook is never partial: nothing for the step's end to emit
+        if tracker is not None and type(tracker) is not OneNodeHook:
             self.trackers[tracker] = None
 
     def emit_backward(self, tracker):
         """Called by a BackwardTracker when the gradients of a call are complete."""
         self.trackers.pop(tracker, None)
+        self.emit_backward_record(tracker.key, tracker.out_recs, tracker.in_recs, tracker.waits, tracker.parent)
+
+    def emit_backward_record(self, key, out_recs, in_recs, waits, parent):
+        """The backward record of call `key`: the gradients of its outputs (`input`) and of its inputs
+        (`output`)."""
         flt = self.filter
-        record = {"input": tracker.out_recs if flt.input else [],
-                  "output": tracker.in_recs if flt.output else []}
+        record = {"input": out_recs if flt.input else [], "output": in_recs if flt.output else []}
         # overflow_check: kept when the gradients it computed (its "output") overflow; its construct.json
         # entry (note_backward's) rides in the record's queue entry
-        self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs,
-                  notes=[(True, tracker.parent)] if self._construct_all else None)
+        self.emit(key, record, waits, check=in_recs, notes=[(True, parent)] if self._construct_all else None)
+
+    def emit_partial_backward(self):
+        self.backward_open = False  # OneNodeHooks that have not fired record nothing from here on
+        super().emit_partial_backward()
 
     # -- step end --------------------------------------------------------------------------------
     def flush(self):
