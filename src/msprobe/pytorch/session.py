@@ -19,7 +19,7 @@ from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.backward import BackwardTracker, OneNodeHook, input_edges
+from msprobe.pytorch.capture.backward import BackwardTracker, OneNodeHook, args_edges, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.summary.summarizer import Summarizer
@@ -83,16 +83,23 @@ class TorchCallOps:
         for a module, the autograd watermark: nodes made from here on belong to it."""
         if inplace or not torch.is_grad_enabled():
             return None, args
-        if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):  # one tensor: a module's usual input
-            edges = input_edges(args)
-        else:
+        edges = None if kwargs else args_edges(args)  # flat positional arguments: the common case
+        if edges is None:
             edges = input_edges(flat_tensors(args) + flat_tensors(kwargs) if kwargs else flat_tensors(args))
         return (edges, _state.seq_watermark if module else None), args
 
     @staticmethod
     def backward_end(s, state, key, parent, out, result, save, inplace, module):
+        if not torch.is_grad_enabled():
+            return out
         edges, floor = state
-        if torch.is_grad_enabled() and (out is not None if module else _needs_backward(edges, out)):
+        if module:
+            needed = out is not None
+        elif isinstance(out, torch.Tensor):  # one output: no node to hook unless it needs a gradient
+            needed = out.requires_grad
+        else:
+            needed = _needs_backward(edges, out)
+        if needed:
             s.track_backward(key, edges, out, save and s.gate is None, parent, floor)
         return out
 

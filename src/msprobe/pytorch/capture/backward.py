@@ -34,6 +34,8 @@ _NONE = MappingProxyType({})
 _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
 _TRANSPOSE = torch._C._functions.TBackward0
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_TENSOR = torch.Tensor
+_CONTAINERS = (list, tuple, dict)
 
 
 class _Gone:
@@ -49,6 +51,18 @@ def input_edges(tensors):
     no gradient. Read before the call runs: an in-place call (F.relu(x, inplace=True),
     nn.ReLU(inplace=True)) rebases its input onto its own node, hiding the edge the gradient leaves by."""
     return [(id(x), x.grad_fn, x.output_nr) if x.requires_grad else None for x in tensors]
+
+
+def args_edges(args):
+    """`input_edges` of the tensors among a call's positional arguments, in one pass; None when one of
+    them is a container (the caller flattens them first)."""
+    edges = []
+    for x in args:
+        if isinstance(x, _TENSOR):
+            edges.append((id(x), x.grad_fn, x.output_nr) if x.requires_grad else None)
+        elif isinstance(x, _CONTAINERS):
+            return None
+    return edges
 
 
 def _leaf_cast(node, leaf):
