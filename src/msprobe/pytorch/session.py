@@ -288,21 +288,23 @@ class DumpSession(CaptureSession):
                                backward=False)
 
     def emit_params_grad(self, base, grads):
-        if not self.filter.backward or self.gate is not None:
+        flt = self.filter
+        if not flt.backward or self.gate is not None:
             return
         counted, stem = _params_grad_names(base)
         key = f"{stem}{self.counter.next(counted)}"
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 they are taken now (on the device: staged, or launched)
         defer = self.defer_forward
-        if self.filter.saves_tensor(key):
+        if flt.saves_all_tensors or (flt.tensor_list and flt.saves_tensor(key)):
             waits = []
             record = {n: [self.tensor_record(g, f"{key}.{n}", True, waits, defer=defer) if g is not None else None]
                       for n, g in grads.items()}
         else:  # no files: plain tensors straight to the summarizer, without tensor_record's frame
-            waits, summarize = (), self.summarizer.summarize
-            record = {n: [None if g is None else summarize(g, defer)[0] if type(g) in _PLAIN
-                          else self.tensor_record(g, None, False, waits, defer=defer)] for n, g in grads.items()}
+            waits, summarize, record = (), self.summarizer.summarize, {}
+            for n, g in grads.items():
+                record[n] = [None if g is None else summarize(g, defer)[0] if type(g) in _PLAIN
+                             else self.tensor_record(g, None, False, waits, defer=defer)]
         self.emit(key, record, waits)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):

@@ -33,6 +33,7 @@ _NONE = MappingProxyType({})
 # node types told apart by type, not by name() or a failed attribute read (both cost more per node)
 _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
 _TRANSPOSE = torch._C._functions.TBackward0
+_TO_COPY = torch._C._functions.ToCopyBackward0
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _TENSOR = torch.Tensor
 _CONTAINERS = (list, tuple, dict)
@@ -68,7 +69,7 @@ def args_edges(args):
 def _leaf_cast(node, leaf):
     """(input position, the leaf's dtype) when `node` only casts a leaf input of the call (autocast's
     ToCopyBackward of a weight, made by the first call of a region and shared by the rest), else None."""
-    if not node.name().startswith("ToCopyBackward"):
+    if type(node) is not _TO_COPY:
         return None
     nexts = [n for n, _ in node.next_functions if n is not None]
     var = getattr(nexts[0], "variable", None) if len(nexts) == 1 else None
@@ -82,8 +83,7 @@ def _leads_to_leaves_only(node, wanted):
     for nxt, _ in node.next_functions:
         if nxt is None:
             continue
-        var = getattr(nxt, "variable", None)
-        if var is None or id(var) in wanted:
+        if type(nxt) is not _ACCUMULATE_GRAD or id(nxt.variable) in wanted:
             return False
     return True
 
@@ -99,8 +99,8 @@ def _transposed_leaf(node, wanted):
     nexts = node.next_functions
     if len(nexts) != 1 or nexts[0][0] is None:
         return None
-    var = getattr(nexts[0][0], "variable", None)
-    return None if var is None else wanted.get(id(var))
+    leaf = nexts[0][0]
+    return wanted.get(id(leaf.variable)) if type(leaf) is _ACCUMULATE_GRAD else None
 
 
 class BackwardTracker:
@@ -169,9 +169,10 @@ class BackwardTracker:
             for slot, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                var = getattr(nxt, "variable", None)  # AccumulateGrad: a leaf tensor
+                var = nxt.variable if type(nxt) is _ACCUMULATE_GRAD else None  # a leaf tensor
                 pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
-                cast = _leaf_cast(nxt, leaf) if pos is None and var is None and leaf else None  # leaf inputs only
+                # leaf inputs only
+                cast = _leaf_cast(nxt, leaf) if pos is None and leaf and type(nxt) is _TO_COPY else None
                 if cast is not None:
                     pos, cast_to[pos] = cast
                 if pos is not None:
@@ -179,7 +180,10 @@ class BackwardTracker:
                 elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
                     seen[id(nxt)] = nxt
                     todo.append(nxt)
-        _state.seq_watermark = max(_state.seq_watermark, max(n._sequence_nr() for n, _ in out_nodes.values()))
+        for n, _ in out_nodes.values():
+            seq = n._sequence_nr()
+            if _state.seq_watermark < seq:
+                _state.seq_watermark = seq
         tracker = cls(session, key, save, parent, len(outputs), len(inputs))
         hit = {}
         for _, slots in edges.values():
@@ -267,8 +271,11 @@ class BackwardTracker:
         return hook
 
     def _record(self, role, i, g):
+        session = self.session
+        if not self.save and type(g) in _PLAIN:  # the common case, without gradient_record's frame
+            return session.summarizer.summarize(g, True, session.shared_records)[0]
         stem = f"{self.key}.{role}.{i}" if self.save else None  # a file name only for a file
-        return self.session.gradient_record(g, stem, self.save, self.waits)
+        return session.gradient_record(g, stem, self.save, self.waits)
 
     def _record_outputs(self, outs, grad_outputs):
         if self.session is not None:
