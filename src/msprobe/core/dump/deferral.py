@@ -68,7 +68,8 @@ class Deferral:
                 return
             if len(go) < len(self.queue):
                 chosen = {id(item) for item in go}
-                self.queue = [pair for pair in self.queue if id(pair[0]) not in chosen]
+                # (in place: an adapter may hold the list, see `queue`)
+                self.queue[:] = [pair for pair in self.queue if id(pair[0]) not in chosen]
                 self._bytes = sum(n for _, n in self.queue)
                 self._call(go)
                 return

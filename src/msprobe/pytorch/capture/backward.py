@@ -273,7 +273,8 @@ class BackwardTracker:
     def _record(self, role, i, g):
         session = self.session
         if not self.save and type(g) in _PLAIN:  # the common case, without gradient_record's frame
-            return session.summarizer.summarize(g, True, session.shared_records)[0]
+            summarizer = session.summarizer
+            return summarizer.record(g, True, summarizer.share_forward)
         stem = f"{self.key}.{role}.{i}" if self.save else None  # a file name only for a file
         return session.gradient_record(g, stem, self.save, self.waits)
 
@@ -359,8 +360,9 @@ class OneNodeHook:
         key, save = self.key, self.save
         waits = [] if save else ()
         in_recs = [None] * self.n_in
-        summarize = None if save else session.summarizer.summarize
-        shared = session.shared_records
+        summarizer = session.summarizer
+        summarize = None if save else summarizer.record
+        shared = summarizer.share_forward
         busy, _state.busy = _state.busy, True  # tool work (tool_work.py), without its frames
         try:
             with DisableTorchFunction():
@@ -368,7 +370,7 @@ class OneNodeHook:
                 if g is None:
                     out_rec = None
                 elif summarize is not None and type(g) in _PLAIN:
-                    out_rec = summarize(g, True, shared)[0]
+                    out_rec = summarize(g, True, shared)
                 else:
                     out_rec = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
                 for slot, pos in self.slots:
@@ -376,7 +378,7 @@ class OneNodeHook:
                     if g is None:
                         continue
                     if summarize is not None and type(g) in _PLAIN:
-                        in_recs[pos] = summarize(g, True, shared)[0]
+                        in_recs[pos] = summarize(g, True, shared)
                     else:
                         in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}" if save else None, save,
                                                                waits)

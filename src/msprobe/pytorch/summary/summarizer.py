@@ -12,7 +12,6 @@ import weakref
 import torch
 
 from msprobe.core.dump import moments as native
-from msprobe.core.dump.records import TensorRecord
 from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
@@ -59,13 +58,21 @@ class Summarizer:
         self.device_path = device_path
         self.slots = DeviceSummaries()
         self._deferral = self.slots._waiting
+        # the deferred summaries not launched yet, truthy while any wait: asked before every call the
+        # API mode passes on, as an attribute (the Deferral's own list, changed only in place)
+        self.deferred = self._deferral.queue
         self._cache = {}
         # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
         self._objects = {}
         self._native_kinds = host.NATIVE_KINDS if native.ENABLED and not device_path else {}
         self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
+        self._nfields = len(self._fields)
         self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
+        self.entry = None  # the cache entry of the last record made (see summarize)
+        # a forward value's record (`record(t)`): deferred, shared (the session sets them)
+        self.defer_forward = False
+        self.share_forward = False
 
     @property
     def pending(self):
@@ -110,34 +117,47 @@ class Summarizer:
                 pass
 
     def summarize(self, t, defer=False, shared=False):
-        """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
-        filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
-        the next `launch()` (the caller launches before anything changes `t` in place). `shared`: the
-        caller hands the record on unchanged, so a complete one may be a TensorRecord (records.py),
-        the same object for every record of the same unchanged tensor: no dict built per record.
+        """(record, cache entry or None) of tensor `t`: see `record`. The entry's `file_for(t)` is where a
+        tensor laid out as `t` was saved, if one was: the caller may link to it."""
+        rec = self.record(t, defer, shared)
+        return rec, self.entry
 
-        The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
-        may link to it. (The hot path of every dump: attributes are read once, in one place.)
+    def record(self, t, defer=None, shared=None):
+        """Record for tensor `t` (fields still on the device are filled in when resolved); its cache
+        entry is left in `self.entry`. `defer`: a device summary may wait for the next `launch()` (the
+        caller launches before anything changes `t` in place); `shared`: the caller hands the record on
+        unchanged, so a complete one is the same dict for every record of the same unchanged tensor
+        (else a fresh dict the caller may extend). None: the session's `defer_forward` / `share_forward`
+        (a forward value's record).
+
+        (The hot path of every dump: attributes are read once, in one place.)
         """
-        seen = self._objects.get(id(t))
+        if defer is None:
+            defer, shared = self.defer_forward, self.share_forward
+        tid = id(t)
+        seen = self._objects.get(tid)
         if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
                 and seen[3] == t.shape):
             rec = seen[4]
-            entry = seen[5]
-            if type(rec) is TensorRecord:
-                if rec[4] is not t.requires_grad:
-                    rec = TensorRecord((rec[0], rec[1], rec[2], rec[3], t.requires_grad))
-                return (rec if shared else rec.as_dict()), entry
+            self.entry = entry = seen[5]
+            if seen[6]:  # complete: shared as it is
+                if rec["requires_grad"] is not t.requires_grad:
+                    return dict(rec, requires_grad=t.requires_grad)
+                return rec if shared else rec.copy()
             rec = rec.copy()
             rec["requires_grad"] = t.requires_grad
             for slot in entry.slots:
                 fill_from_slot(rec, slot)
-            return rec, entry
+            return rec
         dtype = t.dtype
-        name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+        try:
+            name = _DTYPE_NAMES[dtype]
+        except KeyError:
+            name = dtype_name(dtype)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
+            self.entry = None
             return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
-                    "requires_grad": t.requires_grad}, None
+                    "requires_grad": t.requires_grad}
         key = span = storage = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
@@ -158,7 +178,8 @@ class Summarizer:
             # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
             # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
             if hit is not None and version == hit.version and hit.ref() is storage:
-                return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared), hit
+                self.entry = hit
+                return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared)
         values, slots = None, []
         on_host = t.is_cpu and not self.device_path
         if not on_host:
@@ -190,27 +211,39 @@ class Summarizer:
                 slots.append(self.slots.checksum(x, defer, address))
         entry = None
         if key is not None:
-            if len(self._cache) > CACHE_LIMIT:
-                self._cache.clear()
+            cache = self._cache
+            if len(cache) > CACHE_LIMIT:
+                cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
+                entry = cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
             except TypeError:  # a storage without weak references
                 entry = None
-        return self._record(t, name, shape, key, entry, values, slots, shared), entry
+        self.entry = entry
+        if slots or entry is None or len(values) != self._nfields:
+            return self._record(t, name, shape, key, entry, values, slots, shared)
+        # complete, remembered for the tensor object (_record's first case, inline: most records)
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
+               "requires_grad": t.requires_grad}
+        objects = self._objects
+        if len(objects) > CACHE_LIMIT:
+            objects.clear()
+        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry, True)
+        return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
-        are resolved); remembered for the tensor object when it has a cache entry. `shared`: see summarize."""
-        if not slots and len(values) == len(self._fields):  # complete: a TensorRecord, a dict when written
-            rec = TensorRecord(("torch.Tensor", name, shape, values, t.requires_grad))
+        are resolved); remembered for the tensor object when it has a cache entry. `shared`: see record."""
+        if not slots and len(values) == self._nfields:  # complete: shared by this tensor's next records
+            rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
+                   "requires_grad": t.requires_grad}
             if entry is not None:
                 objects = self._objects
                 if len(objects) > CACHE_LIMIT:
                     objects.clear()
-                objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
-            return rec if shared else rec.as_dict()
+                objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry, True)
+            return rec if shared else rec.copy()
         rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-        if len(values) == len(self._fields):
+        if len(values) == self._nfields:
             rec.update(values)
         else:  # fields still on the device: null until resolved, in msProbe's order
             rec.update(self._fields)
@@ -220,7 +253,7 @@ class Summarizer:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
+            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry, False)
         rec["requires_grad"] = t.requires_grad
         for slot in slots:
             fill_from_slot(rec, slot)
