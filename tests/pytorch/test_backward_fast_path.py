@@ -64,3 +64,71 @@ def test_a_weight_read_through_its_transpose_equals_hooking_the_transpose(tmp_pa
         for n in names:
             with open(os.path.join(fast_dir, n), "rb") as a, open(os.path.join(walk_dir, n), "rb") as b:
                 assert a.read() == b.read(), n
+
+
+def _linear_tanh_step(tmp_path, level):
+    """A debugger at `level`, a Linear+Tanh model and one step's forward (not its backward)."""
+    import torch
+    from msprobe.pytorch import PrecisionDebugger
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="statistics", level=level)
+    debugger.start(model)
+    loss = model(torch.randn(4, 8)).square().mean()
+    return debugger, model, loss
+
+
+def _backward_keys(tmp_path):
+    from msprobe.core.dump.reader import DumpReader, find_rank_dirs
+
+    keys = {}
+    for r in find_rank_dirs(str(tmp_path / "dump")):
+        with open(os.path.join(r.path, "dump.json"), encoding="utf-8") as f:
+            text = f.read()
+        data = DumpReader(r.path).data
+        keys[r.step] = sorted(k for k in data if ".backward" in k)
+        for k in keys[r.step]:  # written once, not once per backward pass
+            assert text.count(f'"{k}"') == 1, k
+    return keys
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_graph_run_backward_twice_records_each_call_once(tmp_path, level):
+    debugger, _, loss = _linear_tanh_step(tmp_path, level)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    keys = _backward_keys(tmp_path)[0]
+    assert keys, "no backward record"
+
+
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_a_graph_kept_past_its_step_records_nothing_and_pins_no_session(tmp_path, level):
+    """A loss kept past step() (a log of losses) holds the hooks of its graph: its backward, run later,
+    adds no record to any step, and the ended step's session is not kept alive by it."""
+    import gc
+    import weakref
+
+    import torch
+    from msprobe.pytorch import _state
+
+    debugger, model, kept = _linear_tanh_step(tmp_path, level)
+    kept_too = model(torch.randn(4, 8)).sum()
+    session = weakref.ref(_state.session)
+    debugger.stop()
+    debugger.step()
+    kept.backward()  # at once: the ended step's session may not be collected yet
+    gc.collect()
+    assert session() is None, "the ended step's session is kept alive by a graph's hooks"
+    debugger.start(model)
+    model(torch.randn(4, 8)).sum().backward()
+    kept_too.backward()  # the first step's graph: its hooks fire in the second step
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    keys = _backward_keys(tmp_path)
+    assert keys.get(0, []) == [], keys
+    assert keys[1], "the second step's own backward was not recorded"

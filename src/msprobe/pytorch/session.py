@@ -7,6 +7,7 @@ Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/h
 
 import functools
 import logging
+import weakref
 
 import torch
 
@@ -18,7 +19,7 @@ from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.backward import BackwardTracker, input_edges
+from msprobe.pytorch.capture.backward import BackwardTracker, OneNodeHook, args_edges, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.summary.summarizer import Summarizer
@@ -75,16 +76,23 @@ class TorchCallOps:
         for a module, the autograd watermark: nodes made from here on belong to it."""
         if inplace or not torch.is_grad_enabled():
             return None, args
-        if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):  # one tensor: a module's usual input
-            edges = input_edges(args)
-        else:
+        edges = None if kwargs else args_edges(args)  # flat positional arguments: the common case
+        if edges is None:
             edges = input_edges(flat_tensors(args) + flat_tensors(kwargs) if kwargs else flat_tensors(args))
         return (edges, _state.seq_watermark if module else None), args
 
     @staticmethod
     def backward_end(s, state, key, parent, out, result, save, inplace, module):
+        if not torch.is_grad_enabled():
+            return out
         edges, floor = state
-        if torch.is_grad_enabled() and (out is not None if module else _needs_backward(edges, out)):
+        if module:
+            needed = out is not None
+        elif isinstance(out, torch.Tensor):  # one output: no node to hook unless it needs a gradient
+            needed = out.requires_grad
+        else:
+            needed = _needs_backward(edges, out)
+        if needed:
             s.track_backward(key, edges, out, save and s.gate is None, parent, floor)
         return out
 
@@ -131,6 +139,10 @@ class DumpSession(CaptureSession):
         self.summarizer.share_forward = self.gate is None
         # a plain tensor's record when nothing is saved (CallRecords): the summarizer's, straight
         self.quick_record = self.summarizer.record
+        # what a OneNodeHook holds (not the session: a graph the user keeps must not keep the session),
+        # and whether its backward records are still wanted (false from the step's end)
+        self.weak_self = weakref.ref(self)
+        self.backward_open = True
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -270,21 +282,23 @@ class DumpSession(CaptureSession):
                                backward=False)
 
     def emit_params_grad(self, base, grads):
-        if not self.filter.backward or self.gate is not None:
+        flt = self.filter
+        if not flt.backward or self.gate is not None:
             return
         counted, stem = _params_grad_names(base)
         key = f"{stem}{self.counter.next(counted)}"
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 they are taken now (on the device: staged, or launched)
         defer = self.summarizer.defer_forward
-        if self.filter.saves_tensor(key):
+        if flt.saves_all_tensors or (flt.tensor_list and flt.saves_tensor(key)):
             waits = []
             record = {n: [self.tensor_record(g, f"{key}.{n}", True, waits, defer=defer) if g is not None else None]
                       for n, g in grads.items()}
         else:  # no files: plain tensors straight to the summarizer, without tensor_record's frame
-            waits, summarize = (), self.summarizer.record
-            record = {n: [None if g is None else summarize(g, defer) if type(g) in _PLAIN
-                          else self.tensor_record(g, None, False, waits, defer=defer)] for n, g in grads.items()}
+            waits, summarize, record = (), self.summarizer.record, {}
+            for n, g in grads.items():
+                record[n] = [None if g is None else summarize(g, defer) if type(g) in _PLAIN
+                             else self.tensor_record(g, None, False, waits, defer=defer)]
         self.emit(key, record, waits)
 
     def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
@@ -295,19 +309,27 @@ class DumpSession(CaptureSession):
                 tracker = BackwardTracker._attach_walk(self, bwd_key, edges, [out], save, parent, floor)
         else:
             tracker = BackwardTracker.attach(self, bwd_key, edges, flat_tensors(out), save, parent, floor)
-        if tracker is not None:
+        # a OneNodeHook is never partial: nothing for the step's end to emit
+        if tracker is not None and type(tracker) is not OneNodeHook:
             self.trackers[tracker] = None
 
     def emit_backward(self, tracker):
         """Called by a BackwardTracker when the gradients of a call are complete."""
         self.trackers.pop(tracker, None)
+        self.emit_backward_record(tracker.key, tracker.out_recs, tracker.in_recs, tracker.waits, tracker.parent)
+
+    def emit_backward_record(self, key, out_recs, in_recs, waits, parent):
+        """The backward record of call `key`: the gradients of its outputs (`input`) and of its inputs
+        (`output`)."""
         flt = self.filter
-        record = {"input": tracker.out_recs if flt.input else [],
-                  "output": tracker.in_recs if flt.output else []}
+        record = {"input": out_recs if flt.input else [], "output": in_recs if flt.output else []}
         # overflow_check: kept when the gradients it computed (its "output") overflow; its construct.json
         # entry (note_backward's) rides in the record's queue entry
-        self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs,
-                  notes=[(True, tracker.parent)] if self._construct_all else None)
+        self.emit(key, record, waits, check=in_recs, notes=[(True, parent)] if self._construct_all else None)
+
+    def emit_partial_backward(self):
+        self.backward_open = False  # OneNodeHooks that have not fired record nothing from here on
+        super().emit_partial_backward()
 
     # -- step end --------------------------------------------------------------------------------
     def flush(self):

@@ -17,7 +17,11 @@ call's one hook, as the transpose of the gradient entering that node (what its b
 """
 
 import functools
+import weakref
 from types import MappingProxyType
+
+import torch
+from torch._C import DisableTorchFunction
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.tool_work import tool_work
@@ -26,6 +30,21 @@ from msprobe.pytorch.tool_work import tool_work
 MAX_NODES = 4096
 # a tracker's input sums, edge counts and casts when it has none (most calls): shared, read-only
 _NONE = MappingProxyType({})
+# node types told apart by type, not by name() or a failed attribute read (both cost more per node)
+_ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
+_TRANSPOSE = torch._C._functions.TBackward0
+_TO_COPY = torch._C._functions.ToCopyBackward0
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_TENSOR = torch.Tensor
+_CONTAINERS = (list, tuple, dict)
+
+
+class _Gone:
+    __slots__ = ("__weakref__",)
+
+
+# what a one-node hook's session reference becomes once it has fired: a dead reference
+_FIRED = weakref.ref(_Gone())
 
 
 def input_edges(tensors):
@@ -35,10 +54,22 @@ def input_edges(tensors):
     return [(id(x), x.grad_fn, x.output_nr) if x.requires_grad else None for x in tensors]
 
 
+def args_edges(args):
+    """`input_edges` of the tensors among a call's positional arguments, in one pass; None when one of
+    them is a container (the caller flattens them first)."""
+    edges = []
+    for x in args:
+        if isinstance(x, _TENSOR):
+            edges.append((id(x), x.grad_fn, x.output_nr) if x.requires_grad else None)
+        elif isinstance(x, _CONTAINERS):
+            return None
+    return edges
+
+
 def _leaf_cast(node, leaf):
     """(input position, the leaf's dtype) when `node` only casts a leaf input of the call (autocast's
     ToCopyBackward of a weight, made by the first call of a region and shared by the rest), else None."""
-    if not node.name().startswith("ToCopyBackward"):
+    if type(node) is not _TO_COPY:
         return None
     nexts = [n for n, _ in node.next_functions if n is not None]
     var = getattr(nexts[0], "variable", None) if len(nexts) == 1 else None
@@ -52,8 +83,7 @@ def _leads_to_leaves_only(node, wanted):
     for nxt, _ in node.next_functions:
         if nxt is None:
             continue
-        var = getattr(nxt, "variable", None)
-        if var is None or id(var) in wanted:
+        if type(nxt) is not _ACCUMULATE_GRAD or id(nxt.variable) in wanted:
             return False
     return True
 
@@ -64,20 +94,20 @@ def _transposed_leaf(node, wanted):
     then the transpose of the gradient that enters the node (its backward is `grad.t()`, a view), read
     by the call's one hook. Its record then comes out at that hook, before the transpose's node runs:
     the session allows it (`fold_transposes`) only where no other record can come in between."""
-    if node.name() != "TBackward0":
+    if type(node) is not _TRANSPOSE:
         return None
     nexts = node.next_functions
     if len(nexts) != 1 or nexts[0][0] is None:
         return None
-    var = getattr(nexts[0][0], "variable", None)
-    return None if var is None else wanted.get(id(var))
+    leaf = nexts[0][0]
+    return wanted.get(id(leaf.variable)) if type(leaf) is _ACCUMULATE_GRAD else None
 
 
 class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "in_sums", "waits", "pending",
-                 "fired", "multi", "cast_to", "out_nr", "slots", "transposed")
+                 "fired", "multi", "cast_to")
 
     def __init__(self, session, key, save, parent, n_out, n_in):
         self.session, self.key, self.save, self.parent = session, key, save, parent
@@ -139,9 +169,10 @@ class BackwardTracker:
             for slot, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                var = getattr(nxt, "variable", None)  # AccumulateGrad: a leaf tensor
+                var = nxt.variable if type(nxt) is _ACCUMULATE_GRAD else None  # a leaf tensor
                 pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
-                cast = _leaf_cast(nxt, leaf) if pos is None and var is None and leaf else None  # leaf inputs only
+                # leaf inputs only
+                cast = _leaf_cast(nxt, leaf) if pos is None and leaf and type(nxt) is _TO_COPY else None
                 if cast is not None:
                     pos, cast_to[pos] = cast
                 if pos is not None:
@@ -149,7 +180,10 @@ class BackwardTracker:
                 elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
                     seen[id(nxt)] = nxt
                     todo.append(nxt)
-        _state.seq_watermark = max(_state.seq_watermark, max(n._sequence_nr() for n, _ in out_nodes.values()))
+        for n, _ in out_nodes.values():
+            seq = n._sequence_nr()
+            if _state.seq_watermark < seq:
+                _state.seq_watermark = seq
         tracker = cls(session, key, save, parent, len(outputs), len(inputs))
         hit = {}
         for _, slots in edges.values():
@@ -184,19 +218,23 @@ class BackwardTracker:
     @classmethod
     def _attach_one_node(cls, session, key, inputs, out, save, parent, floor=None):
         """`attach` for the most common call: one output, made by one node whose edges lead straight
-        to the inputs that need a gradient, each once, and to no other node this call created.
-        Returns False when the call is not like that (the general walk then decides)."""
+        to the inputs that need a gradient, each once, and to no other node this call created: one
+        `OneNodeHook` on that node. Returns False when the call is not like that (the general walk then
+        decides)."""
         gf = out.grad_fn  # None when `out` needs no gradient
         if gf is None:
             return None
-        floor = _state.seq_watermark if floor is None else floor
+        if floor is None:
+            floor = _state.seq_watermark
         wanted = {}
         for pos, edge in enumerate(inputs):
             if edge is not None:
                 xid, xgf, nr = edge
                 if xgf is not None:
                     key_in = (id(xgf), nr)
-                    floor = max(floor, xgf._sequence_nr())
+                    seq = xgf._sequence_nr()
+                    if seq > floor:
+                        floor = seq
                 else:
                     key_in = xid
                 if key_in in wanted:  # one tensor passed twice: two edges to sum
@@ -204,14 +242,20 @@ class BackwardTracker:
                 wanted[key_in] = pos
         slots = []
         transposed = ()  # (slot, input position) of leaves reached through a transpose made here
-        for slot, (nxt, nr) in enumerate(gf.next_functions):
+        slot = -1
+        for nxt, nr in gf.next_functions:
+            slot += 1
             if nxt is None:
                 continue
-            var = getattr(nxt, "variable", None)
-            pos = wanted.get(id(var)) if var is not None else wanted.get((id(nxt), nr))
+            if type(nxt) is _ACCUMULATE_GRAD:  # a leaf tensor
+                pos = wanted.get(id(nxt.variable))
+                if pos is not None:
+                    slots.append((slot, pos))
+                continue
+            pos = wanted.get((id(nxt), nr))
             if pos is not None:
                 slots.append((slot, pos))
-            elif var is None and nxt._sequence_nr() > floor:
+            elif nxt._sequence_nr() > floor:
                 pos = _transposed_leaf(nxt, wanted) if session is not None and session.fold_transposes else None
                 if pos is not None:
                     transposed += ((slot, pos),)
@@ -222,40 +266,17 @@ class BackwardTracker:
         seq = gf._sequence_nr()
         if _state.seq_watermark < seq:
             _state.seq_watermark = seq
-        tracker = cls(session, key, save, parent, 1, len(inputs))
-        tracker.pending = 1
-        tracker.out_nr, tracker.slots, tracker.transposed = out.output_nr, slots, transposed
-        gf.register_hook(tracker)  # the tracker is the hook (__call__): no partial, no bound method
-        return tracker
-
-    def __call__(self, grad_inputs, grad_outputs):
-        """Post-hook of a call hooked by the shortcut: its one output's gradient, then its inputs'
-        (each reached by one edge; `transposed`: through a transpose, whose backward is read here,
-        not hooked), then the record — in one go."""
-        session = self.session
-        if session is None or self.fired:
-            return
-        self.fired, self.session, self.pending = True, None, 0
-        key, save, waits, slots, transposed = self.key, self.save, self.waits, self.slots, self.transposed
-        with tool_work():
-            g = grad_outputs[self.out_nr]
-            if g is not None:
-                self.out_recs[0] = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
-            for slot, pos in slots:
-                g = grad_inputs[slot]
-                if g is not None:
-                    self.in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}" if save else None, save,
-                                                                waits)
-            for slot, pos in transposed:
-                g = grad_inputs[slot]
-                if g is not None:
-                    self.in_recs[pos] = session.gradient_record(g.t(), f"{key}.output.{pos}" if save else None,
-                                                                save, waits)
-            session.emit_backward(self)
+        hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, transposed)
+        gf.register_hook(hook)
+        return hook
 
     def _record(self, role, i, g):
+        session = self.session
+        if not self.save and type(g) in _PLAIN:  # the common case, without gradient_record's frame
+            summarizer = session.summarizer
+            return summarizer.record(g, True, summarizer.share_forward)
         stem = f"{self.key}.{role}.{i}" if self.save else None  # a file name only for a file
-        return self.session.gradient_record(g, stem, self.save, self.waits)
+        return session.gradient_record(g, stem, self.save, self.waits)
 
     def _record_outputs(self, outs, grad_outputs):
         if self.session is not None:
@@ -315,3 +336,57 @@ class BackwardTracker:
         if self.session is not None and any(r is not None for r in self.out_recs):
             self._emit()
         self.session = None
+
+
+class OneNodeHook:
+    """The backward of a call hooked on one node (`BackwardTracker._attach_one_node`): its post-hook reads
+    the output's gradient, then the inputs' (each reached by one edge; `transposed`: through a
+    transpose, whose backward is read here, not hooked), and emits the record, in one go. It is never
+    partial, so the session keeps no list of these: it holds the session weakly, and a session whose
+    step has ended (`backward_open` false) or a hook that has fired records nothing."""
+
+    __slots__ = ("session", "key", "save", "parent", "n_in", "out_nr", "slots", "transposed")
+
+    def __init__(self, session, key, save, parent, n_in, out_nr, slots, transposed):
+        self.session = _FIRED if session is None else session.weak_self
+        self.key, self.save, self.parent, self.n_in = key, save, parent, n_in
+        self.out_nr, self.slots, self.transposed = out_nr, slots, transposed
+
+    def __call__(self, grad_inputs, grad_outputs):
+        session = self.session()
+        if session is None or not session.backward_open:
+            return
+        self.session = _FIRED  # once: a retained graph's second backward is not this step's call
+        key, save = self.key, self.save
+        waits = [] if save else ()
+        in_recs = [None] * self.n_in
+        summarizer = session.summarizer
+        summarize = None if save else summarizer.record
+        shared = summarizer.share_forward
+        busy, _state.busy = _state.busy, True  # tool work (tool_work.py), without its frames
+        try:
+            with DisableTorchFunction():
+                g = grad_outputs[self.out_nr]
+                if g is None:
+                    out_rec = None
+                elif summarize is not None and type(g) in _PLAIN:
+                    out_rec = summarize(g, True, shared)
+                else:
+                    out_rec = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
+                for slot, pos in self.slots:
+                    g = grad_inputs[slot]
+                    if g is None:
+                        continue
+                    if summarize is not None and type(g) in _PLAIN:
+                        in_recs[pos] = summarize(g, True, shared)
+                    else:
+                        in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}" if save else None, save,
+                                                               waits)
+                for slot, pos in self.transposed:
+                    g = grad_inputs[slot]
+                    if g is not None:
+                        in_recs[pos] = session.gradient_record(g.t(), f"{key}.output.{pos}" if save else None,
+                                                               save, waits)
+                session.emit_backward_record(key, [out_rec], in_recs, waits, self.parent)
+        finally:
+            _state.busy = busy
