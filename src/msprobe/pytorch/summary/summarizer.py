@@ -113,8 +113,9 @@ class Summarizer:
         """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
         filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
         the next `launch()` (the caller launches before anything changes `t` in place). `shared`: the
-        caller hands the record on unchanged, so a complete one may be a TensorRecord (records.py),
-        the same object for every record of the same unchanged tensor: no dict built per record.
+        caller hands the record on unchanged, so it may be a TensorRecord (records.py), the same object
+        for every record of the same unchanged tensor: no dict built per record (its fields still on the
+        device are one dict, filled in place when resolved, before anything is written).
 
         The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
         may link to it. (The hot path of every dump: attributes are read once, in one place.)
@@ -124,13 +125,12 @@ class Summarizer:
                 and seen[3] == t.shape):
             rec = seen[4]
             entry = seen[5]
-            if type(rec) is TensorRecord:
-                if rec[4] is not t.requires_grad:
-                    rec = TensorRecord((rec[0], rec[1], rec[2], rec[3], t.requires_grad))
-                return (rec if shared else rec.as_dict()), entry
-            rec = rec.copy()
-            rec["requires_grad"] = t.requires_grad
-            for slot in entry.slots:
+            if rec[4] is not t.requires_grad:
+                rec = TensorRecord((rec[0], rec[1], rec[2], rec[3], t.requires_grad))
+            if shared:
+                return rec, entry
+            rec = rec.as_dict()
+            for slot in entry.slots:  # fields still on the device: this dict is filled too
                 fill_from_slot(rec, slot)
             return rec, entry
         dtype = t.dtype
@@ -188,6 +188,15 @@ class Summarizer:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
             else:
                 slots.append(self.slots.checksum(x, defer, address))
+        if slots:
+            # the fields still on the device: one dict, in msProbe's order, filled when the slots are
+            # resolved (before any record is written) and shared by every record of this tensor
+            pending = self._fields.copy()
+            if values:
+                pending.update(values)
+            values = pending
+            for buf, i in slots:  # (slots just made: their buffers are not resolved yet)
+                buf.fills.append((i, pending))
         entry = None
         if key is not None:
             if len(self._cache) > CACHE_LIMIT:
@@ -200,29 +209,18 @@ class Summarizer:
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
-        are resolved); remembered for the tensor object when it has a cache entry. `shared`: see summarize."""
-        if not slots and len(values) == len(self._fields):  # complete: a TensorRecord, a dict when written
-            rec = TensorRecord(("torch.Tensor", name, shape, values, t.requires_grad))
-            if entry is not None:
-                objects = self._objects
-                if len(objects) > CACHE_LIMIT:
-                    objects.clear()
-                objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
-            return rec if shared else rec.as_dict()
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-        if len(values) == len(self._fields):
-            rec.update(values)
-        else:  # fields still on the device: null until resolved, in msProbe's order
-            rec.update(self._fields)
-            if values:
-                rec.update(values)
-        if entry is not None:  # the tensor object's record (without requires_grad) for its next summary
+        are resolved, in `values`, shared by every record of the same tensor); remembered for the tensor
+        object when it has a cache entry. `shared`: see summarize."""
+        rec = TensorRecord(("torch.Tensor", name, shape, values, t.requires_grad))
+        if entry is not None:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry)
-        rec["requires_grad"] = t.requires_grad
-        for slot in slots:
+            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
+        if shared:
+            return rec
+        rec = rec.as_dict()
+        for slot in slots:  # a dict of its own: filled when resolved too
             fill_from_slot(rec, slot)
         return rec
 
