@@ -160,14 +160,8 @@ class Summarizer:
             if hit is not None and version == hit.version and hit.ref() is storage:
                 return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared), hit
         values, slots = None, []
-        on_host = t.is_cpu and not self.device_path
-        if not on_host:
-            # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as
-            # .grad and copies one that is held (a detach costs more than the rest of a deferral)
-            x = t if t.requires_grad else t.detach()
-            address = _UNREAD if storage is None else storage.data_ptr()
-        if self.stats:
-            if on_host or n == 0:
+        if (t.is_cpu and not self.device_path) or n == 0:  # on the host, now
+            if self.stats:
                 kind = self._native_kinds.get(dtype)
                 if (kind is not None and span is not None and n < host.PARALLEL_MIN and len(span) == 1
                         and span[0][0] == 1):
@@ -177,26 +171,26 @@ class Summarizer:
                         values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
                 if values is None:
                     values = host.statistics(t, n, span, self._native_kinds)
-            elif span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
-                slots.append(self.slots.stats(x, n, x, defer, None, address))  # contiguous: no more to look at
-            else:
-                slots.append(self._stats_slot(x, n, span, defer))
-        if values is None:
-            values = {}
-        if self.md5:
-            if on_host or n == 0:
+            if values is None:
+                values = {}
+            if self.md5:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
-            else:
-                slots.append(self.slots.checksum(x, defer, address))
-        if slots:
-            # the fields still on the device: one dict, in msProbe's order, filled when the slots are
-            # resolved (before any record is written) and shared by every record of this tensor
-            pending = self._fields.copy()
-            if values:
-                pending.update(values)
-            values = pending
-            for buf, i in slots:  # (slots just made: their buffers are not resolved yet)
-                buf.fills.append((i, pending))
+        else:
+            # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as
+            # .grad and copies one that is held (a detach costs more than the rest of a deferral)
+            x = t if t.requires_grad else t.detach()
+            address = _UNREAD if storage is None else storage.data_ptr()
+            # the fields come from device slots: one dict, in msProbe's order, filled in place when they are
+            # resolved (before any record is written), shared by every record of this tensor
+            values = self._fields.copy()
+            if self.stats:
+                if span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
+                    # contiguous: no more to look at
+                    slots.append(self.slots.stats(x, n, x, defer, None, address, values))
+                else:
+                    slots.append(self._stats_slot(x, n, span, defer, values))
+            if self.md5:
+                slots.append(self.slots.checksum(x, defer, address, values))
         entry = None
         if key is not None:
             if len(self._cache) > CACHE_LIMIT:
@@ -224,22 +218,23 @@ class Summarizer:
             fill_from_slot(rec, slot)
         return rec
 
-    def _stats_slot(self, x, n, span, defer):
+    def _stats_slot(self, x, n, span, defer, fields):
         """A device slot of the Max/Min/Sum/Sum of squares of `x` (complex: of |x|), not contiguous or
-        complex (summarize takes the rest); `span`: element_span(x) when the caller has it."""
+        complex (summarize takes the rest), resolved into dict `fields`; `span`: element_span(x) when the
+        caller has it."""
         if x.dtype.is_complex:
             with torch.no_grad():
                 x = x.abs()
             span = None
         dense = memory_order(x)
         if dense.is_contiguous():
-            return self.slots.stats(x, n, dense, defer)
+            return self.slots.stats(x, n, dense, defer, fields=fields)
         if span is None:
             span = element_span(x)
         # rows of a wider tensor (one chunk of a fused qkv projection), not overlapping
         rows = ((span[1][1], span[0][0]) if len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]
                 else None)
-        return self.slots.stats(x, n, None, defer, rows)
+        return self.slots.stats(x, n, None, defer, rows, fields=fields)
 
     def _stats(self, t, n=None, span=None):
         """Max/Min/Mean/Norm of CPU tensor `t` now (host.py); `span` is `element_span(t)` when the caller has it."""
