@@ -81,7 +81,7 @@ class Summarizer:
     def launch(self, touching=None):
         """Launch the deferred summaries now: something may change their tensors in place (`touching`:
         which tensors, when known; see DeviceSummaries.launch)."""
-        if self.slots.waiting:
+        if self._deferral.queue:  # (every in-place call asks: no nested property)
             self.slots.launch(touching)
 
     def start_resolve(self):
