@@ -176,9 +176,9 @@ class Summarizer:
             if self.md5:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
         else:
-            # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as
-            # .grad and copies one that is held (a detach costs more than the rest of a deferral)
-            x = t if t.requires_grad else t.detach()
+            # a tensor outside autograd is held (deferred) detached: autograd takes a gradient nobody else
+            # holds as .grad and copies one that is held (a detach costs more than the rest of a deferral)
+            x = t.detach() if defer and not t.requires_grad else t
             address = _UNREAD if storage is None else storage.data_ptr()
             # the fields come from device slots: one dict, in msProbe's order, filled in place when they are
             # resolved (before any record is written), shared by every record of this tensor
