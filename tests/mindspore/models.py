@@ -181,3 +181,47 @@ class JitNet(nn.Cell):
 
 
 MODELS["jit"] = JitNet
+
+
+class SharedUse(nn.Cell):
+    """Gradients that are a call's share of a tensor's: the data input into a LayerNorm, one tensor
+    feeding two calls and a Cell, a call taking one tensor twice, an output nothing uses, an integer
+    index, a Cell called twice, an input handed back (astype to its own dtype), in-place calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm((8,))
+        self.a = mint.nn.Linear(8, 8)
+        self.b = mint.nn.Linear(8, 8)
+        self.act = nn.ReLU()
+
+    def construct(self, x, idx):
+        h = self.a(self.norm(x))
+        u = mint.mul(h, h)
+        v = mint.sin(h) + self.b(h)
+        p, _, r = mint.chunk(v, 3, -1)
+        g = ms.ops.gather(u, idx, 0)
+        w = self.act(self.act(p))
+        s = w.astype(w.dtype)
+        z = mint.mul(x, 2.0)
+        z[0] = 1.0
+        z = z.add_(x)
+        return g.sum() + s.sum() + r.mean() + (z * z).sum()
+
+
+def train_shared_use(debugger, steps=2):
+    """SharedUse for `steps` steps (gradients of the Parameters), then one step that differentiates
+    the input too; the debugger started on the model each step."""
+    seed_all(7)
+    net = SharedUse()
+    rng = np.random.default_rng(3)
+    x = ms.Tensor(rng.standard_normal((4, 8)).astype(np.float32))
+    idx = ms.Tensor(np.array([0, 2], np.int32))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    for position in [None] * steps + [0]:
+        grad_fn = ms.value_and_grad(lambda a, b: net(a, b), position, opt.parameters)
+        debugger.start(net)
+        _, grads = grad_fn(x, idx)
+        opt(grads[1] if position is not None else grads)
+        debugger.stop()
+        debugger.step()

@@ -23,6 +23,7 @@ from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.mindspore import _state, context_params
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording
+from msprobe.mindspore.capture.grad_nodes import NodeGraph
 from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
 
 _SCALARS = (int, float, bool, str)
@@ -51,9 +52,10 @@ class MindSporeCallOps:
 
     @staticmethod
     def before_call(s):
-        """A forward call: the backward pass is over (stuck trackers go out), the gradients it
-        queued are summarised, and the Parameters' statistics read before it are dropped (see
+        """A forward call: the backward pass is over (held and stuck trackers go out), the gradients
+        it queued are summarised, and the Parameters' statistics read before it are dropped (see
         gradients_arrived)."""
+        s.emit_held()
         if s.stuck:
             s.release_stuck(-1)
         if s._after_backward:
@@ -94,12 +96,18 @@ class MindSporeCallOps:
         s._seq += 1
         tracker = GradTracker(s, key, save, parent, s._seq)
         s.trackers[tracker] = None  # creation order: the order partial records go out in
-        return tracker, tracker.hook_inputs(args, in_place=inplace)
+        return tracker, tracker.hook_inputs(args, in_place=inplace,
+                                            graph=s.nodes if s.synchronous else None)
 
     @staticmethod
     def backward_end(s, tracker, key, parent, out, result, save, inplace, module):
         if module:  # a Cell returns stand-ins (see GradTracker.hook_outputs)
-            return s._track(tracker, out) if out is not None else out
+            if out is None:
+                return out
+            out = s._track(tracker, out)
+            if tracker.top is not None:  # its first call's, when the Parameters' gradients come
+                s.cell_tops.setdefault(key.rsplit(".", 2)[0], tracker.top)
+            return out
         if inplace:
             s._track(tracker, result)  # tensor hooks: the caller keeps its own result
             return out
@@ -136,13 +144,18 @@ class DumpSession(CaptureSession):
         self.calls = CALLS
         self.graph = None  # the graph/ session when jit-compiled Cells are recorded (L0/mix)
         self.stuck = {}  # trackers with every output gradient in and some input gradient missing
+        self.held = []  # complete trackers hooked by node whose records wait (see emit_backward)
+        self.event_seq = None  # the number of the node whose run the running hook comes with
+        # Cell -> the highest output node number of its first call hooked by node since its Parameters'
+        # gradients last came (see params_grad_arriving)
+        self.cell_tops = {}
         self._seq = 0
         # defer every tensor's statistics (not only gradients) until a resolve; off for level debug,
         # whose records go out one by one
         self.defer = cfg.level != "debug"
         self._after_backward = False  # gradients were queued: the next forward call resolves the batch
         # the model's trainable Parameters (set by the debugger): their statistics are read together
-        self.model_params = ()
+        self._model_params = ()
         # the read is dropped when a gradient arrives: L0/mix see every Parameter gradient through their
         # hooks, L1 only through the backward records of recorded calls
         self._params_tracked = cfg.level in ("L0", "mix") or (self.filter.backward and self.filter.passes_everything)
@@ -152,11 +165,24 @@ class DumpSession(CaptureSession):
         # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
         # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
         self.synchronous = False
+        # the step's autograd nodes as far as calls hooked by node saw them
+        self.nodes = NodeGraph(param_inputs=cfg.level not in ("L0", "mix"))
+
+    @property
+    def model_params(self):
+        return self._model_params
+
+    @model_params.setter
+    def model_params(self, params):
+        self._model_params = params
+        self.nodes.add_params(params)
 
     def idle_readable(self):
         """The flusher may summarise the waiting tensors: CPU tensors read with no MindSpore op (a
         contiguous tensor needing no bfloat16 upcast: data_ptr()/asnumpy(), which capture ignores),
         so nothing it does is captured. A device's are read where their ops run."""
+        if self.held:  # backward records still to be queued: the backward pass is not idle
+            return False
         return self._on_cpu and all(t.dtype not in _UPCAST and t.is_contiguous() for t, *_ in self._late.items())
 
     def _new_summarizer(self):
@@ -248,6 +274,7 @@ class DumpSession(CaptureSession):
         """nn.Optimizer's step starts (optimizer_step.py): stuck trackers go out. Not a forward call:
         the gradients queued join the batch of the step's own inputs, one read for a gradient both
         show (see _summarise_late), and the Parameters' statistics stand until it changes them."""
+        self.emit_held()
         if self.stuck:
             self.release_stuck(-1)
 
@@ -391,8 +418,45 @@ class DumpSession(CaptureSession):
             self.stuck.pop(t, None)
             t.emit_partial()
 
-    def emit_backward(self, tracker):
-        """Called by a GradTracker when the gradients of a call are complete."""
+    def emit_backward(self, tracker, now=False):
+        """Called by a GradTracker when the gradients of a call are complete (`now`: a partial record,
+        at a release). One with inputs hooked by node goes out where it would have with stand-ins for
+        them (see emit_held)."""
+        seq = self.event_seq
+        if not now and tracker.in_keys and seq is not None and seq > tracker.vseq:
+            self.held.append(tracker)
+            return
+        self._emit_backward(tracker)
+
+    def emit_held(self, seq=None):
+        """A hook runs with node number `seq` (None: not known, or not a hook). MindSpore runs the
+        ready node numbered highest first, and a call's stand-ins would be numbered just above its
+        `vseq`: the held records of calls with `vseq` >= seq go out first, highest first (where a
+        stand-in's hook would have sent them: after the nodes the call made had passed the gradient
+        on, Parameters' included)."""
+        self.event_seq = seq
+        held = self.held
+        if not held:
+            return
+        if seq is None:
+            go, self.held = held, []
+        else:
+            go = [t for t in held if t.vseq >= seq]
+            if not go:
+                return
+            self.held = [t for t in held if t.vseq < seq]
+        go.sort(key=lambda t: (-t.vseq, -t.seq))  # stand-ins are numbered in the order calls begin
+        for tracker in go:
+            self._emit_backward(tracker)
+
+    def params_grad_arriving(self, base):
+        """A Parameter of Cell `base` gets its gradient: MindSpore ran the Cell's node that takes it
+        just now, so the held records a stand-in's hook would have seen before that node go first."""
+        seq = self.cell_tops.pop(base, None)
+        if seq is not None:
+            self.emit_held(seq)
+
+    def _emit_backward(self, tracker):
         self.trackers.pop(tracker, None)
         self.stuck.pop(tracker, None)
         flt = self.filter
@@ -404,7 +468,8 @@ class DumpSession(CaptureSession):
 
     # -- step end --------------------------------------------------------------------------------
     def emit_partial_backward(self):
-        """Latest call first, as backward runs."""
+        """Held records first, then the partial ones, latest call first, as backward runs."""
+        self.emit_held()
         for tracker in reversed(list(self.trackers)):
             tracker.emit_partial()
         self.trackers.clear()

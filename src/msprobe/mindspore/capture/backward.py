@@ -11,6 +11,16 @@ gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing
 records no gradient for (made from constants only: a sliced mask buffer, `ops.ones`) gets no hook: it
 refuses a tensor hook, and no gradient would come.
 
+While ops run synchronously (a CPU target) most inputs need no stand-in: the autograd nodes the
+call made that take an input directly see, in a post-hook, the gradient that flows back through that
+edge — the same tensor the stand-in's hook would get, with neither a view in forward nor a view node
+in backward (grad_nodes.py; `hook_inputs(graph=...)`, `_hook_nodes`). A stand-in stays for an input
+whose gradient may not be asked for (a LayerNorm node computes a data input's anyway, where a
+stand-in's hook would not fire), for a tensor taken twice, and where Cells' parameters_grad records are
+made, for a Parameter an API takes. A node's hook runs before MindSpore passes the gradient on, a
+stand-in's after: the session holds a record completed there and sends it where the stand-in's hook
+would have (DumpSession.emit_held), so the records and their order do not depend on the way.
+
 In-place calls must change the caller's own tensor, not a stand-in: the tensor they change (the first
 argument) and their result get Tensor.register_hook instead, which MindSpore ties to the tensor's value
 before and after the change (a total gradient, not the call's share; the handles go at step end).
@@ -28,6 +38,7 @@ op (`x * True`) cost a kernel each; a reused HookBackward calls its latest hook 
 import mindspore as ms
 from mindspore import ops
 
+from msprobe.mindspore.capture.grad_nodes import LEAF, input_edges
 from msprobe.mindspore.tool_work import tool_work
 
 _executor = ms.common.api._pynative_executor
@@ -80,7 +91,7 @@ class GradTracker:
     (or at step end with what arrived, e.g. a data input MindSpore computes no gradient for)."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "left", "outs_left", "fired",
-                 "waits", "seq", "in_place", "outputs_by_tensor_hook")
+                 "waits", "seq", "in_place", "outputs_by_tensor_hook", "in_keys", "bound", "vseq", "parts", "top")
 
     def __init__(self, session, key, save, parent, seq=0):
         self.session, self.key, self.save, self.parent, self.seq = session, key, save, parent, seq
@@ -92,13 +103,27 @@ class GradTracker:
         self.waits = []
         self.in_place = False
         self.outputs_by_tensor_hook = False  # see hook_outputs
+        self.in_keys = None  # by node: (node id, output index) of each input hooked so -> its position
+        self.bound = -1  # by node: nodes numbered up to this existed before the call
+        self.vseq = -1  # by node: stand-ins made for all its inputs would be numbered just above this
+        self.parts = None  # by node: position -> [gradient pieces still to come, sum so far]
+        self.top = None  # by node: the highest number of its outputs' nodes
 
     # -- forward: wrap tensors -----------------------------------------------------------------
-    def hook_inputs(self, args, in_place=False):
+    def hook_inputs(self, args, in_place=False, graph=None):
         """`args` (a tuple, lists inside kept) with each tensor passed through a hook. `in_place`: the
-        call changes `args[0]`, which keeps its identity and gets a tensor hook; so does the result."""
+        call changes `args[0]`, which keeps its identity and gets a tensor hook; so does the result.
+        `graph` (a NodeGraph, while ops run synchronously): the inputs whose gradient
+        is surely computed stay as they are, their gradients seen on the nodes the call makes (see
+        grad_nodes.py and hook_outputs); the others, and a tensor taken a second time, get stand-ins."""
         pos = [0]
         self.in_place = in_place
+        if graph is not None and not in_place:
+            self.in_keys = {}
+            self.bound = self.vseq = graph.bound
+            new = tuple(self._wrap_by_node(a, pos, graph) for a in args)
+            self.in_recs = [None] * pos[0]
+            return new
         if in_place and args and isinstance(args[0], ms.Tensor):
             pos[0] = 1
             if needs_grad(args[0]) and self._tensor_hook(args[0], self._input_hook(0)):
@@ -108,6 +133,46 @@ class GradTracker:
             new = tuple(self._wrap_in(a, pos) for a in args)
         self.in_recs = [None] * pos[0]
         return new
+
+    def _wrap_by_node(self, v, pos, graph):
+        if isinstance(v, ms.Tensor):
+            i = pos[0]
+            pos[0] += 1
+            if not needs_grad(v):
+                return v
+            self.left += 1
+            node = v._grad_node
+            if node is None:  # no gradient will come: the record goes out without it
+                return v
+            key = (node._unique_id(), v._output_index)
+            n = node._sequence_nr()
+            if n != LEAF and n > self.vseq:
+                self.vseq = n
+                if n > self.bound:
+                    self.bound = n
+            if key not in self.in_keys and graph.needed(v, node):
+                self.in_keys[key] = i
+                return v
+            new, n = self._standin(v, lambda seq: self._input_hook(i, seq))
+            if n is not None and n > self.bound:  # older than the call: not one of its nodes
+                self.bound = n
+            return new
+        if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
+            return type(v)(self._wrap_by_node(x, pos, graph) for x in v)
+        return v
+
+    def _standin(self, v, make_hook):
+        """(a view of `v` hooked with make_hook(its node's number), that number): a stand-in while ops
+        run synchronously (see _through_hook)."""
+        try:
+            new = v.view(v.shape)
+            node = new._grad_node
+            n = node._sequence_nr() if node is not None else None
+            _register_hook(new, make_hook(n))
+        except (RuntimeError, TypeError, ValueError):
+            return ops.HookBackward(make_hook(None))(v), None
+        self.session.summarizer.alias(new, v)
+        return new, n
 
     def _tensor_hook(self, t, hook):
         """Hook `t` itself; False when it takes no hook (it needs no gradient)."""
@@ -147,42 +212,134 @@ class GradTracker:
         """
         self.outputs_by_tensor_hook = tensor_hooks or self.in_place
         pos = [0]
+        if self.in_keys is not None:
+            nodes = []
+            new = self._wrap_out(out, pos, nodes)
+            self.out_recs = [None] * pos[0]
+            if self.outs_left:
+                self._hook_nodes(nodes)
+            return new
         new = self._wrap_out(out, pos)
         self.out_recs = [None] * pos[0]
         return new
 
-    def _wrap_out(self, v, pos):
+    def _hook_nodes(self, nodes):
+        """Hook the nodes the call made that take an input hooked by node (grad_nodes.input_edges);
+        an input reached by several edges (or also handed back, see _through) gets their sum, as a
+        stand-in's gradient would be."""
+        session = self.session
+        hooked, pieces, top = input_edges(nodes, self.in_keys, self.bound)
+        self.top = top
+        graph = session.nodes
+        if top > graph.bound:
+            graph.bound = top
+        if hooked:
+            graph.made_from_param(nodes)
+        for node, pairs in hooked:
+            node.register_hook(self._node_hook(pairs, node._sequence_nr()))
+        parts = self.parts  # pieces from outputs that are inputs (_through)
+        if parts is not None:
+            for p, part in parts.items():
+                part[0] += pieces.pop(p, 0)
+        multi = {p: [k, None] for p, k in pieces.items() if k > 1}
+        if multi:
+            self.parts = {**parts, **multi} if parts else multi
+
+    def _through(self, v, p, i):
+        """By node: output `i` is input `p` itself. A stand-in for it goes back to the caller: its
+        gradient is both the output's and one piece of input p's share (an input hook first, as when
+        the stand-in was made before the call)."""
+        self.outs_left += 1
+        self.parts = parts = self.parts or {}
+        parts[p] = [parts[p][0] + 1, None] if p in parts else [1, None]
+        new = v.view(v.shape)
+        n = new._grad_node._sequence_nr()
+
+        def hook(grads):
+            if self.session is not None:
+                self.session.emit_held(n)
+                self._arrive(p, grads[0] if isinstance(grads, (tuple, list)) else grads)
+        _register_hook(new, hook)
+        _register_hook(new, self._output_hook(i, n))
+        self.session.summarizer.alias(new, v)
+        return new
+
+    def _node_hook(self, pairs, seq):
+        """A post-hook on node number `seq`, made by the call: this call's share of the inputs it
+        takes."""
+        def hook(grad_inputs, grad_outputs):
+            if self.session is not None:
+                self.session.emit_held(seq)
+                for j, p in pairs:
+                    self._arrive(p, grad_inputs[j])
+        return hook
+
+    def _arrive(self, p, g):
+        parts = self.parts
+        if parts is not None and p in parts:
+            g = self._piece(parts[p], g)
+        if g is not None:
+            self._on_input(p, g)
+
+    @staticmethod
+    def _piece(part, g):
+        """One of several edges to an input brought `g`: the sum once all have (None before)."""
+        if g is not None:
+            if part[1] is None:
+                part[1] = g
+            else:
+                with tool_work():
+                    part[1] = part[1] + g
+        part[0] -= 1
+        return part[1] if part[0] == 0 else None
+
+    def _wrap_out(self, v, pos, nodes=None):
         if isinstance(v, ms.Tensor):
             i = pos[0]
             pos[0] += 1
             if not needs_grad(v):  # made from constants only: recorded in forward, no backward
                 return v
+            n = None  # the number of the node whose run the output hook comes with (see emit_held)
+            if nodes is not None:
+                node = v._grad_node
+                if node is not None:
+                    p = self.in_keys.get((node._unique_id(), v._output_index))
+                    if p is not None:  # an input handed back (x.astype(its own dtype)): see _through
+                        return self._through(v, p, i)
+                    nodes.append(node)
+                    n = node._sequence_nr()
             if self.outputs_by_tensor_hook:
-                if self._tensor_hook(v, self._output_hook(i)):
+                if self._tensor_hook(v, self._output_hook(i, n)):
                     self.outs_left += 1
                 return v
             self.outs_left += 1
+            if nodes is not None:
+                return self._standin(v, lambda seq: self._output_hook(i, seq))[0]
             new = _through_hook(v, self._output_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
             return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
-            return type(v)(self._wrap_out(x, pos) for x in v)
+            return type(v)(self._wrap_out(x, pos, nodes) for x in v)
         return v
 
     # -- backward: hooks (closures: HookBackward reads the hook's __code__, a partial has none) -------
-    def _input_hook(self, i):
+    # `seq`: the number of the node that runs with the hook (None: not known), see emit_held
+    def _input_hook(self, i, seq=None):
         def hook(grads):
-            self._on_input(i, grads)
+            if self.session is not None:
+                self.session.emit_held(seq)
+                self._on_input(i, grads)
         return hook
 
-    def _output_hook(self, i):
+    def _output_hook(self, i, seq=None):
         def hook(grads):
-            self._on_output(i, grads)
+            self._on_output(i, grads, seq)
         return hook
 
-    def _on_output(self, i, grads):
+    def _on_output(self, i, grads, seq=None):
         if self.session is None:
             return
+        self.session.emit_held(seq)
         with tool_work():
             # the backward reached this call: later calls still waiting for an input gradient will
             # not get it (a data input MindSpore computes no gradient for); their records go out now.
@@ -213,16 +370,16 @@ class GradTracker:
             if self.left <= 0 and self.outs_left <= 0:
                 self._emit()
 
-    def _emit(self):
+    def _emit(self, now=False):
         if self.fired or self.session is None:
             return
         self.fired = True
         session, self.session = self.session, None
-        session.emit_backward(self)
+        session.emit_backward(self, now)
 
     def emit_partial(self):
         """At step end: emit what arrived if any gradient did; drop the tracker otherwise."""
         if self.session is not None and any(r is not None for r in self.out_recs + self.in_recs):
             with tool_work():
-                self._emit()
+                self._emit(now=True)  # where a stand-in's record would go out too
         self.session = None

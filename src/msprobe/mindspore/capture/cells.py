@@ -228,6 +228,7 @@ def _emit_bprop_record(session, entry, dout, grads):
     """The backward record of a Cell with a custom bprop: `dout` (the gradients of its outputs) as input,
     the gradients its bprop returned as output."""
     from msprobe.mindspore.capture.backward import GradTracker
+    session.emit_held()  # records node hooks completed before this bprop ran go first
     key, save, parent = entry
     tracker = GradTracker(session, naming.backward_of(key), save, parent)
     douts = dout if isinstance(dout, (tuple, list)) else (dout,)
@@ -259,6 +260,7 @@ class _ParamGradState:
                 return None
             prev, _state.busy = _state.busy, True
             try:
+                session.params_grad_arriving(self.base)
                 self.got[name] = grad
                 if len(self.got) == len(self.names):
                     got, self.got = self.got, {}
