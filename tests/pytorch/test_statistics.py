@@ -13,7 +13,6 @@ import torch
 
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import JsonAppendFile
-from msprobe.core.dump.records import TensorRecord
 from msprobe.core.dump.tensor_files import link_file, load_tensor_file, write_npy
 from msprobe.pytorch.summary.host import crc32_of
 from msprobe.pytorch.summary.layout import memory_order
@@ -112,22 +111,24 @@ def test_same_tensor_object_reuses_its_record_until_it_changes():
     assert s.summarize(y)[0]["Max"] == 7.0
 
 
-def test_shared_records_are_one_tuple_per_unchanged_tensor_and_written_as_dicts(tmp_path):
+def test_shared_records_are_one_dict_per_unchanged_tensor(tmp_path):
     """`shared=True` (what the session asks for records it only hands on): the same unchanged tensor gives
-    the same TensorRecord object, no dict built per record; it is written as the dict `summarize` gives."""
+    the same dict, built once, not one per record; a caller that extends its record gets its own."""
     s = Summarizer(md5=True)
     x = torch.randn(6, 4)
     rec1, entry = s.summarize(x, shared=True)
     rec2, _ = s.summarize(x, shared=True)
-    assert type(rec1) is TensorRecord and rec2 is rec1
+    assert type(rec1) is dict and rec2 is rec1
     want = s.summarize(x)[0]  # a caller that extends its record gets a dict of its own
-    assert type(want) is dict and rec1.as_dict() == want and list(want)[-1] == "requires_grad"
-    x.requires_grad_()  # the same memory, another flag: another record
+    assert type(want) is dict and want is not rec1 and rec1 == want and list(want)[-1] == "requires_grad"
+    assert list(want) == ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "md5", "requires_grad"]
+    x.requires_grad_()  # the same memory, another flag: another record, the shared one unchanged
     rec3, _ = s.summarize(x, shared=True)
-    assert rec3 is not rec1 and rec3.as_dict() == dict(want, requires_grad=True)
+    assert rec3 is not rec1 and rec3 == dict(want, requires_grad=True) and rec1 == want
+    assert list(rec3) == list(want)
     f = JsonAppendFile(str(tmp_path / "d.json"), finite=True)
     f.append_many([("a", {"output": [rec1, None, rec3]})])
-    f.append("b", [rec1, 2 ** 70])  # json's path (an int beyond 64 bits) writes it as a dict too
+    f.append("b", [rec1, 2 ** 70])  # json's path (an int beyond 64 bits)
     f.close()
     with open(tmp_path / "d.json", encoding="utf-8") as fh:
         got = json.load(fh)

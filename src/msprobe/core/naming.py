@@ -149,5 +149,12 @@ class CallCounter:
         self._counts[name] = n + 1
         return n
 
+    def next_api_key(self, prefix, api_name):
+        """`api_key(prefix, api_name, next(...), FORWARD)` in one step (asked for every API call)."""
+        counted = f"{prefix}.{api_name}"
+        n = self._counts[counted]
+        self._counts[counted] = n + 1
+        return f"{counted}.{n}.{FORWARD}"
+
     def reset(self):
         self._counts.clear()

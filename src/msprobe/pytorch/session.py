@@ -53,14 +53,9 @@ class TorchCallOps:
 
     __slots__ = ()
     work = tool_work
-
-    @staticmethod
-    def before_call(s):
-        pass
-
-    @staticmethod
-    def run(func, args, kwargs):
-        return _run_nested(func, args, kwargs)
+    before_call = None  # nothing to do as a call starts
+    amend_outputs = None
+    run = staticmethod(_run_nested)
 
     @staticmethod
     def before_mutation(s, args, kwargs):
@@ -70,8 +65,6 @@ class TorchCallOps:
     def result_of(s, out, args, inplace):
         """`__setitem__` and collectives return None and mutate their first argument; an in-place
         result's cached statistics are stale."""
-        if not inplace:
-            return out
         result = args[0] if args and not isinstance(out, torch.Tensor) else out
         s.summarizer.forget((result,) if type(result) in _PLAIN else flat_tensors(result))
         return result
@@ -99,12 +92,8 @@ class TorchCallOps:
     def param_record(s, p, stem, save, waits):
         # parameters change in place only in the optimizer, which launches what waits (debugger)
         if not save and type(p) in _PLAIN:  # the common case, without tensor_record's frame
-            return s.summarizer.summarize(p, True, s.shared_records)[0]
+            return s.summarizer.record(p, True, s.summarizer.share_forward)
         return s.tensor_record(p, stem, save, waits, defer=True)
-
-    @staticmethod
-    def amend_outputs(s, outs):
-        pass
 
 
 CALLS = CallCapture(TorchCallOps())
@@ -114,6 +103,7 @@ class DumpSession(CaptureSession):
     """Recording state for one step of one rank (see CaptureSession for the arguments)."""
 
     atomic_sequences = (torch.Size,)  # an output torch.Size is one value: {type, value}
+    quick_types = _PLAIN
     framework = "pytorch"
     saturating = {"torch.float16": FLOAT16_MAX, "torch.bfloat16": BFLOAT16_MAX}
     structure_levels = ("mix", "L0", "L2")
@@ -124,19 +114,23 @@ class DumpSession(CaptureSession):
         super().__init__(cfg, step, rank, pool=pool, overflow=overflow, lane=lane)
         self.in_optimizer = False
         self.current_api = None  # L2: key of the public API running now (parent of its aten ops)
+        self.api_level_l2 = cfg.level == "L2"  # an API call only names its aten ops' parent (record_call)
         # forward summaries may wait for a batch launch where every in-place call is seen (the API mode
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
-        self.defer_forward = cfg.level in ("L1", "mix")
+        self.summarizer.defer_forward = cfg.level in ("L1", "mix")
         # a call's backward record may come out at its first node's hook, ahead of the weight's transpose
         # (backward.py): at L1, where no module or parameter hook records in between
         self.fold_transposes = cfg.level == "L1"
         self.compiled_calls = None  # capture/compiled.py: records made inside compiled graphs (their state)
         self.calls = CALLS
-        # value_record's tensor records may be shared TensorRecords (core/dump/records.py): nothing reads or
-        # extends them before they are written. Off under overflow_check (the gate reads and marks records)
-        # and while records of a compiled graph are made (compiled_calls.py: it sets requires_grad on them).
-        self.shared_records = self.gate is None
+        # value_record's complete tensor records may be one dict shared by every record of the same
+        # unchanged tensor: nothing reads or extends them before they are written. Off under
+        # overflow_check (the gate reads and marks records) and while records of a compiled graph are
+        # made (compiled_calls.py: it sets requires_grad on them).
+        self.summarizer.share_forward = self.gate is None
+        # a plain tensor's record when nothing is saved (CallRecords): the summarizer's, straight
+        self.quick_record = self.summarizer.record
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
@@ -144,7 +138,7 @@ class DumpSession(CaptureSession):
     # -- values -> records -------------------------------------------------------------------------
     def tensor_record(self, t, file_stem, save, waits, defer=None):
         """`defer`: the summary may wait for the next batch launch (default: forward records at L1/mix)."""
-        defer = self.defer_forward if defer is None else defer
+        defer = self.summarizer.defer_forward if defer is None else defer
         if type(t) in _PLAIN:
             rec, entry = self.summarizer.summarize(t, defer)
         else:  # a DTensor's local shard (and which shard it is), a collective's result
@@ -176,13 +170,13 @@ class DumpSession(CaptureSession):
         """A gradient from a backward hook: its summary may wait for a batch launch (autograd does not
         accumulate in place into a gradient someone else holds)."""
         if not save and type(g) in _PLAIN:  # the common case, without tensor_record's frame
-            return self.summarizer.summarize(g, True, self.shared_records)[0]
+            return self.summarizer.record(g, True, self.summarizer.share_forward)
         return self.tensor_record(g, file_stem, save, waits, defer=True)
 
     def before_mutation(self, args=None, kwargs=None):
         """Something is about to change tensors in place (a call with `args`, `kwargs`, when known):
         launch the summaries waiting for them."""
-        if self.summarizer.waiting:
+        if self.summarizer.deferred:
             super().before_mutation(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
 
     def save_tensor_file(self, t, path):
@@ -230,7 +224,7 @@ class DumpSession(CaptureSession):
         """Record of any argument/output value; nested lists/tuples/dicts keep their shape."""
         if isinstance(v, torch.Tensor):
             if not save and type(v) in _PLAIN:  # the common case, without tensor_record's frame
-                return self.summarizer.summarize(v, self.defer_forward, self.shared_records)[0]
+                return self.summarizer.record(v)
             return self.tensor_record(v, file_stem, save, waits)
         if v is None:
             return None
@@ -282,14 +276,14 @@ class DumpSession(CaptureSession):
         key = f"{stem}{self.counter.next(counted)}"
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 they are taken now (on the device: staged, or launched)
-        defer = self.defer_forward
+        defer = self.summarizer.defer_forward
         if self.filter.saves_tensor(key):
             waits = []
             record = {n: [self.tensor_record(g, f"{key}.{n}", True, waits, defer=defer) if g is not None else None]
                       for n, g in grads.items()}
         else:  # no files: plain tensors straight to the summarizer, without tensor_record's frame
-            waits, summarize = (), self.summarizer.summarize
-            record = {n: [None if g is None else summarize(g, defer)[0] if type(g) in _PLAIN
+            waits, summarize = (), self.summarizer.record
+            record = {n: [None if g is None else summarize(g, defer) if type(g) in _PLAIN
                           else self.tensor_record(g, None, False, waits, defer=defer)] for n, g in grads.items()}
         self.emit(key, record, waits)
 

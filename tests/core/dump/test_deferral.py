@@ -2,6 +2,7 @@
 arrays as the tensors: batches, what an in-place change sends first, resolves, and no cycle with its owner."""
 
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -56,6 +57,27 @@ def test_an_inplace_change_sends_only_what_it_touches_first():
     assert r.batches == [[2.0]]
     r.deferral.launch(None)  # not known what changes: everything goes
     assert r.batches == [[2.0], [1.0, 3.0]]
+
+
+def test_a_take_on_another_thread_during_an_inplace_launch_reads_each_item_once():
+    """The flusher's thread may take the whole queue while the training thread picks what an in-place
+    change touches: what that take read is not read again, and what comes later is not lost."""
+    r = None
+
+    def select_while_the_flusher_takes(items, touching):
+        flusher = threading.Thread(target=lambda: r.deferral.take().finish())
+        flusher.start()
+        flusher.join()
+        r.deferral.add(np.full(2, 9.0))  # queued meanwhile
+        return shares_memory(items, touching)
+
+    r = Reader(max_items=10, select=select_while_the_flusher_takes)
+    a, b = np.full(2, 1.0), np.full(2, 2.0)
+    for x in (a, b):
+        r.deferral.add(x, x.nbytes)
+    r.deferral.launch([a])
+    assert r.batches == [[1.0, 2.0]]  # the flusher's take read both; the in-place launch has none left
+    assert [float(x.max()) for x in r.deferral.items()] == [9.0]
 
 
 def test_take_hands_a_batch_read_later_and_keeps_what_comes_after():

@@ -7,22 +7,26 @@ An API call goes through `call` (begin, run, end); a module's (Cell's) pre-hook 
 post-hook `end`. What differs between frameworks is in the `ops` object the adapter composes in:
 
     ops.work()                          context manager around msprobe's own work (not recorded itself)
-    ops.before_call(s)                  a forward call starts (MindSpore: resolve what backward queued)
+    ops.before_call(s)                  a forward call starts (MindSpore: resolve what backward queued);
+                                        None: nothing to do
     ops.run(func, args, kwargs)         run the call; calls it makes itself are nested, not recorded
     ops.before_mutation(s, args, kwargs)  the call changes these in place: summaries waiting for them go first
-    ops.result_of(s, out, args, inplace)  what the call produced (an in-place call's changed argument)
+    ops.result_of(s, out, args, inplace)  what an in-place call produced (its changed argument); asked
+                                        for in-place calls only (inplace True)
     ops.backward_begin(s, key, parent, args, kwargs, save, inplace, module) -> (state, args)
                                         before it runs (`key`, `parent`: backward keys; state None: none)
     ops.backward_end(s, state, key, parent, out, result, save, inplace, module) -> out   hook its backward
     ops.param_record(s, p, stem, save, waits)   a module's parameter record
     ops.amend_outputs(s, outs)          the output records, before they go out (compiled graphs: the
-                                        traced requires_grad)
+                                        traced requires_grad); None: nothing to do
 
 `s` is the session: neither CallCapture nor the ops hold it (a session holding its CallCapture would
 otherwise be a reference cycle, freed only by the cyclic collector).
 
 Records of values come from the session (`args_records` / `outputs_record`, core/dump/records.py,
-over its `value_record`); the records go to the session's `emit` / `note_structure` (capture.py).
+over its `value_record`); the records go to the session's `emit` (with the call's parent and stack:
+its construct.json and stack.json entries are made when the queue is written) or, for a call with
+no record, `note_structure` (capture.py).
 Framework-free.
 """
 
@@ -55,8 +59,9 @@ class CallCapture:
         `inplace=True`); `buffers`: positions and names of arguments it only writes into; `parent`:
         its parent in construct.json (default: the session's `parent_key()`); `backward`: track it."""
         ops = self.ops
-        ops.before_call(s)
-        key = naming.api_key(prefix, name, s.counter.next(f"{prefix}.{name}"), naming.FORWARD)
+        if ops.before_call is not None:
+            ops.before_call(s)
+        key = s.counter.next_api_key(prefix, name)
         gate = s.gate
         flt = s.filter
         if flt.passes_everything:  # no scope or list (want_call's answer, without its frame)
@@ -85,7 +90,7 @@ class CallCapture:
         # overflow_check: every record may be kept, with its files (an in-place call's inputs have none:
         # their memory is overwritten before the gate decides)
         f.save = save = (flt.saves_all_tensors or gate is not None
-                         or (bool(flt.tensor_list) and flt.saves_tensor(key)))
+                         or (True if flt.tensor_list and flt.saves_tensor(key) else False))
         f.waits = waits = []
         exhausted = gate is not None and gate.exhausted
         # False: only its backward key is listed. A module's structure is noted anyway (its calls hang on it).
@@ -120,7 +125,7 @@ class CallCapture:
         gate = s.gate
         key = f.key
         with ops.work():
-            result = ops.result_of(s, out, args, f.inplace)
+            result = ops.result_of(s, out, args, True) if f.inplace else out
             listed = f.listed
             if f.forward and not (gate is not None and gate.exhausted):
                 save, waits = f.save, f.waits
@@ -136,9 +141,13 @@ class CallCapture:
                     outs = record["output"] = []
                 if params is not None:
                     record["parameters"] = params
-                ops.amend_outputs(s, outs)
-                # its structure notes ride in the record's queue entry
-                s.emit(key, record, waits, check=outs, notes=s.structure_notes(f.parent, f.stack) if listed else None)
+                if ops.amend_outputs is not None:
+                    ops.amend_outputs(s, outs)
+                # its construct.json and stack.json entries ride in the record's queue entry
+                if listed:
+                    s.emit(key, record, waits, outs, None, f.parent, f.stack)
+                else:
+                    s.emit(key, record, waits, outs)
                 listed = False
             if f.module:
                 s.recorded_modules.add(key.rsplit(".", 2)[0])  # its parameters' gradients are recorded

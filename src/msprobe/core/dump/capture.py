@@ -9,7 +9,10 @@ that wait: `waiting`, `launch` before a mutation, `pending`, `start_resolve`) an
 `emit`/`note_structure`. Records are written in batches, each in one write to dump.json and one to
 construct.json, at a resolve: at the adapter's batch points, every `FLUSH_RECORDS` records or
 `FLUSH_SECONDS` seconds, at stop() and at the step's end; and, while no record comes, by the
-background flusher (flusher.py) once the queue has been idle `IDLE_SECONDS`. A process killed by
+background flusher (flusher.py) once the queue has been idle `IDLE_SECONDS`. A record joins the
+queue with one list append and no lock (an append is atomic, whichever thread makes it; a resolve,
+holding the lock, takes the entries queued so far and leaves any appended meanwhile); whether the queue is due for a resolve is asked every
+`CHECK_EVERY` records, or at the next record once the flusher finds it waited `FLUSH_SECONDS`. A process killed by
 SIGKILL keeps every finished step and, of the current one, every record captured up to a second
 before. With a `lane` (a one-thread executor: CUDA),
 the host side of a resolve — waiting for the copy, filling and writing records — runs off the
@@ -19,7 +22,6 @@ Framework-free.
 
 import threading
 import time
-from collections import deque
 
 from msprobe.core import naming
 from msprobe.core.dump import flusher
@@ -30,6 +32,7 @@ from msprobe.core.errors import MsprobeError
 from msprobe.core.filters import DumpFilter
 
 _NO_RECORD = object()  # a queue entry of structure notes only
+_UNLISTED = object()  # a queue entry's parent when the call has no construct.json / stack.json entry
 # what writing a dump can meet: a full disk or I/O error, a directory taken by another run
 _WRITE_ERRORS = (OSError, MsprobeError)
 
@@ -39,6 +42,9 @@ FLUSH_SUMMARIES = 4096
 FLUSH_SECONDS = 1.0
 # the flusher writes a queue no record joined for this long (the training thread is then elsewhere)
 IDLE_SECONDS = 0.5
+# records between two looks at whether the queue is due for a resolve (its length, its age, the
+# summaries waiting in device slots)
+CHECK_EVERY = 32
 
 
 def _reason(error):
@@ -86,13 +92,20 @@ class CaptureSession(CallRecords, SessionWriter):
         self.gate = (OverflowGate(overflow, self.saturating)
                      if cfg.task == "overflow_check" and overflow is not None else None)
         self.summarizer = self._new_summarizer()
-        self._queue = deque()  # [key, record (or _NO_RECORD), check, waits, structure notes]
+        # [key, record (or _NO_RECORD), check, waits, structure notes (or None), parent (or _UNLISTED),
+        # stack]: appended without the lock, taken by a resolve holding it
+        self._queue = []
         self._last = {}  # key -> its queued entry, for structure noted after the record
+        self._puts = 0  # records queued so far (the flusher tells an idle queue by it)
+        self._check_at = 0  # _puts at which the queue is next looked at (_check_queue)
+        self._due = False  # set by the flusher: the queue waited FLUSH_SECONDS, the next record resolves it
+        self._idle_puts, self._idle_since = 0, time.monotonic()  # the flusher's last look
+        self._structure_only = cfg.task == "structure"
         self._kept = set()  # overflow_check: keys of the records written (their structure follows)
         self._lane = lane
         self._lane_work = None  # the last resolve handed to the lane
         self.announce = None  # the debugger's "dumping ... to ..." line, said at the first write
-        self._resolved_at = self._put_at = time.monotonic()
+        self._resolved_at = time.monotonic()
         # the queue and the lane's order, shared by the training thread and the flusher
         self._lock = threading.Lock()
         self._construct_all = cfg.extra_info and cfg.level in self.structure_levels
@@ -113,7 +126,7 @@ class CaptureSession(CallRecords, SessionWriter):
         if self.failed is not None:
             return
         self.failed = error
-        self._queue, self._last = deque(), {}
+        self._queue, self._last = [], {}
         writer = self.writer
         if writer is not None:
             writer.mark_incomplete(_reason(error))
@@ -121,17 +134,29 @@ class CaptureSession(CallRecords, SessionWriter):
             self.on_failure(self, error)
 
     # -- records in --------------------------------------------------------------------------------
-    def emit(self, key, record, waits=(), check=None, notes=None):
+    def emit(self, key, record, waits=(), check=None, notes=None, parent=_UNLISTED, stack=None):
         """Hand over a finished record; overflow_check keeps it only if `check` (default: the record)
-        overflows. `notes`: its `structure_notes`, queued with it (one queue entry for both)."""
-        if self.cfg.task == "structure":
+        overflows. `parent`, `stack`: the call's construct.json parent and call stack, when it has those
+        entries (`structure_notes` makes them when the queue is written); `notes`: other structure
+        notes (construct, value) queued with it. The hot path of every record: one append."""
+        if self.failed is not None:
+            return
+        if self._structure_only:
+            if parent is not _UNLISTED:
+                notes = self.structure_notes(parent, stack) + (notes or [])
             if notes:
                 self._note(key, notes)
             return
-        self._put([key, record, check, waits, notes or []])
+        entry = [key, record, check, waits, notes, parent, stack]
+        self._puts += 1
+        if self._puts >= self._check_at or self._due:
+            self._check_queue()  # (before the record joins: a full queue is written first)
+        self._queue.append(entry)
+        self._last[key] = entry
 
     def structure_notes(self, parent, stack):
-        """The construct.json (with its parent) and stack.json entries of a call, as a list (maybe empty)."""
+        """The construct.json (with its parent) and stack.json entries of a call, as a list (maybe empty);
+        `_write` makes the same for a record queued with its parent and stack."""
         notes = []
         if self.cfg.extra_info and (self._construct_all or parent is not None):
             notes.append((True, parent))
@@ -162,27 +187,30 @@ class CaptureSession(CallRecords, SessionWriter):
         with self._lock:  # not into an entry the flusher is writing
             entry = self._last.get(key)
             if entry is not None:
+                if entry[4] is None:
+                    entry[4] = []
                 entry[4].extend(notes)  # written with (and, under overflow_check, only with) its record
                 return
-        if self.gate is None or key in self._kept:
-            self._put([key, _NO_RECORD, None, (), notes])
+        if self.failed is None and (self.gate is None or key in self._kept):
+            self._puts += 1
+            self._check_queue()
+            self._queue.append([key, _NO_RECORD, None, (), notes, _UNLISTED, None])
 
-    def _put(self, entry):
-        if self.failed is not None:
-            return
-        now = time.monotonic()
+    def _check_queue(self):
+        """Resolve the queue when it is full, has waited FLUSH_SECONDS or holds FLUSH_SUMMARIES device
+        summaries; open the writer on this thread (a lane only writes through it). Sets the next look:
+        in CHECK_EVERY records at most, at the record that would fill the queue at the latest."""
         try:
             with self._lock:
                 queue = self._queue
-                if queue and (len(queue) >= FLUSH_RECORDS or now - self._resolved_at >= FLUSH_SECONDS
+                if queue and (len(queue) >= FLUSH_RECORDS or self._due
+                              or time.monotonic() - self._resolved_at >= FLUSH_SECONDS
                               or self.summarizer.pending >= FLUSH_SUMMARIES):
                     self._resolve(self.summarizer.start_resolve())
-                    queue = self._queue
+                self._due = False
                 if self.writer is None and self.gate is None:
-                    self._writer()  # opened on this thread: a lane only writes through it
-                queue.append(entry)
-                self._last[entry[0]] = entry
-                self._put_at = now
+                    self._writer()
+                self._check_at = self._puts + max(1, min(CHECK_EVERY, FLUSH_RECORDS - len(self._queue)))
         except _WRITE_ERRORS as e:
             self._fail(e)
 
@@ -199,7 +227,10 @@ class CaptureSession(CallRecords, SessionWriter):
         """Write the queued records once `readback` (None: nothing to read back) is finished; `stacks`:
         stack.json too. Called holding the lock."""
         self._resolved_at = time.monotonic()
-        entries, self._queue, self._last = list(self._queue), deque(), {}
+        queue = self._queue
+        entries = queue[:]  # (one step each under the GIL: a record appended meanwhile stays queued)
+        del queue[:len(entries)]
+        self._last = {e[0]: e for e in queue}
 
         def finish_and_write(previous=self._lane_work):
             if previous is not None:
@@ -228,8 +259,18 @@ class CaptureSession(CallRecords, SessionWriter):
         Summaries still pending are read back here only where the adapter says it is safe off the
         training thread (`idle_readable`: MindSpore CPU tensors read without an op); otherwise (a
         device summary launched here would race the step's next kernels) they wait for the training
-        thread's next record, stop() or step()."""
-        if self.failed is not None or time.monotonic() - self._put_at < IDLE_SECONDS:
+        thread's next record, stop() or step(). While records come, a queue that waited FLUSH_SECONDS
+        is marked due: the next record resolves it."""
+        if self.failed is not None:
+            return
+        now = time.monotonic()
+        if self._queue and now - self._resolved_at >= FLUSH_SECONDS:
+            self._due = True  # (the next record's; summaries this thread may not read wait for it)
+        puts = self._puts
+        if puts != self._idle_puts:  # records came since the last look
+            self._idle_puts, self._idle_since = puts, now
+            return
+        if now - self._idle_since < IDLE_SECONDS:
             return
         summarizer = self.summarizer
         pending = summarizer.pending or getattr(summarizer, "waiting", 0)
@@ -240,7 +281,7 @@ class CaptureSession(CallRecords, SessionWriter):
         try:
             # asked again holding the lock: a record queued since the look above may wait for a summary
             # (written now, its fields would stay null)
-            if time.monotonic() - self._put_at < IDLE_SECONDS:
+            if self._puts != puts:
                 return
             if not pending and (summarizer.pending or getattr(summarizer, "waiting", 0)):
                 return
@@ -289,7 +330,8 @@ class CaptureSession(CallRecords, SessionWriter):
         gate = self.gate
         records, constructs = [], []
         w = None
-        for key, record, check, waits, notes in entries:
+        extra_info, construct_all = self.cfg.extra_info, self._construct_all
+        for key, record, check, waits, notes, parent, stack in entries:
             if gate is not None and record is not _NO_RECORD:
                 keep, files = gate.decide(key, record, check)
                 if not keep:
@@ -303,11 +345,17 @@ class CaptureSession(CallRecords, SessionWriter):
                     self.announce = None
             if record is not _NO_RECORD:
                 records.append((key, record, waits))
-            for construct, value in notes:
-                if construct:
-                    constructs.append((key, value))
-                else:
-                    w.add_stack(key, value)
+            if parent is not _UNLISTED:  # structure_notes, made here
+                if extra_info and (construct_all or parent is not None):
+                    constructs.append((key, parent))
+                if stack is not None:
+                    w.add_stack(key, stack)
+            if notes:
+                for construct, value in notes:
+                    if construct:
+                        constructs.append((key, value))
+                    else:
+                        w.add_stack(key, value)
         if w is not None:
             w.add_many(records)
             w.add_constructs(constructs)

@@ -15,6 +15,7 @@ that owns the Deferral must not be kept alive by it (a cycle freed only by the c
 or with `touching` None, everything goes. Framework-free.
 """
 
+import threading
 import types
 import weakref
 
@@ -29,7 +30,7 @@ class Deferral:
         select: callable (items, touching) -> (items to read now, items that keep waiting), or None.
     """
 
-    __slots__ = ("queue", "_bytes", "max_items", "max_bytes", "_run", "_select")
+    __slots__ = ("queue", "_bytes", "max_items", "max_bytes", "_run", "_select", "_taking")
 
     def __init__(self, run, max_items, max_bytes=None, select=None):
         # (item, bytes) pairs: one list, so that a take() on another thread never splits a pair; read
@@ -40,6 +41,9 @@ class Deferral:
         self.max_bytes = max_bytes
         self._run = weakref.WeakMethod(run) if isinstance(run, types.MethodType) else (lambda: run)
         self._select = select
+        # held by whatever removes items (a take on the flusher's thread, a narrowing on the training
+        # thread): `add` only appends, which needs no lock
+        self._taking = threading.Lock()
 
     def __len__(self):
         return len(self.queue)
@@ -66,19 +70,25 @@ class Deferral:
             go, _ = self._select(self.items(), touching)
             if not go:
                 return
-            if len(go) < len(self.queue):
-                chosen = {id(item) for item in go}
-                self.queue = [pair for pair in self.queue if id(pair[0]) not in chosen]
+            chosen = {id(item) for item in go}
+            with self._taking:
+                pairs = self.queue[:]
+                # only the pairs looked at: what was queued meanwhile stays, and a take on another
+                # thread since then has left nothing chosen to read twice
+                go = [item for item, _ in pairs if id(item) in chosen]
+                # (in place: an adapter may hold the list, see `queue`)
+                self.queue[:len(pairs)] = [pair for pair in pairs if id(pair[0]) not in chosen]
                 self._bytes = sum(n for _, n in self.queue)
-                self._call(go)
-                return
+            self._call(go)
+            return
         self._call(self.take().items)
 
     def take(self):
         """Everything waiting, removed, as a Batch (`finish()` reads it)."""
-        pairs = self.queue[:]
-        del self.queue[:len(pairs)]  # (not clear(): keeps what another thread queued meanwhile)
-        self._bytes = sum(n for _, n in self.queue)
+        with self._taking:
+            pairs = self.queue[:]
+            del self.queue[:len(pairs)]  # (not clear(): keeps what another thread queued meanwhile)
+            self._bytes = sum(n for _, n in self.queue)
         return Batch([item for item, _ in pairs], self._run)
 
     def _call(self, items):

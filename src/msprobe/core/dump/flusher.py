@@ -3,9 +3,10 @@ SIGINT takes effect.
 
 A session writes its queue when a record comes (capture.py); a process asleep, or hung in a
 collective, makes no record. One daemon thread per process, running while a session is open,
-looks at the open sessions every `TICK_SECONDS` and has each write what waited `IDLE_SECONDS` (`CaptureSession.write_idle`), so a
-record is on disk about 0.7 s after capture whatever the training thread does, and SIGKILL loses at
-most the last second. Between two dumped steps the thread waits for the next step's session (starting
+looks at the open sessions every `TICK_SECONDS` and has each write a queue no record joined for
+`IDLE_SECONDS` since it last looked (`CaptureSession.write_idle`), so a record is on disk at most about
+0.9 s after capture whatever the training thread does; while records come, a queue that waited a second
+is marked due and written at the next record, so SIGKILL loses about the last second. Between two dumped steps the thread waits for the next step's session (starting
 and joining one per step cost ~0.2 ms of CPU and ~0.6 ms of a step's time); it ends at `release()`
 (the debugger's next step is not dumped, or it closed) or after `LINGER_SECONDS` without a session.
 

@@ -17,7 +17,6 @@ import threading
 
 import orjson
 
-from msprobe.core.dump.records import TensorRecord, record_default
 from msprobe.core.safe_files import open_new
 
 
@@ -44,12 +43,11 @@ def encode(value, finite=False):
     None (an API's `bias=None`) would otherwise all take the slow path.
     """
     try:
-        text = orjson.dumps(value, default=record_default)
+        text = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, non-str keys: json copes
         text = None
     if text is not None and (finite or b"null" not in text):
         return text
-    # (walked: json writes a TensorRecord, a tuple, as a list)
     out = json.dumps(_finite(value), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     return out.encode()
 
@@ -65,11 +63,9 @@ def pwrite_all(fd, data, offset):
 
 
 def _finite(v):
-    """`v` with non-finite floats as json_float strings and TensorRecords as their dicts."""
+    """`v` with non-finite floats as json_float strings."""
     if isinstance(v, float):
         return json_float(v)
-    if type(v) is TensorRecord:
-        v = v.as_dict()
     if isinstance(v, dict):
         return {k: _finite(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -140,7 +136,7 @@ class JsonAppendFile:
     def _value_json(self, value):
         if self.finite:  # the hot path (every dump record): orjson straight, no null check
             try:
-                return orjson.dumps(value, default=record_default)
+                return orjson.dumps(value)
             except (TypeError, orjson.JSONEncodeError):
                 return encode(value, True)
         return encode(value)
@@ -150,7 +146,7 @@ class JsonAppendFile:
         if self.finite:  # the hot path (every dump record): orjson straight, no call per record
             dumps = orjson.dumps
             try:
-                parts = [dumps(key) + b": " + dumps(value, default=record_default) for key, value in items]
+                parts = [dumps(key) + b": " + dumps(value) for key, value in items]
             except (TypeError, orjson.JSONEncodeError):
                 parts = [dumps(key) + b": " + self._value_json(value) for key, value in items]
         else:

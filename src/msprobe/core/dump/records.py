@@ -4,36 +4,10 @@ A session supplies `value_record(v, file_stem, save, waits)` (tensors, scalars, 
 `CallRecords` turns a call's arguments and result into `input_args` (a list), `input_kwargs` (a dict)
 and `output` (a list), with tensor file stems `{key}.{role}.{i}` / `{key}.{role}.{name}` — built only
 when the call saves tensor files (`file_stem` is None otherwise: nothing is built for a tensor that is
-only summarised). The records
-of the non-tensor values both frameworks pass alike (slices, Ellipsis, other objects) are here too.
-A tensor's record on the hot path may be a `TensorRecord`: a small tuple, shared by every record of
-the same unchanged tensor, that becomes msProbe's dict only when the batch is written (`as_dict`, called
-by the JSON encoder: json_append.py). Framework-free.
+only summarised); a value of the session's `quick_types` (plain tensors) goes straight to its
+`quick_record(v)` when nothing is saved. The records of the non-tensor values both frameworks pass
+alike (slices, Ellipsis, other objects) are here too. Framework-free.
 """
-
-
-class TensorRecord(tuple):
-    """(type, dtype name, shape, values, requires_grad) of a tensor whose summary is complete; `values`
-    holds its value fields (Max, Min, Mean, Norm, md5) in msProbe's order. Immutable: never extended
-    (a record that gets `data_name` or a shard is a dict from the start)."""
-
-    __slots__ = ()
-
-    def as_dict(self):
-        rec = {"type": self[0], "dtype": self[1], "shape": list(self[2])}
-        rec.update(self[3])
-        rec["requires_grad"] = self[4]
-        return rec
-
-
-def record_default(value):
-    """orjson's `default`: a TensorRecord is written as its dict."""
-    if type(value) is TensorRecord:  # (as_dict's body: one frame per tensor at write time, not two)
-        rec = {"type": value[0], "dtype": value[1], "shape": list(value[2])}
-        rec.update(value[3])
-        rec["requires_grad"] = value[4]
-        return rec
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
 class CallRecords:
@@ -41,6 +15,12 @@ class CallRecords:
 
     # tuple subclasses recorded as one value (torch.Size), not element by element
     atomic_sequences = ()
+    # types whose record, when no file is saved, is `quick_record(v)` (set by the adapter): one frame
+    # a tensor, not value_record's and the summarizer's
+    quick_types = ()
+
+    def quick_record(self, v):
+        return self.value_record(v, None, False, ())
 
     def args_records(self, key, args, kwargs, role, save, waits, buffers=()):
         """`buffers`: positions and names of arguments the call only writes into (a collective's output
@@ -51,9 +31,11 @@ class CallRecords:
                          for i, x in enumerate(args)],
                         {n: self.buffer_record(x) if n in buffers else self.value_record(x, None, False, waits)
                          for n, x in kwargs.items()})
+            quick, types, value = self.quick_record, self.quick_types, self.value_record
             # (no keyword arguments, the common case: without a comprehension's frame)
-            return ([self.value_record(x, None, False, waits) for x in args],
-                    {n: self.value_record(x, None, False, waits) for n, x in kwargs.items()} if kwargs else {})
+            return ([quick(x) if type(x) in types else value(x, None, False, waits) for x in args],
+                    {n: quick(x) if type(x) in types else value(x, None, False, waits)
+                     for n, x in kwargs.items()} if kwargs else {})
         stem = f"{key}.{role}"
         if buffers:
             a = [self.buffer_record(x) if i in buffers else self.value_record(x, f"{stem}.{i}", save, waits)
@@ -66,9 +48,12 @@ class CallRecords:
         return a, k
 
     def outputs_record(self, key, out, save, waits):
+        if not save and type(out) in self.quick_types:  # one tensor, the common case
+            return [self.quick_record(out)]
         if isinstance(out, (list, tuple)) and not isinstance(out, self.atomic_sequences):
             if not save:
-                return [self.value_record(x, None, False, waits) for x in out]
+                quick, types, value = self.quick_record, self.quick_types, self.value_record
+                return [quick(x) if type(x) in types else value(x, None, False, waits) for x in out]
             return [self.value_record(x, f"{key}.output.{i}", save, waits) for i, x in enumerate(out)]
         return [self.value_record(out, f"{key}.output.0" if save else None, save, waits)]
 

@@ -84,7 +84,7 @@ class ApiCapture(TorchFunctionMode):
         # nested calls) are passed on before that frame walk
         if (info is None or session is None or _state.busy or _state.depth
                 or (self._distributed and _called_by_distributed()) or recomputing()):
-            if (session is not None and not _state.busy and session.summarizer.waiting
+            if (session is not None and not _state.busy and session.summarizer.deferred
                     and not (compiled is not None and compiled.called_by_compiler())):
                 self._before_unrecorded(session, func, args, kwargs, info)
             return func(*args, **kwargs)
@@ -94,8 +94,14 @@ class ApiCapture(TorchFunctionMode):
         if maybe_operator:
             name = operator_name(2) or name
             inplace = is_inplace(name)
-        return session.record_call(prefix, name, func, args, kwargs, inplace=inplace or "out" in kwargs,
-                                   mutates=_mutates(func, args, kwargs, flag))
+        out_arg = "out" in kwargs
+        # (_mutates, inline: asked for every recorded call)
+        mutates = out_arg or (flag is not None and (kwargs.get("inplace") is True
+                                                    or (len(args) > flag and args[flag] is True)))
+        if session.api_level_l2:
+            return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
+        # record_call's L1/mix case, without its frame
+        return session.calls.call(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
 
     def _before_unrecorded(self, session, func, args, kwargs, info):
         """A call not recorded (nested, private, not an API) that changes a tensor in place launches the

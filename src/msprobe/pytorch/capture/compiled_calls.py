@@ -128,8 +128,9 @@ class CompiledCalls:
     def on(self, kind, tensors, ints, floats, site, outputs):
         session = self.session
         session.summarizer.forget(tensors)  # a reused buffer keeps its version: nothing cached is valid
-        prev, session.defer_forward = session.defer_forward, False
-        shared, session.shared_records = session.shared_records, False  # records here get requires_grad set
+        summarizer = session.summarizer
+        prev, summarizer.defer_forward = summarizer.defer_forward, False
+        shared, summarizer.share_forward = summarizer.share_forward, False  # records here get requires_grad set
         try:
             if kind == CALL:
                 self._call(site, outputs_of(outputs), tensors, ints, floats)
@@ -141,8 +142,8 @@ class CompiledCalls:
                 self._grad(kind, site, site.eager_position(ints[0]) if kind == IN_GRAD else ints[0],
                            tensors[0] if tensors else None)
         finally:
-            session.defer_forward = prev
-            session.shared_records = shared
+            summarizer.defer_forward = prev
+            summarizer.share_forward = shared
 
     def _call(self, site, outputs, tensors, ints, floats):
         """An API call, as `CallCapture.call` records it (the call itself ran in the graph)."""

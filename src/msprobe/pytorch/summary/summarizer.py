@@ -12,7 +12,6 @@ import weakref
 import torch
 
 from msprobe.core.dump import moments as native
-from msprobe.core.dump.records import TensorRecord
 from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
@@ -59,13 +58,21 @@ class Summarizer:
         self.device_path = device_path
         self.slots = DeviceSummaries()
         self._deferral = self.slots._waiting
+        # the deferred summaries not launched yet, truthy while any wait: asked before every call the
+        # API mode passes on, as an attribute (the Deferral's own list, changed only in place)
+        self.deferred = self._deferral.queue
         self._cache = {}
         # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
         self._objects = {}
         self._native_kinds = host.NATIVE_KINDS if native.ENABLED and not device_path else {}
         self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
+        self._nfields = len(self._fields)
         self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
+        self.entry = None  # the cache entry of the last record made (see summarize)
+        # a forward value's record (`record(t)`): deferred, shared (the session sets them)
+        self.defer_forward = False
+        self.share_forward = False
 
     @property
     def pending(self):
@@ -81,7 +88,7 @@ class Summarizer:
     def launch(self, touching=None):
         """Launch the deferred summaries now: something may change their tensors in place (`touching`:
         which tensors, when known; see DeviceSummaries.launch)."""
-        if self._deferral.queue:  # (every in-place call asks: no nested property)
+        if self.deferred:  # (every in-place call asks: no nested property)
             self.slots.launch(touching)
 
     def start_resolve(self):
@@ -110,34 +117,48 @@ class Summarizer:
                 pass
 
     def summarize(self, t, defer=False, shared=False):
-        """Record for tensor `t` (a fresh dict the caller may extend; fields still on the device are
-        filled in when resolved) and its cache entry (or None). `defer`: a device summary may wait for
-        the next `launch()` (the caller launches before anything changes `t` in place). `shared`: the
-        caller hands the record on unchanged, so it may be a TensorRecord (records.py), the same object
-        for every record of the same unchanged tensor: no dict built per record (its fields still on the
-        device are one dict, filled in place when resolved, before anything is written).
+        """(record, cache entry or None) of tensor `t`: see `record`. The entry's `file_for(t)` is where a
+        tensor laid out as `t` was saved, if one was: the caller may link to it."""
+        rec = self.record(t, defer, shared)
+        return rec, self.entry
 
-        The entry's `file_for(t)` is where a tensor laid out as `t` was saved, if one was: the caller
-        may link to it. (The hot path of every dump: attributes are read once, in one place.)
+    def record(self, t, defer=None, shared=None):
+        """Record for tensor `t` (fields still on the device are filled in when resolved); its cache
+        entry is left in `self.entry`. `defer`: a device summary may wait for the next `launch()` (the
+        caller launches before anything changes `t` in place); `shared`: the caller hands the record on
+        unchanged, so a complete one is the same dict for every record of the same unchanged tensor
+        (else a fresh dict the caller may extend). None: the session's `defer_forward` / `share_forward`
+        (a forward value's record).
+
+        (The hot path of every dump: attributes are read once, in one place.)
         """
-        seen = self._objects.get(id(t))
+        if defer is None:
+            defer, shared = self.defer_forward, self.share_forward
+        tid = id(t)
+        seen = self._objects.get(tid)
         if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
                 and seen[3] == t.shape):
             rec = seen[4]
-            entry = seen[5]
-            if rec[4] is not t.requires_grad:
-                rec = TensorRecord((rec[0], rec[1], rec[2], rec[3], t.requires_grad))
-            if shared:
-                return rec, entry
-            rec = rec.as_dict()
-            for slot in entry.slots:  # fields still on the device: this dict is filled too
+            self.entry = entry = seen[5]
+            # shared as it is (its fields still on the device filled in place when resolved)
+            if rec["requires_grad"] is not t.requires_grad:
+                rec = dict(rec, requires_grad=t.requires_grad)
+            elif shared:
+                return rec
+            else:
+                rec = rec.copy()
+            for slot in entry.slots:  # a dict of its own: filled when resolved too
                 fill_from_slot(rec, slot)
-            return rec, entry
+            return rec
         dtype = t.dtype
-        name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+        try:
+            name = _DTYPE_NAMES[dtype]
+        except KeyError:
+            name = dtype_name(dtype)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
+            self.entry = None
             return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
-                    "requires_grad": t.requires_grad}, None
+                    "requires_grad": t.requires_grad}
         key = span = storage = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
@@ -158,7 +179,8 @@ class Summarizer:
             # the same storage, alive: the memory was not freed and reused by another tensor since (FSDP2
             # frees an unsharded parameter's memory by resizing its storage to 0, keeping the storage)
             if hit is not None and version == hit.version and hit.ref() is storage:
-                return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared), hit
+                self.entry = hit
+                return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared)
         values, slots = None, []
         if (t.is_cpu and not self.device_path) or n == 0:  # on the host, now
             if self.stats:
@@ -193,27 +215,41 @@ class Summarizer:
                 slots.append(self.slots.checksum(x, defer, address, values))
         entry = None
         if key is not None:
-            if len(self._cache) > CACHE_LIMIT:
-                self._cache.clear()
+            cache = self._cache
+            if len(cache) > CACHE_LIMIT:
+                cache.clear()
             try:
-                entry = self._cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
+                entry = cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
             except TypeError:  # a storage without weak references
                 entry = None
-        return self._record(t, name, shape, key, entry, values, slots, shared), entry
+        self.entry = entry
+        if slots or entry is None or len(values) != self._nfields:
+            return self._record(t, name, shape, key, entry, values, slots, shared)
+        # complete, remembered for the tensor object (_record's first case, inline: most records)
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
+               "requires_grad": t.requires_grad}
+        objects = self._objects
+        if len(objects) > CACHE_LIMIT:
+            objects.clear()
+        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry, True)
+        return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
-        are resolved, in `values`, shared by every record of the same tensor); remembered for the tensor
-        object when it has a cache entry. `shared`: see summarize."""
-        rec = TensorRecord(("torch.Tensor", name, shape, values, t.requires_grad))
+        are resolved, filled in place: one dict per tensor, shared by its records); remembered for the
+        tensor object when it has a cache entry. `shared`: see record."""
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
+               "requires_grad": t.requires_grad}
+        for slot in slots:  # fields still on the device: this dict is filled when they are resolved
+            fill_from_slot(rec, slot)
         if entry is not None:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
+            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry, True)
         if shared:
             return rec
-        rec = rec.as_dict()
+        rec = rec.copy()
         for slot in slots:  # a dict of its own: filled when resolved too
             fill_from_slot(rec, slot)
         return rec
