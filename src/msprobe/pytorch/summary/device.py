@@ -182,18 +182,18 @@ class DeviceSummaries:
         self._buffers.append(buf)
         return buf
 
-    def stats(self, x, n, dense, defer=False, rows=None, storage=_UNREAD):
+    def stats(self, x, n, dense, defer=False, rows=None, storage=_UNREAD, fields=None):
         """Slot of Max/Min/Sum/Sum-of-squares of `x` (a real tensor of `n` elements); `dense` is x's
         memory in element order (x itself, or a permutation that makes it contiguous), or None; `rows`:
         (columns, row stride) when x's memory is rows of a wider tensor (a chunk); `storage`: the address
-        of x's storage when the caller has read it.
-        `defer`: launched with others at the next `launch()`."""
+        of x's storage when the caller has read it; `fields`: the dict its record fields go into when
+        resolved (Buffer.slot). `defer`: launched with others at the next `launch()`."""
         dtype = x.dtype
         lane = self._lanes.get(x.device) or self._lane(x.device)
         buf = lane.open[STATS]
         if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
             buf = self._open(lane, STATS)
-        slot = buf.slot(n, dtype)
+        slot = buf.slot(n, dtype, 0, fields)
         self.pending += 1
         kernels = lane.kernels
         if kernels is None:  # torch's kernels read any layout
@@ -217,8 +217,9 @@ class DeviceSummaries:
             kernels.statistics([item])
         return slot
 
-    def checksum(self, x, defer=False, storage=_UNREAD):
-        """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`, `storage`: as in `stats`)."""
+    def checksum(self, x, defer=False, storage=_UNREAD, fields=None):
+        """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`, `storage`, `fields`: as in
+        `stats`)."""
         dtype = x.dtype
         if dtype.is_complex and (x.is_conj() or x.is_neg()):
             x = x.resolve_conj().resolve_neg()  # the bytes of the values, not of the lazy view
@@ -228,7 +229,7 @@ class DeviceSummaries:
         buf = lane.open[CHECKSUM]
         if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
             buf = self._open(lane, CHECKSUM)
-        slot = buf.slot(n, dtype, nbytes)
+        slot = buf.slot(n, dtype, nbytes, fields)
         self.pending += 1
         kernels = lane.kernels or torch_kernels
         if defer and not _DEFER_OFF:

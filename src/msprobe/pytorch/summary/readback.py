@@ -47,11 +47,13 @@ class Readback:
             elif host.device.type != "cpu":
                 host = host.cpu()
             rows = host.numpy()
+            values = buf.fields  # each row's values into its dict, in place
             if buf.kind == STATS:
-                values = stats_values_many(buf.ns, buf.dtypes, rows)
+                fill_stats(values, buf.ns, buf.dtypes, rows)
             else:
                 finish = checksum.finish_raw
-                values = [{"md5": finish(raw, nbytes)} for nbytes, raw in zip(buf.nbytes, rows[:, 0].tolist())]
+                for rec, nbytes, raw in zip(values, buf.nbytes, rows[:, 0].tolist()):
+                    rec["md5"] = finish(raw, nbytes)
             buf.values = values  # before the waiting records: a fill looks again after appending
             for i, rec in buf.fills:
                 rec.update(values[i])
@@ -67,10 +69,18 @@ _LOW = {d: d.is_floating_point and d != torch.float64
 
 def stats_values_many(ns, dtypes, rows):
     """Record fields of many statistics rows (max, min, sum, sum of squares; row i of a tensor of ns[i]
-    elements of dtypes[i]): the arithmetic in numpy, one dict per row."""
+    elements of dtypes[i]), one dict per row."""
+    out = [{} for _ in ns]
+    fill_stats(out, ns, dtypes, rows)
+    return out
+
+
+def fill_stats(fields, ns, dtypes, rows):
+    """Record fields of many statistics rows into dicts `fields` (row i: a tensor of ns[i] elements of
+    dtypes[i]; max, min, sum, sum of squares): the arithmetic in numpy, then four keys set a dict."""
     k = len(ns)
     if not k:
-        return []
+        return
     rows = rows[:k]
     n = np.asarray(ns, dtype=np.float64)
     with np.errstate(all="ignore"):
@@ -82,21 +92,23 @@ def stats_values_many(ns, dtypes, rows):
             fits = low & (np.abs(col) <= _FLT_MAX)
             col[fits] = col[fits].astype(np.float32)
         finite = np.isfinite(rows).all(axis=1)
-    out = []
-    for dtype, (mx, mn, _, _), m, nm, ok in zip(dtypes, rows.tolist(), mean.tolist(), norm.tolist(), finite.tolist()):
+    for rec, dtype, (mx, mn, _, _), m, nm, ok in zip(fields, dtypes, rows.tolist(), mean.tolist(), norm.tolist(),
+                                                     finite.tolist()):
         if dtype == torch.bool:
-            out.append({"Max": bool(mx), "Min": bool(mn), "Mean": None, "Norm": None})
+            mx, mn, m, nm = bool(mx), bool(mn), None, None
         elif ok:
             if not dtype.is_floating_point:
                 mx, mn = int(mx), int(mn)
-            out.append({"Max": mx, "Min": mn, "Mean": m, "Norm": nm})
         else:
             if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
                 mx = mn = float("nan")
             elif not dtype.is_floating_point and math.isfinite(mx) and math.isfinite(mn):
                 mx, mn = int(mx), int(mn)
-            out.append({"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(m), "Norm": json_float(nm)})
-    return out
+            mx, mn, m, nm = json_float(mx), json_float(mn), json_float(m), json_float(nm)
+        rec["Max"] = mx
+        rec["Min"] = mn
+        rec["Mean"] = m
+        rec["Norm"] = nm
 
 
 def stats_values(row, n, dtype):

@@ -17,21 +17,24 @@ _DTYPES = {STATS: torch.float64, CHECKSUM: torch.int64}
 
 class Buffer:
     """SLOTS_PER_BUFFER rows of one kind on one device; per row made so far (`used` of them): its tensor's
-    element count and dtype (statistics) or bytes (checksums); `values`: a record-fields dict per row once resolved (None before);
-    `fills`: (row, record) of the records waiting for it."""
+    element count and dtype (statistics) or bytes (checksums), and `fields`: the dict its values go into
+    when resolved (a tensor's record fields, shared by its records); `values`: `fields` once resolved
+    (None before); `fills`: (row, record) of other records waiting for it."""
 
-    __slots__ = ("device", "kind", "rows", "used", "ns", "dtypes", "nbytes", "values", "fills")
+    __slots__ = ("device", "kind", "rows", "used", "ns", "dtypes", "nbytes", "fields", "values", "fills")
 
     def __init__(self, device, kind):
         self.device, self.kind = device, kind
         self.rows = torch.empty((SLOTS_PER_BUFFER, WIDTH[kind]), dtype=_DTYPES[kind], device=device)
         self.used = 0
         self.ns, self.dtypes, self.nbytes = [], [], []
+        self.fields = []
         self.values = None
         self.fills = []
 
-    def slot(self, n, dtype, nbytes=0):
-        """A new slot (self, row) for a tensor of `n` elements of `dtype` (`nbytes`: its bytes, checksums)."""
+    def slot(self, n, dtype, nbytes=0, fields=None):
+        """A new slot (self, row) for a tensor of `n` elements of `dtype` (`nbytes`: its bytes, checksums);
+        its values go into dict `fields` when resolved (None: a new dict)."""
         i = self.used
         self.used = i + 1
         if self.kind == STATS:  # (what readback reads of a row of each kind)
@@ -39,6 +42,7 @@ class Buffer:
             self.dtypes.append(dtype)
         else:
             self.nbytes.append(nbytes)
+        self.fields.append({} if fields is None else fields)
         return (self, i)
 
 

@@ -88,7 +88,7 @@ class Summarizer:
     def launch(self, touching=None):
         """Launch the deferred summaries now: something may change their tensors in place (`touching`:
         which tensors, when known; see DeviceSummaries.launch)."""
-        if self.slots.waiting:
+        if self.deferred:  # (every in-place call asks: no nested property)
             self.slots.launch(touching)
 
     def start_resolve(self):
@@ -140,13 +140,14 @@ class Summarizer:
                 and seen[3] == t.shape):
             rec = seen[4]
             self.entry = entry = seen[5]
-            if seen[6]:  # complete: shared as it is
-                if rec["requires_grad"] is not t.requires_grad:
-                    return dict(rec, requires_grad=t.requires_grad)
-                return rec if shared else rec.copy()
-            rec = rec.copy()
-            rec["requires_grad"] = t.requires_grad
-            for slot in entry.slots:
+            # shared as it is (its fields still on the device filled in place when resolved)
+            if rec["requires_grad"] is not t.requires_grad:
+                rec = dict(rec, requires_grad=t.requires_grad)
+            elif shared:
+                return rec
+            else:
+                rec = rec.copy()
+            for slot in entry.slots:  # a dict of its own: filled when resolved too
                 fill_from_slot(rec, slot)
             return rec
         dtype = t.dtype
@@ -181,14 +182,8 @@ class Summarizer:
                 self.entry = hit
                 return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared)
         values, slots = None, []
-        on_host = t.is_cpu and not self.device_path
-        if not on_host:
-            # a tensor outside autograd is held detached: autograd takes a gradient nobody else holds as
-            # .grad and copies one that is held (a detach costs more than the rest of a deferral)
-            x = t if t.requires_grad else t.detach()
-            address = _UNREAD if storage is None else storage.data_ptr()
-        if self.stats:
-            if on_host or n == 0:
+        if (t.is_cpu and not self.device_path) or n == 0:  # on the host, now
+            if self.stats:
                 kind = self._native_kinds.get(dtype)
                 if (kind is not None and span is not None and n < host.PARALLEL_MIN and len(span) == 1
                         and span[0][0] == 1):
@@ -198,17 +193,26 @@ class Summarizer:
                         values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
                 if values is None:
                     values = host.statistics(t, n, span, self._native_kinds)
-            elif span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
-                slots.append(self.slots.stats(x, n, x, defer, None, address))  # contiguous: no more to look at
-            else:
-                slots.append(self._stats_slot(x, n, span, defer))
-        if values is None:
-            values = {}
-        if self.md5:
-            if on_host or n == 0:
+            if values is None:
+                values = {}
+            if self.md5:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
-            else:
-                slots.append(self.slots.checksum(x, defer, address))
+        else:
+            # a tensor outside autograd is held (deferred) detached: autograd takes a gradient nobody else
+            # holds as .grad and copies one that is held (a detach costs more than the rest of a deferral)
+            x = t.detach() if defer and not t.requires_grad else t
+            address = _UNREAD if storage is None else storage.data_ptr()
+            # the fields come from device slots: one dict, in msProbe's order, filled in place when they are
+            # resolved (before any record is written), shared by every record of this tensor
+            values = self._fields.copy()
+            if self.stats:
+                if span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
+                    # contiguous: no more to look at
+                    slots.append(self.slots.stats(x, n, x, defer, None, address, values))
+                else:
+                    slots.append(self._stats_slot(x, n, span, defer, values))
+            if self.md5:
+                slots.append(self.slots.checksum(x, defer, address, values))
         entry = None
         if key is not None:
             cache = self._cache
@@ -232,49 +236,41 @@ class Summarizer:
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
-        are resolved); remembered for the tensor object when it has a cache entry. `shared`: see record."""
-        if not slots and len(values) == self._nfields:  # complete: shared by this tensor's next records
-            rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
-                   "requires_grad": t.requires_grad}
-            if entry is not None:
-                objects = self._objects
-                if len(objects) > CACHE_LIMIT:
-                    objects.clear()
-                objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry, True)
-            return rec if shared else rec.copy()
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape)}
-        if len(values) == self._nfields:
-            rec.update(values)
-        else:  # fields still on the device: null until resolved, in msProbe's order
-            rec.update(self._fields)
-            if values:
-                rec.update(values)
-        if entry is not None:  # the tensor object's record (without requires_grad) for its next summary
+        are resolved, filled in place: one dict per tensor, shared by its records); remembered for the
+        tensor object when it has a cache entry. `shared`: see record."""
+        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
+               "requires_grad": t.requires_grad}
+        for slot in slots:  # fields still on the device: this dict is filled when they are resolved
+            fill_from_slot(rec, slot)
+        if entry is not None:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec.copy(), entry, False)
-        rec["requires_grad"] = t.requires_grad
-        for slot in slots:
+            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry, True)
+        if shared:
+            return rec
+        rec = rec.copy()
+        for slot in slots:  # a dict of its own: filled when resolved too
             fill_from_slot(rec, slot)
         return rec
 
-    def _stats_slot(self, x, n, span, defer):
+    def _stats_slot(self, x, n, span, defer, fields):
         """A device slot of the Max/Min/Sum/Sum of squares of `x` (complex: of |x|), not contiguous or
-        complex (summarize takes the rest); `span`: element_span(x) when the caller has it."""
+        complex (summarize takes the rest), resolved into dict `fields`; `span`: element_span(x) when the
+        caller has it."""
         if x.dtype.is_complex:
             with torch.no_grad():
                 x = x.abs()
             span = None
         dense = memory_order(x)
         if dense.is_contiguous():
-            return self.slots.stats(x, n, dense, defer)
+            return self.slots.stats(x, n, dense, defer, fields=fields)
         if span is None:
             span = element_span(x)
         # rows of a wider tensor (one chunk of a fused qkv projection), not overlapping
         rows = ((span[1][1], span[0][0]) if len(span) == 2 and span[1][0] == 1 and span[0][0] >= span[1][1]
                 else None)
-        return self.slots.stats(x, n, None, defer, rows)
+        return self.slots.stats(x, n, None, defer, rows, fields=fields)
 
     def _stats(self, t, n=None, span=None):
         """Max/Min/Mean/Norm of CPU tensor `t` now (host.py); `span` is `element_span(t)` when the caller has it."""
