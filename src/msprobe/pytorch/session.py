@@ -188,8 +188,11 @@ class DumpSession(CaptureSession):
     def before_mutation(self, args=None, kwargs=None):
         """Something is about to change tensors in place (a call with `args`, `kwargs`, when known):
         launch the summaries waiting for them."""
-        if self.summarizer.deferred:
-            super().before_mutation(None if args is None else flat_tensors(args) + flat_tensors(kwargs))
+        summarizer = self.summarizer
+        if summarizer.deferred:
+            touching = None if args is None else flat_tensors(args) + flat_tensors(kwargs)
+            if summarizer.slots.touches(touching):  # (most in-place calls: no tool work to enter)
+                super().before_mutation(touching)
 
     def save_tensor_file(self, t, path):
         """A CPU tensor is written now, from its own memory (nothing to keep safe from later in-place

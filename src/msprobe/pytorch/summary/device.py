@@ -87,21 +87,27 @@ class DeviceSummaries:
         tensors about to change in place, when known (None or empty: unknown); then only the summaries of
         tensors sharing memory with them go, and the others keep waiting for a larger batch (an in-place
         call launches its own input's alone; on torch's lanes a few small ones are staged instead)."""
-        if touching and None not in self._memory:
-            memory = self._memory
-            try:
-                for t in touching:
-                    if t.untyped_storage().data_ptr() in memory:
-                        break
-                else:
-                    return
-            except (RuntimeError, NotImplementedError, TypeError):  # no storage to compare: the long way
-                pass
+        if not self.touches(touching):
+            return
         self._touching = bool(touching)
         try:
             self._waiting.launch(touching)
         finally:
             self._touching = False
+
+    def touches(self, touching):
+        """Whether changing `touching` in place may change a waiting summary's tensor: True unless
+        every one of them has memory nothing waits for (None or empty: not known, True)."""
+        if touching and None not in self._memory:
+            memory = self._memory
+            try:
+                for t in touching:
+                    if t.untyped_storage().data_ptr() in memory:
+                        return True
+                return False
+            except (RuntimeError, NotImplementedError, TypeError):  # no storage to compare: the long way
+                pass
+        return True
 
     def _launch(self, waiting):
         if self._touching and len(waiting) <= STAGE_PICK:
