@@ -231,7 +231,7 @@ class Summarizer:
         objects = self._objects
         if len(objects) > CACHE_LIMIT:
             objects.clear()
-        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry, True)
+        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry)
         return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
@@ -246,7 +246,7 @@ class Summarizer:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry, True)
+            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
         if shared:
             return rec
         rec = rec.copy()
