@@ -205,14 +205,18 @@ class Summarizer:
             # the fields come from device slots: one dict, in msProbe's order, filled in place when they are
             # resolved (before any record is written), shared by every record of this tensor
             values = self._fields.copy()
-            if self.stats:
-                if span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
-                    # contiguous: no more to look at
-                    slots.append(self.slots.stats(x, n, x, defer, None, address, values))
-                else:
-                    slots.append(self._stats_slot(x, n, span, defer, values))
-            if self.md5:
-                slots.append(self.slots.checksum(x, defer, address, values))
+            # contiguous: no more to look at
+            dense = span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex
+            if dense and defer and self.md5 and self.stats:  # both summaries wait as one item
+                slots = self.slots.stats_checksum(x, n, address, values)
+            else:
+                if self.stats:
+                    if dense:
+                        slots.append(self.slots.stats(x, n, x, defer, None, address, values))
+                    else:
+                        slots.append(self._stats_slot(x, n, span, defer, values))
+                if self.md5:
+                    slots.append(self.slots.checksum(x, defer, address, values))
         entry = None
         if key is not None:
             cache = self._cache
