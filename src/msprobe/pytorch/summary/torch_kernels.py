@@ -55,14 +55,17 @@ def statistics(batch):
         per = max(1, GROUP_TOTAL // max(1, items[0][1]))
         for i in range(0, len(items), per):
             chunk = items[i:i + per]
+            xs, _, slots, _ = zip(*chunk)  # (columns of the items, without a Python step each)
             try:
                 with torch.no_grad():
-                    m = torch.stack([item[0] for item in chunk]).reshape(len(chunk), -1).to(torch.float64)
+                    # tensors of one shape end to end along their first dimension, then one row each (a
+                    # stack would make a view of each first)
+                    m = (torch.cat(xs) if xs[0].dim() else torch.stack(xs)).view(len(chunk), -1).to(torch.float64)
                     values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
             except (RuntimeError, NotImplementedError):
                 mixed.extend(chunk)
                 continue
-            out.add([item[2] for item in chunk], values)
+            out.add(slots, values)
     if mixed:
         chunks, rest = _grouped(mixed, lambda item: True)
         alone.extend(rest)
@@ -349,10 +352,10 @@ def _store_rows(slots, values):
     made in order), else one indexed copy per buffer."""
     buf, start = slots[0]
     k = len(slots)
-    index = [i for _, i in slots]
-    if len({b for b, _ in slots}) == 1:
+    buffers, index = zip(*slots)
+    if buffers.count(buf) == k:  # one buffer (most batches)
         # (stacked and staged slots come grouped by shape or stage, not in row order)
-        if index[-1] == start + k - 1 and index == list(range(start, start + k)):
+        if index[-1] == start + k - 1 and index == tuple(range(start, start + k)):
             buf.rows[start:start + k].copy_(values)
         else:
             buf.rows.index_copy_(0, index_tensor(index, values.device), values)
