@@ -58,9 +58,7 @@ def statistics(batch):
             xs, _, slots, _ = zip(*chunk)  # (columns of the items, without a Python step each)
             try:
                 with torch.no_grad():
-                    # tensors of one shape end to end along their first dimension, then one row each (a
-                    # stack would make a view of each first)
-                    m = (torch.cat(xs) if xs[0].dim() else torch.stack(xs)).view(len(chunk), -1).to(torch.float64)
+                    m = _rows_of(xs).to(torch.float64)
                     values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
             except (RuntimeError, NotImplementedError):
                 mixed.extend(chunk)
@@ -97,6 +95,12 @@ def row_statistics(stages):
             m = rows.to(torch.float64)
             out.add(slots, torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1))
     out.store()
+
+
+def _rows_of(xs):
+    """Tensors `xs` of one shape as the rows of one new tensor: end to end along their first dimension
+    (a stack would make a view of each first), one row each."""
+    return (torch.cat(xs) if xs[0].dim() else torch.stack(xs)).view(len(xs), -1)
 
 
 def _by_shape(items, limit):
@@ -145,8 +149,9 @@ def checksum(batch):
         nbytes = items[0][1] * x0.element_size()
         if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
             with torch.no_grad():
-                m = torch.stack([item[0] for item in items]).reshape(len(items), -1).view(torch.uint8)
-                out.add([item[2] for item in items], _crc_short(m).unsqueeze(1))
+                xs, _, slots = zip(*items)
+                m = _rows_of(xs).view(torch.uint8)
+                out.add(slots, _crc_short(m).unsqueeze(1))
             continue
         pad = (-nbytes) % ROW
         r = (nbytes + pad) // ROW
@@ -156,11 +161,12 @@ def checksum(batch):
             if pending.rows + r * len(chunk) > CRC_ROWS:
                 pending.run(device)
             k = len(chunk)
+            xs, _, slots = zip(*chunk)
             with torch.no_grad():
-                m = torch.stack([item[0] for item in chunk]).reshape(k, -1).view(torch.uint8)
+                m = _rows_of(xs).view(torch.uint8)
                 if pad:
                     m = torch.cat((m.new_zeros((k, pad)), m), 1)
-            pending.add(m.reshape(-1, ROW), r, [item[2] for item in chunk])
+            pending.add(m.reshape(-1, ROW), r, slots)
     pending.run(device)
     out.store()
     for x, _, slot in alone:
