@@ -238,6 +238,25 @@ def test_deferred_batch_in_grouped_reductions_matches_the_host_path(md5):
         _same(want, rec, f"{i}:{t.dtype}")
 
 
+def test_a_tensor_waits_as_one_item_and_a_stage_as_one():
+    """Deferred under md5, a tensor's statistics and CRC-32 wait as one item (split into both batches at
+    the launch); small tensors summarised at once wait in their staging buffer as one item: the queue
+    grows by tensors and stages, not by summaries or rows; every record as the host path writes it."""
+    gen = torch.Generator().manual_seed(5)
+    deferred = [torch.randn(4, 8, generator=gen) for _ in range(6)]
+    deferred += [torch.randn(3, generator=gen).to(torch.float16) for _ in range(2)]
+    s = Summarizer(md5=True, device_path=True)
+    got = [s.summarize(t, defer=True)[0] for t in deferred]
+    assert s.waiting == len(deferred)
+    staged = [torch.randn(2, 5, generator=gen) for _ in range(5)]
+    got += [s.summarize(t, defer=False)[0] for t in staged]  # statistics staged, the CRC at once
+    assert s.waiting == len(deferred) + 1
+    s.start_resolve().finish()
+    for i, (t, rec) in enumerate(zip(deferred + staged, got)):
+        want, _ = Summarizer(md5=True, device_path=False).summarize(t)
+        _same(want, rec, f"{i}:{t.dtype}")
+
+
 def test_grouped_reductions_span_chunks_and_buffers(monkeypatch):
     # a batch larger than one grouped reduction and one slot buffer: each value lands in its own slot
     from msprobe.pytorch.summary import slots
