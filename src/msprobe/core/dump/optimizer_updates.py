@@ -42,7 +42,7 @@ def begin(session, optimizer_class, updates):
     if frames:
         # the summaries of the values before the step go before the optimizer changes them: in one batch,
         # not one launch per parameter
-        calls.ops.before_mutation(session, tuple(x for _, p, g in frames for x in (p, g)), {})
+        calls.ops.before_mutation(session, [x for _, p, g in frames for x in (p, g)], {})
     return frames
 
 
@@ -51,6 +51,6 @@ def end(session, frames):
     calls = session.calls
     if frames:
         # the parameters changed in place: statistics cached for them are stale
-        calls.ops.before_mutation(session, tuple(p for _, p, _ in frames), {})
+        calls.ops.before_mutation(session, [p for _, p, _ in frames], {})
     for frame, param, _ in frames:
         calls.end(session, frame, param, (param,))
