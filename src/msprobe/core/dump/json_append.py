@@ -1,7 +1,7 @@
 """A JSON object file that is valid after every append, so a killed process leaves a readable file.
 
 Each append (one member, or a batch of them: `append_many`) overwrites the closing trailer with
-`, "key": value ...` plus the trailer again, in one `os.pwrite`. A write to a regular file completes
+`, "key": value ...` plus the trailer again, in one `os.pwritev`. A write to a regular file completes
 even when SIGKILL arrives, so the file on disk is always the state after some whole append. A short
 write (a full disk) is continued; one that fails leaves the file failed: `seal` then ends it after the
 last whole append with a trailer that says so or, if even that cannot be written, cuts the trailer

@@ -249,14 +249,16 @@ class DumpWriter:
         if not self.structure or not items:
             return
         stack_of = self._stack_of
+        last, entry = object(), None
         for key, frames in items:
-            entry = stack_of.get(frames)
-            if entry is None:
-                lines = stack_texts(frames)
-                entry = self._stack_entries.get(lines)
+            if frames is not last:  # (records made at one place share one stack: an optimizer's updates)
+                last, entry = frames, stack_of.get(frames)
                 if entry is None:
-                    entry = self._stack_entries[lines] = [[], list(lines)]
-                stack_of[frames] = entry
+                    lines = stack_texts(frames)
+                    entry = self._stack_entries.get(lines)
+                    if entry is None:
+                        entry = self._stack_entries[lines] = [[], list(lines)]
+                    stack_of[frames] = entry
             entry[0].append(key)
         self._stacks_written = False
 
