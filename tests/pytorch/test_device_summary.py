@@ -251,8 +251,11 @@ def test_a_tensor_waits_as_one_item_and_a_stage_as_one():
     staged = [torch.randn(2, 5, generator=gen) for _ in range(5)]
     got += [s.summarize(t, defer=False)[0] for t in staged]  # statistics staged, the CRC at once
     assert s.waiting == len(deferred) + 1
+    # channels-last tensors of one shape: joined, they keep that layout; read in index order all the same
+    last = [torch.randn(2, 3, 4, 5, generator=gen).to(memory_format=torch.channels_last) for _ in range(3)]
+    got += [s.summarize(t, defer=True)[0] for t in last]
     s.start_resolve().finish()
-    for i, (t, rec) in enumerate(zip(deferred + staged, got)):
+    for i, (t, rec) in enumerate(zip(deferred + staged + last, got)):
         want, _ = Summarizer(md5=True, device_path=False).summarize(t)
         _same(want, rec, f"{i}:{t.dtype}")
 

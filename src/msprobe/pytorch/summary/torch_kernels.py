@@ -98,9 +98,10 @@ def row_statistics(stages):
 
 
 def _rows_of(xs):
-    """Tensors `xs` of one shape as the rows of one new tensor: end to end along their first dimension
-    (a stack would make a view of each first), one row each."""
-    return (torch.cat(xs) if xs[0].dim() else torch.stack(xs)).view(len(xs), -1)
+    """Tensors `xs` of one shape as the rows of one new tensor, each in index order: end to end along
+    their first dimension (a stack would make a view of each first), one row each (a copy only when the
+    joined tensor keeps a layout of its own, channels-last)."""
+    return (torch.cat(xs) if xs[0].dim() else torch.stack(xs)).reshape(len(xs), -1)
 
 
 def _by_shape(items, limit):
