@@ -5,7 +5,8 @@ sees the gradient flowing back through this use (`_through_hook`: a view of it w
 an `ops.HookBackward` when the tensor takes no tensor hook): this call's own contribution to the
 input's gradient (backward `output`). Outputs get hooks that see their gradients (backward `input`):
 an API call's outputs are hooked themselves (Tensor.register_hook: an output's total gradient is what
-flows back through all its uses), a Cell's through a stand-in (see hook_outputs). Hooking an input
+flows back through all its uses), a Cell's too while ops run synchronously unless one of the step's
+hooks is on it already (then, and in the asynchronous pipeline, through a stand-in: see hook_outputs). Hooking an input
 itself would give its *total* gradient, not this call's share. Only done while MindSpore records a
 gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing. A tensor MindSpore
 records no gradient for (made from constants only: a sliced mask buffer, `ops.ones`) gets no hook: it
