@@ -39,6 +39,7 @@ op (`x * True`) cost a kernel each; a reused HookBackward calls its latest hook 
 import mindspore as ms
 from mindspore import ops
 
+from msprobe.mindspore import _state
 from msprobe.mindspore.capture.grad_nodes import LEAF, input_edges
 from msprobe.mindspore.tool_work import tool_work
 
@@ -93,7 +94,7 @@ class GradTracker:
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "left", "outs_left", "fired",
                  "waits", "seq", "in_place", "outputs_by_tensor_hook", "in_keys", "bound", "vseq", "parts", "top",
-                 "cell")
+                 "cell", "params_at")
 
     def __init__(self, session, key, save, parent, seq=0):
         self.session, self.key, self.save, self.parent, self.seq = session, key, save, parent, seq
@@ -111,6 +112,7 @@ class GradTracker:
         self.parts = None  # by node: position -> [gradient pieces still to come, sum so far]
         self.top = None  # by node: the highest number of its outputs' nodes
         self.cell = False  # a Cell's outputs hooked themselves (see hook_outputs)
+        self.params_at = None  # input position -> id of the Parameter there (see _on_input)
 
     # -- forward: wrap tensors -----------------------------------------------------------------
     def hook_inputs(self, args, in_place=False, graph=None):
@@ -153,6 +155,8 @@ class GradTracker:
                 self.vseq = n
                 if n > self.bound:
                     self.bound = n
+            if isinstance(v, ms.Parameter):
+                self._param_at(i, v)
             if key not in self.in_keys and graph.needed(v, node):
                 self.in_keys[key] = i
                 return v
@@ -163,6 +167,11 @@ class GradTracker:
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
             return type(v)(self._wrap_by_node(x, pos, graph) for x in v)
         return v
+
+    def _param_at(self, i, p):
+        if self.params_at is None:
+            self.params_at = {}
+        self.params_at[i] = id(p)
 
     def _standin(self, v, make_hook):
         """(a view of `v` hooked with make_hook(its node's number), that number): a stand-in while ops
@@ -196,6 +205,8 @@ class GradTracker:
             if not needs_grad(v):  # a constant: no gradient will come, the record needs no wait
                 return v
             self.left += 1
+            if isinstance(v, ms.Parameter):
+                self._param_at(i, v)
             new = _through_hook(v, self._input_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
             self.session.hooked(new)
@@ -244,7 +255,7 @@ class GradTracker:
         if hooked:
             graph.made_from_param(nodes)
         for node, pairs in hooked:
-            node.register_hook(self._node_hook(pairs, node._sequence_nr()))
+            node.register_hook(self._node_hook(node, pairs, node._sequence_nr()))
         parts = self.parts  # pieces from outputs that are inputs (_through)
         if parts is not None:
             for p, part in parts.items():
@@ -273,14 +284,18 @@ class GradTracker:
         self.session.hooked(new)
         return new
 
-    def _node_hook(self, pairs, seq):
+    def _node_hook(self, node, pairs, seq):
         """A post-hook on node number `seq`, made by the call: this call's share of the inputs it
-        takes."""
+        takes (none for an input only Parameters the pass does not differentiate are made from:
+        NodeGraph.unasked)."""
         def hook(grad_inputs, grad_outputs):
-            if self.session is not None:
-                self.session.emit_held(seq)
+            session = self.session
+            if session is not None:
+                session.emit_held(seq)
+                leaves = _state.grad_leaves
+                skip = session.nodes.unasked(node, pairs, leaves) if leaves is not None else ()
                 for j, p in pairs:
-                    self._arrive(p, grad_inputs[j])
+                    self._arrive(p, None if skip and j in skip else grad_inputs[j])
         return hook
 
     def _arrive(self, p, g):
@@ -372,6 +387,10 @@ class GradTracker:
             return
         with tool_work():
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
+            if g is not None and self.params_at is not None and i in self.params_at:
+                asked = _state.grad_params
+                if asked is not None and self.params_at[i] not in asked:
+                    g = None  # a Parameter this pass does not differentiate: no gradient, as in PyTorch
             if g is not None and self.in_recs[i] is None:
                 stem = f"{self.key}.output.{i}" if self.save else None
                 self.in_recs[i] = self.session.gradient_record(g, stem, self.save, self.waits)
