@@ -163,6 +163,7 @@ class DumpSession(CaptureSession):
         self._params_stale = False  # gradients arrived: _param_recs go at the next forward call
         self.tensor_hooks = []  # handles of Tensor.register_hook (in-place calls), removed at step end
         self._hooked = {}  # id -> weak reference of each tensor a hook of this step is on (see was_hooked)
+        self._cells_hooked = cfg.level in ("L0", "mix")  # Cell outputs may be hooked themselves: note hooks
         # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
         # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
         self.synchronous = False
@@ -383,7 +384,8 @@ class DumpSession(CaptureSession):
 
     def hooked(self, t):
         """A hook of this step's backward records is on tensor `t` (see GradTracker.hook_outputs)."""
-        self._hooked[id(t)] = weakref.ref(t)
+        if self._cells_hooked:
+            self._hooked[id(t)] = weakref.ref(t)
 
     def was_hooked(self, t):
         ref = self._hooked.get(id(t))
