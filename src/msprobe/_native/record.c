@@ -200,6 +200,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         if (eq) {
             READ(ref, PyObject_GetAttr(hit, s_ref));
             eq = PyWeakref_Check(ref) && PyWeakref_GetObject(ref) == storage;
+            Py_SETREF(ref, NULL);  /* (`ref` is the new entry's below) */
         }
         if (eq) {
             if ((eq = no_slots(hit)) <= 0)
