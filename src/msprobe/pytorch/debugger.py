@@ -214,7 +214,8 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         rebuilt = False
         for g, group in enumerate(optimizer.param_groups):
             for i, p in enumerate(group["params"]):
-                if p.grad is None:
+                grad = p.grad
+                if grad is None:
                     continue
                 named = names.get(id(p))
                 if (named is None or named[0]() is not p) and not rebuilt:
@@ -222,7 +223,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
                     names, rebuilt = self._parameter_names(refresh=True), True
                     named = names.get(id(p))
                 out.append((named[1] if named is not None and named[0]() is p else f"param_groups.{g}.{i}",
-                            p, p.grad))
+                            p, grad))
         return out
 
     def _parameter_names(self, refresh=False):

@@ -60,7 +60,8 @@ class TorchCallOps:
 
     @staticmethod
     def before_mutation(s, args, kwargs):
-        s.before_mutation(args, kwargs)
+        if s.summarizer.deferred:  # (on the host path nothing waits: the in-place call goes on here)
+            s.before_mutation(args, kwargs)
 
     @staticmethod
     def result_of(s, out, args, inplace):
@@ -83,17 +84,25 @@ class TorchCallOps:
 
     @staticmethod
     def backward_end(s, state, key, parent, out, result, save, inplace, module):
+        """Hook the backward of the call; `state`: backward_begin's (input_edges of its inputs, read
+        before it ran; the watermark a module's walk starts from)."""
         if not torch.is_grad_enabled():
             return out
         edges, floor = state
-        if module:
-            needed = out is not None
-        elif isinstance(out, torch.Tensor):  # one output: no node to hook unless it needs a gradient
-            needed = out.requires_grad
+        save = save and s.gate is None
+        if isinstance(out, torch.Tensor):  # one output (most calls): the one-node shortcut first
+            if not (module or out.requires_grad):  # no node to hook
+                return out
+            tracker = BackwardTracker._attach_one_node(s, key, edges, out, save, parent, floor)
+            if tracker is False:
+                tracker = BackwardTracker._attach_walk(s, key, edges, [out], save, parent, floor)
         else:
-            needed = _needs_backward(edges, out)
-        if needed:
-            s.track_backward(key, edges, out, save and s.gate is None, parent, floor)
+            if out is None or not (module or _needs_backward(edges, out)):
+                return out
+            tracker = BackwardTracker.attach(s, key, edges, flat_tensors(out), save, parent, floor)
+        # a OneNodeHook is never partial: nothing for the step's end to emit
+        if tracker is not None and type(tracker) is not OneNodeHook:
+            s.trackers[tracker] = None
         return out
 
     @staticmethod
@@ -303,18 +312,6 @@ class DumpSession(CaptureSession):
                 record[n] = [None if g is None else summarize(g, defer) if type(g) in _PLAIN
                              else self.tensor_record(g, None, False, waits, defer=defer)]
         self.emit(key, record, waits)
-
-    def track_backward(self, bwd_key, edges, out, save, parent=None, floor=None):
-        """Hook the backward of a call; `edges` are `input_edges` of its inputs, read before it ran."""
-        if isinstance(out, torch.Tensor):  # one output (most calls): the one-node shortcut first
-            tracker = BackwardTracker._attach_one_node(self, bwd_key, edges, out, save, parent, floor)
-            if tracker is False:
-                tracker = BackwardTracker._attach_walk(self, bwd_key, edges, [out], save, parent, floor)
-        else:
-            tracker = BackwardTracker.attach(self, bwd_key, edges, flat_tensors(out), save, parent, floor)
-        # a OneNodeHook is never partial: nothing for the step's end to emit
-        if tracker is not None and type(tracker) is not OneNodeHook:
-            self.trackers[tracker] = None
 
     def emit_backward(self, tracker):
         """Called by a BackwardTracker when the gradients of a call are complete."""

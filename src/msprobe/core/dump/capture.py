@@ -328,7 +328,7 @@ class CaptureSession(CallRecords, SessionWriter):
         """The records in order (one write to dump.json for those not waiting for a tensor file), then
         their construct.json entries (one write), then stack.json entries (written at flush)."""
         gate = self.gate
-        records, constructs = [], []
+        records, constructs, stacks = [], [], []
         w = None
         extra_info, construct_all = self.cfg.extra_info, self._construct_all
         for key, record, check, waits, notes, parent, stack in entries:
@@ -349,16 +349,14 @@ class CaptureSession(CallRecords, SessionWriter):
                 if extra_info and (construct_all or parent is not None):
                     constructs.append((key, parent))
                 if stack is not None:
-                    w.add_stack(key, stack)
+                    stacks.append((key, stack))
             if notes:
                 for construct, value in notes:
-                    if construct:
-                        constructs.append((key, value))
-                    else:
-                        w.add_stack(key, value)
+                    (constructs if construct else stacks).append((key, value))
         if w is not None:
             w.add_many(records)
             w.add_constructs(constructs)
+            w.add_stacks(stacks)
 
     def _write_kept_files(self, files):
         """overflow_check: write the tensor files of a kept record; returns their futures. `files` are

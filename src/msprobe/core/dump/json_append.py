@@ -1,7 +1,7 @@
 """A JSON object file that is valid after every append, so a killed process leaves a readable file.
 
 Each append (one member, or a batch of them: `append_many`) overwrites the closing trailer with
-`, "key": value ...` plus the trailer again, in one `os.pwrite`. A write to a regular file completes
+`, "key": value ...` plus the trailer again, in one `os.pwritev`. A write to a regular file completes
 even when SIGKILL arrives, so the file on disk is always the state after some whole append. A short
 write (a full disk) is continued; one that fails leaves the file failed: `seal` then ends it after the
 last whole append with a trailer that says so or, if even that cannot be written, cuts the trailer
@@ -62,6 +62,14 @@ def pwrite_all(fd, data, offset):
         view, offset = view[n:], offset + n
 
 
+def pwritev_all(fd, buffers, offset):
+    """`buffers` (a few bytes objects) written at `offset` as one, in one `os.pwritev` unless the disk
+    takes only part of it: no copy of a large batch just to add its separator and trailer."""
+    n = os.pwritev(fd, buffers, offset)
+    if n < sum(len(b) for b in buffers):  # a short write (a full disk): the rest as one buffer
+        pwrite_all(fd, b"".join(buffers)[n:], offset + n)
+
+
 def _finite(v):
     """`v` with non-finite floats as json_float strings."""
     if isinstance(v, float):
@@ -99,16 +107,16 @@ class JsonAppendFile:
             self.close()
             raise
 
-    def _write_end(self, chunk):
-        """Write `chunk` and the trailer at the end of the object (called holding the lock)."""
+    def _write_end(self, chunk, body=b""):
+        """Write `chunk`, `body` and the trailer at the end of the object (called holding the lock)."""
         if self.failed or self._fd is None:
             return
         try:
-            pwrite_all(self._fd, chunk + self._trailer, self._end)
+            pwritev_all(self._fd, (chunk, body, self._trailer), self._end)
         except OSError:
             self.failed = True
             raise
-        self._end += len(chunk)
+        self._end += len(chunk) + len(body)
 
     def seal(self, trailer):
         """After a failed write: end the file after the last whole append with `trailer` (bytes: e.g. one
@@ -154,8 +162,7 @@ class JsonAppendFile:
         if not parts:
             return
         with self._lock:
-            body = self._sep.join(parts)
-            self._write_end((self._sep_first if self._empty else self._sep) + body)
+            self._write_end(self._sep_first if self._empty else self._sep, self._sep.join(parts))
             self._empty = False
 
     def append_raw(self, key_json, value_json):

@@ -16,11 +16,6 @@ from msprobe.core import naming
 from msprobe.core.stack import capture_stack
 
 
-def update_key(session, optimizer_class, param_name):
-    index = session.counter.next(f"{naming.OPTIMIZER_PREFIX}.{optimizer_class}.{param_name}")
-    return naming.optimizer_update_key(optimizer_class, param_name, index)
-
-
 def begin(session, optimizer_class, updates):
     """Input records of every update `(parameter name, parameter, gradient)` before the optimizer
     changes the parameters; returns the open frames for `end`."""
@@ -31,16 +26,23 @@ def begin(session, optimizer_class, updates):
     # every update is made at the same place: one stack for all of them
     stack = capture_stack() if session.with_stack else None
     flt = session.filter
+    # `Optimizer.{Class}.{parameter}.{n}.forward` (naming.optimizer_update_key), counted per parameter
+    counted = f"{naming.OPTIMIZER_PREFIX}.{optimizer_class}"
+    next_key = session.counter.next_api_key
+    if flt.passes_everything and updates:
+        flt.hit = True  # (want_call's answer for every update, without its frame)
     for name, param, grad in updates:
-        key = update_key(session, optimizer_class, name)
-        if not flt.want_call(key, session.module_stack) or (gate is not None and gate.exhausted):
+        key = next_key(counted, name)
+        if not flt.passes_everything and not flt.want_call(key, session.module_stack):
+            continue
+        if gate is not None and gate.exhausted:
             continue
         frame, _ = calls.begin(session, key, parent, (param, grad), {}, module=False, backward=False, stack=stack)
         frames.append((frame, param, grad))
     if frames:
         # the summaries of the values before the step go before the optimizer changes them: in one batch,
         # not one launch per parameter
-        calls.ops.before_mutation(session, tuple(x for _, p, g in frames for x in (p, g)), {})
+        calls.ops.before_mutation(session, [x for _, p, g in frames for x in (p, g)], {})
     return frames
 
 
@@ -49,6 +51,6 @@ def end(session, frames):
     calls = session.calls
     if frames:
         # the parameters changed in place: statistics cached for them are stale
-        calls.ops.before_mutation(session, tuple(p for _, p, _ in frames), {})
+        calls.ops.before_mutation(session, [p for _, p, _ in frames], {})
     for frame, param, _ in frames:
         calls.end(session, frame, param, (param,))

@@ -242,16 +242,24 @@ class DumpWriter:
     def add_stack(self, key, frames):
         """`frames` is a stack from `capture_stack` (or a tuple of (filename, lineno, function)), from
         innermost outward, already filtered."""
-        if not self.structure:
+        self.add_stacks(((key, frames),))
+
+    def add_stacks(self, items):
+        """stack.json entries `(key, frames)` (see add_stack), in order."""
+        if not self.structure or not items:
             return
-        entry = self._stack_of.get(frames)
-        if entry is None:
-            lines = stack_texts(frames)
-            entry = self._stack_entries.get(lines)
-            if entry is None:
-                entry = self._stack_entries[lines] = [[], list(lines)]
-            self._stack_of[frames] = entry
-        entry[0].append(key)
+        stack_of = self._stack_of
+        last, entry = object(), None
+        for key, frames in items:
+            if frames is not last:  # (records made at one place share one stack: an optimizer's updates)
+                last, entry = frames, stack_of.get(frames)
+                if entry is None:
+                    lines = stack_texts(frames)
+                    entry = self._stack_entries.get(lines)
+                    if entry is None:
+                        entry = self._stack_entries[lines] = [[], list(lines)]
+                    stack_of[frames] = entry
+            entry[0].append(key)
         self._stacks_written = False
 
     # -- tensors and slow work -----------------------------------------------------------------
@@ -428,7 +436,7 @@ class NoWriter:
     def _nothing(self, *args, **kwargs):
         return None
 
-    add = add_many = add_constructs = add_construct = add_stack = log_error = _nothing
+    add = add_many = add_constructs = add_construct = add_stack = add_stacks = log_error = _nothing
     write_stacks = mark_incomplete = flush = close = discard = _nothing
 
 
