@@ -306,6 +306,9 @@ def test_kernel_splits_only_tensors_of_parallel_min_elements_or_more(monkeypatch
             return real(address, count, kind, threads, *rows)
         return kernel
 
+    # the Python path's kernel calls, counted (the C path, msprobe._record, reads only tensors under
+    # PARALLEL_MIN elements, on one thread: tests/pytorch/test_native_record.py)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
     monkeypatch.setattr(host, "kernel", counting(host.kernel))
     monkeypatch.setattr(summarizer, "_kernel", counting(summarizer._kernel))
     before = torch.get_num_threads()

@@ -3,7 +3,9 @@
 summarised into device slots (device.py) that `start_resolve` brings to the host in one copy. Values seen
 again unchanged reuse their record (cache.py); the same tensor object seen again (same version, memory
 and shape) takes its record from a per-object table before any key is built: the common case, an output
-passed straight to the next API. Guarded by benchmarks/dump_overhead.py.
+passed straight to the next API. Those two cases and a small dense CPU tensor's first record are made in C
+where msprobe._record is built (src/msprobe/_native/record.c: the same records and table entries).
+Guarded by benchmarks/dump_overhead.py.
 """
 
 import os
@@ -20,6 +22,10 @@ from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
 _kernel = native.kernel  # the C statistics kernel (None when not built)
+try:
+    from msprobe._record import Recorder as _Recorder
+except ImportError:  # built without a C compiler (or without msprobe._moments): records made in Python
+    _Recorder = None
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
@@ -73,6 +79,13 @@ class Summarizer:
         # a forward value's record (`record(t)`): deferred, shared (the session sets them)
         self.defer_forward = False
         self.share_forward = False
+        # record's common cases in C over the same tables (None: Python only; MSPROBE_NATIVE_RECORD=0 to compare)
+        self._fast = None
+        if (_Recorder is not None and not device_path and (stats or md5)
+                and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0"):
+            self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
+                                   torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT, host.PARALLEL_MIN, stats,
+                                   host.crc32_of if md5 else None).record
 
     @property
     def pending(self):
@@ -134,6 +147,10 @@ class Summarizer:
         """
         if defer is None:
             defer, shared = self.defer_forward, self.share_forward
+        if self._fast is not None:
+            rec = self._fast(self, t, shared)  # None: not one of its cases (nothing changed), on in Python
+            if rec is not None:
+                return rec
         tid = id(t)
         seen = self._objects.get(tid)
         if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
