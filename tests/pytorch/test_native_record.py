@@ -62,7 +62,7 @@ def named_dtype(fast, slow, dtype):
 
 def tables(s):
     """The summarizer's two tables, comparable across summarizers (objects by record and key)."""
-    objects = sorted((row[1], row[2], tuple(row[3]), tuple(row[4].items())) for row in s._objects.values())
+    objects = sorted((row[4].version, row[1], tuple(row[2]), tuple(row[3].items())) for row in s._objects.values())
     cache = sorted((k[0], str(k[1]), str(k[2]), k[3], e.version, tuple(e.values.items())) for k, e in s._cache.items())
     return objects, cache
 
@@ -83,7 +83,7 @@ def test_fresh_tensor_record_and_table_entries_match_python(monkeypatch, task, d
     assert key == (x.data_ptr(), dtype, x.device, ((1, x.numel()),))
     assert entry.ref() is x.untyped_storage() and entry.slots == [] and entry.file is None
     row = fast._objects[id(x)]
-    assert row[0]() is x and row[5] is entry and fast.entry is entry
+    assert row[0]() is x and row[4] is entry and fast.entry is entry
 
 
 def test_object_hit_shares_or_copies_and_checks_requires_grad(monkeypatch):

@@ -12,7 +12,7 @@
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  * Everything else (other dtypes, a NaN or inf, device slots, views that are not contiguous) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
- * The table entries are the Python path's own: (weakref to t, version, data_ptr, shape, record, entry)
+ * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
  * field order (type, dtype, shape, the value fields, requires_grad).
  */
@@ -26,6 +26,7 @@ static moments_kernel kernel;
 static PyObject *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5;
+static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
 typedef struct {
     PyObject_HEAD
@@ -53,15 +54,15 @@ static PyObject *new_record(PyObject *name, PyObject *shape, PyObject *values, P
     return rec;
 }
 
-/* objects[id(t)] = (weakref(t), version, data_ptr, shape, rec, entry); the table starts over past `limit` */
-static int remember(Recorder *self, PyObject *tid, PyObject *t, PyObject *version, PyObject *ptr, PyObject *shape,
-                    PyObject *rec, PyObject *entry) {
+/* objects[id(t)] = (weakref(t), data_ptr, shape, rec, entry); the table starts over past `limit` */
+static int remember(Recorder *self, PyObject *tid, PyObject *t, PyObject *ptr, PyObject *shape, PyObject *rec,
+                    PyObject *entry) {
     if (PyDict_GET_SIZE(self->objects) > self->limit)
         PyDict_Clear(self->objects);
     PyObject *ref = PyWeakref_NewRef(t, NULL);
     if (ref == NULL)
         return -1;
-    PyObject *row = PyTuple_Pack(6, ref, version, ptr, shape, rec, entry);
+    PyObject *row = PyTuple_Pack(5, ref, ptr, shape, rec, entry);
     Py_DECREF(ref);
     if (row == NULL)
         return -1;
@@ -114,22 +115,26 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     if (seen == NULL && PyErr_Occurred())
         goto done;
     Py_XINCREF(seen);  /* held: reading `t` may run code that changes the table */
-    if (seen != NULL && PyTuple_CheckExact(seen) && PyTuple_GET_SIZE(seen) == 6
+    if (seen != NULL && PyTuple_CheckExact(seen) && PyTuple_GET_SIZE(seen) == 5
         && PyWeakref_GetObject(PyTuple_GET_ITEM(seen, 0)) == t) {
         READ(version, PyObject_GetAttr(t, s_version));
-        if ((eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 1), version, Py_EQ)) < 0)
+        /* the entry's version: `forget` (a change through another tensor object) invalidates the entry */
+        READ(field, PyObject_GetAttr(PyTuple_GET_ITEM(seen, 4), s_entry_version));
+        eq = PyObject_RichCompareBool(field, version, Py_EQ);
+        Py_SETREF(field, NULL);
+        if (eq < 0)
             goto python;
         if (eq) {
             READ(ptr, call0(t, s_data_ptr));
             READ(shape, PyObject_GetAttr(t, s_shape));
-            if ((eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 2), ptr, Py_EQ)) > 0)
-                eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 3), shape, Py_EQ);
+            if ((eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 1), ptr, Py_EQ)) > 0)
+                eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 2), shape, Py_EQ);
             if (eq < 0)
                 goto python;
         }
         if (eq) {
-            PyObject *old = PyTuple_GET_ITEM(seen, 4);
-            entry = PyTuple_GET_ITEM(seen, 5);
+            PyObject *old = PyTuple_GET_ITEM(seen, 3);
+            entry = PyTuple_GET_ITEM(seen, 4);
             Py_INCREF(entry);
             if ((eq = no_slots(entry)) <= 0)
                 goto python;  /* fields still on a device: the Python path fills them */
@@ -206,9 +211,8 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             if ((eq = no_slots(hit)) <= 0)
                 goto python;
             READ(values, PyObject_GetAttr(hit, s_values));
-            READ(field, PyObject_GetAttr(hit, s_entry_version));  /* the entry's version, as _record keeps it */
             if (PyObject_SetAttr(owner, s_entry, hit) < 0 || (rec = new_record(name, shape, values, rg)) == NULL
-                || remember(self, tid, t, field, ptr, shape, rec, hit) < 0)
+                || remember(self, tid, t, ptr, shape, rec, hit) < 0)
                 goto done;
             result = hand_out(rec, shared);
             rec = NULL;
@@ -250,11 +254,16 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(slots);
     if (entry == NULL)
         goto done;
-    if (PyDict_GET_SIZE(self->cache) > self->limit)
+    /* replaced: a tensor object whose row holds the old entry reads its memory again (see forget) */
+    if (hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
+        goto done;
+    if (PyDict_GET_SIZE(self->cache) > self->limit) {  /* the object table's rows hang on its entries */
         PyDict_Clear(self->cache);
+        PyDict_Clear(self->objects);
+    }
     if (PyDict_SetItem(self->cache, key, entry) < 0 || PyObject_SetAttr(owner, s_entry, entry) < 0
         || (rec = new_record(name, shape, values, rg)) == NULL
-        || remember(self, tid, t, version, ptr, shape, rec, entry) < 0)
+        || remember(self, tid, t, ptr, shape, rec, entry) < 0)
         goto done;
     result = hand_out(rec, shared);
     rec = NULL;
@@ -398,6 +407,8 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_mean, "Mean");
     INTERN(s_norm, "Norm");
     INTERN(s_md5, "md5");
+    if ((minus_one = PyLong_FromLong(-1)) == NULL)
+        return NULL;
     if (PyType_Ready(&RecorderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

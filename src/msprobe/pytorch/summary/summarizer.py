@@ -68,7 +68,7 @@ class Summarizer:
         # API mode passes on, as an attribute (the Deferral's own list, changed only in place)
         self.deferred = self._deferral.queue
         self._cache = {}
-        # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
+        # id(tensor) -> (weak ref, data_ptr, shape, record, cache entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
         self._objects = {}
         self._native_kinds = host.NATIVE_KINDS if native.ENABLED and not device_path else {}
@@ -125,7 +125,9 @@ class Summarizer:
                 # a dense tensor's key as summarize builds it (an in-place op's result: without memory_key's frame)
                 key = ((t.data_ptr(), t.dtype, t.device, ((1, n),)) if n > 1 and t.is_contiguous()
                        else memory_key(t, n, self.md5)[0])
-                self._cache.pop(key, None)
+                hit = self._cache.pop(key, None)
+                if hit is not None:  # other tensor objects on this memory (`p` after `p.data.add_`) miss too
+                    hit.version = -1
             except (RuntimeError, NotImplementedError):
                 pass
 
@@ -153,10 +155,11 @@ class Summarizer:
                 return rec
         tid = id(t)
         seen = self._objects.get(tid)
-        if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
-                and seen[3] == t.shape):
-            rec = seen[4]
-            self.entry = entry = seen[5]
+        # (the entry's version: `forget`, a change made through another tensor object, invalidates it)
+        if (seen is not None and seen[0]() is t and seen[4].version == t._version and seen[1] == t.data_ptr()
+                and seen[2] == t.shape):
+            rec = seen[3]
+            self.entry = entry = seen[4]
             # shared as it is (its fields still on the device filled in place when resolved)
             if rec["requires_grad"] is not t.requires_grad:
                 rec = dict(rec, requires_grad=t.requires_grad)
@@ -235,6 +238,9 @@ class Summarizer:
             cache = self._cache
             if len(cache) > CACHE_LIMIT:
                 cache.clear()
+                self._objects.clear()  # its rows hang on the cache's entries (see forget)
+            if hit is not None:  # replaced: a tensor object whose row holds it reads its memory again
+                hit.version = -1
             try:
                 entry = cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
             except TypeError:  # a storage without weak references
@@ -248,7 +254,7 @@ class Summarizer:
         objects = self._objects
         if len(objects) > CACHE_LIMIT:
             objects.clear()
-        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry)
+        objects[tid] = (weakref.ref(t), key[0], shape, rec, entry)
         return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
@@ -263,7 +269,7 @@ class Summarizer:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
+            objects[id(t)] = (weakref.ref(t), key[0], shape, rec, entry)
         if shared:
             return rec
         rec = rec.copy()
