@@ -1,9 +1,10 @@
 """Build hook for the optional C extensions (everything else is in pyproject.toml).
 
 `msprobe._moments` computes a tensor's min, max, sum and sum of squares in one pass (see its source);
-`msprobe._frames` walks the call stack for stack.json (core/stack.py). Both are optional: where no C
-compiler is at hand the build goes on without them and msprobe falls back to the framework's own
-reductions and a Python frame walk. It is built with OpenMP where the compiler has it (in a PyTorch
+`msprobe._frames` walks the call stack for stack.json (core/stack.py); `msprobe._record` makes the
+common records of PyTorch's Summarizer (pytorch/summary/summarizer.py), calling `_moments`' kernel through
+its capsule. All are optional: where no C compiler is at hand the build goes on without them and msprobe
+falls back to the framework's own reductions, a Python frame walk and Python records. It is built with OpenMP where the compiler has it (in a PyTorch
 process its threads are then torch's own), and with plain threads where it has not.
 """
 from setuptools import Extension, setup
@@ -25,7 +26,10 @@ class BuildExt(build_ext):
 
 
 setup(ext_modules=[Extension("msprobe._moments", ["src/msprobe/_native/moments.c"],
+                             depends=["src/msprobe/_native/moments.h"],
                              extra_compile_args=["-O3"] + OPENMP, extra_link_args=OPENMP, optional=True),
                    Extension("msprobe._frames", ["src/msprobe/_native/frames.c"], extra_compile_args=["-O2"],
-                             optional=True)],
+                             optional=True),
+                   Extension("msprobe._record", ["src/msprobe/_native/record.c"], extra_compile_args=["-O2"],
+                             depends=["src/msprobe/_native/moments.h"], optional=True)],
       cmdclass={"build_ext": BuildExt})

@@ -81,3 +81,49 @@ def test_records_by_node_are_those_of_stand_ins(models, tmp_path, monkeypatch, n
         first, last = (json.loads(got[f"dump/step{i}/proc/dump.json"])["data"] for i in (0, 2))
         assert first["Primitive.layer_norm.LayerNorm.0.backward"]["output"][0] is None
         assert last["Primitive.layer_norm.LayerNorm.0.backward"]["output"][0]["shape"] == [4, 8]
+
+
+def test_cell_outputs_are_handed_on_as_they_are(tmp_path):
+    """While ops run synchronously a Cell's output reaches its caller as the very tensor its construct
+    returned (a tensor hook on it; MindSpore copies a view each op takes), unless a hook of the step is
+    on it already (a Cell returning an inner Cell's output gets a view, whose hook runs first)."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import mint, nn
+
+    from msprobe.mindspore import PrecisionDebugger
+
+    class Parent(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = mint.nn.Linear(8, 8)
+            self.seq = nn.SequentialCell([mint.nn.Linear(8, 8)])
+            self.got = []
+
+        def construct(self, x):
+            h = self.fc(x)
+            w = self.seq(h)
+            self.got += [h, w]
+            return (w * w).sum()
+
+    net = Parent()
+    made = []
+    net.fc.register_forward_hook(lambda cell, args, out: made.append(out))  # before msprobe's hooks
+    net.seq.cell_list[0].register_forward_hook(lambda cell, args, out: made.append(out))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(tmp_path / "dump")}))
+    debugger = PrecisionDebugger(config_path=str(config))
+    x = ms.Tensor(np.ones((2, 8), np.float32))
+    grad_fn = ms.value_and_grad(lambda a: net(a), None, net.trainable_params())
+    debugger.start(net)
+    grad_fn(x)
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    assert net.got[0] is made[0]  # fc's output, hooked itself
+    assert net.got[1] is not made[1]  # seq returned seq.0's output: a view stands in for it
+    data = json.loads(open(glob.glob(str(tmp_path / "dump" / "step0" / "*" / "dump.json"))[0]).read())["data"]
+    assert data["Cell.fc.Linear.backward.0"]["input"][0]["shape"] == [2, 8]  # x is not differentiated
+    for key in ("Cell.seq.SequentialCell.backward.0", "Cell.seq.0.Linear.backward.0"):
+        assert data[key]["input"][0]["shape"] == data[key]["output"][0]["shape"] == [2, 8], key
+

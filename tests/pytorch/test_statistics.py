@@ -111,6 +111,41 @@ def test_same_tensor_object_reuses_its_record_until_it_changes():
     assert s.summarize(y)[0]["Max"] == 7.0
 
 
+@pytest.mark.parametrize("native_record", ["1", "0"], ids=["C path", "Python path"])
+@pytest.mark.parametrize("change", ["data.add_", "data.copy_", "detach().mul_"])
+def test_a_parameter_changed_through_another_tensor_object_is_read_again(tmp_path, monkeypatch, native_record,
+                                                                          change):
+    """`p.data.add_(...)` (old-style optimizers, EMA updates) changes p's memory through a tensor with a
+    version counter of its own: p's next record in the step must hold the new values, not its first."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", native_record)
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "out")}))
+    dbg = PrecisionDebugger(config_path=str(cfg))
+    lin = torch.nn.Linear(4, 4)  # its init left the weight at version 1: a coincidence the check must survive
+    x = torch.randn(2, 4)
+    dbg.start()
+    torch.nn.functional.linear(x, lin.weight)
+    for _ in range(2):
+        if change == "data.add_":
+            lin.weight.data.add_(100.0)
+        elif change == "data.copy_":
+            lin.weight.data.copy_(lin.weight.data + 100.0)
+        else:
+            lin.weight.detach().mul_(3.0)
+        torch.nn.functional.linear(x, lin.weight)
+    want = lin.weight.max().item()
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    (dump,) = list((tmp_path / "out").rglob("dump.json"))
+    data = json.loads(dump.read_text())["data"]
+    maxima = [data[f"Functional.linear.{i}.forward"]["input_args"][1]["Max"] for i in range(3)]
+    assert maxima[2] == pytest.approx(want, rel=1e-6)
+    assert len(set(maxima)) == 3  # each read after its change
+
+
 def test_shared_records_are_one_dict_per_unchanged_tensor(tmp_path):
     """`shared=True` (what the session asks for records it only hands on): the same unchanged tensor gives
     the same dict, built once, not one per record; a caller that extends its record gets its own."""
@@ -306,6 +341,9 @@ def test_kernel_splits_only_tensors_of_parallel_min_elements_or_more(monkeypatch
             return real(address, count, kind, threads, *rows)
         return kernel
 
+    # the Python path's kernel calls, counted (the C path, msprobe._record, reads only tensors under
+    # PARALLEL_MIN elements, on one thread: tests/pytorch/test_native_record.py)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
     monkeypatch.setattr(host, "kernel", counting(host.kernel))
     monkeypatch.setattr(summarizer, "_kernel", counting(summarizer._kernel))
     before = torch.get_num_threads()

@@ -10,13 +10,14 @@
    Mean and Norm of float32/bfloat16 data are rounded to float32, as the frameworks report them.
    Large buffers are split over a few threads — OpenMP's where the build has it (in a PyTorch
    process that is torch's own pool), else threads started per call; the GIL is released while it
-   runs. `openmp` says which.
+   runs (on large buffers: a small read costs less than the hand-over). `openmp` says which.
 
    moments(address, count, kind, threads[, rows, row_stride]) -> (max, min, mean, norm) or None
      address: integer address of `count` contiguous elements of `kind` (0 float32, 1 float64,
               2 bfloat16), or of `rows` such runs `row_stride` elements apart (a slice of a wider
               tensor: one chunk of a fused qkv projection); the caller keeps the memory alive and
               unchanged during the call.
+   _kernel: a capsule of the same reduction for C callers (moments.h).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,10 +27,14 @@
 #include <float.h>
 #include <math.h>
 
+#include "moments.h"
+
 #define LANES 8
 #define MAX_THREADS 8
 /* below this many elements per thread, starting a thread costs more than it saves */
 #define MIN_PER_THREAD (16 * 1024)
+/* from this many elements on the GIL is released during a read */
+#define GIL_RELEASE_MIN (64 * 1024)
 
 typedef struct {
     const void *data;
@@ -238,25 +243,11 @@ static void *run_job(void *arg) {
 
 static const int ITEM_SIZE[3] = {4, 8, 2};
 
-static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 && nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "moments(address, count, kind, threads[, rows, row_stride])");
-        return NULL;
-    }
-    uintptr_t address = (uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
-    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
-    long kind = PyLong_AsLong(args[2]);
-    long threads = PyLong_AsLong(args[3]);
-    Py_ssize_t rows = nargs == 6 ? PyLong_AsSsize_t(args[4]) : 1;
-    Py_ssize_t row_stride = nargs == 6 ? PyLong_AsSsize_t(args[5]) : count;
-    if (PyErr_Occurred())
-        return NULL;
-    if (count <= 0 || rows <= 0 || row_stride < count || address == 0 || kind < 0 || kind > 2) {
-        PyErr_Format(PyExc_ValueError, "moments: count and rows must be > 0, row_stride >= count, address "
-                     "non-zero and kind 0..2 (got count=%zd, rows=%zd, row_stride=%zd, kind=%ld)",
-                     count, rows, row_stride, count, kind);
-        return NULL;
-    }
+/* The reduction itself, for this module's `moments` and, through the capsule `_kernel`, other
+   extensions (msprobe._record) that call it without a Python round. Arguments checked by the caller.
+   out: max, min, mean, norm. Returns 0 when a sum is not finite (a NaN or inf is in there). */
+static int compute(const void *address, Py_ssize_t count, int kind, long threads, Py_ssize_t rows,
+                   Py_ssize_t row_stride, double out[4]) {
     Py_ssize_t total = count * rows;
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
@@ -276,13 +267,14 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Job *j = &jobs[t];
         j->base = (const char *)address;
         j->stride_bytes = row_stride * ITEM_SIZE[kind];
-        j->kind = (int)kind;
+        j->kind = kind;
         j->r0 = by_rows ? lo : 0;
         j->r1 = by_rows ? hi : rows;
         j->c0 = by_rows ? 0 : lo;
         j->c1 = by_rows ? count : hi;
     }
-    Py_BEGIN_ALLOW_THREADS
+    /* a small read takes less time than handing the GIL over (the flusher's thread would take it) */
+    PyThreadState *released = total >= GIL_RELEASE_MIN ? PyEval_SaveThread() : NULL;
 #ifdef _OPENMP
     /* OpenMP's team, not threads of our own: in a PyTorch process this is torch's own libgomp pool,
        whose workers are still spinning from the op that made the tensor and take their share at once */
@@ -304,7 +296,8 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             run_job(&jobs[t]);  /* no thread to be had: do its share here */
     }
 #endif
-    Py_END_ALLOW_THREADS
+    if (released != NULL)
+        PyEval_RestoreThread(released);
 
     double mn = jobs[0].total.mn, mx = jobs[0].total.mx, sum = 0.0, sq = 0.0;
     for (long t = 0; t < threads; t++) {
@@ -314,7 +307,7 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         sq += jobs[t].total.sq;
     }
     if (!isfinite(sum) || !isfinite(sq))
-        Py_RETURN_NONE;  /* a NaN or inf is in there: the caller's framework says how it shows */
+        return 0;  /* a NaN or inf is in there: the caller's framework says how it shows */
     double mean = sum / (double)total, norm = sqrt(sq);
     if (kind != 1) {
         /* float32/bfloat16 data: Mean and Norm at float32 precision, as the frameworks' own
@@ -325,7 +318,33 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (norm <= FLT_MAX)
             norm = (double)(float)norm;
     }
-    return Py_BuildValue("(dddd)", mx, mn, mean, norm);
+    out[0] = mx; out[1] = mn; out[2] = mean; out[3] = norm;
+    return 1;
+}
+
+static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "moments(address, count, kind, threads[, rows, row_stride])");
+        return NULL;
+    }
+    uintptr_t address = (uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    long kind = PyLong_AsLong(args[2]);
+    long threads = PyLong_AsLong(args[3]);
+    Py_ssize_t rows = nargs == 6 ? PyLong_AsSsize_t(args[4]) : 1;
+    Py_ssize_t row_stride = nargs == 6 ? PyLong_AsSsize_t(args[5]) : count;
+    if (PyErr_Occurred())
+        return NULL;
+    if (count <= 0 || rows <= 0 || row_stride < count || address == 0 || kind < 0 || kind > 2) {
+        PyErr_Format(PyExc_ValueError, "moments: count and rows must be > 0, row_stride >= count, address "
+                     "non-zero and kind 0..2 (got count=%zd, rows=%zd, row_stride=%zd, kind=%ld)",
+                     count, rows, row_stride, count, kind);
+        return NULL;
+    }
+    double out[4];
+    if (!compute((const void *)address, count, (int)kind, threads, rows, row_stride, out))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
 
@@ -343,13 +362,22 @@ PyMODINIT_FUNC PyInit__moments(void) {
     use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    static moments_kernel kernel = compute;  /* the capsule holds the address of this pointer */
+    PyObject *capsule = PyCapsule_New((void *)&kernel, MOMENTS_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_kernel", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
 #ifdef _OPENMP
     const int openmp = 1;
 #else
     const int openmp = 0;
 #endif
-    if (m != NULL && (PyModule_AddIntConstant(m, "vectorized", use_avx2) < 0
-                      || PyModule_AddIntConstant(m, "openmp", openmp) < 0)) {
+    if (PyModule_AddIntConstant(m, "vectorized", use_avx2) < 0
+        || PyModule_AddIntConstant(m, "openmp", openmp) < 0) {
         Py_DECREF(m);
         return NULL;
     }

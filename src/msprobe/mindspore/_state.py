@@ -9,6 +9,11 @@ recording = False
 apis_patched_by = None
 # True while msprobe's own code runs MindSpore ops (statistics, hooks), so capture ignores them.
 busy = False
+# ids of the Parameters the running PyNative grad pass differentiates (frozenset), or None: not known
+# (capture/patched_api.py, `_grad_call`; see GradTracker's `params_at`)
+grad_params = None
+# the autograd leaf-node ids of those Parameters (frozenset), or None with grad_params
+grad_leaves = None
 # >0 while a captured API runs: calls made inside it are not recorded separately.
 depth = 0
 # A weak reference to the most recently built PrecisionDebugger (MsprobeInitStep sets its first

@@ -182,6 +182,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._sync.enter()
         self._session.synchronous = self._sync.synchronous()
         self._session.read_params_early()
+        self._patched.patch_grad()
         level = self.config.level
         if level in ("L0", "mix"):
             if self._cells is None:

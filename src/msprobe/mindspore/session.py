@@ -101,10 +101,10 @@ class MindSporeCallOps:
 
     @staticmethod
     def backward_end(s, tracker, key, parent, out, result, save, inplace, module):
-        if module:  # a Cell returns stand-ins (see GradTracker.hook_outputs)
+        if module:  # a Cell's outputs: see GradTracker.hook_outputs
             if out is None:
                 return out
-            out = s._track(tracker, out)
+            out = s._track(tracker, out, tensor_hooks=s.synchronous, cell=True)
             if tracker.top is not None:  # its first call's, when the Parameters' gradients come
                 s.cell_tops.setdefault(key.rsplit(".", 2)[0], tracker.top)
             return out
@@ -162,6 +162,8 @@ class DumpSession(CaptureSession):
         self._param_recs = None  # id(p) -> (weakref to p, record), or None: not read since the last change
         self._params_stale = False  # gradients arrived: _param_recs go at the next forward call
         self.tensor_hooks = []  # handles of Tensor.register_hook (in-place calls), removed at step end
+        self._hooked = {}  # id -> weak reference of each tensor a hook of this step is on (see was_hooked)
+        self._cells_hooked = cfg.level in ("L0", "mix")  # Cell outputs may be hooked themselves: note hooks
         # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
         # way to see gradients; in the asynchronous pipeline each one waits (capture/backward.py)
         self.synchronous = False
@@ -380,8 +382,17 @@ class DumpSession(CaptureSession):
         Returns its result."""
         return self.calls.call(self, prefix, name, func, args, kwargs, inplace)
 
-    def _track(self, tracker, out, tensor_hooks=False):
-        new = tracker.hook_outputs(out, tensor_hooks)
+    def hooked(self, t):
+        """A hook of this step's backward records is on tensor `t` (see GradTracker.hook_outputs)."""
+        if self._cells_hooked:
+            self._hooked[id(t)] = weakref.ref(t)
+
+    def was_hooked(self, t):
+        ref = self._hooked.get(id(t))
+        return ref is not None and ref() is t
+
+    def _track(self, tracker, out, tensor_hooks=False, cell=False):
+        new = tracker.hook_outputs(out, tensor_hooks, cell)
         if not tracker.outs_left:  # nothing differentiable came out: no backward record
             tracker.session = None
             self.trackers.pop(tracker, None)
@@ -480,6 +491,7 @@ class DumpSession(CaptureSession):
             for handle in self.tensor_hooks:
                 handle.remove()
             self.tensor_hooks = []
+            self._hooked = {}
             super().flush()
         finally:
             _state.busy = prev

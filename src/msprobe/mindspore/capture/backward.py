@@ -5,7 +5,8 @@ sees the gradient flowing back through this use (`_through_hook`: a view of it w
 an `ops.HookBackward` when the tensor takes no tensor hook): this call's own contribution to the
 input's gradient (backward `output`). Outputs get hooks that see their gradients (backward `input`):
 an API call's outputs are hooked themselves (Tensor.register_hook: an output's total gradient is what
-flows back through all its uses), a Cell's through a stand-in (see hook_outputs). Hooking an input
+flows back through all its uses), a Cell's too while ops run synchronously unless one of the step's
+hooks is on it already (then, and in the asynchronous pipeline, through a stand-in: see hook_outputs). Hooking an input
 itself would give its *total* gradient, not this call's share. Only done while MindSpore records a
 gradient (`_pynative_executor.requires_grad()`), so plain inference pays nothing. A tensor MindSpore
 records no gradient for (made from constants only: a sliced mask buffer, `ops.ones`) gets no hook: it
@@ -38,6 +39,7 @@ op (`x * True`) cost a kernel each; a reused HookBackward calls its latest hook 
 import mindspore as ms
 from mindspore import ops
 
+from msprobe.mindspore import _state
 from msprobe.mindspore.capture.grad_nodes import LEAF, input_edges
 from msprobe.mindspore.tool_work import tool_work
 
@@ -91,7 +93,8 @@ class GradTracker:
     (or at step end with what arrived, e.g. a data input MindSpore computes no gradient for)."""
 
     __slots__ = ("session", "key", "save", "parent", "out_recs", "in_recs", "left", "outs_left", "fired",
-                 "waits", "seq", "in_place", "outputs_by_tensor_hook", "in_keys", "bound", "vseq", "parts", "top")
+                 "waits", "seq", "in_place", "outputs_by_tensor_hook", "in_keys", "bound", "vseq", "parts", "top",
+                 "cell", "params_at")
 
     def __init__(self, session, key, save, parent, seq=0):
         self.session, self.key, self.save, self.parent, self.seq = session, key, save, parent, seq
@@ -108,6 +111,8 @@ class GradTracker:
         self.vseq = -1  # by node: stand-ins made for all its inputs would be numbered just above this
         self.parts = None  # by node: position -> [gradient pieces still to come, sum so far]
         self.top = None  # by node: the highest number of its outputs' nodes
+        self.cell = False  # a Cell's outputs hooked themselves (see hook_outputs)
+        self.params_at = None  # input position -> id of the Parameter there (see _on_input)
 
     # -- forward: wrap tensors -----------------------------------------------------------------
     def hook_inputs(self, args, in_place=False, graph=None):
@@ -150,6 +155,8 @@ class GradTracker:
                 self.vseq = n
                 if n > self.bound:
                     self.bound = n
+            if isinstance(v, ms.Parameter):
+                self._param_at(i, v)
             if key not in self.in_keys and graph.needed(v, node):
                 self.in_keys[key] = i
                 return v
@@ -160,6 +167,11 @@ class GradTracker:
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
             return type(v)(self._wrap_by_node(x, pos, graph) for x in v)
         return v
+
+    def _param_at(self, i, p):
+        if self.params_at is None:
+            self.params_at = {}
+        self.params_at[i] = id(p)
 
     def _standin(self, v, make_hook):
         """(a view of `v` hooked with make_hook(its node's number), that number): a stand-in while ops
@@ -172,6 +184,7 @@ class GradTracker:
         except (RuntimeError, TypeError, ValueError):
             return ops.HookBackward(make_hook(None))(v), None
         self.session.summarizer.alias(new, v)
+        self.session.hooked(new)
         return new, n
 
     def _tensor_hook(self, t, hook):
@@ -180,6 +193,7 @@ class GradTracker:
             self.session.tensor_hooks.append(t.register_hook(hook))
         except RuntimeError:
             return False
+        self.session.hooked(t)
         return True
 
     def _wrap_in(self, v, pos):
@@ -191,26 +205,31 @@ class GradTracker:
             if not needs_grad(v):  # a constant: no gradient will come, the record needs no wait
                 return v
             self.left += 1
+            if isinstance(v, ms.Parameter):
+                self._param_at(i, v)
             new = _through_hook(v, self._input_hook(i), self.session.synchronous)
             self.session.summarizer.alias(new, v)
+            self.session.hooked(new)
             return new
         if isinstance(v, (list, tuple)) and v and any(isinstance(x, ms.Tensor) for x in v):
             return type(v)(self._wrap_in(x, pos) for x in v)
         return v
 
-    def hook_outputs(self, out, tensor_hooks=False):
+    def hook_outputs(self, out, tensor_hooks=False, cell=False):
         """`out` with each output tensor passed through a hook (same container shape).
 
         `tensor_hooks`: hook the output tensors themselves (Tensor.register_hook; `out` comes back
-        as it is) — for API calls, whose outputs nothing else recorded returns. An output's total
-        gradient is what a stand-in would see, since every use of the output would go through it; no
-        stand-in saves a view and its hook per output. A Cell returns stand-ins
-        (`_through_hook`): a Cell often returns what a call inside it returned (a Sequential, a
-        Dense's matmul), and hooks on one tensor run in the order they were registered — inner call
-        first — which would tell release_stuck that the backward pass had passed the inner call
-        before its gradient had arrived.
+        as it is). An output's total gradient is what a stand-in would see, since every use of the
+        output would go through it; no stand-in saves a view and its hook per output, and the ops
+        that take a view pay for it too (MindSpore copies a view an op takes: ~0.6 ms a use for 1M
+        float32 on a CPU). `cell`: the call is a Cell's, which often returns what a call inside it
+        returned (a Sequential, a Dense's matmul); hooks on one tensor run in the order they were
+        registered — inner call first — which would tell release_stuck that the backward pass had
+        passed the inner call before its gradient had arrived. So an output that already carries
+        one of the step's hooks gets a stand-in (`_standin`), whose hook runs before them.
         """
         self.outputs_by_tensor_hook = tensor_hooks or self.in_place
+        self.cell = cell
         pos = [0]
         if self.in_keys is not None:
             nodes = []
@@ -236,7 +255,7 @@ class GradTracker:
         if hooked:
             graph.made_from_param(nodes)
         for node, pairs in hooked:
-            node.register_hook(self._node_hook(pairs, node._sequence_nr()))
+            node.register_hook(self._node_hook(node, pairs, node._sequence_nr()))
         parts = self.parts  # pieces from outputs that are inputs (_through)
         if parts is not None:
             for p, part in parts.items():
@@ -262,16 +281,21 @@ class GradTracker:
         _register_hook(new, hook)
         _register_hook(new, self._output_hook(i, n))
         self.session.summarizer.alias(new, v)
+        self.session.hooked(new)
         return new
 
-    def _node_hook(self, pairs, seq):
+    def _node_hook(self, node, pairs, seq):
         """A post-hook on node number `seq`, made by the call: this call's share of the inputs it
-        takes."""
+        takes (none for an input only Parameters the pass does not differentiate are made from:
+        NodeGraph.unasked)."""
         def hook(grad_inputs, grad_outputs):
-            if self.session is not None:
-                self.session.emit_held(seq)
+            session = self.session
+            if session is not None:
+                session.emit_held(seq)
+                leaves = _state.grad_leaves
+                skip = session.nodes.unasked(node, pairs, leaves) if leaves is not None else ()
                 for j, p in pairs:
-                    self._arrive(p, grad_inputs[j])
+                    self._arrive(p, None if skip and j in skip else grad_inputs[j])
         return hook
 
     def _arrive(self, p, g):
@@ -308,7 +332,7 @@ class GradTracker:
                         return self._through(v, p, i)
                     nodes.append(node)
                     n = node._sequence_nr()
-            if self.outputs_by_tensor_hook:
+            if self.outputs_by_tensor_hook and not (self.cell and self.session.was_hooked(v)):
                 if self._tensor_hook(v, self._output_hook(i, n)):
                     self.outs_left += 1
                 return v
@@ -363,6 +387,10 @@ class GradTracker:
             return
         with tool_work():
             g = grads[0] if isinstance(grads, (tuple, list)) else grads
+            if g is not None and self.params_at is not None and i in self.params_at:
+                asked = _state.grad_params
+                if asked is not None and self.params_at[i] not in asked:
+                    g = None  # a Parameter this pass does not differentiate: no gradient, as in PyTorch
             if g is not None and self.in_recs[i] is None:
                 stem = f"{self.key}.output.{i}" if self.save else None
                 self.in_recs[i] = self.session.gradient_record(g, stem, self.save, self.waits)

@@ -23,7 +23,7 @@ _WALK = 16  # nodes `needed` looks at before answering "not known" (then: a stan
 class NodeGraph:
     """What one step's calls learned about its autograd graph."""
 
-    __slots__ = ("bound", "params", "made_from_params", "param_inputs")
+    __slots__ = ("bound", "params", "made_from_params", "param_inputs", "_asked", "_asked_of")
 
     def __init__(self, param_inputs=True):
         # False: a Parameter a call takes keeps a stand-in. Where Cells' parameters_grad records are
@@ -32,6 +32,8 @@ class NodeGraph:
         self.bound = -1  # the highest node number a call hooked by node has seen (all older than later calls)
         self.params = set()  # ids of the leaf nodes of Parameters that require a gradient
         self.made_from_params = {}  # (node id, number) -> whether a Parameter's gradient flows through it
+        self._asked = {}  # (node id, number) -> whether the running grad pass wants the gradient into it
+        self._asked_of = None  # the grad pass's leaves `_asked` was found for
 
     def add_params(self, params):
         """Parameters (the model's trainable ones) whose gradient is surely computed: what L0, which
@@ -79,6 +81,46 @@ class NodeGraph:
         if not stack:  # looked at all of it: no Parameter behind it
             memo[key] = False
         return False
+
+    def unasked(self, node, pairs, leaves):
+        """The edges j of `pairs` ((edge, position)) of `node` whose gradient the running grad pass does
+        not want: it reaches only Parameters the pass does not differentiate (`leaves`: the leaf-node
+        ids of those it does). MindSpore's LayerNorm node computes gamma's gradient all the same, where
+        a stand-in's hook sees nothing and PyTorch computes nothing. Empty when it differentiates every
+        Parameter seen."""
+        if self.params <= leaves:
+            return ()
+        if self._asked_of is not leaves:
+            self._asked, self._asked_of = {}, leaves
+        edges = node.next_functions
+        return [j for j, _ in pairs if edges[j][0] is not None and not self._wanted(edges[j][0], leaves)]
+
+    def _wanted(self, node, leaves):
+        """Whether a leaf the pass wants is behind `node` (a walk through every node behind it, each
+        answer kept for the pass)."""
+        memo = self._asked
+        root = (node._unique_id(), node._sequence_nr())
+        hit = memo.get(root)
+        if hit is not None:
+            return hit
+        params = self.params
+        below = {}
+        stack = [(node, root, False)]
+        while stack:
+            n, key, done = stack.pop()
+            if done:  # every node it leads to is answered
+                memo[key] = any(memo[k] for k in below.pop(key))
+                continue
+            if key in memo:
+                continue
+            if key[1] == LEAF:  # a Parameter's leaf: wanted when differentiated; another leaf: an input
+                memo[key] = key[0] in leaves or key[0] not in params
+                continue
+            kids = [(m, (m._unique_id(), m._sequence_nr())) for m, _ in n.next_functions if m is not None]
+            below[key] = [k for _, k in kids]
+            stack.append((n, key, True))
+            stack.extend((m, k, False) for m, k in kids if k not in memo)
+        return memo[root]
 
     def made_from_param(self, nodes):
         """The output `nodes` of a call with an input hooked by node carry a Parameter's gradient."""

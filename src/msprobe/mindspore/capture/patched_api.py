@@ -75,6 +75,36 @@ def _jit_call(orig):
     return call
 
 
+def _grad_call(orig):
+    """Replacement of `_PyNativeExecutor.grad` (a PyNative backward pass): notes which Parameters it
+    differentiates while it runs, in `_state.grad_params` (GradTracker drops a gradient its hooks see
+    for a Parameter the pass does not differentiate: LayerNorm's node computes gamma's anyway)."""
+    def grad(executor, obj, grad_op, weights, *args):
+        if _state.session is None:
+            return orig(executor, obj, grad_op, weights, *args)
+        prev = _state.grad_params, _state.grad_leaves
+        _state.grad_params, _state.grad_leaves = _differentiated(grad_op, weights)
+        try:
+            return orig(executor, obj, grad_op, weights, *args)
+        finally:
+            _state.grad_params, _state.grad_leaves = prev
+    grad.__msprobe_original__ = orig
+    return grad
+
+
+def _differentiated(grad_op, weights):
+    """(ids, leaf-node ids) of the Parameters a grad pass differentiates; (None, None) when it cannot
+    be told."""
+    by_list = getattr(grad_op, "get_by_list", None)
+    if by_list is False:
+        return frozenset(), frozenset()
+    if by_list is None or weights is None:
+        return None, None
+    weights = tuple(weights) if isinstance(weights, (list, tuple)) else (weights,)
+    nodes = (getattr(w, "_grad_node", None) for w in weights)
+    return frozenset(id(w) for w in weights), frozenset(n._unique_id() for n in nodes if n is not None)
+
+
 class PatchedApis:
     """Installed wrappers, each remembered with the original it replaced."""
 
@@ -156,6 +186,21 @@ class PatchedApis:
         if wrapper is None or wrapper.__msprobe_original__ is not orig:
             wrapper = self._wrappers["jit"] = _jit_call(orig)
         cls.__call__ = wrapper
+
+    def patch_grad(self):
+        """Note which Parameters each PyNative backward pass differentiates (`_grad_call`)."""
+        from mindspore.common.api import _PyNativeExecutor
+        cls = _PyNativeExecutor
+        if (id(cls), "grad") in self._originals:
+            return
+        orig = cls.__dict__["grad"]
+        if hasattr(orig, "__msprobe_original__"):  # another debugger's, installed and working
+            return
+        self._originals[(id(cls), "grad")] = (cls, orig, True)
+        wrapper = self._wrappers.get("grad")
+        if wrapper is None or wrapper.__msprobe_original__ is not orig:
+            wrapper = self._wrappers["grad"] = _grad_call(orig)
+        cls.grad = wrapper
 
     def patch_primitives(self, cells, sources=None):
         """Wrap the Primitive instances that `cells` (a list of Cells) hold as attributes; `sources`

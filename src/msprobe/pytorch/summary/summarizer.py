@@ -3,7 +3,9 @@
 summarised into device slots (device.py) that `start_resolve` brings to the host in one copy. Values seen
 again unchanged reuse their record (cache.py); the same tensor object seen again (same version, memory
 and shape) takes its record from a per-object table before any key is built: the common case, an output
-passed straight to the next API. Guarded by benchmarks/dump_overhead.py.
+passed straight to the next API. Those two cases and a small dense CPU tensor's first record are made in C
+where msprobe._record is built (src/msprobe/_native/record.c: the same records and table entries).
+Guarded by benchmarks/dump_overhead.py.
 """
 
 import os
@@ -20,6 +22,10 @@ from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
 _kernel = native.kernel  # the C statistics kernel (None when not built)
+try:
+    from msprobe._record import Recorder as _Recorder
+except ImportError:  # built without a C compiler (or without msprobe._moments): records made in Python
+    _Recorder = None
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
@@ -62,7 +68,7 @@ class Summarizer:
         # API mode passes on, as an attribute (the Deferral's own list, changed only in place)
         self.deferred = self._deferral.queue
         self._cache = {}
-        # id(tensor) -> (weak ref, version, data_ptr, shape, record, entry): a tensor object summarised
+        # id(tensor) -> (weak ref, data_ptr, shape, record, cache entry): a tensor object summarised
         # before (an API's input is usually the previous API's output object) skips the memory key
         self._objects = {}
         self._native_kinds = host.NATIVE_KINDS if native.ENABLED and not device_path else {}
@@ -73,6 +79,13 @@ class Summarizer:
         # a forward value's record (`record(t)`): deferred, shared (the session sets them)
         self.defer_forward = False
         self.share_forward = False
+        # record's common cases in C over the same tables (None: Python only; MSPROBE_NATIVE_RECORD=0 to compare)
+        self._fast = None
+        if (_Recorder is not None and not device_path and (stats or md5)
+                and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0"):
+            self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
+                                   torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT, host.PARALLEL_MIN, stats,
+                                   host.crc32_of if md5 else None).record
 
     @property
     def pending(self):
@@ -112,7 +125,9 @@ class Summarizer:
                 # a dense tensor's key as summarize builds it (an in-place op's result: without memory_key's frame)
                 key = ((t.data_ptr(), t.dtype, t.device, ((1, n),)) if n > 1 and t.is_contiguous()
                        else memory_key(t, n, self.md5)[0])
-                self._cache.pop(key, None)
+                hit = self._cache.pop(key, None)
+                if hit is not None:  # other tensor objects on this memory (`p` after `p.data.add_`) miss too
+                    hit.version = -1
             except (RuntimeError, NotImplementedError):
                 pass
 
@@ -134,12 +149,17 @@ class Summarizer:
         """
         if defer is None:
             defer, shared = self.defer_forward, self.share_forward
+        if self._fast is not None:
+            rec = self._fast(self, t, shared)  # None: not one of its cases (nothing changed), on in Python
+            if rec is not None:
+                return rec
         tid = id(t)
         seen = self._objects.get(tid)
-        if (seen is not None and seen[0]() is t and seen[1] == t._version and seen[2] == t.data_ptr()
-                and seen[3] == t.shape):
-            rec = seen[4]
-            self.entry = entry = seen[5]
+        # (the entry's version: `forget`, a change made through another tensor object, invalidates it)
+        if (seen is not None and seen[0]() is t and seen[4].version == t._version and seen[1] == t.data_ptr()
+                and seen[2] == t.shape):
+            rec = seen[3]
+            self.entry = entry = seen[4]
             # shared as it is (its fields still on the device filled in place when resolved)
             if rec["requires_grad"] is not t.requires_grad:
                 rec = dict(rec, requires_grad=t.requires_grad)
@@ -222,6 +242,9 @@ class Summarizer:
             cache = self._cache
             if len(cache) > CACHE_LIMIT:
                 cache.clear()
+                self._objects.clear()  # its rows hang on the cache's entries (see forget)
+            if hit is not None:  # replaced: a tensor object whose row holds it reads its memory again
+                hit.version = -1
             try:
                 entry = cache[key] = CacheEntry(weakref.ref(storage), version, values, slots)
             except TypeError:  # a storage without weak references
@@ -235,7 +258,7 @@ class Summarizer:
         objects = self._objects
         if len(objects) > CACHE_LIMIT:
             objects.clear()
-        objects[tid] = (weakref.ref(t), version, key[0], shape, rec, entry)
+        objects[tid] = (weakref.ref(t), key[0], shape, rec, entry)
         return rec if shared else rec.copy()
 
     def _record(self, t, name, shape, key, entry, values, slots, shared=False):
@@ -257,7 +280,7 @@ class Summarizer:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
                 objects.clear()
-            objects[id(t)] = (weakref.ref(t), entry.version, key[0], shape, rec, entry)
+            objects[id(t)] = (weakref.ref(t), key[0], shape, rec, entry)
         if shared:
             return rec
         rec = rec.copy()

@@ -1,0 +1,424 @@
+/* msprobe._record: the two common cases of Summarizer.record (pytorch/summary/summarizer.py) in C,
+ * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
+ *
+ * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32)
+ * .record(owner, t, shared) -> t's record, or None: "take the Python path" (then nothing was changed).
+ *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
+ *      same version, memory and shape: its record, as the Python path gives it.
+ *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 to `small`-1
+ *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
+ *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
+ *      `kinds`: dtype -> kernel kind) and its CRC-32 from `crc32` (host.crc32_of, None without md5);
+ *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
+ * Everything else (other dtypes, a NaN or inf, device slots, views that are not contiguous) is None.
+ * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
+ * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
+ * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
+ * field order (type, dtype, shape, the value fields, requires_grad).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "moments.h"
+
+static moments_kernel kernel;
+
+static PyObject *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
+    *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
+    *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5;
+static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32;
+    Py_ssize_t limit, small;
+    int stats;
+} Recorder;
+
+/* t.name() */
+static PyObject *call0(PyObject *t, PyObject *name) {
+    return PyObject_VectorcallMethod(name, &t, 1, NULL);  /* (no ARGUMENTS_OFFSET: args[-1] is not ours) */
+}
+
+/* {"type", "dtype", "shape", **values, "requires_grad"}: a record, as _record builds it */
+static PyObject *new_record(PyObject *name, PyObject *shape, PyObject *values, PyObject *requires_grad) {
+    PyObject *rec = PyDict_New(), *dims = PySequence_List(shape);
+    if (rec == NULL || dims == NULL || PyDict_SetItem(rec, s_type, s_torch_tensor) < 0
+        || PyDict_SetItem(rec, s_dtype, name) < 0 || PyDict_SetItem(rec, s_shape, dims) < 0
+        || PyDict_Update(rec, values) < 0 || PyDict_SetItem(rec, s_requires_grad, requires_grad) < 0) {
+        Py_XDECREF(rec);
+        Py_XDECREF(dims);
+        return NULL;
+    }
+    Py_DECREF(dims);
+    return rec;
+}
+
+/* objects[id(t)] = (weakref(t), data_ptr, shape, rec, entry); the table starts over past `limit` */
+static int remember(Recorder *self, PyObject *tid, PyObject *t, PyObject *ptr, PyObject *shape, PyObject *rec,
+                    PyObject *entry) {
+    if (PyDict_GET_SIZE(self->objects) > self->limit)
+        PyDict_Clear(self->objects);
+    PyObject *ref = PyWeakref_NewRef(t, NULL);
+    if (ref == NULL)
+        return -1;
+    PyObject *row = PyTuple_Pack(5, ref, ptr, shape, rec, entry);
+    Py_DECREF(ref);
+    if (row == NULL)
+        return -1;
+    int err = PyDict_SetItem(self->objects, tid, row);
+    Py_DECREF(row);
+    return err;
+}
+
+/* 1 when entry.slots is an empty list (no field still on a device), 0 when not, -1 on error */
+static int no_slots(PyObject *entry) {
+    PyObject *slots = PyObject_GetAttr(entry, s_slots);
+    if (slots == NULL)
+        return -1;
+    int empty = PyList_CheckExact(slots) && PyList_GET_SIZE(slots) == 0;
+    Py_DECREF(slots);
+    return empty;
+}
+
+/* the record handed out: `rec` itself when shared, else a copy the caller may extend */
+static PyObject *hand_out(PyObject *rec, int shared) {
+    if (shared)
+        return rec;
+    PyObject *copy = PyDict_Copy(rec);
+    Py_DECREF(rec);
+    return copy;
+}
+
+/* Reads of `t` that fail (a tensor without storage, say) send it to the Python path, which says why. */
+#define READ(var, expr) do { if ((var = (expr)) == NULL) goto python; } while (0)
+
+static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared)");
+        return NULL;
+    }
+    PyObject *owner = args[0], *t = args[1], *result = NULL;
+    int shared = PyObject_IsTrue(args[2]);
+    if (shared < 0)
+        return NULL;
+    PyObject *tid = NULL, *seen = NULL, *version = NULL, *ptr = NULL, *shape = NULL, *dtype = NULL, *flag = NULL,
+             *count = NULL, *device = NULL, *storage = NULL, *key = NULL, *hit = NULL, *field = NULL,
+             *values = NULL, *entry = NULL, *ref = NULL, *rec = NULL, *rg = NULL;
+    int eq;
+
+    /* 1. the same tensor object (an API's input is usually the previous API's output) */
+    tid = PyLong_FromVoidPtr(t);
+    if (tid == NULL)
+        return NULL;
+    seen = PyDict_GetItemWithError(self->objects, tid);
+    if (seen == NULL && PyErr_Occurred())
+        goto done;
+    Py_XINCREF(seen);  /* held: reading `t` may run code that changes the table */
+    if (seen != NULL && PyTuple_CheckExact(seen) && PyTuple_GET_SIZE(seen) == 5
+        && PyWeakref_GetObject(PyTuple_GET_ITEM(seen, 0)) == t) {
+        READ(version, PyObject_GetAttr(t, s_version));
+        /* the entry's version: `forget` (a change through another tensor object) invalidates the entry */
+        READ(field, PyObject_GetAttr(PyTuple_GET_ITEM(seen, 4), s_entry_version));
+        eq = PyObject_RichCompareBool(field, version, Py_EQ);
+        Py_SETREF(field, NULL);
+        if (eq < 0)
+            goto python;
+        if (eq) {
+            READ(ptr, call0(t, s_data_ptr));
+            READ(shape, PyObject_GetAttr(t, s_shape));
+            if ((eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 1), ptr, Py_EQ)) > 0)
+                eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 2), shape, Py_EQ);
+            if (eq < 0)
+                goto python;
+        }
+        if (eq) {
+            PyObject *old = PyTuple_GET_ITEM(seen, 3);
+            entry = PyTuple_GET_ITEM(seen, 4);
+            Py_INCREF(entry);
+            if ((eq = no_slots(entry)) <= 0)
+                goto python;  /* fields still on a device: the Python path fills them */
+            READ(rg, PyObject_GetAttr(t, s_requires_grad));
+            if (PyObject_SetAttr(owner, s_entry, entry) < 0)
+                goto done;
+            PyObject *was = PyDict_GetItemWithError(old, s_requires_grad);
+            if (was == NULL && PyErr_Occurred())
+                goto done;
+            if (was == rg) {  /* (bools: `is`) */
+                Py_INCREF(old);
+                result = hand_out(old, shared);
+            } else if ((result = PyDict_Copy(old)) != NULL && PyDict_SetItem(result, s_requires_grad, rg) < 0) {
+                Py_CLEAR(result);
+            }
+            goto done;
+        }
+    }
+
+    /* 2. a plain dense CPU tensor: the memory-keyed cache, else the kernel */
+    if (Py_TYPE(t) != (PyTypeObject *)self->tensor && Py_TYPE(t) != (PyTypeObject *)self->parameter)
+        goto python;
+    READ(dtype, PyObject_GetAttr(t, s_dtype));
+    PyObject *name = PyDict_GetItemWithError(self->names, dtype);  /* filled by the Python path */
+    if (name == NULL)
+        goto python;
+    READ(flag, PyObject_GetAttr(t, s_layout));
+    if (flag != self->strided)
+        goto python;
+    Py_SETREF(flag, NULL);
+    READ(flag, call0(t, s_is_inference));
+    if (flag != Py_False)
+        goto python;
+    Py_SETREF(flag, NULL);
+    READ(flag, PyObject_GetAttr(t, s_is_cpu));
+    if (flag != Py_True)
+        goto python;
+    Py_SETREF(flag, NULL);
+    READ(count, call0(t, s_numel));
+    Py_ssize_t n = PyLong_AsSsize_t(count);
+    if (n <= 1 || n >= self->small)  /* (-1: an error) one element keys by its layout; large reads split */
+        goto python;
+    READ(flag, call0(t, s_is_contiguous));
+    if (flag != Py_True)
+        goto python;
+    if (ptr == NULL)
+        READ(ptr, call0(t, s_data_ptr));
+    if (shape == NULL)
+        READ(shape, PyObject_GetAttr(t, s_shape));
+    if (version == NULL)
+        READ(version, PyObject_GetAttr(t, s_version));
+    READ(device, PyObject_GetAttr(t, s_device));
+    READ(storage, call0(t, s_untyped_storage));
+    READ(rg, PyObject_GetAttr(t, s_requires_grad));
+    /* (data_ptr, dtype, device, ((1, n),)): memory_key's key of a dense run */
+    if ((key = Py_BuildValue("(OOO((nn)))", ptr, dtype, device, (Py_ssize_t)1, n)) == NULL)
+        goto done;
+    hit = PyDict_GetItemWithError(self->cache, key);
+    if (hit == NULL && PyErr_Occurred())
+        goto done;
+    Py_XINCREF(hit);
+    if (hit != NULL) {
+        /* the same storage, alive, at the same version: the memory was not freed and reused since */
+        READ(field, PyObject_GetAttr(hit, s_entry_version));
+        if ((eq = PyObject_RichCompareBool(field, version, Py_EQ)) < 0)
+            goto python;
+        Py_SETREF(field, NULL);
+        if (eq) {
+            READ(ref, PyObject_GetAttr(hit, s_ref));
+            eq = PyWeakref_Check(ref) && PyWeakref_GetObject(ref) == storage;
+            Py_SETREF(ref, NULL);  /* (`ref` is the new entry's below) */
+        }
+        if (eq) {
+            if ((eq = no_slots(hit)) <= 0)
+                goto python;
+            READ(values, PyObject_GetAttr(hit, s_values));
+            if (PyObject_SetAttr(owner, s_entry, hit) < 0 || (rec = new_record(name, shape, values, rg)) == NULL
+                || remember(self, tid, t, ptr, shape, rec, hit) < 0)
+                goto done;
+            result = hand_out(rec, shared);
+            rec = NULL;
+            goto done;
+        }
+    }
+    if ((values = PyDict_New()) == NULL)
+        goto done;
+    if (self->stats) {
+        PyObject *kind = PyDict_GetItemWithError(self->kinds, dtype);
+        double got[4];
+        void *address = PyLong_AsVoidPtr(ptr);
+        if (kind == NULL || address == NULL)
+            goto python;
+        /* one thread: below `small` a parallel read costs more than it saves (host.PARALLEL_MIN) */
+        if (!kernel(address, n, (int)PyLong_AsLong(kind), 1, 1, n, got))
+            goto python;  /* a NaN or inf: torch's reductions say how it shows */
+        PyObject *const names[4] = {s_max, s_min, s_mean, s_norm};
+        for (int i = 0; i < 4; i++) {
+            PyObject *v = PyFloat_FromDouble(got[i]);
+            if (v == NULL || PyDict_SetItem(values, names[i], v) < 0) {
+                Py_XDECREF(v);
+                goto done;
+            }
+            Py_DECREF(v);
+        }
+    }
+    if (self->crc32 != Py_None) {
+        if ((field = PyObject_CallOneArg(self->crc32, t)) == NULL || PyDict_SetItem(values, s_md5, field) < 0)
+            goto done;
+    }
+    /* a storage without weak references: the Python path keeps no entry for it */
+    if ((ref = PyWeakref_NewRef(storage, NULL)) == NULL)
+        goto python;
+    PyObject *slots = PyList_New(0);
+    if (slots == NULL)
+        goto done;
+    entry = PyObject_CallFunctionObjArgs(self->entry_type, ref, version, values, slots, NULL);
+    Py_DECREF(slots);
+    if (entry == NULL)
+        goto done;
+    /* replaced: a tensor object whose row holds the old entry reads its memory again (see forget) */
+    if (hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
+        goto done;
+    if (PyDict_GET_SIZE(self->cache) > self->limit) {  /* the object table's rows hang on its entries */
+        PyDict_Clear(self->cache);
+        PyDict_Clear(self->objects);
+    }
+    if (PyDict_SetItem(self->cache, key, entry) < 0 || PyObject_SetAttr(owner, s_entry, entry) < 0
+        || (rec = new_record(name, shape, values, rg)) == NULL
+        || remember(self, tid, t, ptr, shape, rec, entry) < 0)
+        goto done;
+    result = hand_out(rec, shared);
+    rec = NULL;
+    goto done;
+
+python:
+    /* nothing changed yet: errors here come from reading the tensor, which the Python path meets again */
+    PyErr_Clear();
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(tid);
+    Py_XDECREF(seen);
+    Py_XDECREF(version);
+    Py_XDECREF(ptr);
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(flag);
+    Py_XDECREF(count);
+    Py_XDECREF(device);
+    Py_XDECREF(storage);
+    Py_XDECREF(key);
+    Py_XDECREF(hit);
+    Py_XDECREF(field);
+    Py_XDECREF(values);
+    Py_XDECREF(entry);
+    Py_XDECREF(ref);
+    Py_XDECREF(rec);
+    Py_XDECREF(rg);
+    return result;
+}
+
+static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    Recorder *self = (Recorder *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnpO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+                          &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
+                          &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
+                          &self->limit, &self->small, &self->stats, &self->crc32)) {
+        self->objects = self->cache = self->names = self->kinds = NULL;
+        self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(self->objects);
+    Py_INCREF(self->cache);
+    Py_INCREF(self->names);
+    Py_INCREF(self->kinds);
+    Py_INCREF(self->tensor);
+    Py_INCREF(self->parameter);
+    Py_INCREF(self->strided);
+    Py_INCREF(self->entry_type);
+    Py_INCREF(self->crc32);
+    return (PyObject *)self;
+}
+
+/* garbage-collected: the tables it holds hold records, entries and weak references of any kind */
+static int recorder_traverse(Recorder *self, visitproc visit, void *arg) {
+    Py_VISIT(self->objects);
+    Py_VISIT(self->cache);
+    Py_VISIT(self->names);
+    Py_VISIT(self->kinds);
+    Py_VISIT(self->tensor);
+    Py_VISIT(self->parameter);
+    Py_VISIT(self->strided);
+    Py_VISIT(self->entry_type);
+    Py_VISIT(self->crc32);
+    return 0;
+}
+
+static int recorder_clear(Recorder *self) {
+    Py_CLEAR(self->objects);
+    Py_CLEAR(self->cache);
+    Py_CLEAR(self->names);
+    Py_CLEAR(self->kinds);
+    Py_CLEAR(self->tensor);
+    Py_CLEAR(self->parameter);
+    Py_CLEAR(self->strided);
+    Py_CLEAR(self->entry_type);
+    Py_CLEAR(self->crc32);
+    return 0;
+}
+
+static void recorder_dealloc(Recorder *self) {
+    PyObject_GC_UnTrack(self);
+    recorder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef recorder_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
+     "record(owner, tensor, shared) -> the tensor's record, or None: the Python path takes it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._record.Recorder",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Summarizer.record's common cases over one summarizer's tables (see the module source).",
+    .tp_new = recorder_new,
+    .tp_traverse = (traverseproc)recorder_traverse,
+    .tp_clear = (inquiry)recorder_clear,
+    .tp_dealloc = (destructor)recorder_dealloc,
+    .tp_methods = recorder_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record", NULL, -1, NULL};
+
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC PyInit__record(void) {
+    /* the statistics kernel: msprobe._moments' own (no second copy); without it no module */
+    moments_kernel *got = (moments_kernel *)PyCapsule_Import(MOMENTS_CAPSULE, 0);
+    if (got == NULL)
+        return NULL;
+    kernel = *got;
+    INTERN(s_version, "_version");
+    INTERN(s_data_ptr, "data_ptr");
+    INTERN(s_shape, "shape");
+    INTERN(s_dtype, "dtype");
+    INTERN(s_layout, "layout");
+    INTERN(s_is_inference, "is_inference");
+    INTERN(s_is_cpu, "is_cpu");
+    INTERN(s_numel, "numel");
+    INTERN(s_is_contiguous, "is_contiguous");
+    INTERN(s_device, "device");
+    INTERN(s_untyped_storage, "untyped_storage");
+    INTERN(s_requires_grad, "requires_grad");
+    INTERN(s_slots, "slots");
+    INTERN(s_ref, "ref");
+    INTERN(s_entry_version, "version");
+    INTERN(s_entry, "entry");
+    INTERN(s_values, "values");
+    INTERN(s_type, "type");
+    INTERN(s_torch_tensor, "torch.Tensor");
+    INTERN(s_max, "Max");
+    INTERN(s_min, "Min");
+    INTERN(s_mean, "Mean");
+    INTERN(s_norm, "Norm");
+    INTERN(s_md5, "md5");
+    if ((minus_one = PyLong_FromLong(-1)) == NULL)
+        return NULL;
+    if (PyType_Ready(&RecorderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&RecorderType);
+    if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
+        Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,247 @@
+"""Summarizer.record's C path (msprobe._record, src/msprobe/_native/record.c) against its Python path
+(MSPROBE_NATIVE_RECORD=0): the same tensors give equal records and the same cache behaviour, the C path
+takes the cases it is for (and hands the rest back untouched), and it leaks nothing."""
+
+import gc
+import sys
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+from msprobe.pytorch.summary import host
+from msprobe.pytorch.summary.cache import CacheEntry
+from msprobe.pytorch.summary.summarizer import Summarizer
+
+pytest.importorskip("msprobe._record", reason="msprobe._record not built (no C compiler)")
+if host.kernel is None:
+    pytest.skip("msprobe._moments not built or MSPROBE_NATIVE_STATS=0", allow_module_level=True)
+
+TASKS = [dict(stats=True, md5=False), dict(stats=True, md5=True), dict(stats=False, md5=True)]
+
+
+def pair(monkeypatch, **task):
+    """(C-path summarizer, Python-path summarizer) for the same task."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(**task)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(**task)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    assert fast._fast is not None and slow._fast is None
+    return fast, slow
+
+
+def taken(s, t, shared=False):
+    """The C path's record of `t`, asserting it took it (None would send `t` to the Python path)."""
+    rec = s._fast(s, t, shared)
+    assert rec is not None, "the C path handed a tensor of its own cases to Python"
+    return rec
+
+
+def same(fast, slow, t, shared=False):
+    """The record and cache entry of `t` by both paths: equal, fields in the same order."""
+    a, ea = fast.summarize(t, shared=shared)
+    b, eb = slow.summarize(t, shared=shared)
+    assert a == b and list(a) == list(b)
+    assert (ea is None) == (eb is None)
+    if ea is not None:
+        assert (ea.version, ea.values, ea.slots) == (eb.version, eb.values, eb.slots)
+        assert ea.ref() is eb.ref() is t.untyped_storage()
+    return a, ea
+
+
+def named_dtype(fast, slow, dtype):
+    """A tensor of `dtype` recorded by both (the Python path names dtypes; the C path takes known ones)."""
+    t = torch.ones(2, dtype=dtype)
+    fast.record(t)
+    slow.record(t)
+    return t
+
+
+def tables(s):
+    """The summarizer's two tables, comparable across summarizers (objects by record and key)."""
+    objects = sorted((row[4].version, row[1], tuple(row[2]), tuple(row[3].items())) for row in s._objects.values())
+    cache = sorted((k[0], str(k[1]), str(k[2]), k[3], e.version, tuple(e.values.items())) for k, e in s._cache.items())
+    return objects, cache
+
+
+@pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_fresh_tensor_record_and_table_entries_match_python(monkeypatch, task, dtype):
+    fast, slow = pair(monkeypatch, **task)
+    x = torch.randn(16, 33).to(dtype)
+    named = named_dtype(fast, slow, dtype)
+    want = slow.record(x)
+    got = taken(fast, x)
+    assert got == want and list(got) == list(want)
+    assert list(got) == ["type", "dtype", "shape", *(["Max", "Min", "Mean", "Norm"] if task["stats"] else []),
+                         *(["md5"] if task["md5"] else []), "requires_grad"]
+    assert tables(fast) == tables(slow)
+    (key, entry), = [(k, e) for k, e in fast._cache.items() if k[0] == x.data_ptr()]
+    assert key == (x.data_ptr(), dtype, x.device, ((1, x.numel()),))
+    assert entry.ref() is x.untyped_storage() and entry.slots == [] and entry.file is None
+    row = fast._objects[id(x)]
+    assert row[0]() is x and row[4] is entry and fast.entry is entry
+
+
+def test_object_hit_shares_or_copies_and_checks_requires_grad(monkeypatch):
+    fast, slow = pair(monkeypatch)
+    x = torch.randn(8, 8)
+    first = same(fast, slow, x, shared=True)[0]
+    assert taken(fast, x, shared=True) is first  # shared: the one dict of this unchanged tensor
+    copy = taken(fast, x)
+    assert copy == first and copy is not first
+    copy["data_name"] = "x.npy"  # what a caller adds stays in its own record
+    assert "data_name" not in taken(fast, x)
+    x.requires_grad_()
+    flipped = taken(fast, x, shared=True)
+    assert flipped["requires_grad"] is True and first["requires_grad"] is False and list(flipped) == list(first)
+    same(fast, slow, x)
+    same(fast, slow, x, shared=True)
+    assert tables(fast) == tables(slow)
+
+
+def test_memory_hit_after_a_view_and_recompute_after_an_in_place_op(monkeypatch):
+    fast, slow = pair(monkeypatch)
+    x = torch.randn(6, 40)
+    _, entry = same(fast, slow, x)
+    flat = x.view(-1)
+    got = taken(fast, flat)  # another object over the same memory: the cache entry, its own shape
+    assert got["shape"] == [240] and fast.entry is entry
+    same(fast, slow, x.view(240))
+    x.mul_(3)  # version bump: read again, by both paths
+    rec, again = same(fast, slow, x)
+    assert again is not entry and rec["Max"] == pytest.approx(3 * entry.values["Max"], rel=1e-6)
+    assert taken(fast, x) == rec
+    same(fast, slow, flat)  # the view sees the bump too (one version counter)
+    assert tables(fast) == tables(slow)
+
+
+def test_freed_and_reused_memory_is_read_again(monkeypatch):
+    """Another storage over the same address at the same version (memory freed and reused): the cache's
+    weak reference to the old storage is dead, so both paths read the new values."""
+    fast, slow = pair(monkeypatch)
+    buf = np.arange(64, dtype=np.float32)
+    a = torch.from_numpy(buf)
+    ra, _ = same(fast, slow, a)
+    ptr = a.data_ptr()
+    del a
+    buf *= -1
+    b = torch.from_numpy(buf)
+    assert b.data_ptr() == ptr and b._version == 0
+    rb, _ = same(fast, slow, b)
+    assert rb["Max"] == -ra["Min"] and rb["Min"] == -ra["Max"]
+    assert taken(fast, b) == rb
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(6, 5).t(),  # not contiguous
+    lambda: torch.arange(12),  # a dtype the kernel does not read
+    lambda: torch.randn(7).half(),
+    lambda: torch.tensor([2.5]),  # one element: keyed by its layout
+    lambda: torch.empty(0),
+    lambda: torch.tensor([1.0, float("nan"), 3.0]),  # torch's reductions say how a NaN shows
+    lambda: torch.ones(host.PARALLEL_MIN),  # large: read by torch's threads
+    lambda: torch.randn(3, 4).as_subclass(type("Sub", (torch.Tensor,), {})),
+], ids=["transposed", "int64", "float16", "one", "empty", "nan", "large", "subclass"])
+def test_other_tensors_go_to_python_untouched_and_match(monkeypatch, make):
+    fast, slow = pair(monkeypatch, stats=True, md5=True)
+    t = make()
+    named = named_dtype(fast, slow, t.dtype)
+    before = tables(fast)
+    assert fast._fast(fast, t, False) is None
+    assert tables(fast) == before  # nothing changed: the Python path starts from scratch
+    same(fast, slow, t)
+    assert tables(fast) == tables(slow)
+
+
+def test_inference_tensors_go_to_python(monkeypatch):
+    fast, slow = pair(monkeypatch)
+    with torch.inference_mode():
+        t = torch.randn(4, 4)
+    named = named_dtype(fast, slow, t.dtype)
+    before = tables(fast)
+    assert fast._fast(fast, t, False) is None and tables(fast) == before
+    outcomes = []
+    for s in (fast, slow):  # whatever the Python path does with it, it does for both
+        try:
+            outcomes.append(s.record(t))
+        except RuntimeError as e:
+            outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1] and tables(fast) == tables(slow)
+
+
+def test_parameters_match(monkeypatch):
+    fast, slow = pair(monkeypatch)
+    p = torch.nn.Parameter(torch.randn(5, 5))
+    named = named_dtype(fast, slow, p.dtype)
+    assert taken(fast, p) == slow.record(p)
+    assert tables(fast) == tables(slow) and named.dtype is p.dtype
+
+
+def _traced_growth(s, burst, n):
+    """Bytes still traced after `burst(s, n)` and clearing the summarizer's tables."""
+    def run(k):
+        burst(s, k)
+        s.clear()
+        s.entry = None
+    run(2000)
+    tracemalloc.start()
+    try:
+        run(1000)
+        start = tracemalloc.get_traced_memory()[0]
+        run(n)
+        return tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+
+
+def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
+    """1e5 records, hits and fresh ones: no memory kept beyond the tables' own bounds, every reference
+    taken given back, and the summarizer and tensors freed by reference counting alone (no cycles)."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()  # reference counts of shared objects (dtypes, CacheEntry) move only by what runs here
+    try:
+        pool = [torch.randn(32, 32) for _ in range(50)]
+        probe = pool[0]
+        raw = bytearray(256)
+
+        def burst(s, n):
+            for i in range(n):
+                t = pool[i % len(pool)]
+                s.record(t, shared=bool(i & 1))
+                if i % 3 == 0:
+                    t.add_(0.0)  # a version bump: a fresh read next time
+
+        def reused(s, n):  # a new storage over memory read before, each time (freed and reused)
+            for i in range(n):
+                s.record(pool[i % len(pool)])
+                s.record(torch.frombuffer(raw, dtype=torch.float32))
+
+        counts = lambda: [sys.getrefcount(o) for o in (probe, torch.float32, torch.strided, CacheEntry)]
+        monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+        s = Summarizer(md5=True)
+        before = counts()
+        grown = _traced_growth(s, burst, 100_000)
+        assert grown < 64 * 1024, f"{grown} bytes kept after 1e5 records"
+        # torch itself keeps a little per tensor made over reused memory: the C path no more than Python
+        c_kept = _traced_growth(s, reused, 10_000)
+        assert counts() == before
+        monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+        py_kept = _traced_growth(Summarizer(md5=True), reused, 10_000)
+        assert c_kept <= py_kept + 32 * 1024, (c_kept, py_kept)
+        s.record(probe)
+        gone = weakref.ref(s)
+        del s
+        assert gone() is None, "the summarizer is held by a reference cycle"
+        held = weakref.ref(pool[1])
+        fresh = Summarizer()
+        fresh.record(pool[1])
+        del pool[1]
+        assert held() is None, "a recorded tensor is kept alive"
+    finally:
+        if was:
+            gc.enable()
