@@ -238,6 +238,28 @@ def test_deferred_batch_in_grouped_reductions_matches_the_host_path(md5):
         _same(want, rec, f"{i}:{t.dtype}")
 
 
+def test_a_tensor_waits_as_one_item_and_a_stage_as_one():
+    """Deferred under md5, a tensor's statistics and CRC-32 wait as one item (split into both batches at
+    the launch); small tensors summarised at once wait in their staging buffer as one item: the queue
+    grows by tensors and stages, not by summaries or rows; every record as the host path writes it."""
+    gen = torch.Generator().manual_seed(5)
+    deferred = [torch.randn(4, 8, generator=gen) for _ in range(6)]
+    deferred += [torch.randn(3, generator=gen).to(torch.float16) for _ in range(2)]
+    s = Summarizer(md5=True, device_path=True)
+    got = [s.summarize(t, defer=True)[0] for t in deferred]
+    assert s.waiting == len(deferred)
+    staged = [torch.randn(2, 5, generator=gen) for _ in range(5)]
+    got += [s.summarize(t, defer=False)[0] for t in staged]  # statistics staged, the CRC at once
+    assert s.waiting == len(deferred) + 1
+    # channels-last tensors of one shape: joined, they keep that layout; read in index order all the same
+    last = [torch.randn(2, 3, 4, 5, generator=gen).to(memory_format=torch.channels_last) for _ in range(3)]
+    got += [s.summarize(t, defer=True)[0] for t in last]
+    s.start_resolve().finish()
+    for i, (t, rec) in enumerate(zip(deferred + staged + last, got)):
+        want, _ = Summarizer(md5=True, device_path=False).summarize(t)
+        _same(want, rec, f"{i}:{t.dtype}")
+
+
 def test_grouped_reductions_span_chunks_and_buffers(monkeypatch):
     # a batch larger than one grouped reduction and one slot buffer: each value lands in its own slot
     from msprobe.pytorch.summary import slots
@@ -414,17 +436,16 @@ def test_batch_launches_do_not_grow_with_the_model(tmp_path, monkeypatch):
     """A step launches its deferred summaries in a fixed number of batches however many layers the model
     has: the optimizer's update of one parameter (an in-place call) launches only what reads its memory,
     not everything recorded since the update before."""
-    from msprobe.pytorch.summary import device
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
     launches = []
-    real = device.DeviceSummaries.launch
 
-    def counted(self, touching=None):
-        before = len(self._waiting)
-        real(self, touching)
-        if len(self._waiting) < before:
+    def counting(kernel):  # a call of a batch kernel: one batch of launches (staging a copy is none)
+        def counted(batch):
             launches[-1] += 1
-    monkeypatch.setattr(device.DeviceSummaries, "launch", counted)
+            return kernel(batch)
+        return counted
+    for name in ("statistics", "row_statistics"):
+        monkeypatch.setattr(torch_kernels, name, counting(getattr(torch_kernels, name)))
     for depth in (4, 16):
         torch.manual_seed(0)
         model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(depth)])

@@ -30,13 +30,15 @@ class Deferral:
         select: callable (items, touching) -> (items to read now, items that keep waiting), or None.
     """
 
-    __slots__ = ("queue", "_bytes", "max_items", "max_bytes", "_run", "_select", "_taking")
+    __slots__ = ("queue", "held", "max_items", "max_bytes", "_run", "_select", "_taking")
 
     def __init__(self, run, max_items, max_bytes=None, select=None):
         # (item, bytes) pairs: one list, so that a take() on another thread never splits a pair; read
         # by an adapter's hot path as `len(queue)` (a __len__ call costs a Python frame)
         self.queue = []
-        self._bytes = 0
+        # bytes of tensor data the queue holds; an adapter's hot path may `add` inline (append the pair to
+        # `queue`, add its bytes here, compare both with the bounds): a frame a tensor
+        self.held = 0
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._run = weakref.WeakMethod(run) if isinstance(run, types.MethodType) else (lambda: run)
@@ -58,8 +60,8 @@ class Deferral:
     def add(self, item, nbytes=0):
         """Queue `item` (`nbytes` of tensor data held); True when the batch is full."""
         self.queue.append((item, nbytes))
-        self._bytes += nbytes
-        return len(self.queue) >= self.max_items or (self.max_bytes is not None and self._bytes >= self.max_bytes)
+        self.held += nbytes
+        return len(self.queue) >= self.max_items or (self.max_bytes is not None and self.held >= self.max_bytes)
 
     def launch(self, touching=None):
         """Read what waits now: the items `touching` may change (all of them without `select`, or when
@@ -78,7 +80,7 @@ class Deferral:
                 go = [item for item, _ in pairs if id(item) in chosen]
                 # (in place: an adapter may hold the list, see `queue`)
                 self.queue[:len(pairs)] = [pair for pair in pairs if id(pair[0]) not in chosen]
-                self._bytes = sum(n for _, n in self.queue)
+                self.held = sum(n for _, n in self.queue)
             self._call(go)
             return
         self._call(self.take().items)
@@ -88,7 +90,7 @@ class Deferral:
         with self._taking:
             pairs = self.queue[:]
             del self.queue[:len(pairs)]  # (not clear(): keeps what another thread queued meanwhile)
-            self._bytes = sum(n for _, n in self.queue)
+            self.held = sum(n for _, n in self.queue)
         return Batch([item for item, _ in pairs], self._run)
 
     def _call(self, items):

@@ -37,7 +37,9 @@ STAGE_ROWS = 256  # rows a staging buffer holds at most
 STAGES_PER_LANE = 64
 STAGE_TOTAL = 1 << 22
 STAGE_PICK = 8  # a launch of at most this many waiting tensors stages the small ones
-_STAGED = -1  # a staged item's storage address: no in-place call reaches a copy of msprobe's own
+_STAGED = -1  # a stage's storage address in the queue: no in-place call reaches a copy of msprobe's own
+# a deferred item holding both summaries of one tensor (statistics and checksum): one item, split at launch
+BOTH = 2
 _UNREAD = object()  # a storage address the caller has not read
 _DEFER_OFF = os.environ.get("MSPROBE_DEFER_SUMMARY", "1") == "0"
 
@@ -70,6 +72,8 @@ class DeviceSummaries:
         self._buffers = []  # buffers the batch wrote, in the order they were opened
         self.pending = 0  # slots in them (read for every record: a plain attribute)
         # deferred: (group, item, tensor, version, storage address); group: (kind, kernels, dtype) of one lane
+        # (kind BOTH: item is (statistics item, checksum item)); a staging buffer waits as (stage, None, None,
+        # 0, _STAGED)
         self._waiting = Deferral(self._launch, DEFER_TENSORS, DEFER_BYTES, _launched_first)
         # the storage addresses of the waiting tensors (None: one has none): an in-place call on other
         # memory (most of them) is told so without a look at the waiting items
@@ -112,17 +116,22 @@ class DeviceSummaries:
     def _launch(self, waiting):
         if self._touching and len(waiting) <= STAGE_PICK:
             waiting = self._stage_waiting(waiting)
-        groups, staged = {}, {}
+        groups, staged = {}, []
         for group, item, x, version, _ in waiting:
-            if x is None:  # a row of a staging buffer (group), its slot (item): reduced together
-                rows = staged.get(group)
-                if rows is None:
-                    staged[group] = [item]
-                else:
-                    rows.append(item)
+            if x is None:  # a staging buffer (group): its rows reduced together
+                staged.append(group)
                 continue
             if x._version != version:
                 self.changed += 1
+            if group[0] == BOTH:  # (statistics item, checksum item): each joins its kind's batch
+                stats_item, crc_item = item
+                _, kernels, dtype = group
+                items = groups.get((STATS, kernels, dtype))
+                if items is None:
+                    groups[(STATS, kernels, dtype)] = [stats_item]
+                else:
+                    items.append(stats_item)
+                group, item = (CHECKSUM, kernels, dtype), crc_item
             items = groups.get(group)
             if items is None:
                 groups[group] = [item]
@@ -131,8 +140,8 @@ class DeviceSummaries:
         for (kind, kernels, _), items in groups.items():
             (kernels.statistics if kind == STATS else kernels.checksum)(items)
         if staged:
-            # staged items are launched all at once (no in-place call selects one): each stage from its start
-            torch_kernels.row_statistics([(stage.rows[:stage.used], items) for stage, items in staged.items()])
+            # staged rows are launched all at once (no in-place call selects one): each stage from its start
+            torch_kernels.row_statistics([(stage.rows[:stage.used], stage.slots) for stage in staged])
             for stage in staged:  # launched: free for the next tensors of its shape, of any session
                 lane = self._lanes[stage.rows.device]
                 if lane.stages.pop(stage.key, None) is not None:
@@ -158,7 +167,8 @@ class DeviceSummaries:
 
     def _stage(self, lane, x, n, slot):
         """Copy `x` (n elements, any layout) into the next row of `lane`'s staging buffer of its dtype and
-        shape; its statistics go into `slot` with the stage's batch."""
+        shape; its statistics go into `slot` with the stage's batch (the stage waits as one item, from
+        its first row)."""
         key = (x.dtype, x.shape)
         stage = lane.stages.get(key)
         if stage is None:
@@ -173,7 +183,8 @@ class DeviceSummaries:
         # (detached: a copy from a tensor that requires grad would put the stage in the graph)
         stage.views[k].copy_(x.detach() if x.requires_grad else x)
         stage.used = k + 1
-        if self._waiting.add((stage, slot, None, 0, _STAGED)) or k + 1 == len(stage.views):
+        stage.slots.append(slot)
+        if k == 0 and self._waiting.add((stage, None, None, 0, _STAGED)) or k + 1 == len(stage.views):
             self.launch()
 
     def _lane(self, device):
@@ -199,7 +210,13 @@ class DeviceSummaries:
         buf = lane.open[STATS]
         if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
             buf = self._open(lane, STATS)
-        slot = buf.slot(n, dtype, 0, fields)
+        # Buffer.slot, inline (a frame less on every summary)
+        i = buf.used
+        buf.used = i + 1
+        buf.ns.append(n)
+        buf.dtypes.append(dtype)
+        buf.fields.append({} if fields is None else fields)
+        slot = (buf, i)
         self.pending += 1
         kernels = lane.kernels
         if kernels is None:  # torch's kernels read any layout
@@ -217,11 +234,57 @@ class DeviceSummaries:
             if storage is _UNREAD:
                 storage = _storage(x)
             self._memory.add(storage)
-            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, storage), n * x.element_size()):
+            # Deferral.add, inline
+            waiting, nbytes = self._waiting, n * dtype.itemsize
+            queue = waiting.queue
+            queue.append((((STATS, kernels, dtype), item, x, x._version, storage), nbytes))
+            waiting.held += nbytes
+            if len(queue) >= DEFER_TENSORS or waiting.held >= DEFER_BYTES:
                 self.launch()
         else:
             kernels.statistics([item])
         return slot
+
+    def stats_checksum(self, x, n, storage=_UNREAD, fields=None):
+        """[statistics slot, checksum slot] of contiguous real `x` (n elements), deferred as one item
+        (`storage`, `fields`: as in `stats`); each summary joins its kind's batch at the launch."""
+        dtype = x.dtype
+        lane = self._lanes.get(x.device) or self._lane(x.device)
+        kernels = lane.kernels
+        if _DEFER_OFF or (kernels is not None and not kernels.handles(dtype)):
+            return [self.stats(x, n, x, True, None, storage, fields), self.checksum(x, True, storage, fields)]
+        kernels = kernels or torch_kernels
+        fields = {} if fields is None else fields
+        buf = lane.open[STATS]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, STATS)
+        i = buf.used  # (Buffer.slot, inline)
+        buf.used = i + 1
+        buf.ns.append(n)
+        buf.dtypes.append(dtype)
+        buf.fields.append(fields)
+        stats_slot = (buf, i)
+        nbytes = n * dtype.itemsize
+        buf = lane.open[CHECKSUM]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, CHECKSUM)
+        i = buf.used
+        buf.used = i + 1
+        buf.nbytes.append(nbytes)
+        buf.fields.append(fields)
+        crc_slot = (buf, i)
+        self.pending += 2
+        if storage is _UNREAD:
+            storage = _storage(x)
+        self._memory.add(storage)
+        waiting = self._waiting  # (Deferral.add, inline)
+        queue = waiting.queue
+        queue.append((((BOTH, kernels, dtype), ((x, n, stats_slot, None), (x, crc_slot)), x, x._version, storage),
+                      nbytes))
+        waiting.held += nbytes
+        if len(queue) >= DEFER_TENSORS or waiting.held >= DEFER_BYTES:
+            self.launch()
+        return [stats_slot, crc_slot]
 
     def checksum(self, x, defer=False, storage=_UNREAD, fields=None):
         """Slot of the raw CRC-32 of `x`'s bytes in element order (`defer`, `storage`, `fields`: as in
@@ -276,10 +339,10 @@ class _Lane:
 
 class _Stage:
     """A staging buffer: copies of small tensors of one dtype and shape (`key`) as rows, waiting for one
-    reduction along them; `views`: each row as a tensor of that shape, made once (a copy into a row is
-    one op)."""
+    reduction along them into `slots`; `views`: each row as a tensor of that shape, made once (a copy
+    into a row is one op)."""
 
-    __slots__ = ("key", "rows", "views", "used")
+    __slots__ = ("key", "rows", "views", "used", "slots")
 
     def __init__(self, device, key, n):
         dtype, shape = key
@@ -288,6 +351,7 @@ class _Stage:
         self.rows = torch.empty((count, n), dtype=dtype, device=device)
         self.views = self.rows.view(count, *shape).unbind(0)
         self.used = 0
+        self.slots = []  # the slot of each row used
 
 
 # staging buffers launched and free, of any session: (device, dtype, shape) -> [_Stage]; a session (a step)
@@ -317,6 +381,7 @@ def drop_free_stages():
 
 def _give_back(stage):
     stage.used = 0
+    stage.slots = []
     size = stage.rows.numel()
     if _free_elements[0] + size > STAGE_TOTAL:
         return  # let it go

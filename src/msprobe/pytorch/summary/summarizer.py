@@ -225,14 +225,18 @@ class Summarizer:
             # the fields come from device slots: one dict, in msProbe's order, filled in place when they are
             # resolved (before any record is written), shared by every record of this tensor
             values = self._fields.copy()
-            if self.stats:
-                if span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex:
-                    # contiguous: no more to look at
-                    slots.append(self.slots.stats(x, n, x, defer, None, address, values))
-                else:
-                    slots.append(self._stats_slot(x, n, span, defer, values))
-            if self.md5:
-                slots.append(self.slots.checksum(x, defer, address, values))
+            # contiguous: no more to look at
+            dense = span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex
+            if dense and defer and self.md5 and self.stats:  # both summaries wait as one item
+                slots = self.slots.stats_checksum(x, n, address, values)
+            else:
+                if self.stats:
+                    if dense:
+                        slots.append(self.slots.stats(x, n, x, defer, None, address, values))
+                    else:
+                        slots.append(self._stats_slot(x, n, span, defer, values))
+                if self.md5:
+                    slots.append(self.slots.checksum(x, defer, address, values))
         entry = None
         if key is not None:
             cache = self._cache
@@ -263,8 +267,15 @@ class Summarizer:
         tensor object when it has a cache entry. `shared`: see record."""
         rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
                "requires_grad": t.requires_grad}
-        for slot in slots:  # fields still on the device: this dict is filled when they are resolved
-            fill_from_slot(rec, slot)
+        for buf, i in slots:  # fields still on the device: this dict is filled when they are resolved
+            # (slots.fill_from_slot, inline: append, then look again, as a resolve on another thread
+            # sets `values` before it fills what waits)
+            resolved = buf.values
+            if resolved is None:
+                buf.fills.append((i, rec))
+                resolved = buf.values
+            if resolved is not None:
+                rec.update(resolved[i])
         if entry is not None:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:

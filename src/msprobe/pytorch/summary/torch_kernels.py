@@ -55,14 +55,15 @@ def statistics(batch):
         per = max(1, GROUP_TOTAL // max(1, items[0][1]))
         for i in range(0, len(items), per):
             chunk = items[i:i + per]
+            xs, _, slots, _ = zip(*chunk)  # (columns of the items, without a Python step each)
             try:
                 with torch.no_grad():
-                    m = torch.stack([item[0] for item in chunk]).reshape(len(chunk), -1).to(torch.float64)
+                    m = _rows_of(xs).to(torch.float64)
                     values = torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1)
             except (RuntimeError, NotImplementedError):
                 mixed.extend(chunk)
                 continue
-            out.add([item[2] for item in chunk], values)
+            out.add(slots, values)
     if mixed:
         chunks, rest = _grouped(mixed, lambda item: True)
         alone.extend(rest)
@@ -94,6 +95,13 @@ def row_statistics(stages):
             m = rows.to(torch.float64)
             out.add(slots, torch.stack((m.amax(1), m.amin(1), m.sum(1), (m * m).sum(1)), dim=1))
     out.store()
+
+
+def _rows_of(xs):
+    """Tensors `xs` of one shape as the rows of one new tensor, each in index order: end to end along
+    their first dimension (a stack would make a view of each first), one row each (a copy only when the
+    joined tensor keeps a layout of its own, channels-last)."""
+    return (torch.cat(xs) if xs[0].dim() else torch.stack(xs)).reshape(len(xs), -1)
 
 
 def _by_shape(items, limit):
@@ -142,8 +150,9 @@ def checksum(batch):
         nbytes = items[0][1] * x0.element_size()
         if nbytes <= ROW:  # a row each, its missing front columns zeros: no part of the raw CRC
             with torch.no_grad():
-                m = torch.stack([item[0] for item in items]).reshape(len(items), -1).view(torch.uint8)
-                out.add([item[2] for item in items], _crc_short(m).unsqueeze(1))
+                xs, _, slots = zip(*items)
+                m = _rows_of(xs).view(torch.uint8)
+                out.add(slots, _crc_short(m).unsqueeze(1))
             continue
         pad = (-nbytes) % ROW
         r = (nbytes + pad) // ROW
@@ -153,11 +162,12 @@ def checksum(batch):
             if pending.rows + r * len(chunk) > CRC_ROWS:
                 pending.run(device)
             k = len(chunk)
+            xs, _, slots = zip(*chunk)
             with torch.no_grad():
-                m = torch.stack([item[0] for item in chunk]).reshape(k, -1).view(torch.uint8)
+                m = _rows_of(xs).view(torch.uint8)
                 if pad:
                     m = torch.cat((m.new_zeros((k, pad)), m), 1)
-            pending.add(m.reshape(-1, ROW), r, [item[2] for item in chunk])
+            pending.add(m.reshape(-1, ROW), r, slots)
     pending.run(device)
     out.store()
     for x, _, slot in alone:
@@ -349,10 +359,10 @@ def _store_rows(slots, values):
     made in order), else one indexed copy per buffer."""
     buf, start = slots[0]
     k = len(slots)
-    index = [i for _, i in slots]
-    if len({b for b, _ in slots}) == 1:
+    buffers, index = zip(*slots)
+    if buffers.count(buf) == k:  # one buffer (most batches)
         # (stacked and staged slots come grouped by shape or stage, not in row order)
-        if index[-1] == start + k - 1 and index == list(range(start, start + k)):
+        if index[-1] == start + k - 1 and index == tuple(range(start, start + k)):
             buf.rows[start:start + k].copy_(values)
         else:
             buf.rows.index_copy_(0, index_tensor(index, values.device), values)

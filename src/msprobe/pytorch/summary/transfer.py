@@ -57,7 +57,7 @@ def to_device_async(host, device):
 
 
 def index_tensor(values, device):
-    """int64 tensor of `values` (a list or numpy array) on `device`, without waiting for it."""
+    """int64 tensor of `values` (a list, tuple or numpy array) on `device`, without waiting for it."""
     if device.type == "cuda":
         return _staging.to_device(np.asarray(values, dtype=np.int64), device)
     return to_device_async(torch.as_tensor(values, dtype=torch.int64), device)
