@@ -199,6 +199,13 @@ class DeviceSummaries:
         self._buffers.append(buf)
         return buf
 
+    def _slot(self, lane, kind, n, dtype, nbytes, fields):
+        """A new slot of `kind` in `lane`'s open buffer (Buffer.slot)."""
+        buf = lane.open[kind]
+        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
+            buf = self._open(lane, kind)
+        return buf.slot(n, dtype, nbytes, fields)
+
     def stats(self, x, n, dense, defer=False, rows=None, storage=_UNREAD, fields=None):
         """Slot of Max/Min/Sum/Sum-of-squares of `x` (a real tensor of `n` elements); `dense` is x's
         memory in element order (x itself, or a permutation that makes it contiguous), or None; `rows`:
@@ -207,16 +214,7 @@ class DeviceSummaries:
         resolved (Buffer.slot). `defer`: launched with others at the next `launch()`."""
         dtype = x.dtype
         lane = self._lanes.get(x.device) or self._lane(x.device)
-        buf = lane.open[STATS]
-        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = self._open(lane, STATS)
-        # Buffer.slot, inline (a frame less on every summary)
-        i = buf.used
-        buf.used = i + 1
-        buf.ns.append(n)
-        buf.dtypes.append(dtype)
-        buf.fields.append({} if fields is None else fields)
-        slot = (buf, i)
+        slot = self._slot(lane, STATS, n, dtype, 0, fields)
         self.pending += 1
         kernels = lane.kernels
         if kernels is None:  # torch's kernels read any layout
@@ -234,12 +232,7 @@ class DeviceSummaries:
             if storage is _UNREAD:
                 storage = _storage(x)
             self._memory.add(storage)
-            # Deferral.add, inline
-            waiting, nbytes = self._waiting, n * dtype.itemsize
-            queue = waiting.queue
-            queue.append((((STATS, kernels, dtype), item, x, x._version, storage), nbytes))
-            waiting.held += nbytes
-            if len(queue) >= DEFER_TENSORS or waiting.held >= DEFER_BYTES:
+            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, storage), n * dtype.itemsize):
                 self.launch()
         else:
             kernels.statistics([item])
@@ -254,35 +247,16 @@ class DeviceSummaries:
         if _DEFER_OFF or (kernels is not None and not kernels.handles(dtype)):
             return [self.stats(x, n, x, True, None, storage, fields), self.checksum(x, True, storage, fields)]
         kernels = kernels or torch_kernels
-        fields = {} if fields is None else fields
-        buf = lane.open[STATS]
-        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = self._open(lane, STATS)
-        i = buf.used  # (Buffer.slot, inline)
-        buf.used = i + 1
-        buf.ns.append(n)
-        buf.dtypes.append(dtype)
-        buf.fields.append(fields)
-        stats_slot = (buf, i)
+        fields = {} if fields is None else fields  # (one dict: both fill the same record fields)
         nbytes = n * dtype.itemsize
-        buf = lane.open[CHECKSUM]
-        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = self._open(lane, CHECKSUM)
-        i = buf.used
-        buf.used = i + 1
-        buf.nbytes.append(nbytes)
-        buf.fields.append(fields)
-        crc_slot = (buf, i)
+        stats_slot = self._slot(lane, STATS, n, dtype, 0, fields)
+        crc_slot = self._slot(lane, CHECKSUM, n, dtype, nbytes, fields)
         self.pending += 2
         if storage is _UNREAD:
             storage = _storage(x)
         self._memory.add(storage)
-        waiting = self._waiting  # (Deferral.add, inline)
-        queue = waiting.queue
-        queue.append((((BOTH, kernels, dtype), ((x, n, stats_slot, None), (x, crc_slot)), x, x._version, storage),
-                      nbytes))
-        waiting.held += nbytes
-        if len(queue) >= DEFER_TENSORS or waiting.held >= DEFER_BYTES:
+        item = ((x, n, stats_slot, None), (x, crc_slot))
+        if self._waiting.add(((BOTH, kernels, dtype), item, x, x._version, storage), nbytes):
             self.launch()
         return [stats_slot, crc_slot]
 
@@ -295,10 +269,7 @@ class DeviceSummaries:
         n = x.numel()
         nbytes = n * x.element_size()
         lane = self._lanes.get(x.device) or self._lane(x.device)
-        buf = lane.open[CHECKSUM]
-        if buf is None or buf.used == slots.SLOTS_PER_BUFFER:
-            buf = self._open(lane, CHECKSUM)
-        slot = buf.slot(n, dtype, nbytes, fields)
+        slot = self._slot(lane, CHECKSUM, n, dtype, nbytes, fields)
         self.pending += 1
         kernels = lane.kernels or torch_kernels
         if defer and not _DEFER_OFF:

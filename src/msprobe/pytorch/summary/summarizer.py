@@ -267,15 +267,8 @@ class Summarizer:
         tensor object when it has a cache entry. `shared`: see record."""
         rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
                "requires_grad": t.requires_grad}
-        for buf, i in slots:  # fields still on the device: this dict is filled when they are resolved
-            # (slots.fill_from_slot, inline: append, then look again, as a resolve on another thread
-            # sets `values` before it fills what waits)
-            resolved = buf.values
-            if resolved is None:
-                buf.fills.append((i, rec))
-                resolved = buf.values
-            if resolved is not None:
-                rec.update(resolved[i])
+        for slot in slots:  # fields still on the device: this dict is filled when they are resolved
+            fill_from_slot(rec, slot)
         if entry is not None:
             objects = self._objects
             if len(objects) > CACHE_LIMIT:
