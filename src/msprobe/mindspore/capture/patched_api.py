@@ -189,8 +189,8 @@ class PatchedApis:
 
     def patch_grad(self):
         """Note which Parameters each PyNative backward pass differentiates (`_grad_call`)."""
-        from mindspore.common.api import _PyNativeExecutor
-        cls = _PyNativeExecutor
+        from mindspore.graph import api  # (mindspore.common.api warns that it is deprecated when imported)
+        cls = api._PyNativeExecutor
         if (id(cls), "grad") in self._originals:
             return
         orig = cls.__dict__["grad"]
