@@ -100,15 +100,9 @@ class CallCapture:
         with ops.work():
             f.stack = (capture_stack() if stack is _PARENT else stack) if s.with_stack else None
             if forward and flt.input:
-                if not (save or kwargs or buffers):  # args_records' common case, without its frame
-                    quick, types = s.quick_record, s.quick_types
-                    f.in_args = [quick(x) if type(x) in types else s.value_record(x, None, False, waits)
-                                 for x in args]
-                    f.in_kwargs = {}
-                else:
-                    f.in_args, f.in_kwargs = s.args_records(key, args, kwargs, "input",
-                                                            save and not (inplace and gate is not None), waits,
-                                                            buffers)
+                f.in_args, f.in_kwargs = s.args_records(key, args, kwargs, "input",
+                                                        save and not (inplace and gate is not None), waits,
+                                                        buffers)
             else:
                 f.in_args, f.in_kwargs = [], {}
             if inplace or mutates:
@@ -139,9 +133,7 @@ class CallCapture:
                 if params is not None:
                     params = {n: ops.param_record(s, p, f"{key}.parameters.{n}" if save else None, save, waits) for n, p in params}
                 if flt.output:
-                    # (outputs_record's common case, one tensor and no file, without its frame)
-                    outs = record["output"] = ([s.quick_record(result)] if not save and type(result) in s.quick_types
-                                               else s.outputs_record(key, result, save, waits))
+                    outs = record["output"] = s.outputs_record(key, result, save, waits)
                 elif gate is not None:  # summarised to decide on the record, without files
                     outs = s.outputs_record(key, result, False, waits)
                     record["output"] = []
