@@ -22,7 +22,7 @@ from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import save_npy
 from msprobe.mindspore import _state, context_params
-from msprobe.mindspore.capture.backward import GradTracker, grad_recording
+from msprobe.mindspore.capture.backward import GradTracker, grad_recording, remove_hook
 from msprobe.mindspore.capture.grad_nodes import NodeGraph
 from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
 
@@ -161,7 +161,7 @@ class DumpSession(CaptureSession):
         self._params_tracked = cfg.level in ("L0", "mix") or (self.filter.backward and self.filter.passes_everything)
         self._param_recs = None  # id(p) -> (weakref to p, record), or None: not read since the last change
         self._params_stale = False  # gradients arrived: _param_recs go at the next forward call
-        self.tensor_hooks = []  # handles of Tensor.register_hook (in-place calls), removed at step end
+        self.tensor_hooks = []  # hooks on tensors the caller keeps (capture/backward.py), removed at step end
         self._hooked = {}  # id -> weak reference of each tensor a hook of this step is on (see was_hooked)
         self._cells_hooked = cfg.level in ("L0", "mix")  # Cell outputs may be hooked themselves: note hooks
         # ops run synchronously while capturing (set at each start): tensor hooks are then the cheap
@@ -488,8 +488,8 @@ class DumpSession(CaptureSession):
     def flush(self):
         prev, _state.busy = _state.busy, True
         try:
-            for handle in self.tensor_hooks:
-                handle.remove()
+            for hook in self.tensor_hooks:
+                remove_hook(hook)
             self.tensor_hooks = []
             self._hooked = {}
             super().flush()

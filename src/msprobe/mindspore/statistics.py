@@ -88,6 +88,19 @@ def _float_stats(flat):
             "Mean": json_float(float(flat.mean())), "Norm": json_float(float(np.sqrt(np.dot(flat, flat))))}
 
 
+def _tensor_getters():
+    """(is_contiguous, data_ptr) as TensorPy's own functions: Tensor's methods are a Python frame
+    around each, and every tensor summarised where it lies asks both."""
+    try:
+        from mindspore._c_expression import TensorPy
+        return TensorPy.is_contiguous, TensorPy._data_ptr
+    except (ImportError, AttributeError):
+        return ms.Tensor.is_contiguous, ms.Tensor.data_ptr
+
+
+_is_contiguous, _data_ptr = _tensor_getters()
+
+
 def _direct_kinds():
     """MindSpore dtype -> numpy dtype, for tensors whose memory may be read where it lies: only when
     MindSpore runs on the CPU (elsewhere data_ptr() is device memory), float32/float64 only."""
@@ -109,8 +122,8 @@ def direct_moments(t, dt, address=None):
     # (_direct_kinds is empty unless the kernel is enabled)
     if address is not None:
         return native.kernel(address, n, _NATIVE_KINDS[dt], 1)
-    if t.is_contiguous():
-        return native.kernel(t.data_ptr(), n, _NATIVE_KINDS[dt], 1)
+    if _is_contiguous(t):
+        return native.kernel(_data_ptr(t), n, _NATIVE_KINDS[dt], 1)
     dense = _dense_copy(t, dt)
     return native.kernel(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt], 1)
 
@@ -118,7 +131,7 @@ def direct_moments(t, dt, address=None):
 def _dense_copy(t, dt):
     """A C-order numpy copy of strided tensor `t`: the element order asnumpy() gives, so that the
     kernel's blocked sums come out the same."""
-    return np.ascontiguousarray(np.asarray(_Memory(t.data_ptr(), tuple(t.shape), dt,
+    return np.ascontiguousarray(np.asarray(_Memory(_data_ptr(t), tuple(t.shape), dt,
                                                    tuple(s * dt.itemsize for s in t.stride()))))
 
 
@@ -217,8 +230,8 @@ class Summarizer:
         dtype = t.dtype
         dt = self._direct.get(dtype)
         where = address = None
-        if dt is not None and same is not None and t.is_contiguous():
-            address = t.data_ptr()
+        if dt is not None and same is not None and _is_contiguous(t):
+            address = _data_ptr(t)
             where = (address, t.shape, dtype)
             seen = same.get(where)
             if seen is not None:

@@ -46,18 +46,19 @@ from msprobe.mindspore.tool_work import tool_work
 _executor = ms.common.api._pynative_executor
 
 
-def _hook_without_handle():
-    """Tensor.register_hook minus its checks and its removal handle (a weak reference each): a
-    stand-in's hook dies with the stand-in, so nothing would remove it."""
+def _hooks_without_handles():
+    """(register, remove): Tensor.register_hook minus its checks and its removal handle (a weak
+    reference and two objects each), returning the hook's id, and the removal of a hook by that id
+    (what the handle's remove() does). A stand-in's hook dies with the stand-in; a hook on a
+    tensor the caller keeps is removed at step end."""
     try:
         from mindspore._c_expression import TensorPy
-        register = TensorPy.register_hook
+        return TensorPy.register_hook, TensorPy.remove_hook
     except (ImportError, AttributeError):
-        return lambda t, hook: t.register_hook(hook)
-    return register
+        return (lambda t, hook: t.register_hook(hook)), (lambda handle: handle.remove())
 
 
-_register_hook = _hook_without_handle()
+_register_hook, remove_hook = _hooks_without_handles()
 
 
 def grad_recording():
@@ -190,7 +191,7 @@ class GradTracker:
     def _tensor_hook(self, t, hook):
         """Hook `t` itself; False when it takes no hook (it needs no gradient)."""
         try:
-            self.session.tensor_hooks.append(t.register_hook(hook))
+            self.session.tensor_hooks.append(_register_hook(t, hook))
         except RuntimeError:
             return False
         self.session.hooked(t)
