@@ -1,16 +1,18 @@
 /* msprobe._record: the two common cases of Summarizer.record (pytorch/summary/summarizer.py) in C,
  * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
- * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32)
+ * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32, fill)
  * .record(owner, t, shared) -> t's record, or None: "take the Python path" (then nothing was changed).
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
- *      same version, memory and shape: its record, as the Python path gives it.
+ *      same version, memory and shape: its record, as the Python path gives it; fields still in device
+ *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
  *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 to `small`-1
  *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
  *      `kinds`: dtype -> kernel kind) and its CRC-32 from `crc32` (host.crc32_of, None without md5);
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
- * Everything else (other dtypes, a NaN or inf, device slots, views that are not contiguous) is None.
+ *      `small` 0: never (the device path: a CPU tensor's summary goes into a slot too).
+ * Everything else (other dtypes, a NaN or inf, new device slots, views that are not contiguous) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
@@ -30,7 +32,7 @@ static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's
 
 typedef struct {
     PyObject_HEAD
-    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32;
+    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32, *fill;
     Py_ssize_t limit, small;
     int stats;
 } Recorder;
@@ -79,6 +81,30 @@ static int no_slots(PyObject *entry) {
     int empty = PyList_CheckExact(slots) && PyList_GET_SIZE(slots) == 0;
     Py_DECREF(slots);
     return empty;
+}
+
+/* fill(rec, slot) for each slot of `entry` (a record of its own gets the fields still on a device);
+ * 0, or -1 on error */
+static int fill_slots(Recorder *self, PyObject *rec, PyObject *entry) {
+    PyObject *slots = PyObject_GetAttr(entry, s_slots);
+    if (slots == NULL)
+        return -1;
+    if (!PyList_CheckExact(slots)) {
+        Py_DECREF(slots);
+        PyErr_SetString(PyExc_TypeError, "CacheEntry.slots: a list");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(slots); i++) {
+        PyObject *args[2] = {rec, PyList_GET_ITEM(slots, i)};
+        PyObject *got = PyObject_Vectorcall(self->fill, args, 2, NULL);
+        if (got == NULL) {
+            Py_DECREF(slots);
+            return -1;
+        }
+        Py_DECREF(got);
+    }
+    Py_DECREF(slots);
+    return 0;
 }
 
 /* the record handed out: `rec` itself when shared, else a copy the caller may extend */
@@ -136,26 +162,31 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *old = PyTuple_GET_ITEM(seen, 3);
             entry = PyTuple_GET_ITEM(seen, 4);
             Py_INCREF(entry);
-            if ((eq = no_slots(entry)) <= 0)
-                goto python;  /* fields still on a device: the Python path fills them */
+            int complete = no_slots(entry);
+            if (complete < 0)
+                goto python;
             READ(rg, PyObject_GetAttr(t, s_requires_grad));
             if (PyObject_SetAttr(owner, s_entry, entry) < 0)
                 goto done;
             PyObject *was = PyDict_GetItemWithError(old, s_requires_grad);
             if (was == NULL && PyErr_Occurred())
                 goto done;
-            if (was == rg) {  /* (bools: `is`) */
+            if (was == rg && (shared || complete)) {  /* (bools: `is`) shared: its fields filled in place */
                 Py_INCREF(old);
                 result = hand_out(old, shared);
-            } else if ((result = PyDict_Copy(old)) != NULL && PyDict_SetItem(result, s_requires_grad, rg) < 0) {
+            } else if ((result = PyDict_Copy(old)) != NULL && was != rg
+                       && PyDict_SetItem(result, s_requires_grad, rg) < 0) {
                 Py_CLEAR(result);
             }
+            /* a dict of its own: its fields still on a device are filled when resolved too */
+            if (result != NULL && result != old && !complete && fill_slots(self, result, entry) < 0)
+                Py_CLEAR(result);
             goto done;
         }
     }
 
     /* 2. a plain dense CPU tensor: the memory-keyed cache, else the kernel */
-    if (Py_TYPE(t) != (PyTypeObject *)self->tensor && Py_TYPE(t) != (PyTypeObject *)self->parameter)
+    if (self->small <= 0 || (Py_TYPE(t) != (PyTypeObject *)self->tensor && Py_TYPE(t) != (PyTypeObject *)self->parameter))
         goto python;
     READ(dtype, PyObject_GetAttr(t, s_dtype));
     PyObject *name = PyDict_GetItemWithError(self->names, dtype);  /* filled by the Python path */
@@ -300,12 +331,12 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Recorder *self = (Recorder *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnpO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnpOO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
                           &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
                           &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
-                          &self->limit, &self->small, &self->stats, &self->crc32)) {
+                          &self->limit, &self->small, &self->stats, &self->crc32, &self->fill)) {
         self->objects = self->cache = self->names = self->kinds = NULL;
-        self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = NULL;
+        self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = self->fill = NULL;
         Py_DECREF(self);
         return NULL;
     }
@@ -318,6 +349,7 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(self->strided);
     Py_INCREF(self->entry_type);
     Py_INCREF(self->crc32);
+    Py_INCREF(self->fill);
     return (PyObject *)self;
 }
 
@@ -332,6 +364,7 @@ static int recorder_traverse(Recorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->strided);
     Py_VISIT(self->entry_type);
     Py_VISIT(self->crc32);
+    Py_VISIT(self->fill);
     return 0;
 }
 
@@ -345,6 +378,7 @@ static int recorder_clear(Recorder *self) {
     Py_CLEAR(self->strided);
     Py_CLEAR(self->entry_type);
     Py_CLEAR(self->crc32);
+    Py_CLEAR(self->fill);
     return 0;
 }
 

@@ -79,13 +79,14 @@ class Summarizer:
         # a forward value's record (`record(t)`): deferred, shared (the session sets them)
         self.defer_forward = False
         self.share_forward = False
-        # record's common cases in C over the same tables (None: Python only; MSPROBE_NATIVE_RECORD=0 to compare)
+        # record's common cases in C over the same tables (None: Python only; MSPROBE_NATIVE_RECORD=0 to compare);
+        # on the device path only the object table's (a CPU tensor's first summary goes into a slot too)
         self._fast = None
-        if (_Recorder is not None and not device_path and (stats or md5)
-                and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0"):
+        if _Recorder is not None and (stats or md5) and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0":
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
-                                   torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT, host.PARALLEL_MIN, stats,
-                                   host.crc32_of if md5 else None).record
+                                   torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
+                                   0 if device_path else host.PARALLEL_MIN, stats, host.crc32_of if md5 else None,
+                                   fill_from_slot).record
 
     @property
     def pending(self):
