@@ -2,7 +2,8 @@
  * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
  * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32, fill)
- * .record(owner, t, shared) -> t's record, or None: "take the Python path" (then nothing was changed).
+ * .record(owner, t, shared, defer=False) -> t's record, or None: "take the Python path" (then nothing was
+ * changed); `defer`: a device summary may wait for the owner's next launch (Summarizer.record).
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
  *      same version, memory and shape: its record, as the Python path gives it; fields still in device
  *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
@@ -11,8 +12,11 @@
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
  *      `kinds`: dtype -> kernel kind) and its CRC-32 from `crc32` (host.crc32_of, None without md5);
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
- *      `small` 0: never (the device path: a CPU tensor's summary goes into a slot too).
- * Everything else (other dtypes, a NaN or inf, new device slots, views that are not contiguous) is None.
+ *   3. such a tensor of 2 or more elements elsewhere (and on the CPU too when `small` is 0: the device
+ *      path): its cache entry when alive at the same version (fields still in slots registered with
+ *      `fill`), else `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots): its
+ *      summaries into device slots, the cache and object-table entries as the Python path makes them.
+ * Everything else (other dtypes, a NaN or inf, views that are not contiguous) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
@@ -25,7 +29,7 @@
 
 static moments_kernel kernel;
 
-static PyObject *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
+static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
@@ -107,6 +111,18 @@ static int fill_slots(Recorder *self, PyObject *rec, PyObject *entry) {
     return 0;
 }
 
+/* cache[key] = entry (the table starts over past `limit`), owner.entry = entry: the new record of it */
+static PyObject *keep(Recorder *self, PyObject *owner, PyObject *key, PyObject *entry, PyObject *name,
+                      PyObject *shape, PyObject *values, PyObject *rg) {
+    if (PyDict_GET_SIZE(self->cache) > self->limit) {  /* the object table's rows hang on its entries */
+        PyDict_Clear(self->cache);
+        PyDict_Clear(self->objects);
+    }
+    if (PyDict_SetItem(self->cache, key, entry) < 0 || PyObject_SetAttr(owner, s_entry, entry) < 0)
+        return NULL;
+    return new_record(name, shape, values, rg);
+}
+
 /* the record handed out: `rec` itself when shared, else a copy the caller may extend */
 static PyObject *hand_out(PyObject *rec, int shared) {
     if (shared)
@@ -120,11 +136,11 @@ static PyObject *hand_out(PyObject *rec, int shared) {
 #define READ(var, expr) do { if ((var = (expr)) == NULL) goto python; } while (0)
 
 static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared, defer=False)");
         return NULL;
     }
-    PyObject *owner = args[0], *t = args[1], *result = NULL;
+    PyObject *owner = args[0], *t = args[1], *result = NULL, *defer = nargs == 4 ? args[3] : Py_False;
     int shared = PyObject_IsTrue(args[2]);
     if (shared < 0)
         return NULL;
@@ -185,8 +201,8 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
 
-    /* 2. a plain dense CPU tensor: the memory-keyed cache, else the kernel */
-    if (self->small <= 0 || (Py_TYPE(t) != (PyTypeObject *)self->tensor && Py_TYPE(t) != (PyTypeObject *)self->parameter))
+    /* 2. a plain dense CPU tensor: the memory-keyed cache, else the kernel; 3. elsewhere: else device slots */
+    if (Py_TYPE(t) != (PyTypeObject *)self->tensor && Py_TYPE(t) != (PyTypeObject *)self->parameter)
         goto python;
     READ(dtype, PyObject_GetAttr(t, s_dtype));
     PyObject *name = PyDict_GetItemWithError(self->names, dtype);  /* filled by the Python path */
@@ -201,12 +217,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         goto python;
     Py_SETREF(flag, NULL);
     READ(flag, PyObject_GetAttr(t, s_is_cpu));
-    if (flag != Py_True)
-        goto python;
+    int host = flag == Py_True && self->small > 0;  /* case 2, else 3 */
     Py_SETREF(flag, NULL);
     READ(count, call0(t, s_numel));
     Py_ssize_t n = PyLong_AsSsize_t(count);
-    if (n <= 1 || n >= self->small)  /* (-1: an error) one element keys by its layout; large reads split */
+    if (n <= 1 || (host && n >= self->small))  /* (-1: an error) one element keys by its layout; large reads split */
         goto python;
     READ(flag, call0(t, s_is_contiguous));
     if (flag != Py_True)
@@ -239,16 +254,54 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             Py_SETREF(ref, NULL);  /* (`ref` is the new entry's below) */
         }
         if (eq) {
-            if ((eq = no_slots(hit)) <= 0)
+            int complete = no_slots(hit);
+            if (complete < 0)
                 goto python;
             READ(values, PyObject_GetAttr(hit, s_values));
+            /* fields still on a device: this record, and a copy handed out, are filled when resolved */
             if (PyObject_SetAttr(owner, s_entry, hit) < 0 || (rec = new_record(name, shape, values, rg)) == NULL
-                || remember(self, tid, t, ptr, shape, rec, hit) < 0)
+                || (!complete && fill_slots(self, rec, hit) < 0) || remember(self, tid, t, ptr, shape, rec, hit) < 0)
                 goto done;
             result = hand_out(rec, shared);
             rec = NULL;
+            if (result != NULL && !shared && !complete && fill_slots(self, result, hit) < 0)
+                Py_CLEAR(result);
             goto done;
         }
+    }
+    if (!host) {
+        /* 3. device slots: nothing may send it to the Python path once they are made (the weak
+         * reference first: a storage without one is the Python path's, which keeps no entry) */
+        if ((ref = PyWeakref_NewRef(storage, NULL)) == NULL)
+            goto python;
+        PyObject *address = call0(storage, s_data_ptr), *got = NULL;
+        if (address == NULL)
+            goto python;
+        PyObject *call[6] = {owner, t, count, PyTuple_GET_ITEM(key, 3), address, defer};
+        got = PyObject_VectorcallMethod(s_slots_of, call, 6, NULL);  /* (no ARGUMENTS_OFFSET: see call0) */
+        Py_DECREF(address);
+        if (got == NULL)
+            goto done;
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) {
+            Py_DECREF(got);
+            PyErr_SetString(PyExc_TypeError, "_slots_of: (values, slots)");
+            goto done;
+        }
+        values = PyTuple_GET_ITEM(got, 0);
+        Py_INCREF(values);
+        entry = PyObject_CallFunctionObjArgs(self->entry_type, ref, version, values, PyTuple_GET_ITEM(got, 1), NULL);
+        Py_DECREF(got);
+        if (entry == NULL)
+            goto done;
+        if ((hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
+            || (rec = keep(self, owner, key, entry, name, shape, values, rg)) == NULL
+            || fill_slots(self, rec, entry) < 0 || remember(self, tid, t, ptr, shape, rec, entry) < 0)
+            goto done;
+        result = hand_out(rec, shared);
+        rec = NULL;
+        if (result != NULL && !shared && fill_slots(self, result, entry) < 0)
+            Py_CLEAR(result);
+        goto done;
     }
     if ((values = PyDict_New()) == NULL)
         goto done;
@@ -286,14 +339,8 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     if (entry == NULL)
         goto done;
     /* replaced: a tensor object whose row holds the old entry reads its memory again (see forget) */
-    if (hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
-        goto done;
-    if (PyDict_GET_SIZE(self->cache) > self->limit) {  /* the object table's rows hang on its entries */
-        PyDict_Clear(self->cache);
-        PyDict_Clear(self->objects);
-    }
-    if (PyDict_SetItem(self->cache, key, entry) < 0 || PyObject_SetAttr(owner, s_entry, entry) < 0
-        || (rec = new_record(name, shape, values, rg)) == NULL
+    if ((hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
+        || (rec = keep(self, owner, key, entry, name, shape, values, rg)) == NULL
         || remember(self, tid, t, ptr, shape, rec, entry) < 0)
         goto done;
     result = hand_out(rec, shared);
@@ -390,7 +437,7 @@ static void recorder_dealloc(Recorder *self) {
 
 static PyMethodDef recorder_methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
-     "record(owner, tensor, shared) -> the tensor's record, or None: the Python path takes it."},
+     "record(owner, tensor, shared, defer=False) -> the tensor's record, or None: the Python path takes it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -417,6 +464,7 @@ PyMODINIT_FUNC PyInit__record(void) {
     if (got == NULL)
         return NULL;
     kernel = *got;
+    INTERN(s_slots_of, "_slots_of");
     INTERN(s_version, "_version");
     INTERN(s_data_ptr, "data_ptr");
     INTERN(s_shape, "shape");
