@@ -59,6 +59,7 @@ from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.capture.api_table import build_api_table
 from msprobe.core.dump import moments
+from msprobe.core.gc_pause import CollectorPause
 try:
     from msprobe.pytorch.summary.host import PARALLEL_MIN as _PARALLEL_MIN  # msprobe's split: the same threads here
     from msprobe.pytorch.summary.layout import memory_order
@@ -408,20 +409,26 @@ def summary_cost(n=3000, device="cpu"):
     (the per-object table's hit: an API's input that was the previous API's output) on the host path."""
     got = {}
     paths = (("cuda", True),) if device == "cuda" else (("host", False), ("device", True))
-    for label, device_path in paths:
-        s = Summarizer(device_path=device_path)
-        tensors = [torch.randn(32, 32, device=device) for _ in range(n)]
+    with CollectorPause():  # as a debugger runs (core/gc_pause.py): else a collection walks the 3000 tensors
+        for label, device_path in paths:
+            _summary_cost(label, device_path, n, device, got)
+    return got
+
+
+def _summary_cost(label, device_path, n, device, got):
+    """summary_cost's measure of one path into `got`."""
+    s = Summarizer(device_path=device_path)
+    tensors = [torch.randn(32, 32, device=device) for _ in range(n)]
+    t0 = time.perf_counter()
+    for t in tensors:
+        s.summarize(t, defer=True)
+    s.start_resolve().finish()
+    got[label] = 1e6 * (time.perf_counter() - t0) / n
+    if label == "host":
         t0 = time.perf_counter()
         for t in tensors:
             s.summarize(t, defer=True)
-        s.start_resolve().finish()
-        got[label] = 1e6 * (time.perf_counter() - t0) / n
-        if label == "host":
-            t0 = time.perf_counter()
-            for t in tensors:
-                s.summarize(t, defer=True)
-            got["host object-hit"] = 1e6 * (time.perf_counter() - t0) / n
-    return got
+        got["host object-hit"] = 1e6 * (time.perf_counter() - t0) / n
 
 
 def render(results, per_summary):
