@@ -12,9 +12,23 @@ divide by the records msprobe writes at that level, and msprobe's rows say how f
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
 the accelerator path: the host cost of a dump on the device it is made for (each step ends in a sync).
 
+Host part of the device path. On the CPU a `*_device` config's cost includes what the summary kernels
+compute, which on an accelerator is device time, not host time. So after each round's timed steps one
+more dumped step runs under torch.profiler (untimed), with a profiler range around each place the device
+path runs kernels (the torch kernels' batches, a staging copy, the readback's copy: KERNEL_SITES); the
+self time of the aten ops inside those ranges — all but the views and allocations (NO_KERNEL), which
+launch nothing on a device — is the step's kernel time, its median over rounds subtracted from the extra
+time: `host us/rec` = (extra - kernel) / records, and `kernels/rec` counts those ops. The subtraction
+takes out each op's dispatch with its compute; on CUDA a launch costs the host a few µs: add kernels/rec
+times that to compare. Checked with `--check` on a case whose answer is known: the L0 hooks alone
+(`hooks`) against the same hooks plus one 64K-element reduction per hooked tensor inside a kernel range
+(`hooks+kernels`): the latter's host µs per record must come back to the former's extra (plus the
+Python of calling the op), whatever the reduction costs.
+
     python benchmarks/host_cost.py                # 7 rounds (--record: into RESULTS.md)
     python benchmarks/host_cost.py --quick        # CI smoke
     python benchmarks/host_cost.py --baseline-src OLD/src --configs L1,mix   # A/B against another checkout
+    python benchmarks/host_cost.py --check        # the kernel subtraction against a known answer
 
 With --baseline-src the measurement runs in child processes, this checkout's and the other's msprobe in
 turn (`--alternations` pairs), and the table gives the median of each side and their ratio: a shared
@@ -22,7 +36,10 @@ machine's load drifts by more than a change to the hot path is worth, so both si
 """
 
 import argparse
+import contextlib
+import functools
 import gc
+import importlib
 import json
 import os
 import shutil
@@ -35,12 +52,14 @@ import time
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.profiler import ProfilerActivity, profile, record_function
 
 import msprobe
 from msprobe.core.dump.reader import find_rank_dirs, iter_tensor_records
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.capture.api_table import build_api_table
 from msprobe.core.dump import moments
+from msprobe.core.gc_pause import CollectorPause
 try:
     from msprobe.pytorch.summary.host import PARALLEL_MIN as _PARALLEL_MIN  # msprobe's split: the same threads here
     from msprobe.pytorch.summary.layout import memory_order
@@ -65,6 +84,22 @@ CONFIGS = {
 }
 # the floor of a level: its hooks, each tensor read once (no debugger); level -> the config it bounds
 FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
+# --check: the kernel subtraction on a known case (see the module doc); probe -> the level it counts records of
+CHECKS = {"hooks": "L0", "hooks+kernels": "L0"}
+
+# where the device path runs summary kernels: (module, attribute) wrapped in a profiler range for the
+# profiled step only (a site a checkout lacks is skipped)
+KERNEL_SITES = (("msprobe.pytorch.summary.torch_kernels", "statistics"),
+                ("msprobe.pytorch.summary.torch_kernels", "checksum"),
+                ("msprobe.pytorch.summary.torch_kernels", "row_statistics"),
+                ("msprobe.pytorch.summary.device", "DeviceSummaries._stage"),
+                ("msprobe.pytorch.summary.readback", "start"))
+KERNEL_RANGE = "msprobe.summary_kernels"
+# ops that launch nothing on a device (views, metadata, allocations): host work wherever they run
+NO_KERNEL = frozenset("aten::" + op for op in (
+    "detach", "view", "reshape", "_reshape_alias", "_unsafe_view", "alias", "unbind", "select", "slice",
+    "as_strided", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "flatten", "narrow",
+    "view_as", "empty", "empty_strided", "empty_like", "resolve_conj", "resolve_neg", "lift_fresh"))
 
 
 # The L0 floor; what msprobe adds above it was measured by knocking out one part at a time (README.md,
@@ -170,11 +205,104 @@ class ApiFloor(HookFloor):
                 self._stats(g)
 
 
+class KernelProbe(HookFloor):
+    """--check's known case: the L0 hooks, each hooked tensor answered by one float64 reduction of
+    KNOWN_ELEMENTS elements inside a kernel range: all it adds to the hooks alone is that op (its Python
+    call, dispatch and compute), which the kernel subtraction must take out."""
+
+    KNOWN_ELEMENTS = 1 << 16
+
+    def __init__(self):
+        super().__init__(read=False)
+        self._work = torch.randn(self.KNOWN_ELEMENTS, dtype=torch.float64)
+        self.kernel_sites = ((self, "_reduce"),)
+
+    def _stats(self, t):
+        self.results.append(self._reduce())
+
+    def _reduce(self):
+        return self._work.sum()
+
+
 def _probe(root, name):
     """What a config times: msprobe's debugger, or a floor probe."""
     if name in FLOORS:
         return HookFloor(read=True) if FLOORS[name] == "L0" else ApiFloor()
+    if name in CHECKS:
+        return KernelProbe() if name == "hooks+kernels" else HookFloor(read=False)
     return _debugger(root, name)
+
+
+def _in_range(fn):
+    @functools.wraps(fn)
+    def ranged(*args, **kwargs):
+        with record_function(KERNEL_RANGE):
+            return fn(*args, **kwargs)
+    return ranged
+
+
+@contextlib.contextmanager
+def _kernel_ranges(extra=()):
+    """KERNEL_SITES (and `extra`: (object, attribute) pairs) each in a KERNEL_RANGE profiler range, undone
+    on exit."""
+    sites = []
+    for module, attr in KERNEL_SITES:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        *path, attr = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, attr):
+            sites.append((owner, attr))
+    sites += list(extra)
+    saved = [(owner, attr, vars(owner).get(attr, _ABSENT)) for owner, attr in sites]  # (an instance's: absent)
+    try:
+        for owner, attr in sites:
+            setattr(owner, attr, _in_range(getattr(owner, attr)))
+        yield
+    finally:
+        for owner, attr, old in reversed(saved):
+            if old is _ABSENT:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, old)
+
+
+_ABSENT = object()
+
+
+def kernel_time(events):
+    """(µs, ops) of the profiled aten ops inside KERNEL_RANGE ranges, NO_KERNEL aside: their self time (an
+    op's own, not its children's), and how many the Python code called (those under no other such op:
+    a launch each, at least, on a device)."""
+    us, ops = 0.0, 0
+    for e in events:
+        if not e.name.startswith("aten::") or e.name in NO_KERNEL:
+            continue
+        outermost, parent = True, e.cpu_parent
+        while parent is not None and parent.name != KERNEL_RANGE:
+            outermost = outermost and not (parent.name.startswith("aten::") and parent.name not in NO_KERNEL)
+            parent = parent.cpu_parent
+        if parent is not None:
+            us += e.self_cpu_time_total
+            ops += outermost
+    return us, ops
+
+
+def _profiled_step(model, x, opt, probe):
+    """(kernel seconds, kernel ops) of one dumped step run under the profiler (kernel_time). The profiler
+    times ops by the clock; with --cpu the kernel time is scaled by the share of the step the training
+    thread was on a CPU (on a loaded machine the clock also counts the time it waited for one)."""
+    gc.collect()
+    with _kernel_ranges(getattr(probe, "kernel_sites", ())):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            c0, t0 = time.thread_time(), time.perf_counter()
+            _train(model, x, opt, probe)
+            on_cpu = (time.thread_time() - c0) / (time.perf_counter() - t0)
+    us, ops = kernel_time(prof.events())
+    return us * 1e-6 * (min(1.0, on_cpu) if METRIC == harness.CPU else 1.0), ops
 
 
 def build(depth=48, width=32, device="cpu"):
@@ -240,24 +368,34 @@ def measure(configs, rounds, steps, log, device="cpu"):
             probe = _probe(root, name)
             for _ in range(2):  # warm-up: API table, first-call caches
                 _step(model, x, opt, probe)
-            ratios, extra = [], []
+            # the kernels' share of a step (module doc): the device path's on the CPU, and --check's
+            split = device == "cpu" and (name in CHECKS or (name in CONFIGS and CONFIGS[name][2]))
+            ratios, extra, kernels = [], [], []
             for _ in range(rounds):
                 plain = [_step(model, x, opt) for _ in range(steps)]
                 dumped = [_step(model, x, opt, probe) for _ in range(steps)]
                 extra.append(statistics.median(dumped) - statistics.median(plain))
                 ratios.append(statistics.median(dumped) / statistics.median(plain))
-            if name in FLOORS:  # per record msprobe writes at that level, counted in one untimed step
-                name_of_dump, probe = FLOORS[name], _debugger(root, FLOORS[name])
+                if split:
+                    kernels.append(_profiled_step(model, x, opt, probe))
+            level = FLOORS.get(name) or CHECKS.get(name)
+            if level:  # per record msprobe writes at that level, counted in one untimed step
+                name_of_dump, probe = level, _debugger(root, level)
                 _step(model, x, opt, probe)
             else:
                 name_of_dump = name
             probe.close()
             records, tensors = _records(os.path.join(root, name_of_dump))
-            out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * statistics.median(extra),
-                         "us_per_record": 1e6 * statistics.median(extra) / records,
-                         "us_per_tensor": 1e6 * statistics.median(extra) / tensors,
-                         "ratio": statistics.median(ratios)}
-            log(f"{name}: {out[name]['us_per_record']:.1f} us/record")
+            got = out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * statistics.median(extra),
+                               "us_per_record": 1e6 * statistics.median(extra) / records,
+                               "us_per_tensor": 1e6 * statistics.median(extra) / tensors,
+                               "ratio": statistics.median(ratios)}
+            if kernels:
+                kernel_s = statistics.median(k for k, _ in kernels)
+                got.update(kernel_ms=1e3 * kernel_s, kernels_per_record=statistics.median(n for _, n in kernels) / records,
+                           host_us_per_record=1e6 * (statistics.median(extra) - kernel_s) / records)
+            log(f"{name}: {got['us_per_record']:.1f} us/record"
+                + (f", host {got['host_us_per_record']:.1f}" if kernels else ""))
             shutil.rmtree(os.path.join(root, name_of_dump), ignore_errors=True)
     finally:
         os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
@@ -271,34 +409,51 @@ def summary_cost(n=3000, device="cpu"):
     (the per-object table's hit: an API's input that was the previous API's output) on the host path."""
     got = {}
     paths = (("cuda", True),) if device == "cuda" else (("host", False), ("device", True))
-    for label, device_path in paths:
-        s = Summarizer(device_path=device_path)
-        tensors = [torch.randn(32, 32, device=device) for _ in range(n)]
+    with CollectorPause():  # as a debugger runs (core/gc_pause.py): else a collection walks the 3000 tensors
+        for label, device_path in paths:
+            _summary_cost(label, device_path, n, device, got)
+    return got
+
+
+def _summary_cost(label, device_path, n, device, got):
+    """summary_cost's measure of one path into `got`."""
+    s = Summarizer(device_path=device_path)
+    tensors = [torch.randn(32, 32, device=device) for _ in range(n)]
+    t0 = time.perf_counter()
+    for t in tensors:
+        s.summarize(t, defer=True)
+    s.start_resolve().finish()
+    got[label] = 1e6 * (time.perf_counter() - t0) / n
+    if label == "host":
         t0 = time.perf_counter()
         for t in tensors:
             s.summarize(t, defer=True)
-        s.start_resolve().finish()
-        got[label] = 1e6 * (time.perf_counter() - t0) / n
-        if label == "host":
-            t0 = time.perf_counter()
-            for t in tensors:
-                s.summarize(t, defer=True)
-            got["host object-hit"] = 1e6 * (time.perf_counter() - t0) / n
-    return got
+        got["host object-hit"] = 1e6 * (time.perf_counter() - t0) / n
 
 
 def render(results, per_summary):
     floors = {FLOORS[c]: r["us_per_record"] for c, r in results.items() if c in FLOORS}
-    lines = [f"{'config':<12}{'records':>9}{'tensors':>9}{'extra ms':>10}{'us/record':>11}{'us/tensor':>11}"
-             f"{'step ratio':>12}{'above floor':>13}",
-             "-" * 87]
+    lines = [f"{'config':<14}{'records':>8}{'tensors':>8}{'extra ms':>10}{'us/record':>11}{'us/tensor':>11}"
+             f"{'step ratio':>12}{'kernels/rec':>12}{'host us/rec':>12}{'above floor':>13}",
+             "-" * 111]
     for name, r in results.items():
         mark = "!" if r["us_per_record"] > TARGET_US_PER_RECORD else " "
-        floor = None if name in FLOORS else floors.get(CONFIGS[name][0])
+        floor = None if name in FLOORS or name in CHECKS else floors.get(CONFIGS[name][0])
         above = "" if floor is None else f"{r['us_per_record'] - floor:>12.1f}"
-        lines.append(f"{name:<12}{r['records']:>9}{r['tensors']:>9}{r['extra_ms']:>10.2f}"
-                     f"{r['us_per_record']:>10.1f}{mark}{r['us_per_tensor']:>11.1f}{r['ratio']:>11.2f}x{above}")
+        host = (f"{r['kernels_per_record']:>12.2f}{r['host_us_per_record']:>12.1f}" if "host_us_per_record" in r
+                else f"{'-':>12}{'-':>12}")
+        lines.append(f"{name:<14}{r['records']:>8}{r['tensors']:>8}{r['extra_ms']:>10.2f}"
+                     f"{r['us_per_record']:>10.1f}{mark}{r['us_per_tensor']:>11.1f}{r['ratio']:>11.2f}x{host}{above}")
     lines.append(f"target: <= {TARGET_US_PER_RECORD:g} us per record (!: over)")
+    if any("host_us_per_record" in r for r in results.values()):
+        lines.append("host us/rec: us/record less the summary kernels' self time (device time on an accelerator; "
+                     "profiled, see the module doc); kernels/rec: their ops a record, each a launch on a device")
+    if "hooks" in results and "hooks+kernels" in results:
+        known, got = results["hooks"], results["hooks+kernels"]
+        lines.append(f"check: hooks alone {known['us_per_record']:.1f} us/record; hooks+kernels "
+                     f"{got['us_per_record']:.1f}, less its kernels {got['host_us_per_record']:.1f} (expected: "
+                     f"{known['us_per_record']:.1f} plus the Python of {got['kernels_per_record']:.2f} calls a record; "
+                     f"off by {got['host_us_per_record'] - known['us_per_record']:+.1f})")
     if floors:
         lines.append("floor: " + ", ".join(f"{level} {us:.1f} us per record" for level, us in floors.items())
                      + " (hooks, each tensor read once; records and tensors are msprobe's at that level): the "
@@ -332,17 +487,21 @@ def _child_run(src, configs, rounds, steps, threads, device):
 def compare_with(src, configs, rounds, steps, threads, alternations, log, device="cpu"):
     """(ours, baseline, the baseline's msprobe folder as its run imported it): per config the µs per record
     of each alternation, this checkout's run first."""
-    ours, base = {c: [] for c in configs}, {c: [] for c in configs}
+    # (a device config's host part, less its kernels, is a row of its own: "<config> host")
+    ours, base = {}, {}
     imported = None
     for i in range(alternations):
         for side, path in ((ours, None), (base, src)):
             got = _child_run(path, configs, rounds, steps, threads, device)
             for c in configs:
-                side[c].append(got["results"][c]["us_per_record"])
+                r = got["results"][c]
+                side.setdefault(c, []).append(r["us_per_record"])
+                if "host_us_per_record" in r:
+                    side.setdefault(f"{c} host", []).append(r["host_us_per_record"])
             if path is not None:
                 imported = got["msprobe"]
         log(f"alternation {i + 1}/{alternations}: " + ", ".join(
-            f"{c} {ours[c][-1]:.1f} vs {base[c][-1]:.1f}" for c in configs))
+            f"{c} {ours[c][-1]:.1f} vs {base[c][-1]:.1f}" for c in ours if c in base))
     return ours, base, imported
 
 
@@ -360,10 +519,12 @@ def render_comparison(ours, base, imported):
     rev = _revision(imported)
     lines = [f"us per record, median of {len(next(iter(ours.values())))} alternations "
              f"(baseline: {imported}{f', commit {rev}' if rev else ''})",
-             f"{'config':<12}{'this':>9}{'baseline':>10}{'ratio':>8}   runs (this | baseline)", "-" * 74]
+             f"{'config':<17}{'this':>9}{'baseline':>10}{'ratio':>8}   runs (this | baseline)", "-" * 79]
     for c in ours:
+        if c not in base:
+            continue
         a, b = statistics.median(ours[c]), statistics.median(base[c])
-        lines.append(f"{c:<12}{a:>9.1f}{b:>10.1f}{a / b:>7.2f}x   "
+        lines.append(f"{c:<17}{a:>9.1f}{b:>10.1f}{a / b:>7.2f}x   "
                      + " ".join(f"{v:.0f}" for v in ours[c]) + " | " + " ".join(f"{v:.0f}" for v in base[c]))
     return "\n".join(lines)
 
@@ -384,6 +545,8 @@ def main(argv=None):
     p.add_argument("--cpu", action="store_true",
                    help="time steps in process CPU seconds (all threads) instead of wall seconds")
     p.add_argument("--alternations", type=int, default=3, help="with --baseline-src: pairs of runs (default 3)")
+    p.add_argument("--check", action="store_true",
+                   help="also measure the known case of the kernel subtraction (hooks, hooks+kernels; CPU only)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     harness.check_common_options(p, args)
@@ -395,6 +558,10 @@ def main(argv=None):
     bad = [c for c in configs if c not in allowed]
     if bad:
         p.error(f"--configs: unknown config {bad} for --device {args.device}; choose from {', '.join(allowed)}")
+    if args.check:
+        if on_cuda or args.baseline_src:
+            p.error("--check: the kernel subtraction's known case runs on --device cpu, without --baseline-src")
+        configs += [c for c in CHECKS if c not in configs]
     if on_cuda and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device here")
     if args.cpu:

@@ -56,6 +56,34 @@ def test_host_cost_quick():
     # msprobe's L1 row says how far above the floor it is (mix has no floor measured: no column)
     assert len(rows["L1"]) == len(rows["L1_floor"]) + 1 == len(rows["mix_device"]) + 1
     assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
+    # the device path's host part, less its kernels (kernels/rec, host us/rec); the CPU path has none
+    assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
+
+
+def test_host_cost_kernel_time_is_the_ops_in_kernel_ranges(tmp_path, monkeypatch):
+    """The kernel share host_cost.py subtracts from a device config: the ops run inside the device path's
+    kernel sites (--check's probe: one reduction a hooked tensor, nothing else), none for hooks without
+    them, and the sites are themselves again after the profiled step."""
+    torch = pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    from msprobe.pytorch.summary import torch_kernels
+    model, x = host_cost.build(depth=3, width=8)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    probe = host_cost.KernelProbe()
+    seconds, ops = host_cost._profiled_step(model, x, opt, probe)
+    # per Linear and Tanh: its output, its parameters (two a Linear), its output's gradient; parameter grads
+    assert ops == 6 + 3 * 2 + 6 + 3 * 2 and seconds > 0
+    assert host_cost._profiled_step(model, x, opt, host_cost.HookFloor(read=False)) == (0, 0)
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    dbg = host_cost._debugger(str(tmp_path), "L1_device")  # (it sets MSPROBE_DEVICE_SUMMARY for itself)
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")  # ... and is undone after the test
+    host_cost._step(model, x, opt, dbg)
+    seconds, ops = host_cost._profiled_step(model, x, opt, dbg)
+    dbg.close()
+    assert ops > 0 and seconds > 0
+    statistics = torch_kernels.statistics
+    assert statistics.__module__ == torch_kernels.__name__ and not hasattr(statistics, "__wrapped__")
+    assert "_reduce" not in vars(probe)
 
 
 def test_dump_overhead_profiles_or_runs_plain_for_a_sampler_outside(capsys, tmp_path):

@@ -103,6 +103,48 @@ def test_object_hit_shares_or_copies_and_checks_requires_grad(monkeypatch):
     assert tables(fast) == tables(slow)
 
 
+@pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])
+def test_device_path_records_are_taken_with_their_slots_filled_when_resolved(monkeypatch, task):
+    """On the device path (MSPROBE_DEVICE_SUMMARY=1) a dense tensor's first record (its summaries into
+    slots, through Summarizer._slots_of), the same object seen again and another object over the same
+    memory are the C path's: shared, the one dict filled in place; else a dict of its own
+    (requires_grad as the tensor's now) that the resolve fills too; all as the Python path's."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(device_path=True, **task)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(device_path=True, **task)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    field = "Max" if task["stats"] else "md5"
+    named_dtype(fast, slow, torch.float32)
+    fast.start_resolve().finish()
+    slow.start_resolve().finish()
+    z = torch.randn(3, 5)
+    first = fast._fast(fast, z, True, True)  # taken: its slots made, its entries as the Python path's
+    assert first is not None and fast._objects[id(z)][3] is first and fast.entry.slots and first[field] is None
+    x = torch.randn(8, 8)
+    got, want = {}, {}
+    for s, out in ((fast, got), (slow, want)):
+        out["first"] = s.record(x, True, True)
+        out["shared"] = s.record(x, True, True)
+        out["own"] = s.record(x, True, False)
+        x.requires_grad_()
+        out["flipped"] = s.record(x, True, True)
+        x.requires_grad_(False)
+        out["view"] = s.record(x.view(64), True, True)  # the cache entry, its own shape
+        out["view_own"] = s.record(x.view(4, 16), False, False)
+        assert s.entry is s._objects[id(x)][4] and s.entry.slots
+    assert taken(fast, x, shared=True) is got["first"] and got["shared"] is got["first"]
+    assert got["own"] is not got["first"] and got["flipped"]["requires_grad"] is True
+    assert got["first"][field] is None and got["view"]["shape"] == [64]  # still in the slots
+    for s in (fast, slow):
+        s.start_resolve().finish()
+    assert got == want and [list(r) for r in got.values()] == [list(r) for r in want.values()]
+    assert got["own"][field] == got["view_own"][field] == got["first"][field] is not None
+    assert first[field] is not None
+    after = taken(fast, x)  # resolved since: a copy with the values
+    assert after == got["first"] and after is not got["first"]
+
+
 def test_memory_hit_after_a_view_and_recompute_after_an_in_place_op(monkeypatch):
     fast, slow = pair(monkeypatch)
     x = torch.randn(6, 40)

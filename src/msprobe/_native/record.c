@@ -1,16 +1,22 @@
 /* msprobe._record: the two common cases of Summarizer.record (pytorch/summary/summarizer.py) in C,
  * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
- * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32)
- * .record(owner, t, shared) -> t's record, or None: "take the Python path" (then nothing was changed).
+ * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32, fill)
+ * .record(owner, t, shared, defer=False) -> t's record, or None: "take the Python path" (then nothing was
+ * changed); `defer`: a device summary may wait for the owner's next launch (Summarizer.record).
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
- *      same version, memory and shape: its record, as the Python path gives it.
+ *      same version, memory and shape: its record, as the Python path gives it; fields still in device
+ *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
  *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 to `small`-1
  *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
  *      `kinds`: dtype -> kernel kind) and its CRC-32 from `crc32` (host.crc32_of, None without md5);
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
- * Everything else (other dtypes, a NaN or inf, device slots, views that are not contiguous) is None.
+ *   3. such a tensor of 2 or more elements elsewhere (and on the CPU too when `small` is 0: the device
+ *      path): its cache entry when alive at the same version (fields still in slots registered with
+ *      `fill`), else `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots): its
+ *      summaries into device slots, the cache and object-table entries as the Python path makes them.
+ * Everything else (other dtypes, a NaN or inf, views that are not contiguous) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
@@ -23,14 +29,14 @@
 
 static moments_kernel kernel;
 
-static PyObject *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
+static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32;
+    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32, *fill;
     Py_ssize_t limit, small;
     int stats;
 } Recorder;
@@ -81,6 +87,42 @@ static int no_slots(PyObject *entry) {
     return empty;
 }
 
+/* fill(rec, slot) for each slot of `entry` (a record of its own gets the fields still on a device);
+ * 0, or -1 on error */
+static int fill_slots(Recorder *self, PyObject *rec, PyObject *entry) {
+    PyObject *slots = PyObject_GetAttr(entry, s_slots);
+    if (slots == NULL)
+        return -1;
+    if (!PyList_CheckExact(slots)) {
+        Py_DECREF(slots);
+        PyErr_SetString(PyExc_TypeError, "CacheEntry.slots: a list");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(slots); i++) {
+        PyObject *args[2] = {rec, PyList_GET_ITEM(slots, i)};
+        PyObject *got = PyObject_Vectorcall(self->fill, args, 2, NULL);
+        if (got == NULL) {
+            Py_DECREF(slots);
+            return -1;
+        }
+        Py_DECREF(got);
+    }
+    Py_DECREF(slots);
+    return 0;
+}
+
+/* cache[key] = entry (the table starts over past `limit`), owner.entry = entry: the new record of it */
+static PyObject *keep(Recorder *self, PyObject *owner, PyObject *key, PyObject *entry, PyObject *name,
+                      PyObject *shape, PyObject *values, PyObject *rg) {
+    if (PyDict_GET_SIZE(self->cache) > self->limit) {  /* the object table's rows hang on its entries */
+        PyDict_Clear(self->cache);
+        PyDict_Clear(self->objects);
+    }
+    if (PyDict_SetItem(self->cache, key, entry) < 0 || PyObject_SetAttr(owner, s_entry, entry) < 0)
+        return NULL;
+    return new_record(name, shape, values, rg);
+}
+
 /* the record handed out: `rec` itself when shared, else a copy the caller may extend */
 static PyObject *hand_out(PyObject *rec, int shared) {
     if (shared)
@@ -94,11 +136,11 @@ static PyObject *hand_out(PyObject *rec, int shared) {
 #define READ(var, expr) do { if ((var = (expr)) == NULL) goto python; } while (0)
 
 static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared, defer=False)");
         return NULL;
     }
-    PyObject *owner = args[0], *t = args[1], *result = NULL;
+    PyObject *owner = args[0], *t = args[1], *result = NULL, *defer = nargs == 4 ? args[3] : Py_False;
     int shared = PyObject_IsTrue(args[2]);
     if (shared < 0)
         return NULL;
@@ -136,25 +178,30 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *old = PyTuple_GET_ITEM(seen, 3);
             entry = PyTuple_GET_ITEM(seen, 4);
             Py_INCREF(entry);
-            if ((eq = no_slots(entry)) <= 0)
-                goto python;  /* fields still on a device: the Python path fills them */
+            int complete = no_slots(entry);
+            if (complete < 0)
+                goto python;
             READ(rg, PyObject_GetAttr(t, s_requires_grad));
             if (PyObject_SetAttr(owner, s_entry, entry) < 0)
                 goto done;
             PyObject *was = PyDict_GetItemWithError(old, s_requires_grad);
             if (was == NULL && PyErr_Occurred())
                 goto done;
-            if (was == rg) {  /* (bools: `is`) */
+            if (was == rg && (shared || complete)) {  /* (bools: `is`) shared: its fields filled in place */
                 Py_INCREF(old);
                 result = hand_out(old, shared);
-            } else if ((result = PyDict_Copy(old)) != NULL && PyDict_SetItem(result, s_requires_grad, rg) < 0) {
+            } else if ((result = PyDict_Copy(old)) != NULL && was != rg
+                       && PyDict_SetItem(result, s_requires_grad, rg) < 0) {
                 Py_CLEAR(result);
             }
+            /* a dict of its own: its fields still on a device are filled when resolved too */
+            if (result != NULL && result != old && !complete && fill_slots(self, result, entry) < 0)
+                Py_CLEAR(result);
             goto done;
         }
     }
 
-    /* 2. a plain dense CPU tensor: the memory-keyed cache, else the kernel */
+    /* 2. a plain dense CPU tensor: the memory-keyed cache, else the kernel; 3. elsewhere: else device slots */
     if (Py_TYPE(t) != (PyTypeObject *)self->tensor && Py_TYPE(t) != (PyTypeObject *)self->parameter)
         goto python;
     READ(dtype, PyObject_GetAttr(t, s_dtype));
@@ -170,12 +217,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         goto python;
     Py_SETREF(flag, NULL);
     READ(flag, PyObject_GetAttr(t, s_is_cpu));
-    if (flag != Py_True)
-        goto python;
+    int host = flag == Py_True && self->small > 0;  /* case 2, else 3 */
     Py_SETREF(flag, NULL);
     READ(count, call0(t, s_numel));
     Py_ssize_t n = PyLong_AsSsize_t(count);
-    if (n <= 1 || n >= self->small)  /* (-1: an error) one element keys by its layout; large reads split */
+    if (n <= 1 || (host && n >= self->small))  /* (-1: an error) one element keys by its layout; large reads split */
         goto python;
     READ(flag, call0(t, s_is_contiguous));
     if (flag != Py_True)
@@ -208,16 +254,54 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             Py_SETREF(ref, NULL);  /* (`ref` is the new entry's below) */
         }
         if (eq) {
-            if ((eq = no_slots(hit)) <= 0)
+            int complete = no_slots(hit);
+            if (complete < 0)
                 goto python;
             READ(values, PyObject_GetAttr(hit, s_values));
+            /* fields still on a device: this record, and a copy handed out, are filled when resolved */
             if (PyObject_SetAttr(owner, s_entry, hit) < 0 || (rec = new_record(name, shape, values, rg)) == NULL
-                || remember(self, tid, t, ptr, shape, rec, hit) < 0)
+                || (!complete && fill_slots(self, rec, hit) < 0) || remember(self, tid, t, ptr, shape, rec, hit) < 0)
                 goto done;
             result = hand_out(rec, shared);
             rec = NULL;
+            if (result != NULL && !shared && !complete && fill_slots(self, result, hit) < 0)
+                Py_CLEAR(result);
             goto done;
         }
+    }
+    if (!host) {
+        /* 3. device slots: nothing may send it to the Python path once they are made (the weak
+         * reference first: a storage without one is the Python path's, which keeps no entry) */
+        if ((ref = PyWeakref_NewRef(storage, NULL)) == NULL)
+            goto python;
+        PyObject *address = call0(storage, s_data_ptr), *got = NULL;
+        if (address == NULL)
+            goto python;
+        PyObject *call[6] = {owner, t, count, PyTuple_GET_ITEM(key, 3), address, defer};
+        got = PyObject_VectorcallMethod(s_slots_of, call, 6, NULL);  /* (no ARGUMENTS_OFFSET: see call0) */
+        Py_DECREF(address);
+        if (got == NULL)
+            goto done;
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) {
+            Py_DECREF(got);
+            PyErr_SetString(PyExc_TypeError, "_slots_of: (values, slots)");
+            goto done;
+        }
+        values = PyTuple_GET_ITEM(got, 0);
+        Py_INCREF(values);
+        entry = PyObject_CallFunctionObjArgs(self->entry_type, ref, version, values, PyTuple_GET_ITEM(got, 1), NULL);
+        Py_DECREF(got);
+        if (entry == NULL)
+            goto done;
+        if ((hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
+            || (rec = keep(self, owner, key, entry, name, shape, values, rg)) == NULL
+            || fill_slots(self, rec, entry) < 0 || remember(self, tid, t, ptr, shape, rec, entry) < 0)
+            goto done;
+        result = hand_out(rec, shared);
+        rec = NULL;
+        if (result != NULL && !shared && fill_slots(self, result, entry) < 0)
+            Py_CLEAR(result);
+        goto done;
     }
     if ((values = PyDict_New()) == NULL)
         goto done;
@@ -255,14 +339,8 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     if (entry == NULL)
         goto done;
     /* replaced: a tensor object whose row holds the old entry reads its memory again (see forget) */
-    if (hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
-        goto done;
-    if (PyDict_GET_SIZE(self->cache) > self->limit) {  /* the object table's rows hang on its entries */
-        PyDict_Clear(self->cache);
-        PyDict_Clear(self->objects);
-    }
-    if (PyDict_SetItem(self->cache, key, entry) < 0 || PyObject_SetAttr(owner, s_entry, entry) < 0
-        || (rec = new_record(name, shape, values, rg)) == NULL
+    if ((hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
+        || (rec = keep(self, owner, key, entry, name, shape, values, rg)) == NULL
         || remember(self, tid, t, ptr, shape, rec, entry) < 0)
         goto done;
     result = hand_out(rec, shared);
@@ -300,12 +378,12 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Recorder *self = (Recorder *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnpO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnpOO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
                           &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
                           &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
-                          &self->limit, &self->small, &self->stats, &self->crc32)) {
+                          &self->limit, &self->small, &self->stats, &self->crc32, &self->fill)) {
         self->objects = self->cache = self->names = self->kinds = NULL;
-        self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = NULL;
+        self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = self->fill = NULL;
         Py_DECREF(self);
         return NULL;
     }
@@ -318,6 +396,7 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(self->strided);
     Py_INCREF(self->entry_type);
     Py_INCREF(self->crc32);
+    Py_INCREF(self->fill);
     return (PyObject *)self;
 }
 
@@ -332,6 +411,7 @@ static int recorder_traverse(Recorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->strided);
     Py_VISIT(self->entry_type);
     Py_VISIT(self->crc32);
+    Py_VISIT(self->fill);
     return 0;
 }
 
@@ -345,6 +425,7 @@ static int recorder_clear(Recorder *self) {
     Py_CLEAR(self->strided);
     Py_CLEAR(self->entry_type);
     Py_CLEAR(self->crc32);
+    Py_CLEAR(self->fill);
     return 0;
 }
 
@@ -356,7 +437,7 @@ static void recorder_dealloc(Recorder *self) {
 
 static PyMethodDef recorder_methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
-     "record(owner, tensor, shared) -> the tensor's record, or None: the Python path takes it."},
+     "record(owner, tensor, shared, defer=False) -> the tensor's record, or None: the Python path takes it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -383,6 +464,7 @@ PyMODINIT_FUNC PyInit__record(void) {
     if (got == NULL)
         return NULL;
     kernel = *got;
+    INTERN(s_slots_of, "_slots_of");
     INTERN(s_version, "_version");
     INTERN(s_data_ptr, "data_ptr");
     INTERN(s_shape, "shape");

@@ -79,13 +79,14 @@ class Summarizer:
         # a forward value's record (`record(t)`): deferred, shared (the session sets them)
         self.defer_forward = False
         self.share_forward = False
-        # record's common cases in C over the same tables (None: Python only; MSPROBE_NATIVE_RECORD=0 to compare)
+        # record's common cases in C over the same tables (None: Python only; MSPROBE_NATIVE_RECORD=0 to compare);
+        # on the device path only the object table's (a CPU tensor's first summary goes into a slot too)
         self._fast = None
-        if (_Recorder is not None and not device_path and (stats or md5)
-                and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0"):
+        if _Recorder is not None and (stats or md5) and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0":
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
-                                   torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT, host.PARALLEL_MIN, stats,
-                                   host.crc32_of if md5 else None).record
+                                   torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
+                                   0 if device_path else host.PARALLEL_MIN, stats, host.crc32_of if md5 else None,
+                                   fill_from_slot).record
 
     @property
     def pending(self):
@@ -150,7 +151,7 @@ class Summarizer:
         if defer is None:
             defer, shared = self.defer_forward, self.share_forward
         if self._fast is not None:
-            rec = self._fast(self, t, shared)  # None: not one of its cases (nothing changed), on in Python
+            rec = self._fast(self, t, shared, defer)  # None: not one of its cases (nothing changed), on in Python
             if rec is not None:
                 return rec
         tid = id(t)
@@ -218,25 +219,7 @@ class Summarizer:
             if self.md5:
                 values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
         else:
-            # a tensor outside autograd is held (deferred) detached: autograd takes a gradient nobody else
-            # holds as .grad and copies one that is held (a detach costs more than the rest of a deferral)
-            x = t.detach() if defer and not t.requires_grad else t
-            address = _UNREAD if storage is None else storage.data_ptr()
-            # the fields come from device slots: one dict, in msProbe's order, filled in place when they are
-            # resolved (before any record is written), shared by every record of this tensor
-            values = self._fields.copy()
-            # contiguous: no more to look at
-            dense = span is not None and len(span) == 1 and span[0] == (1, n) and not dtype.is_complex
-            if dense and defer and self.md5 and self.stats:  # both summaries wait as one item
-                slots = self.slots.stats_checksum(x, n, address, values)
-            else:
-                if self.stats:
-                    if dense:
-                        slots.append(self.slots.stats(x, n, x, defer, None, address, values))
-                    else:
-                        slots.append(self._stats_slot(x, n, span, defer, values))
-                if self.md5:
-                    slots.append(self.slots.checksum(x, defer, address, values))
+            values, slots = self._slots_of(t, n, span, _UNREAD if storage is None else storage.data_ptr(), defer)
         entry = None
         if key is not None:
             cache = self._cache
@@ -280,6 +263,29 @@ class Summarizer:
         for slot in slots:  # a dict of its own: filled when resolved too
             fill_from_slot(rec, slot)
         return rec
+
+    def _slots_of(self, t, n, span, address, defer):
+        """(values, slots) of tensor `t` (n elements) summarised into device slots: `values` is the dict of
+        its fields, in msProbe's order, filled in place when the slots are resolved (before any record is
+        written), shared by every record of this tensor. `span`: element_span(t) when known; `address`:
+        its storage's (or _UNREAD); `defer`: see record. (msprobe._record calls it too.)"""
+        # a tensor outside autograd is held (deferred) detached: autograd takes a gradient nobody else
+        # holds as .grad and copies one that is held (a detach costs more than the rest of a deferral)
+        x = t.detach() if defer and not t.requires_grad else t
+        values = self._fields.copy()
+        # contiguous: no more to look at
+        dense = span is not None and len(span) == 1 and span[0] == (1, n) and not t.dtype.is_complex
+        if dense and defer and self.md5 and self.stats:  # both summaries wait as one item
+            return values, self.slots.stats_checksum(x, n, address, values)
+        slots = []
+        if self.stats:
+            if dense:
+                slots.append(self.slots.stats(x, n, x, defer, None, address, values))
+            else:
+                slots.append(self._stats_slot(x, n, span, defer, values))
+        if self.md5:
+            slots.append(self.slots.checksum(x, defer, address, values))
+        return values, slots
 
     def _stats_slot(self, x, n, span, defer, fields):
         """A device slot of the Max/Min/Sum/Sum of squares of `x` (complex: of |x|), not contiguous or
