@@ -224,24 +224,20 @@ class BackwardTracker:
         gf = out.grad_fn  # None when `out` needs no gradient
         if gf is None:
             return None
-        if floor is None:
-            floor = _state.seq_watermark
         wanted = {}
         for pos, edge in enumerate(inputs):
             if edge is not None:
                 xid, xgf, nr = edge
-                if xgf is not None:
-                    key_in = (id(xgf), nr)
-                    seq = xgf._sequence_nr()
-                    if seq > floor:
-                        floor = seq
-                else:
-                    key_in = xid
+                key_in = xid if xgf is None else (id(xgf), nr)
                 if key_in in wanted:  # one tensor passed twice: two edges to sum
                     return False
                 wanted[key_in] = pos
+        # (slot, input position, through a transpose made here): one per wanted input
         slots = []
-        transposed = ()  # (slot, input position) of leaves reached through a transpose made here
+        # nodes numbered above this were made by the call (the highest of `floor` and its inputs' nodes):
+        # read only when an edge leads to a node that is not an input's (most calls' edges lead to inputs)
+        made_after = None
+        fold = session is not None and session.fold_transposes
         slot = -1
         for nxt, nr in gf.next_functions:
             slot += 1
@@ -250,23 +246,31 @@ class BackwardTracker:
             if type(nxt) is _ACCUMULATE_GRAD:  # a leaf tensor
                 pos = wanted.get(id(nxt.variable))
                 if pos is not None:
-                    slots.append((slot, pos))
+                    slots.append((slot, pos, False))
                 continue
             pos = wanted.get((id(nxt), nr))
             if pos is not None:
-                slots.append((slot, pos))
-            elif nxt._sequence_nr() > floor:
-                pos = _transposed_leaf(nxt, wanted) if session is not None and session.fold_transposes else None
+                slots.append((slot, pos, False))
+                continue
+            if made_after is None:
+                made_after = _state.seq_watermark if floor is None else floor
+                for edge in inputs:
+                    if edge is not None and edge[1] is not None:
+                        seq = edge[1]._sequence_nr()
+                        if seq > made_after:
+                            made_after = seq
+            if nxt._sequence_nr() > made_after:
+                pos = _transposed_leaf(nxt, wanted) if fold else None
                 if pos is not None:
-                    transposed += ((slot, pos),)
+                    slots.append((slot, pos, True))
                 elif not _leads_to_leaves_only(nxt, wanted):
                     return False  # a node made inside this call whose edges may reach the inputs too
-        if len(slots) + len(transposed) != len(wanted) or not (slots or transposed):
+        if len(slots) != len(wanted) or not slots:
             return False
         seq = gf._sequence_nr()
         if _state.seq_watermark < seq:
             _state.seq_watermark = seq
-        hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, transposed)
+        hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots)
         gf.register_hook(hook)
         return hook
 
@@ -340,17 +344,17 @@ class BackwardTracker:
 
 class OneNodeHook:
     """The backward of a call hooked on one node (`BackwardTracker._attach_one_node`): its post-hook reads
-    the output's gradient, then the inputs' (each reached by one edge; `transposed`: through a
-    transpose, whose backward is read here, not hooked), and emits the record, in one go. It is never
-    partial, so the session keeps no list of these: it holds the session weakly, and a session whose
-    step has ended (`backward_open` false) or a hook that has fired records nothing."""
+    the output's gradient, then the inputs' (each reached by one edge; through a transpose, whose
+    backward is read here, not hooked, where its slot says so), and emits the record, in one go. It is
+    never partial, so the session keeps no list of these: it holds the session weakly, and a session
+    whose step has ended (`backward_open` false) or a hook that has fired records nothing."""
 
-    __slots__ = ("session", "key", "save", "parent", "n_in", "out_nr", "slots", "transposed")
+    __slots__ = ("session", "key", "save", "parent", "n_in", "out_nr", "slots")
 
-    def __init__(self, session, key, save, parent, n_in, out_nr, slots, transposed):
+    def __init__(self, session, key, save, parent, n_in, out_nr, slots):
         self.session = _FIRED if session is None else session.weak_self
         self.key, self.save, self.parent, self.n_in = key, save, parent, n_in
-        self.out_nr, self.slots, self.transposed = out_nr, slots, transposed
+        self.out_nr, self.slots = out_nr, slots
 
     def __call__(self, grad_inputs, grad_outputs):
         session = self.session()
@@ -373,20 +377,17 @@ class OneNodeHook:
                     out_rec = summarize(g, True, shared)
                 else:
                     out_rec = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
-                for slot, pos in self.slots:
+                for slot, pos, transposed in self.slots:
                     g = grad_inputs[slot]
                     if g is None:
                         continue
+                    if transposed:  # what the transpose's backward hands the leaf
+                        g = g.t()
                     if summarize is not None and type(g) in _PLAIN:
                         in_recs[pos] = summarize(g, True, shared)
                     else:
                         in_recs[pos] = session.gradient_record(g, f"{key}.output.{pos}" if save else None, save,
                                                                waits)
-                for slot, pos in self.transposed:
-                    g = grad_inputs[slot]
-                    if g is not None:
-                        in_recs[pos] = session.gradient_record(g.t(), f"{key}.output.{pos}" if save else None,
-                                                               save, waits)
                 session.emit_backward_record(key, [out_rec], in_recs, waits, self.parent)
         finally:
             _state.busy = busy
