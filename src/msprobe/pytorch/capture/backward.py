@@ -186,12 +186,13 @@ class BackwardTracker:
                 _state.seq_watermark = seq
         tracker = cls(session, key, save, parent, len(outputs), len(inputs))
         hit = {}
+        shared = False  # an input reached by several edges
         for _, slots in edges.values():
             for _, pos in slots:
-                hit[pos] = hit.get(pos, 0) + 1
-        multi = {p: c for p, c in hit.items() if c > 1}
-        if multi:
-            tracker.multi, tracker.in_sums = multi, {}
+                c = hit[pos] = hit.get(pos, 0) + 1
+                shared = shared or c > 1
+        if shared:
+            tracker.multi, tracker.in_sums = {p: c for p, c in hit.items() if c > 1}, {}
         if cast_to:
             tracker.cast_to = cast_to
         if len(out_nodes) == 1 and len(edges) == 1 and next(iter(out_nodes)) == next(iter(edges)):
@@ -200,19 +201,21 @@ class BackwardTracker:
             (gf, outs), = out_nodes.values()
             (_, slots), = edges.values()
             tracker.pending = 1
-            gf.register_hook(functools.partial(tracker._on_node, outs, slots))
+            gf.register_hook(functools.partial(tracker._on_inputs, slots, outs=outs))
             return tracker
         # a node that made outputs and takes inputs (F.linear's addmm; its weight comes through a
         # transpose node) has one post-hook for both, as above
-        tracker.pending = len(out_nodes) + sum(1 for nid in edges if nid not in out_nodes)
+        pending = len(out_nodes)
         for nid, (gf, outs) in out_nodes.items():
             if nid in edges:
-                gf.register_hook(functools.partial(tracker._on_node, outs, edges[nid][1]))
+                gf.register_hook(functools.partial(tracker._on_inputs, edges[nid][1], outs=outs))
             else:
                 gf.register_prehook(functools.partial(tracker._on_outputs, outs))
         for nid, (node, slots) in edges.items():
             if nid not in out_nodes:
                 node.register_hook(functools.partial(tracker._on_inputs, slots))
+                pending += 1
+        tracker.pending = pending
         return tracker
 
     @classmethod
@@ -283,25 +286,26 @@ class BackwardTracker:
         return session.gradient_record(g, stem, self.save, self.waits)
 
     def _record_outputs(self, outs, grad_outputs):
-        if self.session is not None:
-            with tool_work():
-                for nr, i in outs:
-                    g = grad_outputs[nr]
-                    if g is not None:
-                        self.out_recs[i] = self._record("input", i, g)
+        """(called doing tool work)"""
+        for nr, i in outs:
+            g = grad_outputs[nr]
+            if g is not None:
+                self.out_recs[i] = self._record("input", i, g)
 
     def _on_outputs(self, outs, grad_outputs):
-        self._record_outputs(outs, grad_outputs)
-        self._done_one()
-
-    def _on_node(self, outs, slots, grad_inputs, grad_outputs):
-        """Post-hook of a call made of one node: the gradients of its outputs, then of its inputs."""
-        self._record_outputs(outs, grad_outputs)
-        self._on_inputs(slots, grad_inputs, grad_outputs)
-
-    def _on_inputs(self, slots, grad_inputs, grad_outputs):
+        """Pre-hook of a node that made outputs of the call."""
         if self.session is not None:
             with tool_work():
+                self._record_outputs(outs, grad_outputs)
+        self._done_one()
+
+    def _on_inputs(self, slots, grad_inputs, grad_outputs, outs=()):
+        """Post-hook of a node with edges into the call's inputs; `outs`: the outputs it made too (a call
+        made of one node), whose gradients come first."""
+        if self.session is not None:
+            with tool_work():
+                if outs:
+                    self._record_outputs(outs, grad_outputs)
                 for slot, pos in slots:
                     g = grad_inputs[slot]
                     if g is None:
