@@ -75,8 +75,10 @@ def test_host_cost_kernel_time_is_the_ops_in_kernel_ranges(tmp_path, monkeypatch
     assert ops == 6 + 3 * 2 + 6 + 3 * 2 and seconds > 0
     assert host_cost._profiled_step(model, x, opt, host_cost.HookFloor(read=False)) == (0, 0)
     monkeypatch.setenv("MSPROBE_QUIET", "1")
-    dbg = host_cost._debugger(str(tmp_path), "L1_device")  # (it sets MSPROBE_DEVICE_SUMMARY for itself)
-    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")  # ... and is undone after the test
+    # set here first so that the test's end restores what was before: _debugger sets it in os.environ,
+    # and a later test's subprocesses would otherwise take the device path
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = host_cost._debugger(str(tmp_path), "L1_device")
     host_cost._step(model, x, opt, dbg)
     seconds, ops = host_cost._profiled_step(model, x, opt, dbg)
     dbg.close()
