@@ -7,11 +7,12 @@
  *     -> run (depth) -> [tool work: result_of -> output records -> emit -> backward_end] -> out
  *
  * CallPath(state, guard, tensor, parameter, counts, module_stack, filter, summarizer, recorder, quick, ops,
- *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back)
+ *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back, scalar_record)
  * .call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the call's result, as CallCapture.call
  * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers).
  * A plain tensor's record comes from `recorder` (msprobe._record, None: not built) and, where that hands
- * it back, from `quick` (the summarizer's record); every other value from `s.value_record` / the list
+ * it back, from `quick` (the summarizer's record); None and Python scalars as value_record records them
+ * (`scalar_record`); every other value from `s.value_record` / the list
  * or tuple checks of `s.outputs_record`; before_mutation, result_of, backward_begin and backward_end are
  * `ops`' (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
@@ -27,7 +28,7 @@ static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s
 typedef struct {
     PyObject_HEAD
     PyObject *state, *guard, *tensor, *parameter, *counts, *module_stack, *filter, *summarizer, *recorder, *quick,
-        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back;
+        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back, *scalar_record;
     int with_stack, backward;
     PyObject *enclosing, *bparent;  /* the last enclosing module key and its backward key (backward_of) */
 } CallPath;
@@ -85,7 +86,8 @@ static int add_depth(CallPath *self, long delta) {
 }
 
 /* args_records' record of one value when nothing is saved: a plain tensor's from the summarizer (its C
- * path first), any other value's from the session's value_record */
+ * path first), None's and a Python scalar's as DumpSession.value_record makes them, any other value's
+ * from the session's value_record */
 static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *shared, PyObject *waits) {
     if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter) {
         if (self->recorder != Py_None) {
@@ -97,6 +99,12 @@ static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject
         }
         return PyObject_CallOneArg(self->quick, x);
     }
+    if (x == Py_None) {  /* value_record's next cases, without its frame: None, a Python scalar */
+        Py_INCREF(x);
+        return x;
+    }
+    if (PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
+        return PyObject_CallOneArg(self->scalar_record, x);
     PyObject *a[5] = {s, x, Py_None, Py_False, waits};
     return PyObject_VectorcallMethod(s_value_record, a, 5, NULL);
 }
@@ -223,9 +231,11 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
             if (truthy)
                 bparent = self->bparent;
         }
+        bpar = bparent;  /* held: the cache may change before backward_end */
+        Py_INCREF(bpar);
         if ((bkey = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->back)) == NULL)
             goto end_work;
-        PyObject *a[9] = {self->ops, s, bkey, bparent, args, kwargs, Py_False, inplace ? Py_True : Py_False, Py_False};
+        PyObject *a[9] = {self->ops, s, bkey, bpar, args, kwargs, Py_False, inplace ? Py_True : Py_False, Py_False};
         if ((r = PyObject_VectorcallMethod(s_backward_begin, a, 9, NULL)) == NULL)
             goto end_work;
         if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
@@ -238,8 +248,6 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         Py_CLEAR(r);
         if (args == NULL)
             goto end_work;
-        bpar = bparent;
-        Py_INCREF(bpar);
     }
     if (work_exit(self, prev, guard) < 0) {
         prev = guard = NULL;
@@ -338,13 +346,13 @@ done:
     return result;
 }
 
-#define N_HELD 18
+#define N_HELD 19
 
 static PyObject **held(CallPath *self, int i) {
     PyObject **all[N_HELD] = {&self->state, &self->guard, &self->tensor, &self->parameter, &self->counts,
                               &self->module_stack, &self->filter, &self->summarizer, &self->recorder, &self->quick,
                               &self->ops, &self->walk, &self->keeps, &self->limit, &self->capture_stack,
-                              &self->backward_of, &self->forward, &self->back};
+                              &self->backward_of, &self->forward, &self->back, &self->scalar_record};
     return all[i];
 }
 
@@ -352,12 +360,12 @@ static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     CallPath *self = (CallPath *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUU:CallPath", &self->state, &PyType_Type, &self->guard,
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUUO:CallPath", &self->state, &PyType_Type, &self->guard,
                           &PyType_Type, &self->tensor, &PyType_Type, &self->parameter, &PyDict_Type, &self->counts,
                           &PyList_Type, &self->module_stack, &self->filter, &self->summarizer, &self->recorder,
                           &self->quick, &self->ops, &self->with_stack, &self->walk, &PyDict_Type, &self->keeps,
                           &self->limit, &self->capture_stack, &self->backward_of, &self->backward, &self->forward,
-                          &self->back)) {
+                          &self->back, &self->scalar_record)) {
         for (int i = 0; i < N_HELD; i++)
             *held(self, i) = NULL;
         Py_DECREF(self);

@@ -178,7 +178,7 @@ class DumpSession(CaptureSession):
         return _CallPath(_state, DisableTorchFunction, torch.Tensor, torch.nn.Parameter, self.counter.counts,
                          self.module_stack, flt, summarizer, summarizer.native_record, self.quick_record,
                          self.calls.ops, self.with_stack, walk, keeps, limit, capture_stack, naming.backward_of,
-                         flt.backward, naming.FORWARD, naming.BACKWARD).call
+                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record).call
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")
