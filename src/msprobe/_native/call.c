@@ -12,9 +12,9 @@
  * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers).
  * A plain tensor's record comes from `recorder` (msprobe._record, None: not built) and, where that hands
  * it back, from `quick` (the summarizer's record); None and Python scalars as value_record records them
- * (`scalar_record`); every other value from `s.value_record` / the list
- * or tuple checks of `s.outputs_record`; before_mutation, result_of, backward_begin and backward_end are
- * `ops`' (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
+ * (`scalar_record`); every other value from `s.value_record`, an output that is not a tensor, tuple or
+ * list from `s.outputs_record`; before_mutation, result_of, backward_begin and backward_end are `ops`'
+ * (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
  * dict, its module stack, ...), none of them the session: the session is handed to each call.
  */
