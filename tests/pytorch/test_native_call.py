@@ -98,6 +98,19 @@ def dump_text(files, key):
 @pytest.mark.parametrize("level", ["L1", "mix"])
 @pytest.mark.parametrize("name", sorted(zoo.ZOO))
 def test_c_path_dumps_equal_the_python_flow(tmp_path, monkeypatch, name, level):
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")
+    check_equal_dumps(tmp_path, monkeypatch, name, level)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("name", ["transformer", "inplace"])
+def test_c_path_dumps_equal_the_python_flow_on_the_device_path(tmp_path, monkeypatch, name, level):
+    """Summaries into device slots, deferred to a batch (what an accelerator takes; here on the CPU)."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    check_equal_dumps(tmp_path, monkeypatch, name, level)
+
+
+def check_equal_dumps(tmp_path, monkeypatch, name, level):
     # (from one line: stack.json names it)
     fast, slow = [dump(tmp_path, monkeypatch, native, name, level, tag) for native, tag in ((True, "c"), (False, "py"))]
     assert sorted(fast) == sorted(slow)

@@ -21,7 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_value_record, *s_outputs_record,
+static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
     *s_input_kwargs, *s_output, *s_optimizer;
 
@@ -88,11 +88,12 @@ static int add_depth(CallPath *self, long delta) {
 /* args_records' record of one value when nothing is saved: a plain tensor's from the summarizer (its C
  * path first), None's and a Python scalar's as DumpSession.value_record makes them, any other value's
  * from the session's value_record */
-static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *shared, PyObject *waits) {
+static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *const *forward,
+                              PyObject *waits) {
     if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter) {
         if (self->recorder != Py_None) {
-            PyObject *a[3] = {self->summarizer, x, shared};
-            PyObject *rec = PyObject_Vectorcall(self->recorder, a, 3, NULL);
+            PyObject *a[4] = {self->summarizer, x, forward[0], forward[1]};
+            PyObject *rec = PyObject_Vectorcall(self->recorder, a, 4, NULL);
             if (rec != Py_None)
                 return rec;  /* (or NULL: an error) */
             Py_DECREF(rec);
@@ -110,13 +111,14 @@ static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject
 }
 
 /* the records of the items of a tuple or list */
-static PyObject *records_of(CallPath *self, PyObject *s, PyObject *seq, PyObject *shared, PyObject *waits) {
+static PyObject *records_of(CallPath *self, PyObject *s, PyObject *seq, PyObject *const *forward,
+                            PyObject *waits) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     if (out == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *rec = value_record(self, s, PySequence_Fast_GET_ITEM(seq, i), shared, waits);
+        PyObject *rec = value_record(self, s, PySequence_Fast_GET_ITEM(seq, i), forward, waits);
         if (rec == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -140,7 +142,7 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         return NULL;
     }
     PyObject *result = NULL, *counted = NULL, *count = NULL, *next = NULL, *key = NULL, *bkey = NULL,
-             *parent = NULL, *prev = NULL, *guard = NULL, *stack = NULL, *shared = NULL, *waits = NULL,
+             *parent = NULL, *prev = NULL, *guard = NULL, *stack = NULL, *forward[2] = {NULL, NULL}, *waits = NULL,
              *in_args = NULL, *in_kwargs = NULL, *bstate = NULL, *args = NULL, *out = NULL, *res = NULL,
              *outs = NULL, *record = NULL, *r = NULL, *bpar = NULL;
     Py_ssize_t n = 0;
@@ -192,14 +194,17 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         stack = Py_None;
         Py_INCREF(stack);
     }
-    if ((shared = PyObject_GetAttr(self->summarizer, s_share_forward)) == NULL || (waits = PyList_New(0)) == NULL
-        || (in_args = records_of(self, s, args, shared, waits)) == NULL || (in_kwargs = PyDict_New()) == NULL)
+    /* a forward value's record: Summarizer.record's (shared, defer) when not told */
+    if ((forward[0] = PyObject_GetAttr(self->summarizer, s_share_forward)) == NULL
+        || (forward[1] = PyObject_GetAttr(self->summarizer, s_defer_forward)) == NULL
+        || (waits = PyList_New(0)) == NULL || (in_args = records_of(self, s, args, forward, waits)) == NULL
+        || (in_kwargs = PyDict_New()) == NULL)
         goto end_work;
     {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(kwargs, &pos, &k, &v)) {
-            PyObject *rec = value_record(self, s, v, shared, waits);
+            PyObject *rec = value_record(self, s, v, forward, waits);
             if (rec == NULL || PyDict_SetItem(in_kwargs, k, rec) < 0) {
                 Py_XDECREF(rec);
                 goto end_work;
@@ -286,14 +291,14 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     }
     /* outputs_record when nothing is saved: one tensor, a list or tuple of values, else the session's */
     if (Py_TYPE(res) == (PyTypeObject *)self->tensor || Py_TYPE(res) == (PyTypeObject *)self->parameter) {
-        PyObject *rec = value_record(self, s, res, shared, waits);
+        PyObject *rec = value_record(self, s, res, forward, waits);
         if (rec == NULL || (outs = PyList_New(1)) == NULL) {
             Py_XDECREF(rec);
             goto end_work;
         }
         PyList_SET_ITEM(outs, 0, rec);
     } else if (PyTuple_CheckExact(res) || PyList_CheckExact(res)) {
-        if ((outs = records_of(self, s, res, shared, waits)) == NULL)
+        if ((outs = records_of(self, s, res, forward, waits)) == NULL)
             goto end_work;
     } else {
         PyObject *a[5] = {s, key, res, Py_False, waits};
@@ -331,7 +336,8 @@ done:
     Py_XDECREF(bkey);
     Py_XDECREF(parent);
     Py_XDECREF(stack);
-    Py_XDECREF(shared);
+    Py_XDECREF(forward[0]);
+    Py_XDECREF(forward[1]);
     Py_XDECREF(waits);
     Py_XDECREF(in_args);
     Py_XDECREF(in_kwargs);
@@ -428,6 +434,7 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_hit, "hit");
     INTERN(s_in_optimizer, "in_optimizer");
     INTERN(s_share_forward, "share_forward");
+    INTERN(s_defer_forward, "defer_forward");
     INTERN(s_value_record, "value_record");
     INTERN(s_outputs_record, "outputs_record");
     INTERN(s_emit, "emit");

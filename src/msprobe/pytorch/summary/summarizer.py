@@ -90,7 +90,7 @@ class Summarizer:
 
     @property
     def native_record(self):
-        """`record`'s C path, called as `native_record(self, t, shared)` (None: not built or off)."""
+        """`record`'s C path, called as `native_record(self, t, shared, defer)` (None: not built or off)."""
         return self._fast
 
     @property
