@@ -3,7 +3,8 @@
 `msprobe._moments` computes a tensor's min, max, sum and sum of squares in one pass (see its source);
 `msprobe._frames` walks the call stack for stack.json (core/stack.py); `msprobe._record` makes the
 common records of PyTorch's Summarizer (pytorch/summary/summarizer.py), calling `_moments`' kernel through
-its capsule. All are optional: where no C compiler is at hand the build goes on without them and msprobe
+its capsule; `msprobe._call` runs the flow of one recorded PyTorch API call (core/dump/call_capture.py's
+`call`, pytorch/session.py). All are optional: where no C compiler is at hand the build goes on without them and msprobe
 falls back to the framework's own reductions, a Python frame walk and Python records. It is built with OpenMP where the compiler has it (in a PyTorch
 process its threads are then torch's own), and with plain threads where it has not.
 """
@@ -29,6 +30,8 @@ setup(ext_modules=[Extension("msprobe._moments", ["src/msprobe/_native/moments.c
                              depends=["src/msprobe/_native/moments.h"],
                              extra_compile_args=["-O3"] + OPENMP, extra_link_args=OPENMP, optional=True),
                    Extension("msprobe._frames", ["src/msprobe/_native/frames.c"], extra_compile_args=["-O2"],
+                             optional=True),
+                   Extension("msprobe._call", ["src/msprobe/_native/call.c"], extra_compile_args=["-O2"],
                              optional=True),
                    Extension("msprobe._record", ["src/msprobe/_native/record.c"], extra_compile_args=["-O2"],
                              depends=["src/msprobe/_native/moments.h"], optional=True)],

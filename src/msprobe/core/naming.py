@@ -142,19 +142,19 @@ class CallCounter:
     """Per-name call counters: the n in `Functional.linear.{n}.forward`. Reset at each step."""
 
     def __init__(self):
-        self._counts = defaultdict(int)
+        self.counts = defaultdict(int)  # name -> calls so far (also counted by msprobe._call, in place)
 
     def next(self, name):
-        n = self._counts[name]
-        self._counts[name] = n + 1
+        n = self.counts[name]
+        self.counts[name] = n + 1
         return n
 
     def next_api_key(self, prefix, api_name):
         """`api_key(prefix, api_name, next(...), FORWARD)` in one step (asked for every API call)."""
         counted = f"{prefix}.{api_name}"
-        n = self._counts[counted]
-        self._counts[counted] = n + 1
+        n = self.counts[counted]
+        self.counts[counted] = n + 1
         return f"{counted}.{n}.{FORWARD}"
 
     def reset(self):
-        self._counts.clear()
+        self.counts.clear()

@@ -26,7 +26,10 @@ _TEXTS = {}
 _TEXTS_LIMIT = 1 << 16
 
 
-def capture_stack(skip_dirs=_SKIP_DIRS, limit=30):
+STACK_LIMIT = 30  # frames kept in a captured stack
+
+
+def capture_stack(skip_dirs=_SKIP_DIRS, limit=STACK_LIMIT):
     """The stack from the caller outward, msprobe's own frames left out: a tuple of
     (id(code), instruction offset) entries; `frame_lines` turns them into (filename, lineno, function)."""
     keeps = _KEEP.get(skip_dirs)
@@ -37,6 +40,12 @@ def capture_stack(skip_dirs=_SKIP_DIRS, limit=30):
         if got is not None:  # None: a code object not seen yet (the Python walk notes it)
             return got
     return walk_python(sys._getframe(1), keeps, skip_dirs, limit)
+
+
+def default_walk():
+    """(the C walk or None, its `keeps` table, the limit) of `capture_stack()`: for a caller in C that walks
+    from the frame it is called from (msprobe._call), then falls back on `capture_stack()`."""
+    return _walk, _KEEP.setdefault(_SKIP_DIRS, {}), STACK_LIMIT
 
 
 def walk_python(frame, keeps, skip_dirs, limit):

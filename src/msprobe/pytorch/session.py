@@ -7,9 +7,11 @@ Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/h
 
 import functools
 import logging
+import os
 import weakref
 
 import torch
+from torch._C import DisableTorchFunction
 
 from msprobe.core import naming
 from msprobe.core.dump.call_capture import CallCapture
@@ -18,12 +20,18 @@ from msprobe.core.dump.json_append import scalar_record
 from msprobe.core.dump.overflow import BFLOAT16_MAX, FLOAT16_MAX
 from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
+from msprobe.core.stack import capture_stack, default_walk
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.backward import BackwardTracker, OneNodeHook, args_edges, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
 from msprobe.pytorch.summary.summarizer import Summarizer
 from msprobe.pytorch.summary.transfer import host_copy, host_view, numpy_of, numpy_view
+
+try:
+    from msprobe._call import CallPath as _CallPath
+except ImportError:  # built without a C compiler: every call takes CallCapture.call
+    _CallPath = None
 
 _SCALARS = (int, float, bool, str)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -152,6 +160,25 @@ class DumpSession(CaptureSession):
         # and whether its backward records are still wanted (false from the step's end)
         self.weak_self = weakref.ref(self)
         self.backward_open = True
+        # the API mode's calls: CallCapture.call's flow in C where this session's takes every call
+        self.fast_call = self._call_path()
+
+    def _call_path(self):
+        """msprobe._call's `call` for this session's API calls at L1/mix, or None: the flow in Python. For
+        a filter that takes every call, nothing saved and no overflow gate (MSPROBE_NATIVE_RECORD=0: off,
+        to compare; the C path makes the same records, entries and trackers as `self.calls.call`)."""
+        flt = self.filter
+        if (_CallPath is None or os.environ.get("MSPROBE_NATIVE_RECORD", "1") == "0" or self.api_level_l2
+                or self.gate is not None or not flt.passes_everything or flt.saves_all_tensors or flt.tensor_list
+                or not (flt.forward and flt.input and flt.output)):
+            return None
+        walk, keeps, limit = default_walk()
+        summarizer = self.summarizer
+        # (no reference to the session: it is handed to each call, so the session is freed without the collector)
+        return _CallPath(_state, DisableTorchFunction, torch.Tensor, torch.nn.Parameter, self.counter.counts,
+                         self.module_stack, flt, summarizer, summarizer.native_record, self.quick_record,
+                         self.calls.ops, self.with_stack, walk, keeps, limit, capture_stack, naming.backward_of,
+                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record).call
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")

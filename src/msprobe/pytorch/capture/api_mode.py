@@ -100,6 +100,9 @@ class ApiCapture(TorchFunctionMode):
                                                     or (len(args) > flag and args[flag] is True)))
         if session.api_level_l2:
             return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
+        fast = session.fast_call
+        if fast is not None:  # the same flow in C (msprobe._call)
+            return fast(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
         # record_call's L1/mix case, without its frame
         return session.calls.call(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
 

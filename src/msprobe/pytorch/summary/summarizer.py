@@ -89,6 +89,11 @@ class Summarizer:
                                    fill_from_slot).record
 
     @property
+    def native_record(self):
+        """`record`'s C path, called as `native_record(self, t, shared, defer)` (None: not built or off)."""
+        return self._fast
+
+    @property
     def pending(self):
         """Summaries in device slots, not yet on the host (asked for every record: no nested property)."""
         return self.slots.pending

@@ -1,0 +1,463 @@
+/* msprobe._call: CallCapture.call's flow (core/dump/call_capture.py) for one PyTorch API call in C, where
+ * a session's filter takes every call and nothing is saved (pytorch/session.py decides, once a session).
+ * In the interpreter that flow is some 60 Python calls of glue around a few that do the work; here the
+ * glue is C and the work is the same Python (or C) the flow calls:
+ *
+ *   key (counter) -> parent -> [tool work: stack -> input records -> before a mutation -> backward_begin]
+ *     -> run (depth) -> [tool work: result_of -> output records -> emit -> backward_end] -> out
+ *
+ * CallPath(state, guard, tensor, parameter, counts, module_stack, filter, summarizer, recorder, quick, ops,
+ *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back, scalar_record)
+ * .call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the call's result, as CallCapture.call
+ * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers).
+ * A plain tensor's record comes from `recorder` (msprobe._record, None: not built) and, where that hands
+ * it back, from `quick` (the summarizer's record); None and Python scalars as value_record records them
+ * (`scalar_record`); every other value from `s.value_record`, an output that is not a tensor, tuple or
+ * list from `s.outputs_record`; before_mutation, result_of, backward_begin and backward_end are `ops`'
+ * (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
+ * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
+ * dict, its module stack, ...), none of them the session: the session is handed to each call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
+    *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
+    *s_input_kwargs, *s_output, *s_optimizer;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *state, *guard, *tensor, *parameter, *counts, *module_stack, *filter, *summarizer, *recorder, *quick,
+        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back, *scalar_record;
+    int with_stack, backward;
+    PyObject *enclosing, *bparent;  /* the last enclosing module key and its backward key (backward_of) */
+} CallPath;
+
+/* tool_work.__enter__ / __exit__ (`prev`: busy before, `guard`: the entered DisableTorchFunction) */
+static int work_enter(CallPath *self, PyObject **prev, PyObject **guard) {
+    *guard = NULL;
+    if ((*prev = PyObject_GetAttr(self->state, s_busy)) == NULL)
+        return -1;
+    if (PyObject_SetAttr(self->state, s_busy, Py_True) < 0)
+        goto fail;
+    if ((*guard = PyObject_CallNoArgs(self->guard)) == NULL)
+        goto restore;
+    PyObject *r = PyObject_CallMethodNoArgs(*guard, s_enter);
+    if (r == NULL) {
+        Py_CLEAR(*guard);
+        goto restore;
+    }
+    Py_DECREF(r);
+    return 0;
+restore:
+    PyObject_SetAttr(self->state, s_busy, *prev);
+fail:
+    Py_CLEAR(*prev);
+    return -1;
+}
+
+/* leaves an exception being raised as it is (a `with` block's exit) */
+static int work_exit(CallPath *self, PyObject *prev, PyObject *guard) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallMethodObjArgs(guard, s_exit, Py_None, Py_None, Py_None, NULL);
+    int err = r == NULL || PyObject_SetAttr(self->state, s_busy, prev) < 0;
+    Py_XDECREF(r);
+    Py_DECREF(guard);
+    Py_DECREF(prev);
+    if (type != NULL) {
+        PyErr_Clear();  /* (an error of the exit itself gives way to the one being raised) */
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    return err ? -1 : 0;
+}
+
+/* state.depth += delta */
+static int add_depth(CallPath *self, long delta) {
+    PyObject *d = PyObject_GetAttr(self->state, s_depth), *n = NULL, *by = NULL;
+    int err = -1;
+    if (d != NULL && (by = PyLong_FromLong(delta)) != NULL && (n = PyNumber_Add(d, by)) != NULL)
+        err = PyObject_SetAttr(self->state, s_depth, n);
+    Py_XDECREF(d);
+    Py_XDECREF(by);
+    Py_XDECREF(n);
+    return err;
+}
+
+/* args_records' record of one value when nothing is saved: a plain tensor's from the summarizer (its C
+ * path first), None's and a Python scalar's as DumpSession.value_record makes them, any other value's
+ * from the session's value_record */
+static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *const *forward,
+                              PyObject *waits) {
+    if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter) {
+        if (self->recorder != Py_None) {
+            PyObject *a[4] = {self->summarizer, x, forward[0], forward[1]};
+            PyObject *rec = PyObject_Vectorcall(self->recorder, a, 4, NULL);
+            if (rec != Py_None)
+                return rec;  /* (or NULL: an error) */
+            Py_DECREF(rec);
+        }
+        return PyObject_CallOneArg(self->quick, x);
+    }
+    if (x == Py_None) {  /* value_record's next cases, without its frame: None, a Python scalar */
+        Py_INCREF(x);
+        return x;
+    }
+    if (PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
+        return PyObject_CallOneArg(self->scalar_record, x);
+    PyObject *a[5] = {s, x, Py_None, Py_False, waits};
+    return PyObject_VectorcallMethod(s_value_record, a, 5, NULL);
+}
+
+/* the records of the items of a tuple or list */
+static PyObject *records_of(CallPath *self, PyObject *s, PyObject *seq, PyObject *const *forward,
+                            PyObject *waits) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = value_record(self, s, PySequence_Fast_GET_ITEM(seq, i), forward, waits);
+        if (rec == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, rec);
+    }
+    return out;
+}
+
+static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "call(s, prefix, name, func, args, kwargs, inplace, mutates)");
+        return NULL;
+    }
+    PyObject *s = argv[0], *prefix = argv[1], *name = argv[2], *func = argv[3], *kwargs = argv[5];
+    int inplace = PyObject_IsTrue(argv[6]), mutates = PyObject_IsTrue(argv[7]);
+    if (inplace < 0 || mutates < 0)
+        return NULL;
+    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(name) || !PyDict_Check(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "call: prefix and name are str, kwargs a dict");
+        return NULL;
+    }
+    PyObject *result = NULL, *counted = NULL, *count = NULL, *next = NULL, *key = NULL, *bkey = NULL,
+             *parent = NULL, *prev = NULL, *guard = NULL, *stack = NULL, *forward[2] = {NULL, NULL}, *waits = NULL,
+             *in_args = NULL, *in_kwargs = NULL, *bstate = NULL, *args = NULL, *out = NULL, *res = NULL,
+             *outs = NULL, *record = NULL, *r = NULL, *bpar = NULL;
+    Py_ssize_t n = 0;
+
+    /* key: CallCounter.next_api_key (naming.api_key's layout; its backward key is backward_of's) */
+    if ((counted = PyUnicode_FromFormat("%U.%U", prefix, name)) == NULL)
+        return NULL;
+    count = PyDict_GetItemWithError(self->counts, counted);
+    if (count == NULL && PyErr_Occurred())
+        goto done;
+    if (count != NULL && (n = PyLong_AsSsize_t(count)) == -1 && PyErr_Occurred())
+        goto done;
+    count = NULL;  /* (borrowed) */
+    if ((next = PyLong_FromSsize_t(n + 1)) == NULL || PyDict_SetItem(self->counts, counted, next) < 0
+        || (key = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->forward)) == NULL
+        || PyObject_SetAttr(self->filter, s_hit, Py_True) < 0)  /* (passes_everything: want_call's answer) */
+        goto done;
+
+    /* parent: DumpSession.parent_key, without its frame */
+    Py_ssize_t nmod = PyList_GET_SIZE(self->module_stack);
+    if (nmod > 0) {
+        parent = PyList_GET_ITEM(self->module_stack, nmod - 1);
+        Py_INCREF(parent);
+    } else {
+        PyObject *flag = PyObject_GetAttr(s, s_in_optimizer);
+        int t = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+        if (t < 0)
+            goto done;
+        parent = t ? s_optimizer : Py_None;
+        Py_INCREF(parent);
+    }
+
+    /* begin */
+    args = PySequence_Tuple(argv[4]);
+    if (args == NULL || work_enter(self, &prev, &guard) < 0)
+        goto done;
+    if (self->with_stack) {
+        if (self->walk != Py_None) {
+            PyObject *a[3] = {(PyObject *)PyEval_GetFrame(), self->keeps, self->limit};
+            if (a[0] != NULL && (stack = PyObject_Vectorcall(self->walk, a, 3, NULL)) == Py_None)
+                Py_CLEAR(stack);  /* a code not seen yet: capture_stack's Python walk notes it */
+        }
+        if (stack == NULL && !PyErr_Occurred())
+            stack = PyObject_CallNoArgs(self->capture_stack);
+        if (stack == NULL)
+            goto end_work;
+    } else {
+        stack = Py_None;
+        Py_INCREF(stack);
+    }
+    /* a forward value's record: Summarizer.record's (shared, defer) when not told */
+    if ((forward[0] = PyObject_GetAttr(self->summarizer, s_share_forward)) == NULL
+        || (forward[1] = PyObject_GetAttr(self->summarizer, s_defer_forward)) == NULL
+        || (waits = PyList_New(0)) == NULL || (in_args = records_of(self, s, args, forward, waits)) == NULL
+        || (in_kwargs = PyDict_New()) == NULL)
+        goto end_work;
+    {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(kwargs, &pos, &k, &v)) {
+            PyObject *rec = value_record(self, s, v, forward, waits);
+            if (rec == NULL || PyDict_SetItem(in_kwargs, k, rec) < 0) {
+                Py_XDECREF(rec);
+                goto end_work;
+            }
+            Py_DECREF(rec);
+        }
+    }
+    if (inplace || mutates) {
+        PyObject *a[4] = {self->ops, s, args, kwargs};
+        if ((r = PyObject_VectorcallMethod(s_before_mutation, a, 4, NULL)) == NULL)
+            goto end_work;
+        Py_CLEAR(r);
+    }
+    if (self->backward) {
+        PyObject *bparent = Py_None;
+        if (nmod > 0) {  /* the enclosing module's backward is the parent of this one's */
+            PyObject *enclosing = PyList_GET_ITEM(self->module_stack, nmod - 1);
+            int truthy = PyObject_IsTrue(enclosing);
+            if (truthy < 0)
+                goto end_work;
+            if (truthy && enclosing != self->enclosing) {
+                PyObject *got = PyObject_CallOneArg(self->backward_of, enclosing);
+                if (got == NULL)
+                    goto end_work;
+                Py_INCREF(enclosing);
+                Py_XSETREF(self->enclosing, enclosing);
+                Py_XSETREF(self->bparent, got);
+            }
+            if (truthy)
+                bparent = self->bparent;
+        }
+        bpar = bparent;  /* held: the cache may change before backward_end */
+        Py_INCREF(bpar);
+        if ((bkey = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->back)) == NULL)
+            goto end_work;
+        PyObject *a[9] = {self->ops, s, bkey, bpar, args, kwargs, Py_False, inplace ? Py_True : Py_False, Py_False};
+        if ((r = PyObject_VectorcallMethod(s_backward_begin, a, 9, NULL)) == NULL)
+            goto end_work;
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
+            PyErr_SetString(PyExc_TypeError, "backward_begin returns (state, args)");
+            goto end_work;
+        }
+        bstate = PyTuple_GET_ITEM(r, 0);
+        Py_INCREF(bstate);
+        Py_SETREF(args, PySequence_Tuple(PyTuple_GET_ITEM(r, 1)));
+        Py_CLEAR(r);
+        if (args == NULL)
+            goto end_work;
+    }
+    if (work_exit(self, prev, guard) < 0) {
+        prev = guard = NULL;
+        goto done;
+    }
+    prev = guard = NULL;
+
+    /* run: calls it makes itself are nested, not recorded (_run_nested) */
+    if (add_depth(self, 1) < 0)
+        goto done;
+    out = PyObject_Call(func, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        int err = add_depth(self, -1);
+        if (type != NULL) {
+            if (err < 0)
+                PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            goto done;
+        }
+        if (err < 0)
+            goto done;
+    }
+
+    /* end */
+    if (work_enter(self, &prev, &guard) < 0)
+        goto done;
+    if (inplace) {
+        PyObject *a[5] = {self->ops, s, out, args, Py_True};
+        if ((res = PyObject_VectorcallMethod(s_result_of, a, 5, NULL)) == NULL)
+            goto end_work;
+    } else {
+        res = out;
+        Py_INCREF(res);
+    }
+    /* outputs_record when nothing is saved: one tensor, a list or tuple of values, else the session's */
+    if (Py_TYPE(res) == (PyTypeObject *)self->tensor || Py_TYPE(res) == (PyTypeObject *)self->parameter) {
+        PyObject *rec = value_record(self, s, res, forward, waits);
+        if (rec == NULL || (outs = PyList_New(1)) == NULL) {
+            Py_XDECREF(rec);
+            goto end_work;
+        }
+        PyList_SET_ITEM(outs, 0, rec);
+    } else if (PyTuple_CheckExact(res) || PyList_CheckExact(res)) {
+        if ((outs = records_of(self, s, res, forward, waits)) == NULL)
+            goto end_work;
+    } else {
+        PyObject *a[5] = {s, key, res, Py_False, waits};
+        if ((outs = PyObject_VectorcallMethod(s_outputs_record, a, 5, NULL)) == NULL)
+            goto end_work;
+    }
+    if ((record = PyDict_New()) == NULL || PyDict_SetItem(record, s_input_args, in_args) < 0
+        || PyDict_SetItem(record, s_input_kwargs, in_kwargs) < 0 || PyDict_SetItem(record, s_output, outs) < 0)
+        goto end_work;
+    {
+        /* its construct.json and stack.json entries ride in the record's queue entry */
+        PyObject *a[8] = {s, key, record, waits, outs, Py_None, parent, stack};
+        PyObject *e = PyObject_VectorcallMethod(s_emit, a, 8, NULL);
+        if (e == NULL)
+            goto end_work;
+        Py_DECREF(e);
+    }
+    if (bstate != NULL && bstate != Py_None) {
+        PyObject *a[10] = {self->ops, s, bstate, bkey, bpar, out, res, Py_False, inplace ? Py_True : Py_False, Py_False};
+        PyObject *got = PyObject_VectorcallMethod(s_backward_end, a, 10, NULL);
+        if (got == NULL)
+            goto end_work;
+        Py_SETREF(out, got);
+    }
+    result = out;
+    out = NULL;
+
+end_work:
+    if (guard != NULL && work_exit(self, prev, guard) < 0)
+        Py_CLEAR(result);
+done:
+    Py_XDECREF(counted);
+    Py_XDECREF(next);
+    Py_XDECREF(key);
+    Py_XDECREF(bkey);
+    Py_XDECREF(parent);
+    Py_XDECREF(stack);
+    Py_XDECREF(forward[0]);
+    Py_XDECREF(forward[1]);
+    Py_XDECREF(waits);
+    Py_XDECREF(in_args);
+    Py_XDECREF(in_kwargs);
+    Py_XDECREF(bstate);
+    Py_XDECREF(args);
+    Py_XDECREF(out);
+    Py_XDECREF(res);
+    Py_XDECREF(outs);
+    Py_XDECREF(record);
+    Py_XDECREF(r);
+    Py_XDECREF(bpar);
+    return result;
+}
+
+#define N_HELD 19
+
+static PyObject **held(CallPath *self, int i) {
+    PyObject **all[N_HELD] = {&self->state, &self->guard, &self->tensor, &self->parameter, &self->counts,
+                              &self->module_stack, &self->filter, &self->summarizer, &self->recorder, &self->quick,
+                              &self->ops, &self->walk, &self->keeps, &self->limit, &self->capture_stack,
+                              &self->backward_of, &self->forward, &self->back, &self->scalar_record};
+    return all[i];
+}
+
+static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    CallPath *self = (CallPath *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUUO:CallPath", &self->state, &PyType_Type, &self->guard,
+                          &PyType_Type, &self->tensor, &PyType_Type, &self->parameter, &PyDict_Type, &self->counts,
+                          &PyList_Type, &self->module_stack, &self->filter, &self->summarizer, &self->recorder,
+                          &self->quick, &self->ops, &self->with_stack, &self->walk, &PyDict_Type, &self->keeps,
+                          &self->limit, &self->capture_stack, &self->backward_of, &self->backward, &self->forward,
+                          &self->back, &self->scalar_record)) {
+        for (int i = 0; i < N_HELD; i++)
+            *held(self, i) = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    for (int i = 0; i < N_HELD; i++)
+        Py_INCREF(*held(self, i));
+    return (PyObject *)self;
+}
+
+static int callpath_traverse(CallPath *self, visitproc visit, void *arg) {
+    for (int i = 0; i < N_HELD; i++)
+        Py_VISIT(*held(self, i));
+    Py_VISIT(self->enclosing);
+    Py_VISIT(self->bparent);
+    return 0;
+}
+
+static int callpath_clear(CallPath *self) {
+    for (int i = 0; i < N_HELD; i++)
+        Py_CLEAR(*held(self, i));
+    Py_CLEAR(self->enclosing);
+    Py_CLEAR(self->bparent);
+    return 0;
+}
+
+static void callpath_dealloc(CallPath *self) {
+    PyObject_GC_UnTrack(self);
+    callpath_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef callpath_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL,
+     "call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the result of func(*args, **kwargs), "
+     "recorded as CallCapture.call records it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CallPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._call.CallPath",
+    .tp_basicsize = sizeof(CallPath),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "CallCapture.call's flow for one session's API calls (see the module source).",
+    .tp_new = callpath_new,
+    .tp_traverse = (traverseproc)callpath_traverse,
+    .tp_clear = (inquiry)callpath_clear,
+    .tp_dealloc = (destructor)callpath_dealloc,
+    .tp_methods = callpath_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_call", NULL, -1, NULL};
+
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC PyInit__call(void) {
+    INTERN(s_busy, "busy");
+    INTERN(s_depth, "depth");
+    INTERN(s_hit, "hit");
+    INTERN(s_in_optimizer, "in_optimizer");
+    INTERN(s_share_forward, "share_forward");
+    INTERN(s_defer_forward, "defer_forward");
+    INTERN(s_value_record, "value_record");
+    INTERN(s_outputs_record, "outputs_record");
+    INTERN(s_emit, "emit");
+    INTERN(s_before_mutation, "before_mutation");
+    INTERN(s_result_of, "result_of");
+    INTERN(s_backward_begin, "backward_begin");
+    INTERN(s_backward_end, "backward_end");
+    INTERN(s_enter, "__enter__");
+    INTERN(s_exit, "__exit__");
+    INTERN(s_input_args, "input_args");
+    INTERN(s_input_kwargs, "input_kwargs");
+    INTERN(s_output, "output");
+    INTERN(s_optimizer, "optimizer");
+    if (PyType_Ready(&CallPathType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&CallPathType);
+    if (PyModule_AddObject(m, "CallPath", (PyObject *)&CallPathType) < 0) {
+        Py_DECREF(&CallPathType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

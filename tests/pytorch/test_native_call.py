@@ -1,0 +1,192 @@
+"""The API mode's C path (msprobe._call, src/msprobe/_native/call.c) against CallCapture.call's Python flow
+(MSPROBE_NATIVE_RECORD=0): the same models dumped by both give the same dump.json, construct.json and
+stack.json, byte for byte; it is taken only where the session's filter takes every call; it leaks nothing."""
+
+import gc
+import json
+import sys
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import msprobe_test_models as zoo
+from msprobe.pytorch import PrecisionDebugger, _state
+
+pytest.importorskip("msprobe._call", reason="msprobe._call not built (no C compiler)")
+
+FILES = ("dump.json", "construct.json", "stack.json")
+
+
+def extra_calls(x):
+    """Calls the zoo's forward passes make few of: keyword arguments, scalars and None among the
+    arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output."""
+    h = torch.tanh(x)
+    a = torch.clamp(h, min=-0.5, max=None)  # kwargs, one of them None
+    v, i = torch.max(a, dim=1)  # a named tuple
+    parts = torch.split(a, 2, dim=1)  # a plain tuple of tensors
+    s = (a * 0.5 + 1).sum()  # Tensor methods with scalars
+    buf = torch.zeros_like(a)
+    with torch.no_grad():
+        torch.add(a, h, out=buf)  # `out=`: an argument changed in place
+        n = F.softmax(a, dim=-1).mul_(2)
+    shape = a.size()  # a torch.Size out
+    return s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum()
+
+
+def dump(tmp_path, monkeypatch, native, name, level, tag):
+    """The three files of two dumped training steps of zoo model `name` (plus `extra_calls`), with the
+    C path on or off."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1" if native else "0")
+    out = tmp_path / tag
+    debugger = PrecisionDebugger(dump_path=str(out), task="statistics", level=level)
+    model, data = zoo.build(name), zoo.batches(name, 2)
+    try:
+        zoo.train(model, data, debugger, steps=2)
+        debugger.start(model)
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        extra_calls(x).backward()
+        debugger.stop()
+        debugger.step()
+        if native:  # the C path took the calls
+            assert debugger_session_fast(debugger)
+    finally:
+        debugger.close()
+    files = {}
+    for step_dir in sorted(out.glob("step*")):
+        for rank_dir in sorted(step_dir.iterdir()):
+            for f in FILES:
+                path = rank_dir / f
+                if path.exists():
+                    files[f"{step_dir.name}/{f}"] = path.read_text()
+    assert any(k.endswith("dump.json") for k in files)
+    return files
+
+
+def debugger_session_fast(debugger):
+    """Whether the last session made had the C path (read back from the records: see dump())."""
+    return _LAST_FAST[-1]
+
+
+_LAST_FAST = []
+
+
+@pytest.fixture(autouse=True)
+def note_fast(monkeypatch):
+    from msprobe.pytorch.session import DumpSession
+
+    made = DumpSession._call_path
+
+    def noting(self):
+        got = made(self)
+        _LAST_FAST.append(got is not None)
+        return got
+
+    monkeypatch.setattr(DumpSession, "_call_path", noting)
+    yield
+    _LAST_FAST.clear()
+
+
+def dump_text(files, key):
+    """A dump.json without its paths (each dump has its own directory)."""
+    data = json.loads(files[key])
+    data.pop("dump_data_dir", None)
+    return json.dumps(data, sort_keys=False)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("name", sorted(zoo.ZOO))
+def test_c_path_dumps_equal_the_python_flow(tmp_path, monkeypatch, name, level):
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")
+    check_equal_dumps(tmp_path, monkeypatch, name, level)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("name", ["transformer", "inplace"])
+def test_c_path_dumps_equal_the_python_flow_on_the_device_path(tmp_path, monkeypatch, name, level):
+    """Summaries into device slots, deferred to a batch (what an accelerator takes; here on the CPU)."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    check_equal_dumps(tmp_path, monkeypatch, name, level)
+
+
+def check_equal_dumps(tmp_path, monkeypatch, name, level):
+    # (from one line: stack.json names it)
+    fast, slow = [dump(tmp_path, monkeypatch, native, name, level, tag) for native, tag in ((True, "c"), (False, "py"))]
+    assert sorted(fast) == sorted(slow)
+    for key in fast:
+        if key.endswith("dump.json"):
+            assert dump_text(fast, key) == dump_text(slow, key), key
+        else:
+            assert fast[key] == slow[key], key
+
+
+def test_other_filters_take_the_python_flow(tmp_path, monkeypatch):
+    """A scope, a list, saved tensors, an overflow gate or a data_mode that leaves a part out: the flow
+    in Python (the C path takes only a session whose filter takes every call, whole)."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    for i, (task, extra) in enumerate([("statistics", {"list": ["Torch.tanh.0.forward"]}),
+                                       ("statistics", {"scope": ["Torch.tanh.0.forward", "Torch.tanh.1.forward"]}),
+                                       ("statistics", {"data_mode": ["input"]}), ("tensor", {}),
+                                       ("overflow_check", {})]):
+        cfg = tmp_path / f"{i}.json"
+        cfg.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(tmp_path / str(i)), task: extra}))
+        debugger = PrecisionDebugger(config_path=str(cfg))
+        try:
+            debugger.start()
+            torch.tanh(torch.ones(3))
+            debugger.stop()
+            debugger.step()
+        finally:
+            debugger.close()
+        assert _LAST_FAST and not _LAST_FAST[-1], (task, extra)
+
+
+def test_an_error_in_the_call_leaves_depth_and_busy_as_they_were(tmp_path, monkeypatch):
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    try:
+        debugger.start()
+        with pytest.raises(RuntimeError):
+            torch.mm(torch.ones(2, 3), torch.ones(2, 3))  # shapes that do not multiply
+        assert (_state.depth, _state.busy) == (0, False)
+        torch.tanh(torch.ones(3))  # recorded as before
+        debugger.stop()
+        debugger.step()
+    finally:
+        debugger.close()
+    assert _LAST_FAST[-1]
+    (path,) = list(tmp_path.rglob("dump.json"))
+    data = json.loads(path.read_text())["data"]
+    assert "Torch.tanh.0.forward" in data and "Torch.mm.0.forward" not in data
+
+
+def test_no_leaks_and_no_cycles(tmp_path, monkeypatch):
+    """Every reference the C path takes is given back (tensors, arguments, the function, the session) and
+    the session is freed by reference counting alone."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="mix")
+    model = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8, requires_grad=True)
+    scale = 0.5
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        debugger.start(model)
+        for _ in range(50):  # first-call caches
+            torch.clamp(torch.tanh(model(x)), min=-scale).sum().backward()
+        session = weakref.ref(_state.session)
+        counts = lambda: [sys.getrefcount(o) for o in (x, scale, torch.tanh, torch.clamp, model.weight)]
+        before = counts()
+        for _ in range(2000):
+            torch.clamp(torch.tanh(model(x)), min=-scale).sum().backward()
+        assert counts() == before
+        debugger.stop()
+        debugger.step()
+        assert session() is None, "the session is held by a reference cycle"
+    finally:
+        debugger.close()
+        if was:
+            gc.enable()
+    assert _LAST_FAST[0]
