@@ -17,6 +17,7 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import msprobe_test_models as models
+from msprobe.core.dump import flusher
 from msprobe.pytorch import PrecisionDebugger
 
 
@@ -64,6 +65,7 @@ def test_between_dumped_steps_nothing_is_left_on(tmp_path):
     start() (step 1 and 3 train without the tool); the exit hook is kept only while a step is open."""
     model, data = models.build("cnn"), models.batches("cnn", 2)
     models.train(model, data, steps=1)  # torch's own first-use work
+    flusher.release()  # an earlier test's flusher thread, lingering after its last session (flusher.py)
     before = torch_state(model)
     dbg, dump_path = models.make_debugger(tmp_path, "mix", "statistics", common={"step": [0, 2]})
     after_step = []
