@@ -49,6 +49,7 @@ def torch_state(model=None):
 def test_a_debugger_never_started_changes_nothing(tmp_path):
     model, data = models.build("cnn"), models.batches("cnn", 1)
     models.train(model, data, steps=1)  # torch's own first-use work (its first optimizer imports dynamo)
+    flusher.release()  # (as below: a thread an earlier test left would end between the two states)
     before = torch_state(model)
     debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="mix")
     models.train(model, data, steps=1)  # a training step, the debugger never started
