@@ -653,6 +653,11 @@ def _writer_cases():
         for max_norm in (1.0, None):
             weight = torch.randn(10, 4) * 10
             cases.append((f, (idx, weight) + extra, {"max_norm": max_norm}, weight, max_norm is not None))
+    low, high = torch.tensor(float("inf")), torch.tensor(float("-inf"))  # the observer's running min/max
+    on = torch.tensor([1])
+    cases.append((torch.fused_moving_avg_obs_fake_quant, (torch.randn(16), on, on, low, high, torch.tensor([1.0]),
+                                                           torch.tensor([0], dtype=torch.int32), 0.01, 0, 255, 0),
+                  {}, low, True))
     return cases
 
 
