@@ -60,3 +60,38 @@ def is_inplace(name):
     """In-place by naming convention (add_, __iadd__, __setitem__): output aliases the first input."""
     return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i") and name not in (
         "__init__", "__invert__", "__index__", "__int__", "__iter__") or name == "__setitem__"
+
+
+def _given(args, kwargs, pos, name, default=None):
+    """Argument `name` of a call, at position `pos` when passed positionally."""
+    return args[pos] if len(args) > pos else kwargs.get(name, default)
+
+
+def _updates_running_stats(mean_pos, flag_name, flag_default):
+    # the running statistics change when given and the call normalises by the batch's own
+    return lambda args, kwargs: (_given(args, kwargs, mean_pos, "running_mean") is not None
+                                 and bool(_given(args, kwargs, 5, flag_name, flag_default)))
+
+
+def _renorms_weight(args, kwargs):
+    return _given(args, kwargs, 3, "max_norm") is not None  # rows over max_norm rescaled in the weight itself
+
+
+@functools.lru_cache(maxsize=1)
+def argument_writers():
+    """{callable: writes(args, kwargs) -> bool} for the APIs that change an argument in place with no
+    in-place name, `out=` or `inplace=True` to say so (and, for batch norm, no version-counter bump):
+    the device path launches the summaries waiting for their arguments before they run."""
+    F = torch.nn.functional
+    table = {F.batch_norm: _updates_running_stats(1, "training", False),
+             torch.batch_norm: _updates_running_stats(3, "training", False),
+             torch.native_batch_norm: _updates_running_stats(3, "training", False),
+             F.instance_norm: _updates_running_stats(1, "use_input_stats", True),
+             torch.instance_norm: _updates_running_stats(3, "use_input_stats", True),
+             F.embedding: _renorms_weight,
+             F.embedding_bag: _renorms_weight}
+    # its observer's running min/max and its scale/zero point, on every call
+    quant = getattr(torch, "fused_moving_avg_obs_fake_quant", None)
+    if quant is not None:
+        table[quant] = lambda args, kwargs: True
+    return table
