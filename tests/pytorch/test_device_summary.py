@@ -596,8 +596,6 @@ def test_close_lets_the_staging_buffers_go(tmp_path, monkeypatch):
     assert device._free_stages == {} and device._free_elements[0] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="api_mode.py does not ask api_table.argument_writers yet "
-                   "(the lead applies report bn43's patch, which drops this mark)")
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_batch_norm_running_stats_are_recorded_before_the_call_updates_them(tmp_path, monkeypatch, level):
     """BatchNorm2d in training updates its running statistics inside F.batch_norm, with no in-place name
@@ -611,8 +609,6 @@ def test_batch_norm_running_stats_are_recorded_before_the_call_updates_them(tmp_
             _same(host[step][key], device[step][key], key)
 
 
-@pytest.mark.xfail(strict=True, reason="api_mode.py does not ask api_table.argument_writers yet "
-                   "(the lead applies report bn43's patch, which drops this mark)")
 def test_calls_that_write_into_arguments_launch_the_waiting_summaries_first(tmp_path, monkeypatch):
     """F.batch_norm / F.instance_norm with running statistics and F.embedding with max_norm change an
     argument in place, however it is passed: its record is of the values before the call."""

@@ -10,7 +10,7 @@ import sys
 from torch.overrides import TorchFunctionMode
 
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.api_table import build_api_table, is_inplace
+from msprobe.pytorch.capture.api_table import argument_writers, build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
 from msprobe.pytorch.capture.recompute import recomputing
 
@@ -41,9 +41,10 @@ def _called_by_distributed():
     return name.startswith("torch.distributed.")
 
 
-def _mutates(func, args, kwargs, flag):
+def _mutates(func, args, kwargs, flag, writes):
     return "out" in kwargs or (flag is not None and (kwargs.get("inplace") is True
-                                                    or (len(args) > flag and args[flag] is True)))
+                                                    or (len(args) > flag and args[flag] is True))) or (
+        writes is not None and writes(args, kwargs))
 
 
 class ApiCapture(TorchFunctionMode):
@@ -55,10 +56,12 @@ class ApiCapture(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         table = build_api_table()
-        # func -> (prefix, name, inplace, operator?, position of an `inplace` flag), resolved once so the
-        # hot path is one dict lookup
+        # func -> (prefix, name, inplace, operator?, position of an `inplace` flag, whether a call writes
+        # into an argument otherwise (api_table.argument_writers)), resolved once so the hot path is one
+        # dict lookup
+        writers = argument_writers()
         self._table = {f: (p, n, is_inplace(n), p == "Tensor" and n in OPERATOR_METHODS,
-                           inplace_flag_position(f) if p == "Functional" else None)
+                           inplace_flag_position(f) if p == "Functional" else None, writers.get(f))
                        for f, (p, n) in table.items()}
         self._unrecorded = {}  # func -> changes an argument in place by its name
         self._distributed = False  # a process group is up: calls from torch.distributed's code are not recorded
@@ -90,14 +93,15 @@ class ApiCapture(TorchFunctionMode):
             return func(*args, **kwargs)
         if compiled is not None and compiled.called_by_compiler():
             return func(*args, **kwargs)
-        prefix, name, inplace, maybe_operator, flag = info
+        prefix, name, inplace, maybe_operator, flag, writes = info
         if maybe_operator:
             name = operator_name(2) or name
             inplace = is_inplace(name)
         out_arg = "out" in kwargs
         # (_mutates, inline: asked for every recorded call)
         mutates = out_arg or (flag is not None and (kwargs.get("inplace") is True
-                                                    or (len(args) > flag and args[flag] is True)))
+                                                    or (len(args) > flag and args[flag] is True))) or (
+            writes is not None and writes(args, kwargs))
         if session.api_level_l2:
             return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
         fast = session.fast_call
@@ -110,7 +114,7 @@ class ApiCapture(TorchFunctionMode):
         """A call not recorded (nested, private, not an API) that changes a tensor in place launches the
         waiting statistics first."""
         if info is not None:
-            mutates = info[2] or _mutates(func, args, kwargs, info[4])
+            mutates = info[2] or _mutates(func, args, kwargs, info[4], info[5])
         else:
             by_name = self._unrecorded.get(func)
             if by_name is None:
