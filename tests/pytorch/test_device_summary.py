@@ -632,6 +632,31 @@ def test_calls_that_write_into_arguments_launch_the_waiting_summaries_first(tmp_
     assert r["Functional.embedding.0.forward"]["input_args"][1]["Norm"] > 10.0
 
 
+@pytest.mark.parametrize("device_path", [False, True])
+def test_a_second_batch_norm_call_in_a_step_records_the_running_stats_it_is_given(tmp_path, monkeypatch,
+                                                                                 device_path):
+    """Two micro-batches through one BatchNorm in a step: the second call is handed the running statistics
+    the first one wrote, which no version bump marks as changed; its record must not be the first call's."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    x = torch.randn(2, 3, 8, 8)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
+    dbg.start(model)
+    given = []
+    for i in range(2):
+        given.append(model[1].running_mean.max().item())
+        model(x + i).sum().backward()
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    # (the device path logs the gradients the second backward accumulated into before their batch was read)
+    r = DumpReader(find_rank_dirs(str(tmp_path))[0].path)
+    assert given[0] == 0.0 and given[1] > 0.01
+    for i in range(2):
+        assert r[f"Functional.batch_norm.{i}.forward"]["input_args"][1]["Max"] == pytest.approx(given[i], rel=1e-6)
+
+
 def _writer_cases():
     F = torch.nn.functional
     x, idx, off = torch.randn(4, 3, 5, 5) + 2.0, torch.tensor([1, 2]), torch.tensor([0])

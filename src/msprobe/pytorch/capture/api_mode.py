@@ -13,6 +13,7 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_table import argument_writers, build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
 from msprobe.pytorch.capture.recompute import recomputing
+from msprobe.pytorch.session import flat_tensors
 
 
 def inplace_flag_position(func):
@@ -100,8 +101,9 @@ class ApiCapture(TorchFunctionMode):
         out_arg = "out" in kwargs
         # (_mutates, inline: asked for every recorded call)
         mutates = out_arg or (flag is not None and (kwargs.get("inplace") is True
-                                                    or (len(args) > flag and args[flag] is True))) or (
-            writes is not None and writes(args, kwargs))
+                                                    or (len(args) > flag and args[flag] is True)))
+        if writes is not None and writes(args, kwargs):
+            return self._record_writer(session, prefix, name, func, args, kwargs, inplace or out_arg)
         if session.api_level_l2:
             return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
         fast = session.fast_call
@@ -109,6 +111,19 @@ class ApiCapture(TorchFunctionMode):
             return fast(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
         # record_call's L1/mix case, without its frame
         return session.calls.call(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
+
+    @staticmethod
+    def _record_writer(session, prefix, name, func, args, kwargs, inplace):
+        """Record a call that writes into an argument with no version bump (api_table.argument_writers:
+        batch norm's running statistics): the summaries waiting for it go first, and what the summarizer
+        cached for its arguments goes once it has run (a second micro-batch's call would otherwise be
+        handed the first one's record of the running statistics). The Python flow: these calls are few."""
+        try:
+            if session.api_level_l2:
+                return session.record_call(prefix, name, func, args, kwargs, inplace, True)
+            return session.calls.call(session, prefix, name, func, args, kwargs, inplace, True)
+        finally:
+            session.summarizer.forget(flat_tensors(args) + flat_tensors(kwargs))
 
     def _before_unrecorded(self, session, func, args, kwargs, info):
         """A call not recorded (nested, private, not an API) that changes a tensor in place launches the
