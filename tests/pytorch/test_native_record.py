@@ -287,3 +287,12 @@ def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
     finally:
         if was:
             gc.enable()
+
+
+def test_the_extension_imports_first_in_a_fresh_interpreter():
+    """`import msprobe._record` before anything imported msprobe._moments: its capsule's module is imported
+    by the extension itself (it was an AttributeError, which no ImportError fallback catches)."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", "import msprobe._record as r; print(r.Recorder.__name__)"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "Recorder", done.stderr

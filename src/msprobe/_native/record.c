@@ -460,6 +460,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record", NULL, -1, 
 
 PyMODINIT_FUNC PyInit__record(void) {
     /* the statistics kernel: msprobe._moments' own (no second copy); without it no module */
+    /* (imported first: PyCapsule_Import reads the attribute off the package, set only once it is imported;
+     * a failure is an ImportError, which the summarizer's fallback catches) */
+    PyObject *moments = PyImport_ImportModule("msprobe._moments");
+    if (moments == NULL)
+        return NULL;
+    Py_DECREF(moments);
     moments_kernel *got = (moments_kernel *)PyCapsule_Import(MOMENTS_CAPSULE, 0);
     if (got == NULL)
         return NULL;
