@@ -81,7 +81,8 @@ def _renorms_weight(args, kwargs):
 def argument_writers():
     """{callable: writes(args, kwargs) -> bool} for the APIs that change an argument in place with no
     in-place name, `out=` or `inplace=True` to say so (and, for batch norm, no version-counter bump):
-    the device path launches the summaries waiting for their arguments before they run."""
+    the summaries waiting for their arguments are launched before they run, and what the summarizer
+    cached for them is dropped once they have (capture/api_mode.py)."""
     F = torch.nn.functional
     table = {F.batch_norm: _updates_running_stats(1, "training", False),
              torch.batch_norm: _updates_running_stats(3, "training", False),
