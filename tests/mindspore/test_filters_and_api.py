@@ -340,6 +340,24 @@ def test_in_place_call_refreshes_cached_statistics(tmp_path):
     assert r["Mint.neg.0.forward"]["input_args"][0]["Max"] == 10.0
 
 
+
+def test_an_in_place_call_the_list_leaves_out_refreshes_cached_statistics(tmp_path):
+    """`list` names abs and neg only: the __setitem__ between them is not recorded, yet it changes the
+    tensor whose statistics the next record would take from the cache."""
+    debugger = PrecisionDebugger(config_path=write_config(tmp_path, level="L1",
+                                                          block={"list": ["Mint.abs", "Mint.neg"]}))
+    x = ms.Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
+    debugger.start()
+    y = ms.mint.abs(x)
+    y[0] = 10.0
+    ms.mint.neg(y)
+    debugger.stop()
+    debugger.step()
+    r = reader(tmp_path / "dump")
+    assert list(r.keys()) == ["Mint.abs.0.forward", "Mint.neg.0.forward"]
+    assert r["Mint.abs.0.forward"]["output"][0]["Max"] == 4.0
+    assert r["Mint.neg.0.forward"]["input_args"][0]["Max"] == 10.0
+
 def test_cell_hooks_stay_idle_between_dumped_steps_and_go_after_the_last(tmp_path):
     """L0's Cell hooks are registered once for a run of dumped steps: a forward between stop() and the
     next start() is not recorded, and the step() ending the last dumped step removes them."""

@@ -692,3 +692,29 @@ def test_argument_writers_name_the_calls_that_change_their_arguments():
         assert writers[f](args, kwargs) is writes, (f.__name__, writes)
         f(*args, **kwargs)
         assert (not torch.equal(before, written)) is writes, (f.__name__, writes)
+
+
+class _ChangesWhatItRecorded(nn.Module):
+    def forward(self, x):
+        y = torch.exp(x)
+        x.add_(100.0)
+        return torch.nn.functional.relu(y.sub_(1e6), inplace=True)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_an_inplace_call_the_list_leaves_out_launches_the_waiting_summaries_first(tmp_path, monkeypatch, level):
+    """`list` names exp only: x.add_ and F.relu(inplace=True) are not recorded, yet they change the tensors
+    whose recorded statistics still wait for a batch launch; those are of the values before them."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    cfg = models.write_config(tmp_path, task="statistics", level=level, dump_path=str(tmp_path / "dump"),
+                              statistics={"list": ["Torch.exp"]})
+    dbg = PrecisionDebugger(config_path=cfg)
+    model = _ChangesWhatItRecorded()
+    x = torch.randn(64)
+    before = (x.max().item(), x.exp().min().item())
+    dbg.start(model)
+    model(x)
+    r = _finish_clean(dbg, tmp_path / "dump")
+    assert list(r.keys()) == ["Torch.exp.0.forward"]
+    assert r["Torch.exp.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])
+    assert r["Torch.exp.0.forward"]["output"][0]["Min"] == pytest.approx(before[1])

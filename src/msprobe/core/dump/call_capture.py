@@ -70,14 +70,22 @@ class CallCapture:
         if flt.passes_everything:  # no scope or list (want_call's answer, without its frame)
             flt.hit = True
         elif not flt.want_call(key, s.module_stack):
-            return func(*args, **kwargs)
+            return self._unrecorded(s, func, args, kwargs, inplace or mutates)
         if gate is not None and gate.exhausted:
-            return func(*args, **kwargs)
+            return self._unrecorded(s, func, args, kwargs, inplace or mutates)
         frame, args = self.begin(s, key, s.parent_key() if parent is _PARENT else parent, args, kwargs,
                                  inplace=inplace, mutates=mutates, buffers=buffers, module=False,
                                  backward=backward)
         out = ops.run(func, args, kwargs)
         return self.end(s, frame, out, args)
+
+    def _unrecorded(self, s, func, args, kwargs, changes):
+        """Run a call left out of the dump; one that changes its arguments lets what waits for them go
+        first (summaries recorded earlier, still to be read)."""
+        if changes:
+            with self.ops.work():
+                self.ops.before_mutation(s, args, kwargs)
+        return func(*args, **kwargs)
 
     def begin(self, s, key, parent, args, kwargs, inplace=False, mutates=False, buffers=(), module=True,
               backward=True, stack=_PARENT):
