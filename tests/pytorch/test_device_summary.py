@@ -647,11 +647,7 @@ def test_a_second_batch_norm_call_in_a_step_records_the_running_stats_it_is_give
     for i in range(2):
         given.append(model[1].running_mean.max().item())
         model(x + i).sum().backward()
-    dbg.stop()
-    dbg.step()
-    dbg.close()
-    # (the device path logs the gradients the second backward accumulated into before their batch was read)
-    r = DumpReader(find_rank_dirs(str(tmp_path))[0].path)
+    r = _finish_clean(dbg, tmp_path)
     assert given[0] == 0.0 and given[1] > 0.01
     for i in range(2):
         assert r[f"Functional.batch_norm.{i}.forward"]["input_args"][1]["Max"] == pytest.approx(given[i], rel=1e-6)
@@ -718,3 +714,30 @@ def test_an_inplace_call_the_list_leaves_out_launches_the_waiting_summaries_firs
     assert list(r.keys()) == ["Torch.exp.0.forward"]
     assert r["Torch.exp.0.forward"]["input_args"][0]["Max"] == pytest.approx(before[0])
     assert r["Torch.exp.0.forward"]["output"][0]["Min"] == pytest.approx(before[1])
+
+
+def _accumulated_dump(path, monkeypatch, device_path, level):
+    """Two micro-batches' backward passes into the same `.grad` tensors, then one optimizer step."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(2, 8, 16)
+    dbg = PrecisionDebugger(dump_path=str(path), level=level)
+    dbg.start(model)
+    for micro in x:
+        model(micro).square().mean().backward()
+    opt.step()
+    return _finish_clean(dbg, path)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_gradient_accumulation_records_each_backward_pass_before_the_next_adds_into_it(tmp_path, monkeypatch,
+                                                                                        level):
+    """The second backward adds into the `.grad` tensors the first one's records are of: on the device path
+    those records waited for a batch launch, and read the sums (logged as changed in place)."""
+    host = _accumulated_dump(tmp_path / "host", monkeypatch, False, level)
+    device = _accumulated_dump(tmp_path / "device", monkeypatch, True, level)
+    assert list(host.keys()) == list(device.keys())
+    for key in host.keys():
+        _same(host[key], device[key], key)

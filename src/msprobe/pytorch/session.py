@@ -160,6 +160,7 @@ class DumpSession(CaptureSession):
         # and whether its backward records are still wanted (false from the step's end)
         self.weak_self = weakref.ref(self)
         self.backward_open = True
+        self._launch_queued = False  # a launch is queued for the end of the backward pass under way
         # the API mode's calls: CallCapture.call's flow in C where this session's takes every call
         self.fast_call = self._call_path()
 
@@ -215,8 +216,8 @@ class DumpSession(CaptureSession):
         return rec
 
     def gradient_record(self, g, file_stem, save, waits):
-        """A gradient from a backward hook: its summary may wait for a batch launch (autograd does not
-        accumulate in place into a gradient someone else holds)."""
+        """A gradient from a backward hook: its summary may wait for a batch launch (launched before the
+        next backward pass may add into it: _launch_at_backward_end)."""
         if not save and type(g) in _PLAIN:  # the common case, without tensor_record's frame
             return self.summarizer.record(g, True, self.summarizer.share_forward)
         return self.tensor_record(g, file_stem, save, waits, defer=True)
@@ -339,6 +340,22 @@ class DumpSession(CaptureSession):
                 record[n] = [None if g is None else summarize(g, defer) if type(g) in _PLAIN
                              else self.tensor_record(g, None, False, waits, defer=defer)]
         self.emit(key, record, waits)
+        if self.summarizer.deferred and not self._launch_queued:
+            self._launch_at_backward_end()
+
+    def _launch_at_backward_end(self):
+        """The next backward pass adds into the `.grad` tensors this one's records are of, in place and
+        unseen by the API mode (gradient accumulation): what they wait for is launched as this pass ends."""
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
+        except RuntimeError:  # not in a backward pass (records emitted at the step's end): the flush launches
+            return
+        self._launch_queued = True
+
+    def _backward_ended(self):
+        self._launch_queued = False
+        with tool_work():
+            self.summarizer.launch()
 
     def emit_backward(self, tracker):
         """Called by a BackwardTracker when the gradients of a call are complete."""
@@ -353,6 +370,8 @@ class DumpSession(CaptureSession):
         # overflow_check: kept when the gradients it computed (its "output") overflow; its construct.json
         # entry (note_backward's) rides in the record's queue entry
         self.emit(key, record, waits, check=in_recs, notes=[(True, parent)] if self._construct_all else None)
+        if self.summarizer.deferred and not self._launch_queued:
+            self._launch_at_backward_end()
 
     def emit_partial_backward(self):
         self.backward_open = False  # OneNodeHooks that have not fired record nothing from here on
