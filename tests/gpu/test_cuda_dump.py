@@ -264,3 +264,20 @@ def test_capture_makes_no_synchronizing_call(tmp_path, monkeypatch, level, summa
     dbg.close()
     last = max(find_rank_dirs(str(tmp_path / "dump")), key=lambda r: r.step)
     assert len(DumpReader(last.path).keys()) > 5
+
+
+def test_sync_batch_norm_gather_steps_are_argument_writers():
+    """SyncBatchNorm's gather steps update the running statistics they are handed: api_table.argument_writers
+    must name them (the CPU test checks only what they are handed)."""
+    from msprobe.pytorch.capture.api_table import argument_writers
+    writers = argument_writers()
+    x = torch.randn(4, 3, 5, 5, device="cuda") + 2.0
+    mean, invstd = torch.batch_norm_stats(x, 1e-5)
+    for f, extra in ((torch.batch_norm_gather_stats, (0.1, 1e-5, x.numel() // 3)),
+                     (torch.batch_norm_gather_stats_with_counts, (0.1, 1e-5, torch.tensor([x.numel() // 3.0],
+                                                                                          device="cuda")))):
+        running_mean, running_var = torch.zeros(3, device="cuda"), torch.ones(3, device="cuda")
+        args = (x, mean.unsqueeze(0), invstd.unsqueeze(0), running_mean, running_var) + extra
+        assert writers[f](args, {}) is True
+        f(*args)
+        assert running_mean.abs().sum().item() > 0, f.__name__

@@ -666,6 +666,9 @@ def _writer_cases():
             mean, var = stats()
             args = (x, mean, var, None, None) if first == 1 else (x, None, None, mean, var)
             cases.append((f, args + (on,) + extra, {}, mean, on))
+    for given in (True, False):
+        mean, var = stats() if given else (None, None)
+        cases.append((torch.batch_norm_update_stats, (x, mean, var, 0.1), {}, mean, given))
     for f, extra in ((F.embedding, ()), (F.embedding_bag, (off,))):
         for max_norm in (1.0, None):
             weight = torch.randn(10, 4) * 10
@@ -684,10 +687,15 @@ def test_argument_writers_name_the_calls_that_change_their_arguments():
     from msprobe.pytorch.capture.api_table import argument_writers
     writers = argument_writers()
     for f, args, kwargs, written, writes in _writer_cases():
-        before = written.clone()
+        before = None if written is None else written.clone()
         assert writers[f](args, kwargs) is writes, (f.__name__, writes)
         f(*args, **kwargs)
-        assert (not torch.equal(before, written)) is writes, (f.__name__, writes)
+        assert written is None or (not torch.equal(before, written)) is writes, (f.__name__, writes)
+    # SyncBatchNorm's gather steps run on CUDA only (tests/gpu runs them): what they are handed decides
+    x, stat = torch.randn(4, 3, 5, 5), torch.zeros(1, 3)
+    for f in (torch.batch_norm_gather_stats, torch.batch_norm_gather_stats_with_counts):
+        assert writers[f]((x, stat, stat, torch.zeros(3), torch.ones(3), 0.1, 1e-5, 4), {}) is True
+        assert writers[f]((x, stat, stat, None, None, 0.1, 1e-5, 4), {}) is False
 
 
 class _ChangesWhatItRecorded(nn.Module):

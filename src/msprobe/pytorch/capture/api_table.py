@@ -73,6 +73,10 @@ def _updates_running_stats(mean_pos, flag_name, flag_default):
                                  and bool(_given(args, kwargs, 5, flag_name, flag_default)))
 
 
+def _writes_running_stats(mean_pos):
+    return lambda args, kwargs: _given(args, kwargs, mean_pos, "running_mean") is not None
+
+
 def _renorms_weight(args, kwargs):
     return _given(args, kwargs, 3, "max_norm") is not None  # rows over max_norm rescaled in the weight itself
 
@@ -90,7 +94,11 @@ def argument_writers():
              F.instance_norm: _updates_running_stats(1, "use_input_stats", True),
              torch.instance_norm: _updates_running_stats(3, "use_input_stats", True),
              F.embedding: _renorms_weight,
-             F.embedding_bag: _renorms_weight}
+             F.embedding_bag: _renorms_weight,
+             # SyncBatchNorm's steps (torch/nn/modules/_functions.py), each called on its own
+             torch.batch_norm_update_stats: _writes_running_stats(1),
+             torch.batch_norm_gather_stats: _writes_running_stats(3),
+             torch.batch_norm_gather_stats_with_counts: _writes_running_stats(3)}
     # its observer's running min/max and its scale/zero point, on every call
     quant = getattr(torch, "fused_moving_avg_obs_fake_quant", None)
     if quant is not None:
