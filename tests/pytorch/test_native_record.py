@@ -6,6 +6,7 @@ import gc
 import sys
 import tracemalloc
 import weakref
+import zlib
 
 import numpy as np
 import pytest
@@ -296,3 +297,18 @@ def test_the_extension_imports_first_in_a_fresh_interpreter():
     done = subprocess.run([sys.executable, "-c", "import msprobe._record as r; print(r.Recorder.__name__)"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "Recorder", done.stderr
+
+
+def test_checksum_is_zlibs_crc32_of_the_values(monkeypatch):
+    """The C path's md5 field is zlib's CRC-32 of the tensor's bytes as 8 hex digits (msProbe's); a
+    negative view (its memory holds the negated values) goes to the Python path, which reads the values."""
+    fast, slow = pair(monkeypatch, stats=True, md5=True)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        named_dtype(fast, slow, dtype)
+        for n in (2, 3, 1000, 4097):
+            x = torch.randn(n).to(dtype)
+            want = f"{zlib.crc32(x.view(torch.uint8).numpy().tobytes()):08x}"
+            assert taken(fast, x)["md5"] == want
+    neg = torch._neg_view(torch.randn(64))
+    assert fast._fast(fast, neg, False, False) is None
+    assert fast.record(neg)["md5"] == f"{zlib.crc32(neg.resolve_neg().numpy().tobytes()):08x}"

@@ -10,7 +10,8 @@
  *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 to `small`-1
  *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
- *      `kinds`: dtype -> kernel kind) and its CRC-32 from `crc32` (host.crc32_of, None without md5);
+ *      `kinds`: dtype -> kernel kind) and the CRC-32 of its memory from `crc32` (the library's function,
+ *      core/checksum.py `crc32_function`: bytes-like -> int; None without md5), as host.crc32_of gives it;
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  *   3. such a tensor of 2 or more elements elsewhere (and on the CPU too when `small` is 0: the device
  *      path): its cache entry when alive at the same version (fields still in slots registered with
@@ -31,7 +32,7 @@ static moments_kernel kernel;
 
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
-    *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5;
+    *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
 typedef struct {
@@ -325,7 +326,36 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     if (self->crc32 != Py_None) {
-        if ((field = PyObject_CallOneArg(self->crc32, t)) == NULL || PyDict_SetItem(values, s_md5, field) < 0)
+        /* host.crc32_of's case, inline: the CRC-32 of the tensor's memory as 8 hex digits (the memory of a
+           negative view is not its values: the Python path reads a resolved copy) */
+        PyObject *got = call0(t, s_is_neg);
+        if (got == NULL)
+            goto python;
+        int negative = got != Py_False;
+        Py_DECREF(got);
+        if (negative)
+            goto python;
+        if ((got = call0(t, s_element_size)) == NULL)
+            goto python;
+        Py_ssize_t itemsize = PyLong_AsSsize_t(got);
+        Py_DECREF(got);
+        void *address = PyLong_AsVoidPtr(ptr);
+        if (itemsize <= 0 || address == NULL)
+            goto python;
+        PyObject *memory = PyMemoryView_FromMemory((char *)address, n * itemsize, PyBUF_READ);
+        if (memory == NULL)
+            goto done;
+        got = PyObject_CallOneArg(self->crc32, memory);  /* `t`, held by the caller, holds the memory */
+        Py_DECREF(memory);
+        if (got == NULL)
+            goto done;
+        unsigned long crc = PyLong_AsUnsignedLongMask(got);
+        Py_DECREF(got);
+        if (PyErr_Occurred())
+            goto done;
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08lx", crc & 0xFFFFFFFFUL);
+        if ((field = PyUnicode_FromStringAndSize(hex, 8)) == NULL || PyDict_SetItem(values, s_md5, field) < 0)
             goto done;
     }
     /* a storage without weak references: the Python path keeps no entry for it */
@@ -472,6 +502,8 @@ PyMODINIT_FUNC PyInit__record(void) {
     kernel = *got;
     INTERN(s_slots_of, "_slots_of");
     INTERN(s_version, "_version");
+    INTERN(s_is_neg, "is_neg");
+    INTERN(s_element_size, "element_size");
     INTERN(s_data_ptr, "data_ptr");
     INTERN(s_shape, "shape");
     INTERN(s_dtype, "dtype");

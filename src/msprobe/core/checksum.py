@@ -40,6 +40,10 @@ ROW = 64
 SHIFT_LEVELS = 40
 
 
+# the library's own function, bytes-like[, value] -> int: for C code that formats the digits itself (msprobe._record)
+crc32_function = _crc32
+
+
 def crc32(data, value=0):
     """zlib's CRC-32 of a bytes-like object (contiguous: bytes, memoryview, numpy array), as an int."""
     return _crc32(data, value) & _M32

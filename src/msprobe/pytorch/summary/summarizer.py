@@ -13,6 +13,7 @@ import weakref
 
 import torch
 
+from msprobe.core.checksum import crc32_function
 from msprobe.core.dump import moments as native
 from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
@@ -85,7 +86,7 @@ class Summarizer:
         if _Recorder is not None and (stats or md5) and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0":
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
                                    torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
-                                   0 if device_path else host.PARALLEL_MIN, stats, host.crc32_of if md5 else None,
+                                   0 if device_path else host.PARALLEL_MIN, stats, crc32_function if md5 else None,
                                    fill_from_slot).record
 
     @property
