@@ -54,3 +54,29 @@ def test_tensors_read_in_place_give_the_asnumpy_statistics():
     inf = mint.mul(base, float("inf"))
     assert direct_moments(inf, kinds[inf.dtype]) is None and array_stats(inf.asnumpy())["Max"] == "inf"
     assert Summarizer().summarize(inf)[0]["Max"] == "inf"
+
+
+def test_md5_reads_tensors_in_place_too(monkeypatch):
+    """With md5 a CPU float tensor is read where it lies as well (no asnumpy() copy): the CRC-32 of its
+    memory, or of its values in index order for a view, and the statistics the statistics task gives."""
+    ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
+    import zlib
+
+    from mindspore import mint
+
+    from msprobe.mindspore import statistics
+
+    base = mint.mul(ms.Tensor(np.random.default_rng(6).standard_normal((4, 32, 96)).astype(np.float32)), 1.5)
+    views = {"dense": base, "chunk": mint.chunk(base, 3, -1)[1], "transpose": base.transpose(0, 2, 1),
+             "float64": base.astype(ms.float64)}
+    want = {name: (statistics.Summarizer().summarize(t)[0], np.ascontiguousarray(t.asnumpy()).tobytes())
+            for name, t in views.items()}
+
+    def no_copy(t):
+        raise AssertionError("asnumpy() copy of a tensor the kernel reads in place")
+    monkeypatch.setattr(statistics, "host_view", no_copy)
+    for name, t in views.items():
+        rec = statistics.Summarizer(md5=True).summarize(t)[0]
+        stats, raw = want[name]
+        assert rec == {**stats, "md5": f"{zlib.crc32(raw):08x}"}, name
+        assert list(rec) == [*stats, "md5"], name

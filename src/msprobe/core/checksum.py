@@ -19,6 +19,7 @@ independent: a GPU grid, torch ops on a device and the CPU give the same value, 
 Must not import torch or mindspore.
 """
 
+import ctypes
 import functools
 
 import numpy as np
@@ -52,6 +53,17 @@ def crc32(data, value=0):
 def crc32_hex(data):
     """CRC-32 of a bytes-like object as 8 hex digits (the "md5" field)."""
     return f"{_crc32(data) & _M32:08x}"
+
+
+# a read-only memoryview of raw memory: the CRC reads a tensor's bytes with no array object built
+_memory = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_PYBUF_READ = 0x100
+
+
+def crc32_hex_at(address, nbytes):
+    """`crc32_hex` of the `nbytes` bytes at `address` (dense memory the caller keeps alive)."""
+    return crc32_hex(_memory(address, nbytes, _PYBUF_READ) if nbytes else b"")
 
 
 def _byte_table():

@@ -20,7 +20,7 @@ import weakref
 import mindspore as ms
 import numpy as np
 
-from msprobe.core.checksum import crc32_hex
+from msprobe.core.checksum import crc32_hex, crc32_hex_at
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import json_float
@@ -128,6 +128,16 @@ def direct_moments(t, dt, address=None):
     return native.kernel(dense.__array_interface__["data"][0], n, _NATIVE_KINDS[dt], 1)
 
 
+def direct_checksum(t, dt, address=None):
+    """`checksum_of` a CPU tensor that `direct_moments` read (see there): its memory where it lies when
+    it is contiguous (`address`: its data_ptr() when the caller read it), else a C-order copy."""
+    if address is None and _is_contiguous(t):
+        address = _data_ptr(t)
+    if address is not None:
+        return crc32_hex_at(address, t.size * dt.itemsize)
+    return checksum_of(_dense_copy(t, dt))
+
+
 def _dense_copy(t, dt):
     """A C-order numpy copy of strided tensor `t`: the element order asnumpy() gives, so that the
     kernel's blocked sums come out the same."""
@@ -168,7 +178,7 @@ class Summarizer:
         self._late = late if late is not None else Deferral(_nothing, 1)
         self._cache = {}
         self._aliases = {}  # id(HookBackward copy) -> (weakref to it, the tensor it copies)
-        self._direct = _direct_kinds() if stats and not md5 else {}  # see direct_moments
+        self._direct = _direct_kinds() if stats else {}  # see direct_moments
 
     @property
     def pending(self):
@@ -248,6 +258,8 @@ class Summarizer:
             same[where] = rec
         if got is not None:
             rec["Max"], rec["Min"], rec["Mean"], rec["Norm"] = got  # (native.stats_record, inline)
+            if self.md5:
+                rec["md5"] = direct_checksum(t, dt, address)
         elif self.stats or self.md5:
             arr = host_view(t)
             if self.stats:

@@ -7,12 +7,11 @@ Without the kernel (other dtypes, a NaN or inf in the tensor): aminmax, sum and 
 (Mean = sum/n, Norm = sqrt(dot)); a transposed view is reduced in memory order, not element order.
 """
 
-import ctypes
 import math
 
 import torch
 
-from msprobe.core.checksum import crc32_hex
+from msprobe.core.checksum import crc32_hex_at
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 from msprobe.pytorch.summary.layout import element_span, memory_order
@@ -25,10 +24,6 @@ _SMALL_INTS = 64
 # torch's OpenMP team, whose workers then spin between the model's ops (on a loaded machine that spin
 # is most of a small read's CPU time); above it a read takes long enough for the split to pay
 PARALLEL_MIN = 1024 * 1024
-# a read-only memoryview of raw memory: ISA-L reads a tensor's bytes with no numpy view built (several us)
-_memory = ctypes.pythonapi.PyMemoryView_FromMemory
-_memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
-_PYBUF_READ = 0x100
 kernel = native.kernel  # (None when not built or MSPROBE_NATIVE_STATS=0)
 NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                 torch.bfloat16: native.KINDS["bfloat16"]}
@@ -107,6 +102,5 @@ def crc32_of(t):
     msProbe writes for the same tensor); read in place when `t` is a contiguous CPU tensor."""
     if not (t.is_cpu and t.is_contiguous()) or t.is_conj() or t.is_neg():
         t = host_copy(t).resolve_conj().resolve_neg()
-    nbytes = t.numel() * t.element_size()
     # `t` holds the memory for the call
-    return crc32_hex(_memory(t.data_ptr(), nbytes, _PYBUF_READ) if nbytes else b"")
+    return crc32_hex_at(t.data_ptr(), t.numel() * t.element_size())
