@@ -323,29 +323,11 @@ def test_seed_all_rm_dropout_and_deterministic_mode():
     assert ms.mint.nn.Dropout(p=0.5).p == 0.5
 
 
-def test_in_place_call_refreshes_cached_statistics(tmp_path):
-    """Statistics are cached per tensor object; an in-place API must not leave the old values behind."""
-    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1")
-    x = ms.Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
-    debugger.start()
-    y = ms.mint.abs(x)
-    y[0] = 10.0
-    ms.mint.neg(y)
-    debugger.stop()
-    debugger.step()
-    r = reader(tmp_path)
-    assert list(r.keys()) == ["Mint.abs.0.forward", "Tensor.__setitem__.0.forward", "Mint.neg.0.forward"]
-    assert r["Tensor.__setitem__.0.forward"]["input_args"][0]["Max"] == 4.0
-    assert r["Tensor.__setitem__.0.forward"]["output"][0]["Max"] == 10.0  # the changed tensor
-    assert r["Mint.neg.0.forward"]["input_args"][0]["Max"] == 10.0
-
-
-
-def test_an_in_place_call_the_list_leaves_out_refreshes_cached_statistics(tmp_path):
-    """`list` names abs and neg only: the __setitem__ between them is not recorded, yet it changes the
-    tensor whose statistics the next record would take from the cache."""
-    debugger = PrecisionDebugger(config_path=write_config(tmp_path, level="L1",
-                                                          block={"list": ["Mint.abs", "Mint.neg"]}))
+@pytest.mark.parametrize("listed", [None, ["Mint.abs", "Mint.neg"]], ids=["all", "list"])
+def test_in_place_call_refreshes_cached_statistics(tmp_path, listed):
+    """Statistics are cached per tensor object; an in-place API must not leave the old values behind,
+    recorded or not (`list` leaves the __setitem__ out: it still changes the tensor the next record reads)."""
+    debugger = PrecisionDebugger(config_path=write_config(tmp_path, level="L1", block={"list": listed} if listed else {}))
     x = ms.Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
     debugger.start()
     y = ms.mint.abs(x)
@@ -354,9 +336,14 @@ def test_an_in_place_call_the_list_leaves_out_refreshes_cached_statistics(tmp_pa
     debugger.stop()
     debugger.step()
     r = reader(tmp_path / "dump")
-    assert list(r.keys()) == ["Mint.abs.0.forward", "Mint.neg.0.forward"]
+    setitem = [] if listed else ["Tensor.__setitem__.0.forward"]
+    assert list(r.keys()) == ["Mint.abs.0.forward", *setitem, "Mint.neg.0.forward"]
     assert r["Mint.abs.0.forward"]["output"][0]["Max"] == 4.0
+    if not listed:
+        assert r["Tensor.__setitem__.0.forward"]["input_args"][0]["Max"] == 4.0
+        assert r["Tensor.__setitem__.0.forward"]["output"][0]["Max"] == 10.0  # the changed tensor
     assert r["Mint.neg.0.forward"]["input_args"][0]["Max"] == 10.0
+
 
 def test_cell_hooks_stay_idle_between_dumped_steps_and_go_after_the_last(tmp_path):
     """L0's Cell hooks are registered once for a run of dumped steps: a forward between stop() and the
