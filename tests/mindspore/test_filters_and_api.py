@@ -327,7 +327,8 @@ def test_seed_all_rm_dropout_and_deterministic_mode():
 def test_in_place_call_refreshes_cached_statistics(tmp_path, listed):
     """Statistics are cached per tensor object; an in-place API must not leave the old values behind,
     recorded or not (`list` leaves the __setitem__ out: it still changes the tensor the next record reads)."""
-    debugger = PrecisionDebugger(config_path=write_config(tmp_path, level="L1", block={"list": listed} if listed else {}))
+    block = {"list": listed} if listed else {}
+    debugger = PrecisionDebugger(config_path=write_config(tmp_path, level="L1", block=block))
     x = ms.Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
     debugger.start()
     y = ms.mint.abs(x)

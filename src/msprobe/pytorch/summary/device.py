@@ -63,8 +63,8 @@ class DeviceSummaries:
     tensor of one dtype in one kernel —
     on CUDA a launch per tensor is what a step's host time is made of. The caller must `launch()` before
     anything may change a waiting tensor in place (pytorch/session.py: an in-place call, naming what it
-    changes, the optimizer, the end of a backward pass); a tensor whose version moved anyway is counted in `changed` (its record
-    shows the changed values).
+    changes, the optimizer, the end of a backward pass); a tensor whose version moved anyway is counted
+    in `changed` (its record shows the changed values).
     """
 
     def __init__(self):
