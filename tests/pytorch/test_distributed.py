@@ -53,6 +53,34 @@ WORKER = textwrap.dedent('''
                                   "broadcast": b.tolist()}), flush=True)
 ''')
 
+# DDP with gradient accumulation: the first micro-batch under no_sync (its gradients stay local in .grad),
+# the second all-reduced; the dump of one step at mix
+ACCUMULATING_WORKER = textwrap.dedent('''
+    import datetime, json, sys
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from msprobe.pytorch import PrecisionDebugger
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    debugger = PrecisionDebugger(dump_path=sys.argv[1], level="mix")
+    debugger.start(model)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank)) + rank
+    with model.no_sync():
+        model(x * 2).sum().backward()
+    model(x).sum().backward()
+    opt.step()
+    debugger.stop()
+    debugger.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    print("RESULT " + json.dumps({"rank": rank}), flush=True)
+''')
+
 
 def free_ports(n):
     """n distinct free TCP ports on 127.0.0.1 (all held open while picking, so they differ)."""
@@ -246,3 +274,32 @@ def test_start_rank_id_names_the_rank_dir(tmp_path):
     assert os.listdir(tmp_path / "dump" / "step0") == ["rank7"]
     data = load(tmp_path / "dump" / "step0" / "rank7" / "dump.json")["data"]
     assert "Torch.relu.0.forward" in data
+
+
+def _values(record, path=""):
+    """{path: value} of a record's leaves."""
+    if isinstance(record, dict):
+        return {k: v for key, sub in record.items() for k, v in _values(sub, f"{path}.{key}").items()}
+    if isinstance(record, list):
+        return {k: v for i, sub in enumerate(record) for k, v in _values(sub, f"{path}[{i}]").items()}
+    return {path: record}
+
+
+def test_gradient_accumulation_under_ddp_records_the_same_on_the_device_path(tmp_path, monkeypatch):
+    """Each backward pass adds into .grad in place: the device path's gradient records (read in batches)
+    must be the host path's (read at once), on both ranks, with nothing logged as changed in place."""
+    script = tmp_path / "accumulating.py"
+    script.write_text(ACCUMULATING_WORKER)
+    dumps = {}
+    for device_path in ("0", "1"):
+        monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", device_path)
+        root = tmp_path / f"dump{device_path}"
+        assert sorted(collect(launch(script, root, free_ports(1)[0]))) == [0, 1]
+        for rank in (0, 1):
+            assert not os.path.exists(os.path.join(root, "step0", f"rank{rank}", "dump_error_info.log"))
+        dumps[device_path] = [_values(rank_data(root, rank)) for rank in (0, 1)]
+    for host, device in zip(dumps["0"], dumps["1"]):
+        assert list(host) == list(device) and any(".backward.output" in k for k in host)
+        for key, want in host.items():
+            got = device[key]
+            assert got == (pytest.approx(want, rel=2e-6, abs=1e-6) if isinstance(want, float) else want), key
