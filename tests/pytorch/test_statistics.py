@@ -327,9 +327,9 @@ def test_kernel_threads_are_torchs_own_openmp_pool():
 
 
 def test_kernel_splits_only_tensors_of_parallel_min_elements_or_more(monkeypatch):
-    """A parallel read wakes torch's OpenMP team, whose workers then spin between the model's ops: the
-    summaries of a step's usual tensors (just under a million elements here) take one kernel thread, only
-    tensors of host.PARALLEL_MIN elements or more are split over torch's threads."""
+    """Handing a small read to torch's OpenMP team saves less than it costs: tensors just under
+    host.PARALLEL_MIN elements (a dense one, a transpose) take one kernel thread, only tensors of
+    PARALLEL_MIN elements or more are split over torch's threads."""
     from msprobe.pytorch.summary import host, summarizer
     if host.kernel is None:
         pytest.skip("msprobe._moments is not built")
@@ -350,7 +350,8 @@ def test_kernel_splits_only_tensors_of_parallel_min_elements_or_more(monkeypatch
     torch.set_num_threads(2)
     try:
         s = Summarizer()
-        for t in (torch.randn(1000, 1000), torch.randn(1000, 1000).t(), torch.randn(64, 64)):
+        rows = host.PARALLEL_MIN // 256 - 1
+        for t in (torch.randn(rows, 256), torch.randn(rows, 256).t(), torch.randn(64, 64)):
             s.summarize(t)
         assert asked == [1, 1, 1]
         s.summarize(torch.ones(host.PARALLEL_MIN))

@@ -20,10 +20,9 @@ from msprobe.pytorch.summary.transfer import host_copy
 _LOW_FLOATS = (torch.float16, torch.bfloat16)
 # integer tensors up to this size are summarised in Python (one tolist) instead of torch reductions
 _SMALL_INTS = 64
-# below this many elements (4 MB of float32) the kernel reads on one thread: a parallel read wakes
-# torch's OpenMP team, whose workers then spin between the model's ops (on a loaded machine that spin
-# is most of a small read's CPU time); above it a read takes long enough for the split to pay
-PARALLEL_MIN = 1024 * 1024
+# below this many elements (512 KB of float32) the kernel reads on one thread: handing a smaller read to
+# torch's OpenMP team (still spinning from the op that made the tensor) saves less than it costs
+PARALLEL_MIN = 128 * 1024
 kernel = native.kernel  # (None when not built or MSPROBE_NATIVE_STATS=0)
 NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
                 torch.bfloat16: native.KINDS["bfloat16"]}
