@@ -186,9 +186,8 @@ def test_freed_and_reused_memory_is_read_again(monkeypatch):
     lambda: torch.tensor([2.5]),  # one element: keyed by its layout
     lambda: torch.empty(0),
     lambda: torch.tensor([1.0, float("nan"), 3.0]),  # torch's reductions say how a NaN shows
-    lambda: torch.ones(host.PARALLEL_MIN),  # large: read by torch's threads
     lambda: torch.randn(3, 4).as_subclass(type("Sub", (torch.Tensor,), {})),
-], ids=["transposed", "int64", "float16", "one", "empty", "nan", "large", "subclass"])
+], ids=["transposed", "int64", "float16", "one", "empty", "nan", "subclass"])
 def test_other_tensors_go_to_python_untouched_and_match(monkeypatch, make):
     fast, slow = pair(monkeypatch, stats=True, md5=True)
     t = make()
@@ -199,6 +198,35 @@ def test_other_tensors_go_to_python_untouched_and_match(monkeypatch, make):
     same(fast, slow, t)
     assert tables(fast) == tables(slow)
 
+
+
+@pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])
+def test_large_tensor_is_read_on_torchs_threads_as_the_python_path_reads_it(monkeypatch, task):
+    """From host.PARALLEL_MIN elements the C path reads on as many kernel threads as torch has now (the
+    Recorder asks torch.get_num_threads for every such read), below on one; both records equal the Python
+    path's."""
+    from msprobe.pytorch.summary import summarizer
+    asked = []
+
+    def counting():
+        asked.append(True)
+        return torch.get_num_threads()
+
+    monkeypatch.setattr(summarizer.torch, "get_num_threads", counting)
+    fast, slow = pair(monkeypatch, **task)
+    monkeypatch.undo()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for n in (host.PARALLEL_MIN - 1, host.PARALLEL_MIN, 3 * host.PARALLEL_MIN + 5):
+            asked.clear()
+            x = torch.randn(n)
+            want = slow.record(x)
+            assert taken(fast, x) == want
+            assert len(asked) == (1 if n >= host.PARALLEL_MIN and task["stats"] else 0)
+        assert tables(fast) == tables(slow)
+    finally:
+        torch.set_num_threads(before)
 
 def test_inference_tensors_go_to_python(monkeypatch):
     fast, slow = pair(monkeypatch)

@@ -1,16 +1,17 @@
 /* msprobe._record: the two common cases of Summarizer.record (pytorch/summary/summarizer.py) in C,
  * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
- * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, stats, crc32, fill)
+ * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, threads, stats, crc32,
+ *          fill)
  * .record(owner, t, shared, defer=False) -> t's record, or None: "take the Python path" (then nothing was
  * changed); `defer`: a device summary may wait for the owner's next launch (Summarizer.record).
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
  *      same version, memory and shape: its record, as the Python path gives it; fields still in device
  *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
- *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 to `small`-1
+ *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 or more
  *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
- *      `kinds`: dtype -> kernel kind) and the CRC-32 of its memory from `crc32` (the library's function,
+ *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and the CRC-32 of its memory from `crc32` (the library's function,
  *      core/checksum.py `crc32_function`: bytes-like -> int; None without md5), as host.crc32_of gives it;
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  *   3. such a tensor of 2 or more elements elsewhere (and on the CPU too when `small` is 0: the device
@@ -37,7 +38,7 @@ static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's
 
 typedef struct {
     PyObject_HEAD
-    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32, *fill;
+    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32, *fill, *threads;
     Py_ssize_t limit, small;
     int stats;
 } Recorder;
@@ -222,7 +223,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     Py_SETREF(flag, NULL);
     READ(count, call0(t, s_numel));
     Py_ssize_t n = PyLong_AsSsize_t(count);
-    if (n <= 1 || (host && n >= self->small))  /* (-1: an error) one element keys by its layout; large reads split */
+    if (n <= 1)  /* (-1: an error) one element keys by its layout */
         goto python;
     READ(flag, call0(t, s_is_contiguous));
     if (flag != Py_True)
@@ -312,8 +313,18 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         void *address = PyLong_AsVoidPtr(ptr);
         if (kind == NULL || address == NULL)
             goto python;
-        /* one thread: below `small` a parallel read costs more than it saves (host.PARALLEL_MIN) */
-        if (!kernel(address, n, (int)PyLong_AsLong(kind), 1, 1, n, got))
+        /* one thread below `small` (host.PARALLEL_MIN): a parallel read would cost more than it saves */
+        long threads = 1;
+        if (n >= self->small) {
+            PyObject *asked = PyObject_CallNoArgs(self->threads);
+            if (asked == NULL)
+                goto done;
+            threads = PyLong_AsLong(asked);
+            Py_DECREF(asked);
+            if (threads == -1 && PyErr_Occurred())
+                goto done;
+        }
+        if (!kernel(address, n, (int)PyLong_AsLong(kind), threads, 1, n, got))
             goto python;  /* a NaN or inf: torch's reductions say how it shows */
         PyObject *const names[4] = {s_max, s_min, s_mean, s_norm};
         for (int i = 0; i < 4; i++) {
@@ -408,12 +419,13 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Recorder *self = (Recorder *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnpOO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOpOO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
                           &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
                           &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
-                          &self->limit, &self->small, &self->stats, &self->crc32, &self->fill)) {
+                          &self->limit, &self->small, &self->threads, &self->stats, &self->crc32, &self->fill)) {
         self->objects = self->cache = self->names = self->kinds = NULL;
         self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = self->fill = NULL;
+        self->threads = NULL;
         Py_DECREF(self);
         return NULL;
     }
@@ -427,6 +439,7 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(self->entry_type);
     Py_INCREF(self->crc32);
     Py_INCREF(self->fill);
+    Py_INCREF(self->threads);
     return (PyObject *)self;
 }
 
@@ -442,6 +455,7 @@ static int recorder_traverse(Recorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->entry_type);
     Py_VISIT(self->crc32);
     Py_VISIT(self->fill);
+    Py_VISIT(self->threads);
     return 0;
 }
 
@@ -456,6 +470,7 @@ static int recorder_clear(Recorder *self) {
     Py_CLEAR(self->entry_type);
     Py_CLEAR(self->crc32);
     Py_CLEAR(self->fill);
+    Py_CLEAR(self->threads);
     return 0;
 }
 

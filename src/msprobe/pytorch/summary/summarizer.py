@@ -86,7 +86,8 @@ class Summarizer:
         if _Recorder is not None and (stats or md5) and os.environ.get("MSPROBE_NATIVE_RECORD", "1") != "0":
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
                                    torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
-                                   0 if device_path else host.PARALLEL_MIN, stats, crc32_function if md5 else None,
+                                   0 if device_path else host.PARALLEL_MIN, torch.get_num_threads, stats,
+                                   crc32_function if md5 else None,
                                    fill_from_slot).record
 
     @property
