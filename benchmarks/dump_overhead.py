@@ -44,7 +44,11 @@ from msprobe.pytorch import PrecisionDebugger
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
 from models import CPU_MODELS, MODELS, Workload  # noqa: E402
-CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1", "stat_L1_async")
+CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1", "stat_L1_async", "floor_L0",
+           "floor_L1")
+# the least any hook-based statistics dump of a level does on the same model (host_cost.py's floors: the
+# hooks, each tensor read once a step with msprobe's kernel; no names, records or files); CPU only
+FLOORS = {"floor_L0": "L0", "floor_L1": "L1"}
 
 # config -> (task, level, summary_mode); None: no debugger ("none") or never started ("created").
 CONFIG_SPECS = {
@@ -56,6 +60,8 @@ CONFIG_SPECS = {
     "md5_L1": ("statistics", "L1", "md5"),
     "tensor_L1": ("tensor", "L1", "statistics"),
     "stat_L1_async": ("statistics", "L1", "async"),  # async_dump: true, which must cost no more than stat_L1
+    "floor_L0": ("floor", "L0", None),
+    "floor_L1": ("floor", "L1", None),
 }
 
 # Our targets: a config meets its target when its ratio is <= the number.
@@ -86,6 +92,11 @@ class Runner:
             self.started = False
             return
         task, level, summary_mode = spec
+        self.started = True
+        if task == "floor":  # debugger-shaped: start(model), stop(), step(), close()
+            import host_cost  # beside this script
+            self.debugger = host_cost.HookFloor(read=True) if level == "L0" else host_cost.ApiFloor()
+            return
         cfg_path = None
         if summary_mode != "statistics":
             cfg_path = os.path.join(root, f"{config}-{work.name}.config.json")
@@ -99,7 +110,6 @@ class Runner:
             self.debugger = PrecisionDebugger(config_path=cfg_path)
         else:
             self.debugger = PrecisionDebugger(task=task, dump_path=self.dump_path, level=level)
-        self.started = True
 
     def step(self):
         """One timed step; returns (wall seconds, process CPU seconds: all threads, writer pool included)."""
@@ -271,6 +281,20 @@ def render_table(results, models, configs, metric="wall", targets=TARGETS):
     return "\n".join(lines)
 
 
+def above_floors(results, models, configs):
+    """One line: each statistics config's step time over its level's floor's (the part msprobe could remove)."""
+    cells = []
+    for c, level in (("stat_L0", "L0"), ("stat_L1", "L1")):
+        floor = next((f for f, lv in FLOORS.items() if lv == level), None)
+        if c in configs and floor in configs:
+            ratios = ", ".join(f"{m} {results[m][c]['ratio'] / results[m][floor]['ratio']:.2f}x" for m in models)
+            cells.append(f"{c} over {floor}: {ratios}")
+    if not cells:
+        return ""
+    return ("floors (hooks, each tensor read once with msprobe's kernel, nothing else): " + "; ".join(cells)
+            + " (ratio over ratio)")
+
+
 def check_targets(results, models, configs, targets=TARGETS):
     misses = []
     for c in configs:
@@ -321,8 +345,8 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where the models train (default cpu); cuda: GPU targets, tensor_L1 judged by GB/s")
     p.add_argument("--gpt-blocks", type=int, default=8, help="blocks of the gpt workload (default 8)")
-    p.add_argument("--configs", default=",".join(CONFIGS),
-                   type=lambda v: harness.parse_list(v, CONFIGS, "config"), help="comma list of " + ",".join(CONFIGS))
+    p.add_argument("--configs", default=None, type=lambda v: harness.parse_list(v, CONFIGS, "config"),
+                   help="comma list of " + ",".join(CONFIGS) + " (default: all; the floors on cpu only)")
     p.add_argument("--tmpdir", help="where the temporary dump paths go (default: system temp)")
     p.add_argument("--check", action="store_true", help="exit 1 when a ratio is over its target")
     p.add_argument("--retries", type=int, default=2,
@@ -347,11 +371,13 @@ def main(argv=None):
         p.error("--retries must be >= 0 and --tolerance >= 1")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    configs = list(args.configs)
+    configs = list(args.configs or [c for c in CONFIGS if args.device == "cpu" or c not in FLOORS])
     if "none" not in configs:
         configs.insert(0, "none")  # ratios need the baseline
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device")
+    if args.device == "cuda" and any(c in FLOORS for c in configs):
+        p.error("--configs: floor_L0 and floor_L1 read CPU memory; on cuda leave them out")
     if args.profile:
         model = args.models[0] if args.models else ("transformer" if args.device == "cpu" else "gpt")
         profile(args.profile, model, args.device, args.gpt_blocks, args.steps, args.top, args.profile_out,
@@ -379,6 +405,9 @@ def main(argv=None):
     print(render_table(results, models, configs, metric="cpu"))
     if redone:
         print(f"{redone} slot(s) measured again because the load changed around them (see --retries)")
+    floor_line = above_floors(results, models, configs)
+    if floor_line:
+        print(floor_line)
     misses = check_targets(results, models, configs, targets)
     rates = write_rates(results, models) if "tensor_L1" in configs else {}
     rate_line = ""

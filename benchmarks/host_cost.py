@@ -116,10 +116,19 @@ class HookFloor:
         self.read = read
         self.results = []
         self._handles = []
+        self._seen = set()  # the step's reads: (address, dtype, shape, strides, version)
 
     def _stats(self, t):
         if not self.read:
             return
+        # a tensor read once a step, as any dump must (a freed and reused address may be skipped: a floor
+        # errs low)
+        key = (t.data_ptr(), t.dtype, t.shape, t.stride(), t._version)
+        if key not in self._seen:
+            self._seen.add(key)
+            self._read(t)
+
+    def _read(self, t):
         if t.dtype is torch.float32 and t.is_contiguous() and t.numel():
             n = t.numel()
             self.results.append(moments._moments(t.data_ptr(), n, moments.KINDS["float32"],
@@ -158,6 +167,7 @@ class HookFloor:
             h.remove()
         self._handles = []
         self.results = []
+        self._seen.clear()
 
     def close(self):
         self.step()
@@ -196,8 +206,8 @@ class ApiFloor(HookFloor):
     def stop(self):
         self._mode.__exit__(None, None, None)
 
-    def _stats(self, t):
-        super()._stats(t if t.is_contiguous() else memory_order(t))  # a weight's gradient comes transposed
+    def _read(self, t):
+        super()._read(t if t.is_contiguous() else memory_order(t))  # a weight's gradient comes transposed
 
     def _backward(self, grad_inputs, grad_outputs):
         for g in (*grad_inputs, *grad_outputs):
