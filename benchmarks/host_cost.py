@@ -82,6 +82,8 @@ CONFIGS = {
     "mix_device": ("mix", "statistics", True),
     "md5_device": ("L1", "md5", True),
 }
+# from this many elements a floor reads a tensor it has read this step (an activation passed on) only once
+ONCE_MIN = 8192
 # the floor of a level: its hooks, each tensor read once (no debugger); level -> the config it bounds
 FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
 # --check: the kernel subtraction on a known case (see the module doc); probe -> the level it counts records of
@@ -121,12 +123,14 @@ class HookFloor:
     def _stats(self, t):
         if not self.read:
             return
-        # a tensor read once a step, as any dump must (a freed and reused address may be skipped: a floor
-        # errs low)
-        key = (t.data_ptr(), t.dtype, t.shape, t.stride(), t._version)
-        if key not in self._seen:
+        # a large tensor read once a step, as any dump must (a freed and reused address may be skipped: a
+        # floor errs low); a small one costs less to read again than to look up
+        if t.numel() >= ONCE_MIN:
+            key = (t.data_ptr(), t.dtype, t.shape, t.stride(), t._version)
+            if key in self._seen:
+                return
             self._seen.add(key)
-            self._read(t)
+        self._read(t)
 
     def _read(self, t):
         if t.dtype is torch.float32 and t.is_contiguous() and t.numel():
