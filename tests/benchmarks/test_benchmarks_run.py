@@ -36,8 +36,9 @@ def test_pytorch_dump_overhead_quick(tmp_path):
     default path now) writes the records the default writes (sizes differ by the digits of the numbers)."""
     pytest.importorskip("torch")
     out = tmp_path / "out.json"
-    done = run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs",  # one torch thread: a smoke run needs no more
-        "none,created,stat_L0,stat_L1,stat_L1_async,floor_L1", "--threads", "1", "--json", str(out))
+    # one torch thread: a smoke run needs no more
+    done = run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs",
+               "none,created,stat_L0,stat_L1,stat_L1_async,floor_L1", "--threads", "1", "--json", str(out))
     cnn = json.loads(out.read_text())["results"]["cnn"]
     assert cnn["floor_L1"]["dump_bytes_per_step"] == 0 and cnn["floor_L1"]["ratio"] > 0  # no files, timed
     assert "stat_L1 over floor_L1: cnn " in done.stdout

@@ -11,8 +11,9 @@
  *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 or more
  *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
- *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and the CRC-32 of its memory from `crc32` (the library's function,
- *      core/checksum.py `crc32_function`: bytes-like -> int; None without md5), as host.crc32_of gives it;
+ *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and the
+ *      CRC-32 of its memory from `crc32` (the library's function, core/checksum.py `crc32_function`:
+ *      bytes-like -> int; None without md5), as host.crc32_of gives it;
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  *   3. such a tensor of 2 or more elements elsewhere (and on the CPU too when `small` is 0: the device
  *      path): its cache entry when alive at the same version (fields still in slots registered with
