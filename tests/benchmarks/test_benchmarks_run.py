@@ -166,20 +166,30 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
 
 def test_l0_floor_reads_what_an_l0_record_holds_once():
     """host_cost.py's L0 floor probe reads every module output, each module's own parameters, the gradients
-    of the outputs and every parameter gradient, each with the statistics kernel, and leaves no hook."""
+    of the outputs and every parameter gradient with the statistics kernel, a tensor of ONCE_MIN elements
+    or more once a step (a container's output is its last child's), and leaves no hook."""
     torch = pytest.importorskip("torch")
     host_cost, models = _bench_module("host_cost"), _bench_module("models")
     work = models.Workload("cnn")
     submodules = [m for name, m in work.model.named_modules() if name]
     params = list(work.model.parameters())
-    seen = []
+    seen, offered = [], []
     probe = host_cost.HookFloor(read=True)
+    stats = probe._stats
+
+    def offering(t):
+        offered.append((t.data_ptr(), t.dtype, t.shape, t.stride(), t._version) if t.numel() >= host_cost.ONCE_MIN
+                       else object())
+        stats(t)
+
+    probe._stats = offering
     probe.start(work.model)
     work.train_step()
     seen, probe.results = probe.results, seen
     probe.step()
     with_grad_fn = len(submodules)  # every submodule's output needs a gradient in training
-    assert len(seen) == len(submodules) + len(params) + with_grad_fn + len(params)
+    assert len(offered) == len(submodules) + len(params) + with_grad_fn + len(params)
+    assert len(seen) == len(set(offered)) < len(offered)
     assert all(isinstance(r, tuple) and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen)
     left = [m for m in submodules if m._forward_hooks]
     left += [p for p in params if getattr(p, "_post_accumulate_grad_hooks", None)]
