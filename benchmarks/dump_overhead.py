@@ -95,7 +95,7 @@ class Runner:
         self.started = True
         if task == "floor":  # debugger-shaped: start(model), stop(), step(), close()
             import host_cost  # beside this script
-            self.debugger = host_cost.HookFloor(read=True) if level == "L0" else host_cost.ApiFloor()
+            self.debugger = host_cost.floor_probe(level)
             return
         cfg_path = None
         if summary_mode != "statistics":
@@ -284,8 +284,8 @@ def render_table(results, models, configs, metric="wall", targets=TARGETS):
 def above_floors(results, models, configs):
     """One line: each statistics config's step time over its level's floor's (the part msprobe could remove)."""
     cells = []
-    for c, level in (("stat_L0", "L0"), ("stat_L1", "L1")):
-        floor = next((f for f, lv in FLOORS.items() if lv == level), None)
+    for floor, level in FLOORS.items():
+        c = f"stat_{level}"
         if c in configs and floor in configs:
             ratios = ", ".join(f"{m} {results[m][c]['ratio'] / results[m][floor]['ratio']:.2f}x" for m in models)
             cells.append(f"{c} over {floor}: {ratios}")

@@ -238,10 +238,15 @@ class KernelProbe(HookFloor):
         return self._work.sum()
 
 
+def floor_probe(level):
+    """The floor of `level` ("L0" or "L1"): debugger-shaped (start(model), stop(), step(), close())."""
+    return HookFloor(read=True) if level == "L0" else ApiFloor()
+
+
 def _probe(root, name):
     """What a config times: msprobe's debugger, or a floor probe."""
     if name in FLOORS:
-        return HookFloor(read=True) if FLOORS[name] == "L0" else ApiFloor()
+        return floor_probe(FLOORS[name])
     if name in CHECKS:
         return KernelProbe() if name == "hooks+kernels" else HookFloor(read=False)
     return _debugger(root, name)
