@@ -53,9 +53,39 @@ def test_a_weight_read_through_its_transpose_equals_hooking_the_transpose(tmp_pa
     assert any(folded), "no weight was read through its transpose"
     monkeypatch.setattr(backward, "_transposed_leaf", lambda node, wanted: None)
     walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
+    _assert_same_dumps(fast, walk)
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
+def test_a_linear_on_a_3d_input_is_read_at_its_product_as_the_walk_reads_it(tmp_path, monkeypatch, name):
+    """At L1 F.linear on a 3-d input (its input flattened by a view, its 2-d product viewed back) is
+    hooked at the product's node, with a pre-hook on the output's view, instead of by a walk that
+    hooks every node it made: the same dump.json (in the same order), .npy files included."""
+    from msprobe.pytorch.capture import backward
+
+    split = []
+    real_init = backward.OneNodeHook.__init__
+
+    def counting(self, *args):
+        real_init(self, *args)
+        split.append(self.split)
+
+    monkeypatch.setattr(backward.OneNodeHook, "__init__", counting)
+    fast = models.run_dump(tmp_path / "fast", name, "L1", "tensor")
+    assert any(split), "no call's output was read through its reshape"
+    monkeypatch.setattr(backward, "_RESHAPES", ())
+    split.clear()
+    walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
+    assert not any(split)
+    _assert_same_dumps(fast, walk)
+
+
+def _assert_same_dumps(fast, walk):
+    """Two runs' dump.json equal, record for record and in order, and their tensor files byte for byte."""
     assert fast.readers.keys() == walk.readers.keys()
     for step, reader in fast.readers.items():
         assert reader.data == walk.readers[step].data
+        assert list(reader.data) == list(walk.readers[step].data)
         fast_dir = os.path.join(reader.rank_dir, "dump_tensor_data")
         walk_dir = os.path.join(walk.readers[step].rank_dir, "dump_tensor_data")
         names = sorted(os.listdir(fast_dir))

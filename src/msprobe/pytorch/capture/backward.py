@@ -34,6 +34,10 @@ _NONE = MappingProxyType({})
 _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
 _TRANSPOSE = torch._C._functions.TBackward0
 _TO_COPY = torch._C._functions.ToCopyBackward0
+# nodes whose backward only reshapes the gradient (to `_saved_self_sym_sizes`): F.linear and matmul on a
+# 3-d input flatten it into a 2-d product and view the product back
+_RESHAPES = (torch._C._functions.ViewBackward0, torch._C._functions.UnsafeViewBackward0,
+             torch._C._functions.ReshapeAliasBackward0)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _TENSOR = torch.Tensor
 _CONTAINERS = (list, tuple, dict)
@@ -101,6 +105,35 @@ def _transposed_leaf(node, wanted):
         return None
     leaf = nexts[0][0]
     return wanted.get(id(leaf.variable)) if type(leaf) is _ACCUMULATE_GRAD else None
+
+
+def _reshaped_input(node, wanted):
+    """(input position, its shape) when `node` reshapes a wanted input (F.linear's flattening of a 3-d
+    input), else None: the gradient that reaches the input is the one entering the node, reshaped to
+    the input's shape, read by the call's one hook as `_transposed_leaf`'s is (and allowed where it is)."""
+    if type(node) not in _RESHAPES:
+        return None
+    nexts = node.next_functions
+    if len(nexts) != 1 or nexts[0][0] is None:
+        return None
+    nxt, nr = nexts[0]
+    pos = wanted.get(id(nxt.variable)) if type(nxt) is _ACCUMULATE_GRAD else wanted.get((id(nxt), nr))
+    if pos is None:
+        return None
+    shape = getattr(node, "_saved_self_sym_sizes", None)
+    return None if shape is None else (pos, tuple(shape))
+
+
+def _made_after(inputs, floor):
+    """The highest sequence number of a node the call did not make: `floor` (default the watermark) or
+    its inputs' nodes'."""
+    made_after = _state.seq_watermark if floor is None else floor
+    for edge in inputs:
+        if edge is not None and edge[1] is not None:
+            seq = edge[1]._sequence_nr()
+            if seq > made_after:
+                made_after = seq
+    return made_after
 
 
 class BackwardTracker:
@@ -222,9 +255,12 @@ class BackwardTracker:
     def _attach_one_node(cls, session, key, inputs, out, save, parent, floor=None):
         """`attach` for the most common call: one output, made by one node whose edges lead straight
         to the inputs that need a gradient, each once, and to no other node this call created: one
-        `OneNodeHook` on that node. Returns False when the call is not like that (the general walk then
-        decides)."""
-        gf = out.grad_fn  # None when `out` needs no gradient
+        `OneNodeHook` on that node. Where the session folds (L1), the output may be a reshape of that
+        node's (F.linear on a 3-d input views its 2-d product back: the reshape gets a pre-hook too)
+        and an edge may pass through a transpose of a leaf or a reshape of an input, both made here:
+        the hook reads what they would hand on. Returns False when the call is not like that (the
+        general walk then decides)."""
+        gf = top = out.grad_fn  # None when `out` needs no gradient
         if gf is None:
             return None
         wanted = {}
@@ -235,12 +271,20 @@ class BackwardTracker:
                 if key_in in wanted:  # one tensor passed twice: two edges to sum
                     return False
                 wanted[key_in] = pos
-        # (slot, input position, through a transpose made here): one per wanted input
+        # (slot, input position, how the gradient reaches it: False straight, True through a transpose
+        # made here, a shape through a reshape made here): one per wanted input
         slots = []
         # nodes numbered above this were made by the call (the highest of `floor` and its inputs' nodes):
         # read only when an edge leads to a node that is not an input's (most calls' edges lead to inputs)
         made_after = None
         fold = session is not None and session.fold_transposes
+        split = False  # the output reshapes the product of a node made here: a pre-hook on the reshape too
+        if fold and type(gf) in _RESHAPES:
+            nexts = gf.next_functions
+            inner = nexts[0][0] if len(nexts) == 1 else None
+            if (inner is not None and type(inner) is not _ACCUMULATE_GRAD and (id(inner), nexts[0][1]) not in wanted
+                    and inner._sequence_nr() > (made_after := _made_after(inputs, floor))):
+                gf, split = inner, True
         slot = -1
         for nxt, nr in gf.next_functions:
             slot += 1
@@ -256,24 +300,25 @@ class BackwardTracker:
                 slots.append((slot, pos, False))
                 continue
             if made_after is None:
-                made_after = _state.seq_watermark if floor is None else floor
-                for edge in inputs:
-                    if edge is not None and edge[1] is not None:
-                        seq = edge[1]._sequence_nr()
-                        if seq > made_after:
-                            made_after = seq
+                made_after = _made_after(inputs, floor)
             if nxt._sequence_nr() > made_after:
                 pos = _transposed_leaf(nxt, wanted) if fold else None
                 if pos is not None:
                     slots.append((slot, pos, True))
+                    continue
+                got = _reshaped_input(nxt, wanted) if fold else None
+                if got is not None:
+                    slots.append((slot, got[0], got[1]))
                 elif not _leads_to_leaves_only(nxt, wanted):
                     return False  # a node made inside this call whose edges may reach the inputs too
-        if len(slots) != len(wanted) or not slots:
-            return False
-        seq = gf._sequence_nr()
+        if len(slots) != len(wanted) or not slots or len({pos for _, pos, _ in slots}) != len(slots):
+            return False  # (an input reached by two edges: to sum)
+        seq = top._sequence_nr()
         if _state.seq_watermark < seq:
             _state.seq_watermark = seq
-        hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots)
+        hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, split)
+        if split:
+            top.register_prehook(hook.read_output)
         gf.register_hook(hook)
         return hook
 
@@ -348,17 +393,45 @@ class BackwardTracker:
 
 class OneNodeHook:
     """The backward of a call hooked on one node (`BackwardTracker._attach_one_node`): its post-hook reads
-    the output's gradient, then the inputs' (each reached by one edge; through a transpose, whose
-    backward is read here, not hooked, where its slot says so), and emits the record, in one go. It is
-    never partial, so the session keeps no list of these: it holds the session weakly, and a session
-    whose step has ended (`backward_open` false) or a hook that has fired records nothing."""
+    the output's gradient, then the inputs' (each reached by one edge; through a transpose or a
+    reshape, whose backward is done here, not hooked, where its slot says so), and emits the record, in
+    one go. Where the call's output is a reshape of that node's (`split`), the output's gradient is read
+    as it enters the reshape, by the reshape's pre-hook (`read_output`): that is the tensor the general
+    walk reads (the reshape's backward may copy it into another layout). It is never partial, so the
+    session keeps no list of these: it holds the session weakly, and a session whose step has ended
+    (`backward_open` false) or a hook that has fired records nothing."""
 
-    __slots__ = ("session", "key", "save", "parent", "n_in", "out_nr", "slots")
+    __slots__ = ("session", "key", "save", "parent", "n_in", "out_nr", "slots", "split", "out_rec", "waits")
 
-    def __init__(self, session, key, save, parent, n_in, out_nr, slots):
+    def __init__(self, session, key, save, parent, n_in, out_nr, slots, split=False):
         self.session = _FIRED if session is None else session.weak_self
         self.key, self.save, self.parent, self.n_in = key, save, parent, n_in
         self.out_nr, self.slots = out_nr, slots
+        self.split = split
+        self.out_rec = None
+        self.waits = None
+
+    def _output_record(self, session, g, waits):
+        """(called doing tool work)"""
+        if g is None:
+            return None
+        if not self.save and type(g) in _PLAIN:
+            summarizer = session.summarizer
+            return summarizer.record(g, True, summarizer.share_forward)
+        return session.gradient_record(g, f"{self.key}.input.0" if self.save else None, self.save, waits)
+
+    def read_output(self, grad_outputs):
+        """Pre-hook of the reshape that made the call's output (`split`)."""
+        session = self.session()
+        if session is None or not session.backward_open:
+            return
+        self.waits = waits = [] if self.save else ()
+        busy, _state.busy = _state.busy, True
+        try:
+            with DisableTorchFunction():
+                self.out_rec = self._output_record(session, grad_outputs[self.out_nr], waits)
+        finally:
+            _state.busy = busy
 
     def __call__(self, grad_inputs, grad_outputs):
         session = self.session()
@@ -366,7 +439,6 @@ class OneNodeHook:
             return
         self.session = _FIRED  # once: a retained graph's second backward is not this step's call
         key, save = self.key, self.save
-        waits = [] if save else ()
         in_recs = [None] * self.n_in
         summarizer = session.summarizer
         summarize = None if save else summarizer.record
@@ -374,19 +446,20 @@ class OneNodeHook:
         busy, _state.busy = _state.busy, True  # tool work (tool_work.py), without its frames
         try:
             with DisableTorchFunction():
-                g = grad_outputs[self.out_nr]
-                if g is None:
-                    out_rec = None
-                elif summarize is not None and type(g) in _PLAIN:
-                    out_rec = summarize(g, True, shared)
+                if self.split:  # read by the reshape's pre-hook (none if it never ran)
+                    out_rec, waits = self.out_rec, self.waits if self.waits is not None else ([] if save else ())
+                    self.out_rec = self.waits = None
                 else:
-                    out_rec = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
-                for slot, pos, transposed in self.slots:
+                    waits = [] if save else ()
+                    out_rec = self._output_record(session, grad_outputs[self.out_nr], waits)
+                for slot, pos, how in self.slots:
                     g = grad_inputs[slot]
                     if g is None:
                         continue
-                    if transposed:  # what the transpose's backward hands the leaf
+                    if how is True:  # what the transpose's backward hands the leaf
                         g = g.t()
+                    elif how is not False:  # what the reshape's backward hands the input
+                        g = g.reshape(how)
                     if summarize is not None and type(g) in _PLAIN:
                         in_recs[pos] = summarize(g, True, shared)
                     else:
