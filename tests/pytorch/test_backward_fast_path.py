@@ -4,6 +4,7 @@ general graph walk records: every zoo model dumped both ways gives the same dump
 import os
 
 import pytest
+import torch
 
 from msprobe.pytorch.capture.backward import BackwardTracker
 import msprobe_test_models as models  # loaded by conftest.py
@@ -40,18 +41,10 @@ def test_a_weight_read_through_its_transpose_equals_hooking_the_transpose(tmp_pa
     `weight.t()`'s node), not by a second hook on that node: the same dump.json, .npy files included."""
     from msprobe.pytorch.capture import backward
 
-    folded = []
-    real = backward._transposed_leaf
-
-    def counting(node, wanted):
-        got = real(node, wanted)
-        folded.append(got is not None)
-        return got
-
-    monkeypatch.setattr(backward, "_transposed_leaf", counting)
+    chains = _counting_chains(monkeypatch)
     fast = models.run_dump(tmp_path / "fast", name, "L1", "tensor")
-    assert any(folded), "no weight was read through its transpose"
-    monkeypatch.setattr(backward, "_transposed_leaf", lambda node, wanted: None)
+    assert any(backward._TRANSPOSED in steps for steps in chains), "no weight was read through its transpose"
+    monkeypatch.setattr(backward, "_input_chain", lambda *args: None)
     walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
     _assert_same_dumps(fast, walk)
 
@@ -63,6 +56,82 @@ def test_a_linear_on_a_3d_input_is_read_at_its_product_as_the_walk_reads_it(tmp_
     hooks every node it made: the same dump.json (in the same order), .npy files included."""
     from msprobe.pytorch.capture import backward
 
+    split = _counting_splits(monkeypatch)
+    fast = models.run_dump(tmp_path / "fast", name, "L1", "tensor")
+    assert any(split), "no call's output was read through its reshape"
+    monkeypatch.setattr(backward, "_RESHAPES", ())
+    split.clear()
+    walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
+    assert not any(split)
+    _assert_same_dumps(fast, walk)
+
+
+class _Autocast(torch.nn.Module):
+    """The zoo's transformer run under CPU bf16 autocast after a float32 Linear: every F.linear casts
+    its weight and its bias inside the call, the first one its float32 input too."""
+
+    loss_of = staticmethod(models.TransformerBlock.loss_of)
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pre = torch.nn.Linear(models.TransformerBlock.DIM, models.TransformerBlock.DIM)
+        self.inner = models.build("transformer")
+
+    def forward(self, x):
+        h = self.pre(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.inner(h).float()
+
+
+@pytest.mark.parametrize("task", ["tensor", "md5"])
+def test_autocasts_casts_are_read_through_at_the_calls_node_as_the_walk_reads_them(tmp_path, monkeypatch, task):
+    """Under autocast F.linear's backward reaches its weight through a transpose and a cast, its bias
+    through a cast and a float32 input through a flattening view and a cast, all made in the call: at
+    L1 one hook reads each gradient as those nodes hand it on (cast back to the input's dtype), and
+    the dump equals the walk's, which hooks every one of those nodes."""
+    from msprobe.pytorch.capture import backward
+
+    chains = _counting_chains(monkeypatch)
+    split = _counting_splits(monkeypatch)
+    data = models.batches("transformer", 2)
+    fast = models.run_dump(tmp_path / "fast", "transformer", "L1", task, model=_Autocast(), data=data)
+    cast = [steps for steps in chains if any(step[0] == backward._CAST for step in steps)]
+    assert {backward._TRANSPOSED, (backward._CAST, torch.float32)} <= {step for steps in cast for step in steps}
+    assert any(steps[0][0] == backward._RESHAPE for steps in cast), "no float32 input read through its cast"
+    assert any(split)
+    monkeypatch.setattr(backward, "_RESHAPES", ())
+    monkeypatch.setattr(backward, "_input_chain", lambda *args: None)
+    walk = models.run_dump(tmp_path / "walk", "transformer", "L1", task, model=_Autocast(), data=data)
+    if task == "tensor":
+        _assert_same_dumps(fast, walk)
+    else:
+        for step, reader in fast.readers.items():
+            assert list(reader.data.items()) == list(walk.readers[step].data.items())
+        assert any("md5" in rec for v in fast.readers[0].data.values() for rec in models.tensor_records(v))
+
+
+def _counting_chains(monkeypatch):
+    """The steps of every chain `_input_chain` reads through (a list that fills as dumps run)."""
+    from msprobe.pytorch.capture import backward
+
+    chains = []
+    real = backward._input_chain
+
+    def counting(*args):
+        got = real(*args)
+        if got is not None:
+            chains.append(got[1])
+        return got
+
+    monkeypatch.setattr(backward, "_input_chain", counting)
+    return chains
+
+
+def _counting_splits(monkeypatch):
+    """Whether each OneNodeHook made reads its output's gradient at a reshape's pre-hook (fills as dumps run)."""
+    from msprobe.pytorch.capture import backward
+
     split = []
     real_init = backward.OneNodeHook.__init__
 
@@ -71,13 +140,7 @@ def test_a_linear_on_a_3d_input_is_read_at_its_product_as_the_walk_reads_it(tmp_
         split.append(self.split)
 
     monkeypatch.setattr(backward.OneNodeHook, "__init__", counting)
-    fast = models.run_dump(tmp_path / "fast", name, "L1", "tensor")
-    assert any(split), "no call's output was read through its reshape"
-    monkeypatch.setattr(backward, "_RESHAPES", ())
-    split.clear()
-    walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
-    assert not any(split)
-    _assert_same_dumps(fast, walk)
+    return split
 
 
 def _assert_same_dumps(fast, walk):

@@ -12,8 +12,10 @@ An input that reaches the call through a cast of a leaf (autocast casts a weight
 every call in it shares that cast) is hooked where the gradient enters the cast, not where it leaves:
 what leaves is the sum over all the calls sharing it, what enters is this call's share.
 
-A leaf input reached through a transpose the call made (F.linear's `weight.t()`) is read at L1 by the
-call's one hook, as the transpose of the gradient entering that node (what its backward hands on).
+At L1 an input reached from the call's node through transposes, reshapes and casts the call made
+(F.linear's `weight.t()`, its flattening of a 3-d input, autocast's casts) is read by the call's one
+hook, as those nodes' backwards would hand the gradient on, and a call whose output reshapes its node's
+(F.linear's view of its 2-d product) gets a pre-hook on that reshape for the output's gradient.
 """
 
 import functools
@@ -52,10 +54,10 @@ _FIRED = weakref.ref(_Gone())
 
 
 def input_edges(tensors):
-    """Where each input tensor enters the autograd graph: (id, grad_fn, output_nr), None when it needs
-    no gradient. Read before the call runs: an in-place call (F.relu(x, inplace=True),
+    """Where each input tensor enters the autograd graph: (id, grad_fn, output_nr, dtype), None when it
+    needs no gradient. Read before the call runs: an in-place call (F.relu(x, inplace=True),
     nn.ReLU(inplace=True)) rebases its input onto its own node, hiding the edge the gradient leaves by."""
-    return [(id(x), x.grad_fn, x.output_nr) if x.requires_grad else None for x in tensors]
+    return [(id(x), x.grad_fn, x.output_nr, x.dtype) if x.requires_grad else None for x in tensors]
 
 
 def args_edges(args):
@@ -64,7 +66,7 @@ def args_edges(args):
     edges = []
     for x in args:
         if isinstance(x, _TENSOR):
-            edges.append((id(x), x.grad_fn, x.output_nr) if x.requires_grad else None)
+            edges.append((id(x), x.grad_fn, x.output_nr, x.dtype) if x.requires_grad else None)
         elif isinstance(x, _CONTAINERS):
             return None
     return edges
@@ -92,36 +94,51 @@ def _leads_to_leaves_only(node, wanted):
     return True
 
 
-def _transposed_leaf(node, wanted):
-    """The input position of the leaf whose transpose `node` makes (F.linear's `weight.t()`), when it is
-    `TBackward0` with its one edge into a wanted leaf, else None: the gradient that reaches the leaf is
-    then the transpose of the gradient that enters the node (its backward is `grad.t()`, a view), read
-    by the call's one hook. Its record then comes out at that hook, before the transpose's node runs:
-    the session allows it (`fold_transposes`) only where no other record can come in between."""
-    if type(node) is not _TRANSPOSE:
-        return None
-    nexts = node.next_functions
-    if len(nexts) != 1 or nexts[0][0] is None:
-        return None
-    leaf = nexts[0][0]
-    return wanted.get(id(leaf.variable)) if type(leaf) is _ACCUMULATE_GRAD else None
+# what a node's backward does to the gradient on its way to the input (OneNodeHook applies them in order)
+_T, _RESHAPE, _CAST = 0, 1, 2
+_TRANSPOSED = (_T, None)
+# a chain from the call's node to its input: F.linear under autocast casts, flattens and transposes
+_MAX_CHAIN = 4
 
 
-def _reshaped_input(node, wanted):
-    """(input position, its shape) when `node` reshapes a wanted input (F.linear's flattening of a 3-d
-    input), else None: the gradient that reaches the input is the one entering the node, reshaped to
-    the input's shape, read by the call's one hook as `_transposed_leaf`'s is (and allowed where it is)."""
-    if type(node) not in _RESHAPES:
-        return None
-    nexts = node.next_functions
-    if len(nexts) != 1 or nexts[0][0] is None:
-        return None
-    nxt, nr = nexts[0]
-    pos = wanted.get(id(nxt.variable)) if type(nxt) is _ACCUMULATE_GRAD else wanted.get((id(nxt), nr))
-    if pos is None:
-        return None
-    shape = getattr(node, "_saved_self_sym_sizes", None)
-    return None if shape is None else (pos, tuple(shape))
+def _input_chain(node, wanted, made_after, inputs):
+    """(input position, steps) when the gradient leaving through `node`, made by the call, reaches a
+    wanted input through nodes that each have one edge and only transpose it (F.linear's
+    `weight.t()`), reshape it (its flattening of a 3-d input) or cast it (autocast's casts), all made
+    by the call; `steps`: what their backwards do to it, in order: (_T, None), (_RESHAPE, sizes),
+    (_CAST, the input's dtype). Else None. The call's one hook then reads the gradient as those nodes
+    would hand it on, before they run: the session allows that (`fold_transposes`) only where no other
+    record can come in between."""
+    steps = []
+    while len(steps) < _MAX_CHAIN:
+        kind = type(node)
+        if kind is _TRANSPOSE:
+            steps.append(_TRANSPOSED)
+        elif kind in _RESHAPES:
+            sizes = getattr(node, "_saved_self_sym_sizes", None)
+            if sizes is None:
+                return None
+            steps.append((_RESHAPE, tuple(sizes)))
+        elif kind is _TO_COPY:
+            steps.append(None)  # (to the input's dtype, known at its end)
+        else:
+            return None
+        nexts = node.next_functions
+        if len(nexts) != 1 or nexts[0][0] is None:
+            return None
+        nxt, nr = nexts[0]
+        leaf = type(nxt) is _ACCUMULATE_GRAD
+        pos = wanted.get(id(nxt.variable)) if leaf else wanted.get((id(nxt), nr))
+        if pos is not None:
+            if None in steps:
+                if steps.count(None) > 1:
+                    return None
+                steps[steps.index(None)] = (_CAST, inputs[pos][3])
+            return pos, tuple(steps)
+        if leaf or nxt._sequence_nr() <= made_after:
+            return None
+        node = nxt
+    return None
 
 
 def _made_after(inputs, floor):
@@ -186,7 +203,7 @@ class BackwardTracker:
         floor = _state.seq_watermark if floor is None else floor
         for pos, edge in enumerate(inputs):
             if edge is not None:
-                xid, gf, nr = edge
+                xid, gf, nr, _ = edge
                 if gf is None:
                     leaf[xid] = pos
                 else:
@@ -257,22 +274,22 @@ class BackwardTracker:
         to the inputs that need a gradient, each once, and to no other node this call created: one
         `OneNodeHook` on that node. Where the session folds (L1), the output may be a reshape of that
         node's (F.linear on a 3-d input views its 2-d product back: the reshape gets a pre-hook too)
-        and an edge may pass through a transpose of a leaf or a reshape of an input, both made here:
-        the hook reads what they would hand on. Returns False when the call is not like that (the
-        general walk then decides)."""
+        and an edge may reach its input through transposes, reshapes and casts made here
+        (`_input_chain`): the hook reads what they would hand on. Returns False when the call is not
+        like that (the general walk then decides)."""
         gf = top = out.grad_fn  # None when `out` needs no gradient
         if gf is None:
             return None
         wanted = {}
         for pos, edge in enumerate(inputs):
             if edge is not None:
-                xid, xgf, nr = edge
+                xid, xgf, nr, _ = edge
                 key_in = xid if xgf is None else (id(xgf), nr)
                 if key_in in wanted:  # one tensor passed twice: two edges to sum
                     return False
                 wanted[key_in] = pos
-        # (slot, input position, how the gradient reaches it: False straight, True through a transpose
-        # made here, a shape through a reshape made here): one per wanted input
+        # (slot, input position, how the gradient reaches it: False straight, else the steps of a chain
+        # of nodes made here, see _input_chain): one per wanted input
         slots = []
         # nodes numbered above this were made by the call (the highest of `floor` and its inputs' nodes):
         # read only when an edge leads to a node that is not an input's (most calls' edges lead to inputs)
@@ -302,11 +319,7 @@ class BackwardTracker:
             if made_after is None:
                 made_after = _made_after(inputs, floor)
             if nxt._sequence_nr() > made_after:
-                pos = _transposed_leaf(nxt, wanted) if fold else None
-                if pos is not None:
-                    slots.append((slot, pos, True))
-                    continue
-                got = _reshaped_input(nxt, wanted) if fold else None
+                got = _input_chain(nxt, wanted, made_after, inputs) if fold else None
                 if got is not None:
                     slots.append((slot, got[0], got[1]))
                 elif not _leads_to_leaves_only(nxt, wanted):
@@ -393,8 +406,8 @@ class BackwardTracker:
 
 class OneNodeHook:
     """The backward of a call hooked on one node (`BackwardTracker._attach_one_node`): its post-hook reads
-    the output's gradient, then the inputs' (each reached by one edge; through a transpose or a
-    reshape, whose backward is done here, not hooked, where its slot says so), and emits the record, in
+    the output's gradient, then the inputs' (each reached by one edge; through transposes, reshapes
+    or casts, whose backwards are done here, not hooked, where its slot says so), and emits the record, in
     one go. Where the call's output is a reshape of that node's (`split`), the output's gradient is read
     as it enters the reshape, by the reshape's pre-hook (`read_output`): that is the tensor the general
     walk reads (the reshape's backward may copy it into another layout). It is never partial, so the
@@ -456,10 +469,9 @@ class OneNodeHook:
                     g = grad_inputs[slot]
                     if g is None:
                         continue
-                    if how is True:  # what the transpose's backward hands the leaf
-                        g = g.t()
-                    elif how is not False:  # what the reshape's backward hands the input
-                        g = g.reshape(how)
+                    if how is not False:  # what the chain's backwards hand the input (_input_chain)
+                        for step, arg in how:
+                            g = g.t() if step is _T else g.reshape(arg) if step is _RESHAPE else g.to(arg)
                     if summarize is not None and type(g) in _PLAIN:
                         in_recs[pos] = summarize(g, True, shared)
                     else:
