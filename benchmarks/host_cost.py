@@ -29,6 +29,7 @@ Python of calling the op), whatever the reduction costs.
     python benchmarks/host_cost.py --quick        # CI smoke
     python benchmarks/host_cost.py --baseline-src OLD/src --configs L1,mix   # A/B against another checkout
     python benchmarks/host_cost.py --check        # the kernel subtraction against a known answer
+    python benchmarks/host_cost.py --seq 4 --configs L1,L1_floor   # a transformer's [batch, sequence, features] input
 
 With --baseline-src the measurement runs in child processes, this checkout's and the other's msprobe in
 turn (`--alternations` pairs), and the table gives the median of each side and their ratio: a shared
@@ -324,12 +325,14 @@ def _profiled_step(model, x, opt, probe):
     return us * 1e-6 * (min(1.0, on_cpu) if METRIC == harness.CPU else 1.0), ops
 
 
-def build(depth=48, width=32, device="cpu"):
+def build(depth=48, width=32, device="cpu", seq=0):
+    """The MLP and its input: [4, width], or with `seq` [4, seq, width] (a transformer's batch, sequence and
+    features: F.linear flattens it into one product and views the product back)."""
     torch.manual_seed(0)
     layers = []
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.Tanh()]
-    return nn.Sequential(*layers).to(device), torch.randn(4, width, device=device)
+    return nn.Sequential(*layers).to(device), torch.randn(4, *((seq,) if seq else ()), width, device=device)
 
 
 def _sync(x):
@@ -377,8 +380,8 @@ def _records(dump_path):
     return len(data), sum(1 for v in data.values() for _ in iter_tensor_records(v))
 
 
-def measure(configs, rounds, steps, log, device="cpu"):
-    model, x = build(device=device)
+def measure(configs, rounds, steps, log, device="cpu", seq=0):
+    model, x = build(device=device, seq=seq)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
     out = {}
@@ -484,7 +487,7 @@ def render(results, per_summary):
     return "\n".join(lines)
 
 
-def _child_run(src, configs, rounds, steps, threads, device):
+def _child_run(src, configs, rounds, steps, threads, device, seq=0):
     """One measurement in a fresh process whose msprobe comes from `src` (None: this checkout's)."""
     fd, out = tempfile.mkstemp(suffix=".json", prefix="msprobe_host_cost_")
     os.close(fd)
@@ -492,7 +495,8 @@ def _child_run(src, configs, rounds, steps, threads, device):
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, os.path.abspath(__file__), "--configs", ",".join(configs), "--rounds", str(rounds),
-           "--steps", str(steps), "--threads", str(threads), "--device", device, "--json", out, "--no-summary-cost"]
+           "--steps", str(steps), "--threads", str(threads), "--device", device, "--json", out, "--no-summary-cost",
+           "--seq", str(seq)]
     if METRIC == harness.CPU:
         cmd.append("--cpu")
     try:
@@ -503,7 +507,7 @@ def _child_run(src, configs, rounds, steps, threads, device):
         os.unlink(out)
 
 
-def compare_with(src, configs, rounds, steps, threads, alternations, log, device="cpu"):
+def compare_with(src, configs, rounds, steps, threads, alternations, log, device="cpu", seq=0):
     """(ours, baseline, the baseline's msprobe folder as its run imported it): per config the µs per record
     of each alternation, this checkout's run first."""
     # (a device config's host part, less its kernels, is a row of its own: "<config> host")
@@ -511,7 +515,7 @@ def compare_with(src, configs, rounds, steps, threads, alternations, log, device
     imported = None
     for i in range(alternations):
         for side, path in ((ours, None), (base, src)):
-            got = _child_run(path, configs, rounds, steps, threads, device)
+            got = _child_run(path, configs, rounds, steps, threads, device, seq)
             for c in configs:
                 r = got["results"][c]
                 side.setdefault(c, []).append(r["us_per_record"])
@@ -550,7 +554,8 @@ def render_comparison(ours, base, imported):
 
 def _header(args):
     where = f", {torch.cuda.get_device_name()}" if args.device == "cuda" else ""
-    return f"torch {torch.__version__}, {args.threads} torch thread(s), device {args.device}{where}"
+    shape = f", input [4, {args.seq}, 32]" if args.seq else ", input [4, 32]"
+    return f"torch {torch.__version__}, {args.threads} torch thread(s), device {args.device}{where}{shape}"
 
 
 def main(argv=None):
@@ -566,9 +571,14 @@ def main(argv=None):
     p.add_argument("--alternations", type=int, default=3, help="with --baseline-src: pairs of runs (default 3)")
     p.add_argument("--check", action="store_true",
                    help="also measure the known case of the kernel subtraction (hooks, hooks+kernels; CPU only)")
+    p.add_argument("--seq", type=int, default=0,
+                   help="feed the MLP [4, SEQ, 32] (a transformer's layout: each Linear flattens it and views "
+                        "its product back) instead of [4, 32]")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     harness.check_common_options(p, args)
+    if args.seq < 0:
+        p.error(f"--seq: got {args.seq}; allowed: 0 (a [4, 32] input) or a positive sequence length")
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     on_cuda = args.device == "cuda"
     # on cuda every config is the device path, and the floors' kernel reads host memory
@@ -592,12 +602,12 @@ def main(argv=None):
         if not os.path.isdir(os.path.join(src, "msprobe")):
             p.error(f"--baseline-src {args.baseline_src}: no msprobe package in it (give a checkout's src/ folder)")
         ours, base, imported = compare_with(src, configs, args.rounds, args.steps, args.threads, args.alternations,
-                                            log, args.device)
+                                            log, args.device, args.seq)
         print(_header(args))
         print(render_comparison(ours, base, imported))
         return 0
     torch.set_num_threads(args.threads)
-    results = measure(configs, args.rounds, args.steps, log, args.device)
+    results = measure(configs, args.rounds, args.steps, log, args.device, args.seq)
     harness.write_json(args.json, {"msprobe": os.path.dirname(msprobe.__file__), "results": results})
     if args.no_summary_cost:
         return 0
@@ -610,5 +620,6 @@ if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
     # a GPU run and an A/B keep their own sections
     heading = ("host_cost.py --device cuda" if "cuda" in sys.argv[1:]
-               else "host_cost.py --baseline-src" if "--baseline-src" in sys.argv[1:] else None)
+               else "host_cost.py --baseline-src" if "--baseline-src" in sys.argv[1:]
+               else "host_cost.py --seq" if any(a.startswith("--seq") for a in sys.argv[1:]) else None)
     sys.exit(run_recorded("host_cost.py", main, heading))

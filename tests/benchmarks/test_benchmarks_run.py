@@ -63,6 +63,21 @@ def test_host_cost_quick():
     assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
 
 
+def test_host_cost_feeds_a_sequence_as_a_transformer_does(capsys):
+    """--seq: the MLP takes [4, SEQ, 32], so each Linear flattens its input and views its product back
+    (what msprobe's backward reads through); the header says which input was measured."""
+    host_cost = _bench_module("host_cost")
+    _, x = host_cost.build(depth=2, width=8, seq=3)
+    assert tuple(x.shape) == (4, 3, 8)
+    done = run("host_cost.py", "--quick", "--seq", "2", "--configs", "L1")
+    assert "input [4, 2, 32]" in done.stdout
+    row = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("L1 ")][0]
+    assert int(row[1]) > 100 and float(row[4].rstrip("!")) > 0  # records per step, us per record
+    with pytest.raises(SystemExit):
+        host_cost.main(["--seq", "-1"])
+    assert "--seq: got -1; allowed: 0" in capsys.readouterr().err
+
+
 def test_host_cost_kernel_time_is_the_ops_in_kernel_ranges(tmp_path, monkeypatch):
     """The kernel share host_cost.py subtracts from a device config: the ops run inside the device path's
     kernel sites (--check's probe: one reduction a hooked tensor, nothing else), none for hooks without
