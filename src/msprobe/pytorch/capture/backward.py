@@ -97,6 +97,7 @@ def _leads_to_leaves_only(node, wanted):
 # what a node's backward does to the gradient on its way to the input (OneNodeHook applies them in order)
 _T, _RESHAPE, _CAST = 0, 1, 2
 _TRANSPOSED = (_T, None)
+_T_STEPS = (_TRANSPOSED,)
 # a chain from the call's node to its input: F.linear under autocast casts, flattens and transposes
 _MAX_CHAIN = 4
 
@@ -109,6 +110,11 @@ def _input_chain(node, wanted, made_after, inputs):
     (_CAST, the input's dtype). Else None. The call's one hook then reads the gradient as those nodes
     would hand it on, before they run: the session allows that (`fold_transposes`) only where no other
     record can come in between."""
+    if type(node) is _TRANSPOSE:  # F.linear's weight.t() (most chains): without the loop's list
+        nexts = node.next_functions
+        if len(nexts) == 1 and type(nexts[0][0]) is _ACCUMULATE_GRAD:
+            pos = wanted.get(id(nexts[0][0].variable))
+            return None if pos is None else (pos, _T_STEPS)
     steps = []
     while len(steps) < _MAX_CHAIN:
         kind = type(node)
@@ -324,7 +330,7 @@ class BackwardTracker:
                     slots.append((slot, got[0], got[1]))
                 elif not _leads_to_leaves_only(nxt, wanted):
                     return False  # a node made inside this call whose edges may reach the inputs too
-        if len(slots) != len(wanted) or not slots or len({pos for _, pos, _ in slots}) != len(slots):
+        if len(slots) != len(wanted) or not slots or (len(slots) > 1 and len({p for _, p, _ in slots}) != len(slots)):
             return False  # (an input reached by two edges: to sum)
         seq = top._sequence_nr()
         if _state.seq_watermark < seq:
@@ -462,9 +468,15 @@ class OneNodeHook:
                 if self.split:  # read by the reshape's pre-hook (none if it never ran)
                     out_rec, waits = self.out_rec, self.waits if self.waits is not None else ([] if save else ())
                     self.out_rec = self.waits = None
-                else:
+                else:  # (_output_record, without its frame: every hook's)
                     waits = [] if save else ()
-                    out_rec = self._output_record(session, grad_outputs[self.out_nr], waits)
+                    g = grad_outputs[self.out_nr]
+                    if g is None:
+                        out_rec = None
+                    elif summarize is not None and type(g) in _PLAIN:
+                        out_rec = summarize(g, True, shared)
+                    else:
+                        out_rec = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
                 for slot, pos, how in self.slots:
                     g = grad_inputs[slot]
                     if g is None:
