@@ -468,22 +468,16 @@ class OneNodeHook:
                 if self.split:  # read by the reshape's pre-hook (none if it never ran)
                     out_rec, waits = self.out_rec, self.waits if self.waits is not None else ([] if save else ())
                     self.out_rec = self.waits = None
-                else:  # (_output_record, without its frame: every hook's)
+                else:
                     waits = [] if save else ()
-                    g = grad_outputs[self.out_nr]
-                    if g is None:
-                        out_rec = None
-                    elif summarize is not None and type(g) in _PLAIN:
-                        out_rec = summarize(g, True, shared)
-                    else:
-                        out_rec = session.gradient_record(g, f"{key}.input.0" if save else None, save, waits)
+                    out_rec = self._output_record(session, grad_outputs[self.out_nr], waits)
                 for slot, pos, how in self.slots:
                     g = grad_inputs[slot]
                     if g is None:
                         continue
                     if how is not False:  # what the chain's backwards hand the input (_input_chain)
                         for step, arg in how:
-                            g = g.t() if step is _T else g.reshape(arg) if step is _RESHAPE else g.to(arg)
+                            g = g.t() if step == _T else g.reshape(arg) if step == _RESHAPE else g.to(arg)
                     if summarize is not None and type(g) in _PLAIN:
                         in_recs[pos] = summarize(g, True, shared)
                     else:
