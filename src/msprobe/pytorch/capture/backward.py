@@ -97,7 +97,6 @@ def _leads_to_leaves_only(node, wanted):
 # what a node's backward does to the gradient on its way to the input (OneNodeHook applies them in order)
 _T, _RESHAPE, _CAST = 0, 1, 2
 _TRANSPOSED = (_T, None)
-_T_STEPS = (_TRANSPOSED,)
 # a chain from the call's node to its input: F.linear under autocast casts, flattens and transposes
 _MAX_CHAIN = 4
 
@@ -110,11 +109,6 @@ def _input_chain(node, wanted, made_after, inputs):
     (_CAST, the input's dtype). Else None. The call's one hook then reads the gradient as those nodes
     would hand it on, before they run: the session allows that (`fold_transposes`) only where no other
     record can come in between."""
-    if type(node) is _TRANSPOSE:  # F.linear's weight.t() (most chains): without the loop's list
-        nexts = node.next_functions
-        if len(nexts) == 1 and type(nexts[0][0]) is _ACCUMULATE_GRAD:
-            pos = wanted.get(id(nexts[0][0].variable))
-            return None if pos is None else (pos, _T_STEPS)
     steps = []
     while len(steps) < _MAX_CHAIN:
         kind = type(node)
