@@ -9,6 +9,8 @@ The per-summary line times `Summarizer.summarize` alone on fresh (uncached) smal
 alone (module hooks, or a TorchFunctionMode that passes each API on), each reading its tensors once
 with msprobe's statistics kernel, and nothing else (no names, records or files); their µs per record
 divide by the records msprobe writes at that level, and msprobe's rows say how far above that they are.
+A second table splits each config's extra time by phase of the step (PHASES), against the same phase of
+its level's floor: where the cost is.
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
 the accelerator path: the host cost of a dump on the device it is made for (each step ends in a sync).
 
@@ -354,17 +356,33 @@ def _debugger(root, name):
 METRIC = harness.WALL
 
 
+# the parts of a step timed apart (`_step`): where a config's time goes, against its floor's
+PHASES = ("start", "forward+backward", "optimizer", "stop+step")
+
+
 def _step(model, x, opt, dbg=None):
-    """Seconds (METRIC) of one training step with `dbg` (if any) around it."""
+    """Seconds (METRIC) of each of the PHASES of one training step with `dbg` (if any) around it."""
     gc.collect()
-    return harness.timed(_train, model, x, opt, dbg)[METRIC]
+    clock = time.perf_counter if METRIC == harness.WALL else time.process_time
+    marks = [clock()]
+    _train(model, x, opt, dbg, lambda: marks.append(clock()))
+    marks.append(clock())
+    return [b - a for a, b in zip(marks, marks[1:])]
 
 
-def _train(model, x, opt, dbg):
+def _no_mark():
+    pass
+
+
+def _train(model, x, opt, dbg, mark=_no_mark):
+    """One training step; `mark()` between the PHASES."""
     if dbg is not None:
         dbg.start(model)
+    mark()
     model(x).square().mean().backward()
+    mark()
     opt.step()
+    mark()
     opt.zero_grad(set_to_none=True)
     if dbg is not None:
         dbg.stop()
@@ -392,12 +410,14 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
                 _step(model, x, opt, probe)
             # the kernels' share of a step (module doc): the device path's on the CPU, and --check's
             split = device == "cpu" and (name in CHECKS or (name in CONFIGS and CONFIGS[name][2]))
-            ratios, extra, kernels = [], [], []
+            ratios, extra, kernels, phases = [], [], [], []
             for _ in range(rounds):
                 plain = [_step(model, x, opt) for _ in range(steps)]
                 dumped = [_step(model, x, opt, probe) for _ in range(steps)]
-                extra.append(statistics.median(dumped) - statistics.median(plain))
-                ratios.append(statistics.median(dumped) / statistics.median(plain))
+                extra.append(statistics.median(map(sum, dumped)) - statistics.median(map(sum, plain)))
+                ratios.append(statistics.median(map(sum, dumped)) / statistics.median(map(sum, plain)))
+                phases.append([statistics.median(d[i] for d in dumped) - statistics.median(p[i] for p in plain)
+                               for i in range(len(PHASES))])
                 if split:
                     kernels.append(_profiled_step(model, x, opt, probe))
             level = FLOORS.get(name) or CHECKS.get(name)
@@ -411,7 +431,9 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
             got = out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * statistics.median(extra),
                                "us_per_record": 1e6 * statistics.median(extra) / records,
                                "us_per_tensor": 1e6 * statistics.median(extra) / tensors,
-                               "ratio": statistics.median(ratios)}
+                               "ratio": statistics.median(ratios),
+                               "phases_ms": {ph: 1e3 * statistics.median(r[i] for r in phases)
+                                             for i, ph in enumerate(PHASES)}}
             if kernels:
                 kernel_s = statistics.median(k for k, _ in kernels)
                 got.update(kernel_ms=1e3 * kernel_s, kernels_per_record=statistics.median(n for _, n in kernels) / records,
@@ -481,10 +503,27 @@ def render(results, per_summary):
                      + " (hooks, each tensor read once; records and tensors are msprobe's at that level): the "
                      "target is " + ("below" if min(floors.values()) > TARGET_US_PER_RECORD else "above")
                      + " the least a Python hook-based dump costs here")
+    lines += _phase_table(results)
     if per_summary:
         lines.append("Summarizer.summarize of a fresh 32x32 tensor (object-hit: the same tensor again): "
                      + ", ".join(f"{k} path {v:.1f} us" for k, v in per_summary.items()))
     return "\n".join(lines)
+
+
+def _phase_table(results):
+    """Lines of the extra ms a step each config adds in each of the PHASES, and how far above its level's
+    floor (in parentheses) where that floor was measured: which part of a step a dump's cost is in."""
+    floors = {FLOORS[c]: r["phases_ms"] for c, r in results.items() if c in FLOORS and "phases_ms" in r}
+    rows = [(name, r["phases_ms"], floors.get(CONFIGS[name][0]) if name in CONFIGS else None)
+            for name, r in results.items() if "phases_ms" in r]
+    if not rows:
+        return []
+    lines = ["", "extra ms a step by phase (median over rounds; in parentheses: above the level's floor)",
+             f"{'config':<14}" + "".join(f"{ph:>20}" for ph in PHASES), "-" * (14 + 20 * len(PHASES))]
+    for name, got, floor in rows:
+        cells = [f"{got[ph]:.2f}" + (f" ({got[ph] - floor[ph]:+.2f})" if floor else "") for ph in PHASES]
+        lines.append(f"{name:<14}" + "".join(f"{c:>20}" for c in cells))
+    return lines
 
 
 def _child_run(src, configs, rounds, steps, threads, device, seq=0):

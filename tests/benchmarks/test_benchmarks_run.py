@@ -50,9 +50,11 @@ def test_pytorch_dump_overhead_quick(tmp_path):
                                                                         rel=0.02)
 
 
-def test_host_cost_quick():
-    done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device")
-    rows = {ln.split()[0]: ln.split() for ln in done.stdout.splitlines()
+def test_host_cost_quick(tmp_path):
+    out = tmp_path / "out.json"
+    done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device", "--json", str(out))
+    table, phases = done.stdout.split("extra ms a step by phase")
+    rows = {ln.split()[0]: ln.split() for ln in table.splitlines()
             if ln.startswith(("L1 ", "mix_device", "L1_floor"))}
     assert set(rows) == {"L1", "mix_device", "L1_floor"} and int(rows["L1"][1]) > 100  # records per step
     assert rows["L1_floor"][1:3] == rows["L1"][1:3]  # the floor is per record msprobe writes at L1
@@ -61,6 +63,15 @@ def test_host_cost_quick():
     assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
     # the device path's host part, less its kernels (kernels/rec, host us/rec); the CPU path has none
     assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
+    # where each config's time goes: a row per config, each phase against its level's floor where measured
+    results = json.loads(out.read_text())["results"]
+    names = ["start", "forward+backward", "optimizer", "stop+step"]
+    assert all(list(r["phases_ms"]) == names for r in results.values())
+    lines = {ln.split()[0]: ln for ln in phases.splitlines() if ln.startswith(("L1", "mix_device"))}
+    assert set(lines) == {"L1_floor", "L1", "mix_device"}
+    # dumping adds most in the forward and backward passes, less to starting (an API table already built)
+    assert results["L1"]["phases_ms"]["forward+backward"] > results["L1"]["phases_ms"]["start"]
+    assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"]
 
 
 def test_host_cost_feeds_a_sequence_as_a_transformer_does(capsys):
