@@ -17,9 +17,12 @@
  * (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
  * dict, its module stack, ...), none of them the session: the session is handed to each call.
+ *
+ * PassOn, in front of the mode's Python handler: the calls the mode does not record (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
@@ -424,6 +427,156 @@ static PyTypeObject CallPathType = {
     .tp_methods = callpath_methods,
 };
 
+/* PassOn(mode, table, state, handler, on_dynamo): the API mode's __torch_function__ as torch calls it,
+ * bound to the mode (`__self__`: torch takes a mode's handler only when it is bound to the mode). A call
+ * the mode does not record (its function is not in `table`) runs at once, as the Python handler runs it,
+ * when no session is open, msprobe itself made it (`state.busy`) or nothing waits for a batch launch
+ * (the session's summarizer is not deferred); every other call goes to `handler`, the mode's Python
+ * method. Most calls a training step makes under the mode are such reads (`p.grad` in an optimizer,
+ * `x.shape`): here they cost no Python frame. `on_dynamo` (or None): called, once, at the first call that
+ * finds torch._dynamo imported (Dynamo traces the Python handler: this one must step aside first). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *mode, *table, *state, *handler, *on_dynamo;
+    vectorcallfunc vectorcall;
+} PassOn;
+
+static PyObject *s_session, *s_summarizer, *s_deferred, *s_dynamo;
+
+/* 1 when the Python handler must see an unrecorded call (a session whose summaries wait for a launch may
+ * need one before it), 0 when it runs at once, -1 on error */
+static int needs_handler(PassOn *self) {
+    PyObject *session = PyObject_GetAttr(self->state, s_session), *flag = NULL, *summarizer = NULL;
+    int wants = -1;
+    if (session == NULL)
+        return -1;
+    if (session == Py_None) {
+        wants = 0;
+        goto done;
+    }
+    if ((flag = PyObject_GetAttr(self->state, s_busy)) == NULL || (wants = PyObject_IsTrue(flag)) != 0) {
+        wants = wants > 0 ? 0 : -1;  /* msprobe's own call: at once */
+        goto done;
+    }
+    Py_SETREF(flag, NULL);
+    if ((summarizer = PyObject_GetAttr(session, s_summarizer)) == NULL
+        || (flag = PyObject_GetAttr(summarizer, s_deferred)) == NULL)
+        goto done;
+    wants = PyObject_IsTrue(flag);
+done:
+    Py_DECREF(session);
+    Py_XDECREF(flag);
+    Py_XDECREF(summarizer);
+    return wants;
+}
+
+static PyObject *pass_on_call(PassOn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->on_dynamo != NULL) {
+        PyObject *dynamo = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_dynamo);
+        if (dynamo == NULL && PyErr_Occurred())
+            return NULL;
+        if (dynamo != NULL) {  /* (the caller holds this object through the call: it may leave the mode) */
+            PyObject *on_dynamo = self->on_dynamo, *got;
+            self->on_dynamo = NULL;
+            got = PyObject_CallNoArgs(on_dynamo);
+            Py_DECREF(on_dynamo);
+            if (got == NULL)
+                return NULL;
+            Py_DECREF(got);
+            return PyObject_Vectorcall(self->handler, args, nargsf, kwnames);
+        }
+    }
+    /* (func, types, args=(), kwargs=None), positional, as torch hands them */
+    if (kwnames == NULL && nargs >= 2 && nargs <= 4 && (nargs < 3 || PyTuple_CheckExact(args[2]))
+        && (nargs < 4 || args[3] == Py_None || PyDict_CheckExact(args[3]))) {
+        PyObject *info = PyDict_GetItemWithError(self->table, args[0]);
+        if (info == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            int wants = needs_handler(self);
+            if (wants < 0)
+                return NULL;
+            if (!wants) {
+                PyObject *kwargs = nargs == 4 && args[3] != Py_None && PyDict_GET_SIZE(args[3]) ? args[3] : NULL;
+                if (nargs >= 3)
+                    return PyObject_Call(args[0], args[2], kwargs);
+                PyObject *none = PyTuple_New(0), *got = none == NULL ? NULL : PyObject_Call(args[0], none, kwargs);
+                Py_XDECREF(none);
+                return got;
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->handler, args, nargsf, kwnames);
+}
+
+static PyObject *pass_on_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PassOn *self = (PassOn *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OO!OOO:PassOn", &self->mode, &PyDict_Type, &self->table, &self->state,
+                          &self->handler, &self->on_dynamo)) {
+        self->mode = self->table = self->state = self->handler = self->on_dynamo = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(self->mode);
+    Py_INCREF(self->table);
+    Py_INCREF(self->state);
+    Py_INCREF(self->handler);
+    if (self->on_dynamo == Py_None)
+        self->on_dynamo = NULL;
+    else
+        Py_INCREF(self->on_dynamo);
+    self->vectorcall = (vectorcallfunc)pass_on_call;
+    return (PyObject *)self;
+}
+
+/* garbage-collected: the mode holds it in its __dict__, it holds the mode */
+static int pass_on_traverse(PassOn *self, visitproc visit, void *arg) {
+    Py_VISIT(self->mode);
+    Py_VISIT(self->table);
+    Py_VISIT(self->state);
+    Py_VISIT(self->handler);
+    Py_VISIT(self->on_dynamo);
+    return 0;
+}
+
+static int pass_on_clear(PassOn *self) {
+    Py_CLEAR(self->mode);
+    Py_CLEAR(self->table);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->handler);
+    Py_CLEAR(self->on_dynamo);
+    return 0;
+}
+
+static void pass_on_dealloc(PassOn *self) {
+    PyObject_GC_UnTrack(self);
+    pass_on_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef pass_on_members[] = {
+    {"__self__", T_OBJECT, offsetof(PassOn, mode), READONLY, "the mode it handles calls for"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PassOnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._call.PassOn",
+    .tp_basicsize = sizeof(PassOn),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "The API mode's __torch_function__: unrecorded calls at once, the others to the Python handler.",
+    .tp_new = pass_on_new,
+    .tp_traverse = (traverseproc)pass_on_traverse,
+    .tp_clear = (inquiry)pass_on_clear,
+    .tp_dealloc = (destructor)pass_on_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(PassOn, vectorcall),
+    .tp_members = pass_on_members,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_call", NULL, -1, NULL};
 
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
@@ -448,7 +601,11 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_input_kwargs, "input_kwargs");
     INTERN(s_output, "output");
     INTERN(s_optimizer, "optimizer");
-    if (PyType_Ready(&CallPathType) < 0)
+    INTERN(s_session, "session");
+    INTERN(s_summarizer, "summarizer");
+    INTERN(s_deferred, "deferred");
+    INTERN(s_dynamo, "torch._dynamo");
+    if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -456,6 +613,12 @@ PyMODINIT_FUNC PyInit__call(void) {
     Py_INCREF(&CallPathType);
     if (PyModule_AddObject(m, "CallPath", (PyObject *)&CallPathType) < 0) {
         Py_DECREF(&CallPathType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PassOnType);
+    if (PyModule_AddObject(m, "PassOn", (PyObject *)&PassOnType) < 0) {
+        Py_DECREF(&PassOnType);
         Py_DECREF(m);
         return NULL;
     }

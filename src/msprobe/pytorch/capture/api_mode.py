@@ -5,7 +5,9 @@ fold for free). No attribute of torch is patched. Guarded by benchmarks/dump_ove
 """
 
 import inspect
+import os
 import sys
+import weakref
 
 from torch.overrides import TorchFunctionMode
 
@@ -23,6 +25,23 @@ def inplace_flag_position(func):
     except (TypeError, ValueError):  # builtins without a signature
         return None
     return params.index("inplace") if "inplace" in params else None
+
+
+try:
+    from msprobe._call import PassOn as _PassOn
+except ImportError:  # not built (no C compiler): the Python handler takes every call
+    _PassOn = None
+
+# modes with the C handler in front of their Python one now
+_passing_on = weakref.WeakSet()
+
+
+def _step_aside():
+    """Every mode's C handler leaves: Dynamo is about to trace the mode, which it does through the Python
+    handler (a C one would break its graph at every call)."""
+    for mode in list(_passing_on):
+        mode.__dict__.pop("__torch_function__", None)
+    _passing_on.clear()
 
 
 # modules that pass a call on for their caller (handle_torch_function; autograd.Function.apply views
@@ -74,7 +93,30 @@ class ApiCapture(TorchFunctionMode):
     def __enter__(self):
         import torch.distributed as dist
         self._distributed = dist.is_available() and dist.is_initialized()
+        self._pass_on()
         return super().__enter__()
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        self.__dict__.pop("__torch_function__", None)
+        _passing_on.discard(self)
+        return super().__exit__(exc_type, exc_val, exc_tb)
+
+    def _pass_on(self):
+        """Put the C handler (msprobe._call.PassOn) in front of `__torch_function__` (an instance attribute,
+        which torch calls first): the calls this mode does not record then cost no Python frame. Only while
+        Dynamo cannot trace the mode: with Dynamo loaded, when it has compiled nothing in this process
+        and will say when it starts to (compiled.watch_compiles); without it, until it is imported."""
+        if _PassOn is None or os.environ.get("MSPROBE_NATIVE_RECORD", "1") == "0":
+            return
+        on_dynamo = _step_aside
+        if "torch._dynamo" in sys.modules:
+            from msprobe.pytorch.capture import compiled
+            if not compiled.watch_compiles(_step_aside):
+                return
+            on_dynamo = None
+        self.__torch_function__ = _PassOn(self, self._table, _state, type(self).__torch_function__.__get__(self),
+                                          on_dynamo)
+        _passing_on.add(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:

@@ -267,6 +267,34 @@ _from_compiler = {}  # id(code) -> whether its calls are the compiler's own
 
 
 _graphs_seen = False  # Dynamo has compiled a graph in this process (it stays so)
+_compile_started = False  # Dynamo started a compile while watched (it stays so)
+_on_compile = []  # what watch_compiles was asked to call when Dynamo starts a compile
+
+
+def watch_compiles(on_start):
+    """Whether the L1 mode may put its C handler in front of its Python one (api_mode.ApiCapture._pass_on):
+    Dynamo has compiled nothing in this process, and `on_start()` is called when it starts to (a start
+    callback of torch._dynamo.callback, registered here; torch._dynamo.reset() drops those, so this is
+    asked at every start()). Once a compile has started the answer stays no: code compiled through the
+    Python handler guards on it."""
+    if _compile_started or torch._dynamo.utils.counters["stats"].get("unique_graphs", 0) > 0:
+        return False
+    try:
+        from torch._dynamo.callback import callback_handler
+    except ImportError:  # a torch without compile callbacks
+        return False
+    if on_start not in _on_compile:
+        _on_compile.append(on_start)
+    if _compiling not in callback_handler.start_callbacks:
+        callback_handler.register_start_callback(_compiling)
+    return True
+
+
+def _compiling(args):
+    global _compile_started
+    _compile_started = True
+    for on_start in _on_compile:
+        on_start()
 
 
 def called_by_compiler(depth=2):
