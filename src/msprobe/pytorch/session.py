@@ -163,6 +163,7 @@ class DumpSession(CaptureSession):
         self._launch_queued = False  # a launch is queued for the end of the backward pass under way
         # the API mode's calls: CallCapture.call's flow in C where this session's takes every call
         self.fast_call = self._call_path()
+        self.plain_calls = self.fast_call is not None  # (the same conditions; both off to compare)
 
     def _call_path(self):
         """msprobe._call's `call` for this session's API calls at L1/mix, or None: the flow in Python. For

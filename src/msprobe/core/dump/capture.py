@@ -75,6 +75,10 @@ class CaptureSession(CallRecords, SessionWriter):
     saturating = {}
     structure_levels = ("mix", "L0")
     early_writer = True
+    # a call's records are its values' summaries alone (a filter that takes every call, whole; nothing
+    # saved; no overflow gate): the adapter may say so for a session, and records with a fixed shape
+    # (optimizer_updates.py) are then made without CallCapture's frames
+    plain_calls = False
 
     def __init__(self, cfg, step, rank, pool=None, overflow=None, dump_path=None, lane=None):
         self.cfg = cfg

@@ -31,14 +31,18 @@ def begin(session, optimizer_class, updates):
     next_key = session.counter.next_api_key
     if flt.passes_everything and updates:
         flt.hit = True  # (want_call's answer for every update, without its frame)
-    for name, param, grad in updates:
-        key = next_key(counted, name)
-        if not flt.passes_everything and not flt.want_call(key, session.module_stack):
-            continue
-        if gate is not None and gate.exhausted:
-            continue
-        frame, _ = calls.begin(session, key, parent, (param, grad), {}, module=False, backward=False, stack=stack)
-        frames.append((frame, param, grad))
+    if session.plain_calls:  # (every update recorded, whole)
+        frames = _plain_begin(session, [next_key(counted, name) for name, _, _ in updates], parent, stack, updates)
+    else:
+        for name, param, grad in updates:
+            key = next_key(counted, name)
+            if not flt.passes_everything and not flt.want_call(key, session.module_stack):
+                continue
+            if gate is not None and gate.exhausted:
+                continue
+            frame, _ = calls.begin(session, key, parent, (param, grad), {}, module=False, backward=False,
+                                   stack=stack)
+            frames.append((frame, param, grad))
     if frames:
         # the summaries of the values before the step go before the optimizer changes them: in one batch,
         # not one launch per parameter
@@ -52,5 +56,43 @@ def end(session, frames):
     if frames:
         # the parameters changed in place: statistics cached for them are stale
         calls.ops.before_mutation(session, [p for _, p, _ in frames], {})
+    if frames and type(frames[0][0]) is _Update:
+        _plain_end(session, frames)
+        return
     for frame, param, _ in frames:
         calls.end(session, frame, param, (param,))
+
+
+class _Update:
+    """An update record begun where the session's calls are plain (`_plain_begin`)."""
+
+    __slots__ = ("key", "in_args", "parent", "stack")
+
+    def __init__(self, key, in_args, parent, stack):
+        self.key, self.in_args, self.parent, self.stack = key, in_args, parent, stack
+
+
+def _plain_begin(session, keys, parent, stack, updates):
+    """`begin`'s frames where a call's records are its values' summaries alone (`session.plain_calls`):
+    the input records CallCapture.begin would make, without its frames, in one stretch of tool work."""
+    quick, types, value = session.quick_record, session.quick_types, session.value_record
+    frames = []
+    with session.calls.ops.work():
+        for key, (_, param, grad) in zip(keys, updates):
+            in_args = [quick(x) if type(x) in types else value(x, None, False, []) for x in (param, grad)]
+            frames.append((_Update(key, in_args, parent, stack), param, grad))
+    return frames
+
+
+def _plain_end(session, frames):
+    """`end` of `_plain_begin`'s frames: each parameter's output record, and the record emitted."""
+    calls = session.calls
+    quick, types, value = session.quick_record, session.quick_types, session.value_record
+    amend = calls.ops.amend_outputs
+    with calls.ops.work():
+        for update, param, _ in frames:
+            outs = [quick(param) if type(param) in types else value(param, None, False, [])]
+            if amend is not None:
+                amend(session, outs)
+            session.emit(update.key, {"input_args": update.in_args, "input_kwargs": {}, "output": outs}, [], outs,
+                         None, update.parent, update.stack)
