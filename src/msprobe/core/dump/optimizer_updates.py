@@ -75,23 +75,20 @@ class _Update:
 def _plain_begin(session, keys, parent, stack, updates):
     """`begin`'s frames where a call's records are its values' summaries alone (`session.plain_calls`):
     the input records CallCapture.begin would make, without its frames, in one stretch of tool work."""
-    quick, types, value = session.quick_record, session.quick_types, session.value_record
     frames = []
     with session.calls.ops.work():
         for key, (_, param, grad) in zip(keys, updates):
-            in_args = [quick(x) if type(x) in types else value(x, None, False, []) for x in (param, grad)]
+            in_args, _ = session.args_records(key, (param, grad), {}, "input", False, [])
             frames.append((_Update(key, in_args, parent, stack), param, grad))
     return frames
 
 
 def _plain_end(session, frames):
     """`end` of `_plain_begin`'s frames: each parameter's output record, and the record emitted."""
-    calls = session.calls
-    quick, types, value = session.quick_record, session.quick_types, session.value_record
-    amend = calls.ops.amend_outputs
-    with calls.ops.work():
+    amend = session.calls.ops.amend_outputs
+    with session.calls.ops.work():
         for update, param, _ in frames:
-            outs = [quick(param) if type(param) in types else value(param, None, False, [])]
+            outs = session.outputs_record(update.key, param, False, [])
             if amend is not None:
                 amend(session, outs)
             session.emit(update.key, {"input_args": update.in_args, "input_kwargs": {}, "output": outs}, [], outs,

@@ -277,7 +277,7 @@ def watch_compiles(on_start):
     callback of torch._dynamo.callback, registered here; torch._dynamo.reset() drops those, so this is
     asked at every start()). Once a compile has started the answer stays no: code compiled through the
     Python handler guards on it."""
-    if _compile_started or torch._dynamo.utils.counters["stats"].get("unique_graphs", 0) > 0:
+    if _compile_started or _graphs_made():
         return False
     try:
         from torch._dynamo.callback import callback_handler
@@ -288,6 +288,11 @@ def watch_compiles(on_start):
     if _compiling not in callback_handler.start_callbacks:
         callback_handler.register_start_callback(_compiling)
     return True
+
+
+def _graphs_made():
+    """Whether Dynamo has compiled a graph in this process (.get: a Counter's missing key is a Python call)."""
+    return torch._dynamo.utils.counters["stats"].get("unique_graphs", 0) > 0
 
 
 def _compiling(args):
@@ -303,8 +308,7 @@ def called_by_compiler(depth=2):
     user's code running between graphs. Asked only while a compiled model may run."""
     global _graphs_seen
     if not _graphs_seen:  # nothing compiled yet (torch imports Dynamo for far more than torch.compile)
-        # (.get: a Counter's missing key is a Python call, asked by every API call until a graph is made)
-        _graphs_seen = torch._dynamo.utils.counters["stats"].get("unique_graphs", 0) > 0
+        _graphs_seen = _graphs_made()  # (asked by every API call until a graph is made)
         if not _graphs_seen:
             return False
     frame = sys._getframe(depth)
