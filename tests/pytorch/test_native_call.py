@@ -1,6 +1,7 @@
-"""The API mode's C path (msprobe._call, src/msprobe/_native/call.c) against CallCapture.call's Python flow
-(MSPROBE_NATIVE_RECORD=0): the same models dumped by both give the same dump.json, construct.json and
-stack.json, byte for byte; it is taken only where the session's filter takes every call; it leaks nothing."""
+"""The C path of the API mode's calls and the module hooks (msprobe._call, src/msprobe/_native/call.c) against
+CallCapture's Python flow (MSPROBE_NATIVE_RECORD=0): the same models dumped by both give the same dump.json,
+construct.json and stack.json, byte for byte; it is taken only where the session's filter takes every call;
+it leaks nothing."""
 
 import gc
 import json
@@ -95,14 +96,14 @@ def dump_text(files, key):
     return json.dumps(data, sort_keys=False)
 
 
-@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 @pytest.mark.parametrize("name", sorted(zoo.ZOO))
 def test_c_path_dumps_equal_the_python_flow(tmp_path, monkeypatch, name, level):
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")
     check_equal_dumps(tmp_path, monkeypatch, name, level)
 
 
-@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 @pytest.mark.parametrize("name", ["transformer", "inplace"])
 def test_c_path_dumps_equal_the_python_flow_on_the_device_path(tmp_path, monkeypatch, name, level):
     """Summaries into device slots, deferred to a batch (what an accelerator takes; here on the CPU)."""
@@ -166,7 +167,7 @@ def test_no_leaks_and_no_cycles(tmp_path, monkeypatch):
     the session is freed by reference counting alone."""
     monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
     debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="mix")
-    model = torch.nn.Linear(8, 8)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))  # (a submodule: the module hooks' path too)
     x = torch.randn(4, 8, requires_grad=True)
     scale = 0.5
     was = gc.isenabled()
@@ -177,7 +178,8 @@ def test_no_leaks_and_no_cycles(tmp_path, monkeypatch):
         for _ in range(50):  # first-call caches
             torch.clamp(torch.tanh(model(x)), min=-scale).sum().backward()
         session = weakref.ref(_state.session)
-        counts = lambda: [sys.getrefcount(o) for o in (x, scale, torch.tanh, torch.clamp, model.weight)]
+        counts = lambda: [sys.getrefcount(o) for o in (x, scale, torch.tanh, torch.clamp, model[0].weight,
+                                                        model[0].bias, model[0])]
         before = counts()
         for _ in range(2000):
             torch.clamp(torch.tanh(model(x)), min=-scale).sum().backward()

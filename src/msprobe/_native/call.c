@@ -1,5 +1,6 @@
-/* msprobe._call: CallCapture.call's flow (core/dump/call_capture.py) for one PyTorch API call in C, where
- * a session's filter takes every call and nothing is saved (pytorch/session.py decides, once a session).
+/* msprobe._call: CallCapture's flow (core/dump/call_capture.py) for one PyTorch API or module call in C,
+ * where a session's filter takes every call and nothing is saved (pytorch/session.py decides, once a
+ * session).
  * In the interpreter that flow is some 60 Python calls of glue around a few that do the work; here the
  * glue is C and the work is the same Python (or C) the flow calls:
  *
@@ -9,11 +10,15 @@
  * CallPath(state, guard, tensor, parameter, counts, module_stack, filter, summarizer, recorder, quick, ops,
  *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back, scalar_record)
  * .call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the call's result, as CallCapture.call
- * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers).
+ * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers);
+ * .begin(s, key, parent, base, args, kwargs) -> a Frame and .end(s, frame, out, params): a module's call
+ * as CallCapture.begin and end record it from its pre- and post-hook (`base`: its name in
+ * `recorded_modules`; `params`: its `_parameters`). `call` is the same two halves around the run.
  * A plain tensor's record comes from `recorder` (msprobe._record, None: not built) and, where that hands
  * it back, from `quick` (the summarizer's record); None and Python scalars as value_record records them
  * (`scalar_record`); every other value from `s.value_record`, an output that is not a tensor, tuple or
- * list from `s.outputs_record`; before_mutation, result_of, backward_begin and backward_end are `ops`'
+ * list from `s.outputs_record`; a parameter that is not a plain tensor from `ops.param_record`;
+ * before_mutation, result_of, backward_begin and backward_end are `ops`'
  * (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
  * dict, its module stack, ...), none of them the session: the session is handed to each call.
@@ -26,7 +31,7 @@
 
 static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
-    *s_input_kwargs, *s_output, *s_optimizer;
+    *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules;
 
 typedef struct {
     PyObject_HEAD
@@ -131,6 +136,238 @@ static PyObject *records_of(CallPath *self, PyObject *s, PyObject *seq, PyObject
     return out;
 }
 
+/* One call between its begin and its end: CallCapture's CallFrame. `base`: a module's record name without
+ * `.forward.{n}` (recorded_modules), NULL for an API call. */
+struct frame {
+    PyObject *key, *bkey, *bpar, *parent, *base, *stack, *forward[2], *waits, *in_args, *in_kwargs, *bstate;
+    int inplace, module;
+};
+
+#define FRAME_FIELDS(f) {&(f)->key, &(f)->bkey, &(f)->bpar, &(f)->parent, &(f)->base, &(f)->stack, &(f)->forward[0], \
+                         &(f)->forward[1], &(f)->waits, &(f)->in_args, &(f)->in_kwargs, &(f)->bstate}
+#define N_FRAME_FIELDS 12
+
+static void frame_clear(struct frame *f) {
+    PyObject **all[N_FRAME_FIELDS] = FRAME_FIELDS(f);
+    for (int i = 0; i < N_FRAME_FIELDS; i++)
+        Py_CLEAR(*all[i]);
+}
+
+/* CallCapture.begin when nothing is saved: `f` has its key, parent (and base) and, where backward records
+ * are made, its backward key; `*args` (a tuple, owned) becomes the arguments to run it with. 0, or -1 on
+ * error (tool work left as it was). */
+static int frame_begin(CallPath *self, PyObject *s, struct frame *f, PyObject **args, PyObject *kwargs,
+                       int mutates) {
+    PyObject *prev = NULL, *guard = NULL, *r = NULL;
+    if (work_enter(self, &prev, &guard) < 0)
+        return -1;
+    if (self->with_stack) {
+        if (self->walk != Py_None) {
+            PyObject *a[3] = {(PyObject *)PyEval_GetFrame(), self->keeps, self->limit};
+            if (a[0] != NULL && (f->stack = PyObject_Vectorcall(self->walk, a, 3, NULL)) == Py_None)
+                Py_CLEAR(f->stack);  /* a code not seen yet: capture_stack's Python walk notes it */
+        }
+        if (f->stack == NULL && !PyErr_Occurred())
+            f->stack = PyObject_CallNoArgs(self->capture_stack);
+        if (f->stack == NULL)
+            goto fail;
+    } else {
+        f->stack = Py_None;
+        Py_INCREF(f->stack);
+    }
+    /* a forward value's record: Summarizer.record's (shared, defer) when not told */
+    if ((f->forward[0] = PyObject_GetAttr(self->summarizer, s_share_forward)) == NULL
+        || (f->forward[1] = PyObject_GetAttr(self->summarizer, s_defer_forward)) == NULL
+        || (f->waits = PyList_New(0)) == NULL
+        || (f->in_args = records_of(self, s, *args, f->forward, f->waits)) == NULL
+        || (f->in_kwargs = PyDict_New()) == NULL)
+        goto fail;
+    {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(kwargs, &pos, &k, &v)) {
+            PyObject *rec = value_record(self, s, v, f->forward, f->waits);
+            if (rec == NULL || PyDict_SetItem(f->in_kwargs, k, rec) < 0) {
+                Py_XDECREF(rec);
+                goto fail;
+            }
+            Py_DECREF(rec);
+        }
+    }
+    if (f->inplace || mutates) {
+        PyObject *a[4] = {self->ops, s, *args, kwargs};
+        if ((r = PyObject_VectorcallMethod(s_before_mutation, a, 4, NULL)) == NULL)
+            goto fail;
+        Py_CLEAR(r);
+    }
+    if (self->backward) {
+        /* the enclosing module's backward is the parent of this one's: a module's parent, an API call's
+         * innermost module */
+        Py_ssize_t nmod = PyList_GET_SIZE(self->module_stack);
+        PyObject *enclosing = f->module ? f->parent : nmod > 0 ? PyList_GET_ITEM(self->module_stack, nmod - 1) : NULL;
+        PyObject *bparent = Py_None;
+        if (enclosing != NULL) {
+            int truthy = PyObject_IsTrue(enclosing);
+            if (truthy < 0)
+                goto fail;
+            if (truthy && enclosing != self->enclosing) {
+                PyObject *got = PyObject_CallOneArg(self->backward_of, enclosing);
+                if (got == NULL)
+                    goto fail;
+                Py_INCREF(enclosing);
+                Py_XSETREF(self->enclosing, enclosing);
+                Py_XSETREF(self->bparent, got);
+            }
+            if (truthy)
+                bparent = self->bparent;
+        }
+        f->bpar = bparent;  /* held: the cache may change before backward_end */
+        Py_INCREF(f->bpar);
+        PyObject *a[9] = {self->ops, s, f->bkey, f->bpar, *args, kwargs, Py_False, f->inplace ? Py_True : Py_False,
+                          f->module ? Py_True : Py_False};
+        if ((r = PyObject_VectorcallMethod(s_backward_begin, a, 9, NULL)) == NULL)
+            goto fail;
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
+            PyErr_SetString(PyExc_TypeError, "backward_begin returns (state, args)");
+            goto fail;
+        }
+        f->bstate = PyTuple_GET_ITEM(r, 0);
+        Py_INCREF(f->bstate);
+        Py_SETREF(*args, PySequence_Tuple(PyTuple_GET_ITEM(r, 1)));
+        Py_CLEAR(r);
+        if (*args == NULL)
+            goto fail;
+    }
+    return work_exit(self, prev, guard);
+fail:
+    Py_XDECREF(r);
+    work_exit(self, prev, guard);
+    return -1;
+}
+
+/* a module's parameter record (TorchCallOps.param_record when nothing is saved) */
+static PyObject *param_record(CallPath *self, PyObject *s, PyObject *p, struct frame *f) {
+    if (Py_TYPE(p) == (PyTypeObject *)self->tensor || Py_TYPE(p) == (PyTypeObject *)self->parameter) {
+        if (self->recorder != Py_None) {
+            PyObject *a[4] = {self->summarizer, p, f->forward[0], Py_True};
+            PyObject *rec = PyObject_Vectorcall(self->recorder, a, 4, NULL);
+            if (rec != Py_None)
+                return rec;
+            Py_DECREF(rec);
+        }
+        PyObject *a[3] = {p, Py_True, f->forward[0]};
+        return PyObject_Vectorcall(self->quick, a, 3, NULL);
+    }
+    PyObject *a[6] = {self->ops, s, p, Py_None, Py_False, f->waits};
+    return PyObject_VectorcallMethod(s_param_record, a, 6, NULL);
+}
+
+/* CallCapture.end when nothing is saved: `out` is what the call returned, `params` a module's
+ * `_parameters` (None values left out) or NULL. Returns the output to hand on. */
+static PyObject *frame_end(CallPath *self, PyObject *s, struct frame *f, PyObject *out, PyObject *args,
+                           PyObject *params) {
+    PyObject *prev = NULL, *guard = NULL, *res = NULL, *outs = NULL, *record = NULL, *precs = NULL, *result = NULL;
+    if (work_enter(self, &prev, &guard) < 0)
+        return NULL;
+    if (f->inplace) {
+        PyObject *a[5] = {self->ops, s, out, args, Py_True};
+        if ((res = PyObject_VectorcallMethod(s_result_of, a, 5, NULL)) == NULL)
+            goto end_work;
+    } else {
+        res = out;
+        Py_INCREF(res);
+    }
+    if (params != NULL) {  /* (before the outputs, as CallCapture.end makes them) */
+        Py_ssize_t pos = 0;
+        PyObject *k, *p;
+        if ((precs = PyDict_New()) == NULL)
+            goto end_work;
+        while (PyDict_Next(params, &pos, &k, &p)) {
+            if (p == Py_None)
+                continue;
+            PyObject *rec = param_record(self, s, p, f);
+            if (rec == NULL || PyDict_SetItem(precs, k, rec) < 0) {
+                Py_XDECREF(rec);
+                goto end_work;
+            }
+            Py_DECREF(rec);
+        }
+    }
+    /* outputs_record when nothing is saved: one tensor, a list or tuple of values, else the session's */
+    if (Py_TYPE(res) == (PyTypeObject *)self->tensor || Py_TYPE(res) == (PyTypeObject *)self->parameter) {
+        PyObject *rec = value_record(self, s, res, f->forward, f->waits);
+        if (rec == NULL || (outs = PyList_New(1)) == NULL) {
+            Py_XDECREF(rec);
+            goto end_work;
+        }
+        PyList_SET_ITEM(outs, 0, rec);
+    } else if (PyTuple_CheckExact(res) || PyList_CheckExact(res)) {
+        if ((outs = records_of(self, s, res, f->forward, f->waits)) == NULL)
+            goto end_work;
+    } else {
+        PyObject *a[5] = {s, f->key, res, Py_False, f->waits};
+        if ((outs = PyObject_VectorcallMethod(s_outputs_record, a, 5, NULL)) == NULL)
+            goto end_work;
+    }
+    if ((record = PyDict_New()) == NULL || PyDict_SetItem(record, s_input_args, f->in_args) < 0
+        || PyDict_SetItem(record, s_input_kwargs, f->in_kwargs) < 0 || PyDict_SetItem(record, s_output, outs) < 0
+        || (precs != NULL && PyDict_SetItem(record, s_parameters, precs) < 0))
+        goto end_work;
+    {
+        /* its construct.json and stack.json entries ride in the record's queue entry */
+        PyObject *a[8] = {s, f->key, record, f->waits, outs, Py_None, f->parent, f->stack};
+        PyObject *e = PyObject_VectorcallMethod(s_emit, a, 8, NULL);
+        if (e == NULL)
+            goto end_work;
+        Py_DECREF(e);
+    }
+    if (f->module) {  /* its parameters' gradients are recorded */
+        PyObject *modules = PyObject_GetAttr(s, s_recorded_modules);
+        int err = modules == NULL || PySet_Add(modules, f->base) < 0;
+        Py_XDECREF(modules);
+        if (err)
+            goto end_work;
+    }
+    Py_INCREF(out);
+    if (f->bstate != NULL && f->bstate != Py_None) {
+        PyObject *a[10] = {self->ops, s, f->bstate, f->bkey, f->bpar, out, res, Py_False,
+                           f->inplace ? Py_True : Py_False, f->module ? Py_True : Py_False};
+        PyObject *got = PyObject_VectorcallMethod(s_backward_end, a, 10, NULL);
+        Py_DECREF(out);
+        if (got == NULL)
+            goto end_work;
+        out = got;
+    }
+    result = out;
+end_work:
+    if (work_exit(self, prev, guard) < 0)
+        Py_CLEAR(result);
+    Py_XDECREF(res);
+    Py_XDECREF(outs);
+    Py_XDECREF(record);
+    Py_XDECREF(precs);
+    return result;
+}
+
+/* state.depth += 1; func(*args, **kwargs); state.depth -= 1 (calls it makes itself are nested, not recorded) */
+static PyObject *run_nested(CallPath *self, PyObject *func, PyObject *args, PyObject *kwargs) {
+    if (add_depth(self, 1) < 0)
+        return NULL;
+    PyObject *out = PyObject_Call(func, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int err = add_depth(self, -1);
+    if (type != NULL) {
+        if (err < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    if (err < 0)
+        Py_CLEAR(out);
+    return out;
+}
+
 static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "call(s, prefix, name, func, args, kwargs, inplace, mutates)");
@@ -144,10 +381,9 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "call: prefix and name are str, kwargs a dict");
         return NULL;
     }
-    PyObject *result = NULL, *counted = NULL, *count = NULL, *next = NULL, *key = NULL, *bkey = NULL,
-             *parent = NULL, *prev = NULL, *guard = NULL, *stack = NULL, *forward[2] = {NULL, NULL}, *waits = NULL,
-             *in_args = NULL, *in_kwargs = NULL, *bstate = NULL, *args = NULL, *out = NULL, *res = NULL,
-             *outs = NULL, *record = NULL, *r = NULL, *bpar = NULL;
+    struct frame f = {0};
+    f.inplace = inplace;
+    PyObject *result = NULL, *counted = NULL, *count = NULL, *next = NULL, *args = NULL, *out = NULL;
     Py_ssize_t n = 0;
 
     /* key: CallCounter.next_api_key (naming.api_key's layout; its backward key is backward_of's) */
@@ -160,199 +396,129 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         goto done;
     count = NULL;  /* (borrowed) */
     if ((next = PyLong_FromSsize_t(n + 1)) == NULL || PyDict_SetItem(self->counts, counted, next) < 0
-        || (key = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->forward)) == NULL
+        || (f.key = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->forward)) == NULL
+        || (self->backward && (f.bkey = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->back)) == NULL)
         || PyObject_SetAttr(self->filter, s_hit, Py_True) < 0)  /* (passes_everything: want_call's answer) */
         goto done;
 
     /* parent: DumpSession.parent_key, without its frame */
     Py_ssize_t nmod = PyList_GET_SIZE(self->module_stack);
     if (nmod > 0) {
-        parent = PyList_GET_ITEM(self->module_stack, nmod - 1);
-        Py_INCREF(parent);
+        f.parent = PyList_GET_ITEM(self->module_stack, nmod - 1);
+        Py_INCREF(f.parent);
     } else {
         PyObject *flag = PyObject_GetAttr(s, s_in_optimizer);
         int t = flag == NULL ? -1 : PyObject_IsTrue(flag);
         Py_XDECREF(flag);
         if (t < 0)
             goto done;
-        parent = t ? s_optimizer : Py_None;
-        Py_INCREF(parent);
+        f.parent = t ? s_optimizer : Py_None;
+        Py_INCREF(f.parent);
     }
-
-    /* begin */
-    args = PySequence_Tuple(argv[4]);
-    if (args == NULL || work_enter(self, &prev, &guard) < 0)
+    if ((args = PySequence_Tuple(argv[4])) == NULL || frame_begin(self, s, &f, &args, kwargs, mutates) < 0
+        || (out = run_nested(self, func, args, kwargs)) == NULL)
         goto done;
-    if (self->with_stack) {
-        if (self->walk != Py_None) {
-            PyObject *a[3] = {(PyObject *)PyEval_GetFrame(), self->keeps, self->limit};
-            if (a[0] != NULL && (stack = PyObject_Vectorcall(self->walk, a, 3, NULL)) == Py_None)
-                Py_CLEAR(stack);  /* a code not seen yet: capture_stack's Python walk notes it */
-        }
-        if (stack == NULL && !PyErr_Occurred())
-            stack = PyObject_CallNoArgs(self->capture_stack);
-        if (stack == NULL)
-            goto end_work;
-    } else {
-        stack = Py_None;
-        Py_INCREF(stack);
-    }
-    /* a forward value's record: Summarizer.record's (shared, defer) when not told */
-    if ((forward[0] = PyObject_GetAttr(self->summarizer, s_share_forward)) == NULL
-        || (forward[1] = PyObject_GetAttr(self->summarizer, s_defer_forward)) == NULL
-        || (waits = PyList_New(0)) == NULL || (in_args = records_of(self, s, args, forward, waits)) == NULL
-        || (in_kwargs = PyDict_New()) == NULL)
-        goto end_work;
-    {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        while (PyDict_Next(kwargs, &pos, &k, &v)) {
-            PyObject *rec = value_record(self, s, v, forward, waits);
-            if (rec == NULL || PyDict_SetItem(in_kwargs, k, rec) < 0) {
-                Py_XDECREF(rec);
-                goto end_work;
-            }
-            Py_DECREF(rec);
-        }
-    }
-    if (inplace || mutates) {
-        PyObject *a[4] = {self->ops, s, args, kwargs};
-        if ((r = PyObject_VectorcallMethod(s_before_mutation, a, 4, NULL)) == NULL)
-            goto end_work;
-        Py_CLEAR(r);
-    }
-    if (self->backward) {
-        PyObject *bparent = Py_None;
-        if (nmod > 0) {  /* the enclosing module's backward is the parent of this one's */
-            PyObject *enclosing = PyList_GET_ITEM(self->module_stack, nmod - 1);
-            int truthy = PyObject_IsTrue(enclosing);
-            if (truthy < 0)
-                goto end_work;
-            if (truthy && enclosing != self->enclosing) {
-                PyObject *got = PyObject_CallOneArg(self->backward_of, enclosing);
-                if (got == NULL)
-                    goto end_work;
-                Py_INCREF(enclosing);
-                Py_XSETREF(self->enclosing, enclosing);
-                Py_XSETREF(self->bparent, got);
-            }
-            if (truthy)
-                bparent = self->bparent;
-        }
-        bpar = bparent;  /* held: the cache may change before backward_end */
-        Py_INCREF(bpar);
-        if ((bkey = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->back)) == NULL)
-            goto end_work;
-        PyObject *a[9] = {self->ops, s, bkey, bpar, args, kwargs, Py_False, inplace ? Py_True : Py_False, Py_False};
-        if ((r = PyObject_VectorcallMethod(s_backward_begin, a, 9, NULL)) == NULL)
-            goto end_work;
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
-            PyErr_SetString(PyExc_TypeError, "backward_begin returns (state, args)");
-            goto end_work;
-        }
-        bstate = PyTuple_GET_ITEM(r, 0);
-        Py_INCREF(bstate);
-        Py_SETREF(args, PySequence_Tuple(PyTuple_GET_ITEM(r, 1)));
-        Py_CLEAR(r);
-        if (args == NULL)
-            goto end_work;
-    }
-    if (work_exit(self, prev, guard) < 0) {
-        prev = guard = NULL;
-        goto done;
-    }
-    prev = guard = NULL;
-
-    /* run: calls it makes itself are nested, not recorded (_run_nested) */
-    if (add_depth(self, 1) < 0)
-        goto done;
-    out = PyObject_Call(func, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
-    {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        int err = add_depth(self, -1);
-        if (type != NULL) {
-            if (err < 0)
-                PyErr_Clear();
-            PyErr_Restore(type, value, tb);
-            goto done;
-        }
-        if (err < 0)
-            goto done;
-    }
-
-    /* end */
-    if (work_enter(self, &prev, &guard) < 0)
-        goto done;
-    if (inplace) {
-        PyObject *a[5] = {self->ops, s, out, args, Py_True};
-        if ((res = PyObject_VectorcallMethod(s_result_of, a, 5, NULL)) == NULL)
-            goto end_work;
-    } else {
-        res = out;
-        Py_INCREF(res);
-    }
-    /* outputs_record when nothing is saved: one tensor, a list or tuple of values, else the session's */
-    if (Py_TYPE(res) == (PyTypeObject *)self->tensor || Py_TYPE(res) == (PyTypeObject *)self->parameter) {
-        PyObject *rec = value_record(self, s, res, forward, waits);
-        if (rec == NULL || (outs = PyList_New(1)) == NULL) {
-            Py_XDECREF(rec);
-            goto end_work;
-        }
-        PyList_SET_ITEM(outs, 0, rec);
-    } else if (PyTuple_CheckExact(res) || PyList_CheckExact(res)) {
-        if ((outs = records_of(self, s, res, forward, waits)) == NULL)
-            goto end_work;
-    } else {
-        PyObject *a[5] = {s, key, res, Py_False, waits};
-        if ((outs = PyObject_VectorcallMethod(s_outputs_record, a, 5, NULL)) == NULL)
-            goto end_work;
-    }
-    if ((record = PyDict_New()) == NULL || PyDict_SetItem(record, s_input_args, in_args) < 0
-        || PyDict_SetItem(record, s_input_kwargs, in_kwargs) < 0 || PyDict_SetItem(record, s_output, outs) < 0)
-        goto end_work;
-    {
-        /* its construct.json and stack.json entries ride in the record's queue entry */
-        PyObject *a[8] = {s, key, record, waits, outs, Py_None, parent, stack};
-        PyObject *e = PyObject_VectorcallMethod(s_emit, a, 8, NULL);
-        if (e == NULL)
-            goto end_work;
-        Py_DECREF(e);
-    }
-    if (bstate != NULL && bstate != Py_None) {
-        PyObject *a[10] = {self->ops, s, bstate, bkey, bpar, out, res, Py_False, inplace ? Py_True : Py_False, Py_False};
-        PyObject *got = PyObject_VectorcallMethod(s_backward_end, a, 10, NULL);
-        if (got == NULL)
-            goto end_work;
-        Py_SETREF(out, got);
-    }
-    result = out;
-    out = NULL;
-
-end_work:
-    if (guard != NULL && work_exit(self, prev, guard) < 0)
-        Py_CLEAR(result);
+    result = frame_end(self, s, &f, out, args, NULL);
 done:
+    frame_clear(&f);
     Py_XDECREF(counted);
     Py_XDECREF(next);
-    Py_XDECREF(key);
-    Py_XDECREF(bkey);
-    Py_XDECREF(parent);
-    Py_XDECREF(stack);
-    Py_XDECREF(forward[0]);
-    Py_XDECREF(forward[1]);
-    Py_XDECREF(waits);
-    Py_XDECREF(in_args);
-    Py_XDECREF(in_kwargs);
-    Py_XDECREF(bstate);
     Py_XDECREF(args);
     Py_XDECREF(out);
-    Py_XDECREF(res);
-    Py_XDECREF(outs);
-    Py_XDECREF(record);
-    Py_XDECREF(r);
-    Py_XDECREF(bpar);
     return result;
+}
+
+/* A module's call between its pre-hook (CallPath.begin) and its post-hook (CallPath.end). */
+typedef struct {
+    PyObject_HEAD
+    struct frame f;
+    int begun, ended;
+} Frame;
+
+static int frameobj_traverse(Frame *self, visitproc visit, void *arg) {
+    PyObject **all[N_FRAME_FIELDS] = FRAME_FIELDS(&self->f);
+    for (int i = 0; i < N_FRAME_FIELDS; i++)
+        Py_VISIT(*all[i]);
+    return 0;
+}
+
+static int frameobj_clear(Frame *self) {
+    frame_clear(&self->f);
+    return 0;
+}
+
+static void frameobj_dealloc(Frame *self) {
+    PyObject_GC_UnTrack(self);
+    frame_clear(&self->f);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject FrameType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._call.Frame",
+    .tp_basicsize = sizeof(Frame),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A module's call between CallPath.begin and CallPath.end.",
+    .tp_traverse = (traverseproc)frameobj_traverse,
+    .tp_clear = (inquiry)frameobj_clear,
+    .tp_dealloc = (destructor)frameobj_dealloc,
+};
+
+/* begin(s, key, parent, base, args, kwargs) -> the frame of module call `key` (CallCapture.begin, module) */
+static PyObject *begin(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(argv[5])) {
+        PyErr_SetString(PyExc_TypeError, "begin(s, key, parent, base, args, kwargs: dict)");
+        return NULL;
+    }
+    PyObject *s = argv[0], *args = PySequence_Tuple(argv[4]);
+    if (args == NULL)
+        return NULL;
+    Frame *fr = PyObject_GC_New(Frame, &FrameType);
+    if (fr == NULL) {
+        Py_DECREF(args);
+        return NULL;
+    }
+    memset(&fr->f, 0, sizeof(fr->f));
+    fr->begun = fr->ended = 0;
+    PyObject_GC_Track(fr);
+    struct frame *f = &fr->f;
+    f->module = 1;
+    f->key = argv[1];
+    f->parent = argv[2];
+    f->base = argv[3];
+    Py_INCREF(f->key);
+    Py_INCREF(f->parent);
+    Py_INCREF(f->base);
+    if ((self->backward && (f->bkey = PyObject_CallOneArg(self->backward_of, f->key)) == NULL)
+        || PyObject_SetAttr(self->filter, s_hit, Py_True) < 0 || frame_begin(self, s, f, &args, argv[5], 0) < 0) {
+        Py_XDECREF(args);
+        Py_DECREF(fr);
+        return NULL;
+    }
+    Py_DECREF(args);
+    fr->begun = 1;
+    return (PyObject *)fr;
+}
+
+/* end(s, frame, out, params) -> out as handed on (CallCapture.end of a module; `params`: its
+ * `_parameters`, None values left out) */
+static PyObject *end(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 4 || Py_TYPE(argv[1]) != &FrameType || !PyDict_Check(argv[3])) {
+        PyErr_SetString(PyExc_TypeError, "end(s, frame: Frame, out, params: dict)");
+        return NULL;
+    }
+    Frame *fr = (Frame *)argv[1];
+    if (!fr->begun || fr->ended) {
+        PyErr_SetString(PyExc_RuntimeError, "end: a frame not begun, or ended already");
+        return NULL;
+    }
+    fr->ended = 1;
+    PyObject *none = PyTuple_New(0);
+    if (none == NULL)
+        return NULL;
+    PyObject *got = frame_end(self, argv[0], &fr->f, argv[2], none, argv[3]);
+    Py_DECREF(none);
+    return got;
 }
 
 #define N_HELD 19
@@ -411,6 +577,11 @@ static PyMethodDef callpath_methods[] = {
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL,
      "call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the result of func(*args, **kwargs), "
      "recorded as CallCapture.call records it."},
+    {"begin", (PyCFunction)(void (*)(void))begin, METH_FASTCALL,
+     "begin(s, key, parent, base, args, kwargs) -> the frame of a module's call, begun as CallCapture.begin "
+     "begins it."},
+    {"end", (PyCFunction)(void (*)(void))end, METH_FASTCALL,
+     "end(s, frame, out, params) -> out, the module's call recorded as CallCapture.end records it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -601,11 +772,14 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_input_kwargs, "input_kwargs");
     INTERN(s_output, "output");
     INTERN(s_optimizer, "optimizer");
+    INTERN(s_param_record, "param_record");
+    INTERN(s_parameters, "parameters");
+    INTERN(s_recorded_modules, "recorded_modules");
     INTERN(s_session, "session");
     INTERN(s_summarizer, "summarizer");
     INTERN(s_deferred, "deferred");
     INTERN(s_dynamo, "torch._dynamo");
-    if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0)
+    if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -161,12 +161,14 @@ class DumpSession(CaptureSession):
         self.weak_self = weakref.ref(self)
         self.backward_open = True
         self._launch_queued = False  # a launch is queued for the end of the backward pass under way
-        # the API mode's calls: CallCapture.call's flow in C where this session's takes every call
-        self.fast_call = self._call_path()
-        self.plain_calls = self.fast_call is not None  # (the same conditions; both off to compare)
+        # CallCapture's flow in C where this session's filter takes every call: the API mode's calls
+        # (`fast_call`) and the module hooks' begin and end (`call_path`)
+        self.call_path = self._call_path()
+        self.fast_call = None if self.call_path is None else self.call_path.call
+        self.plain_calls = self.call_path is not None  # (the same conditions; both off to compare)
 
     def _call_path(self):
-        """msprobe._call's `call` for this session's API calls at L1/mix, or None: the flow in Python. For
+        """msprobe._call's CallPath for this session's API and module calls, or None: the flow in Python. For
         a filter that takes every call, nothing saved and no overflow gate (MSPROBE_NATIVE_RECORD=0: off,
         to compare; the C path makes the same records, entries and trackers as `self.calls.call`)."""
         flt = self.filter
@@ -180,7 +182,7 @@ class DumpSession(CaptureSession):
         return _CallPath(_state, DisableTorchFunction, torch.Tensor, torch.nn.Parameter, self.counter.counts,
                          self.module_stack, flt, summarizer, summarizer.native_record, self.quick_record,
                          self.calls.ops, self.with_stack, walk, keeps, limit, capture_stack, naming.backward_of,
-                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record).call
+                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record)
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")

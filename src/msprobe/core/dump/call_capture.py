@@ -27,9 +27,10 @@ Records of values come from the session (`args_records` / `outputs_record`, core
 over its `value_record`); the records go to the session's `emit` (with the call's parent and stack:
 its construct.json and stack.json entries are made when the queue is written) or, for a call with
 no record, `note_structure` (capture.py).
-PyTorch's API calls take a twin of `call` in C where the session's filter takes every call and nothing
-is saved (msprobe._call, src/msprobe/_native/call.c; pytorch/session.py `fast_call`): a change to the
-flow here is made there too (tests/pytorch/test_native_call.py compares the dumps of both).
+PyTorch's API calls and module hooks take twins of `call`, `begin` and `end` in C where the session's
+filter takes every call and nothing is saved (msprobe._call, src/msprobe/_native/call.c; pytorch/session.py
+`call_path`): a change to the flow here is made there too (tests/pytorch/test_native_call.py compares the
+dumps of both).
 Framework-free.
 """
 

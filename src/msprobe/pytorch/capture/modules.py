@@ -5,6 +5,7 @@ gradients through post-accumulate-grad hooks. The root module itself is not reco
 
 import torch
 
+from msprobe.core.dump.call_capture import CallFrame
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.recompute import recomputing
 from msprobe.pytorch.tool_work import tool_work
@@ -149,7 +150,11 @@ class ModuleCapture:
             if not want:
                 self._frames.append((key, parent, None))
                 return None
-            frame = session.calls.begin(session, key, parent, args, kwargs)[0]
+            path = session.call_path
+            if path is not None:
+                frame = path.begin(session, key, parent, base, args, kwargs)
+            else:
+                frame = session.calls.begin(session, key, parent, args, kwargs)[0]
             self._frames.append((key, parent, frame))
             return None
         return hook
@@ -171,7 +176,11 @@ class ModuleCapture:
                 session.module_stack.pop()
             if frame is None:
                 return None
-            session.calls.end(session, frame, output, params=own_parameters(module) if module._parameters else ())
+            if type(frame) is not CallFrame:  # begun by the session's call_path
+                if session.call_path is not None:  # (else a session begun since: the call is dropped)
+                    session.call_path.end(session, frame, output, module._parameters)
+            else:
+                session.calls.end(session, frame, output, params=own_parameters(module) if module._parameters else ())
             return None
         return hook
 
