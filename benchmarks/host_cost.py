@@ -6,8 +6,9 @@ For each config, timed steps with the debugger alternate with steps without it (
 take the accelerator path (MSPROBE_DEVICE_SUMMARY=1: summaries into device slots, read back in batches).
 The per-summary line times `Summarizer.summarize` alone on fresh (uncached) small tensors.
 `L0_floor` and `L1_floor` are the least any hook-based dump of that level does on this model: the hooks
-alone (module hooks, or a TorchFunctionMode that passes each API on), each reading its tensors once
-with msprobe's statistics kernel, and nothing else (no names, records or files); their µs per record
+alone (module hooks installed once and idle between steps, as msprobe's are, or a TorchFunctionMode that
+passes each API on), each reading its tensors once with msprobe's statistics kernel, and nothing else (no
+names, records or files); their µs per record
 divide by the records msprobe writes at that level, and msprobe's rows say how far above that they are.
 A second table splits each config's extra time by phase of the step (PHASES), against the same phase of
 its level's floor: where the cost is.
@@ -122,6 +123,9 @@ class HookFloor:
         self.results = []
         self._handles = []
         self._seen = set()  # the step's reads: (address, dtype, shape, strides, version)
+        # installed once and idle between steps, as msprobe's are: forward hooks read from start() to
+        # stop(), gradient hooks until step() (backward may follow stop())
+        self._forward_on = self._grads_on = False
 
     def _stats(self, t):
         if not self.read:
@@ -144,13 +148,22 @@ class HookFloor:
             self.results.append(None)
 
     def start(self, model):
+        self._forward_on = self._grads_on = True
+        if self._handles:
+            return
         for name, mod in model.named_modules():
             if name:
                 self._handles.append(mod.register_forward_hook(self._forward))
         for p in model.parameters():
-            self._handles.append(p.register_post_accumulate_grad_hook(lambda p: self._stats(p.grad)))
+            self._handles.append(p.register_post_accumulate_grad_hook(self._param_grad))
+
+    def _param_grad(self, p):
+        if self._grads_on:
+            self._stats(p.grad)
 
     def _forward(self, mod, args, out):
+        if not self._forward_on:
+            return
         with torch.no_grad():
             for o in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(o, torch.Tensor):
@@ -167,17 +180,18 @@ class HookFloor:
                 self._stats(g)
 
     def stop(self):
-        pass
+        self._forward_on = False
 
     def step(self):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._forward_on = self._grads_on = False
         self.results = []
         self._seen.clear()
 
     def close(self):
         self.step()
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
 
 class ApiFloor(HookFloor):
@@ -422,6 +436,7 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
                     kernels.append(_profiled_step(model, x, opt, probe))
             level = FLOORS.get(name) or CHECKS.get(name)
             if level:  # per record msprobe writes at that level, counted in one untimed step
+                probe.close()  # (its hooks off the model first)
                 name_of_dump, probe = level, _debugger(root, level)
                 _step(model, x, opt, probe)
             else:

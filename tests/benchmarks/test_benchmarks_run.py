@@ -181,7 +181,7 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
     dump_overhead = _bench_module("dump_overhead")
     torch.manual_seed(0)
     work = _bench_module("models").Workload("mlp")
-    for config in ("stat_L0", "stat_mix"):
+    for config in ("stat_L0", "stat_mix", "floor_L0"):
         runner = dump_overhead.Runner(config, work, str(tmp_path))
         steps = dump_overhead._slot(runner, 2)
         assert len(steps) == 2 and runner.dump_bytes() == 0  # cleaned after each step
@@ -193,7 +193,8 @@ def test_pytorch_slots_leave_no_hooks_on_the_shared_model(tmp_path):
 def test_l0_floor_reads_what_an_l0_record_holds_once():
     """host_cost.py's L0 floor probe reads every module output, each module's own parameters, the gradients
     of the outputs and every parameter gradient with the statistics kernel, a tensor of ONCE_MIN elements
-    or more once a step (a container's output is its last child's), and leaves no hook."""
+    or more once a step (a container's output is its last child's); as msprobe's, its hooks are installed
+    once, read nothing between step() and the next start(), and go at close()."""
     torch = pytest.importorskip("torch")
     host_cost, models = _bench_module("host_cost"), _bench_module("models")
     work = models.Workload("cnn")
@@ -217,6 +218,12 @@ def test_l0_floor_reads_what_an_l0_record_holds_once():
     assert len(offered) == len(submodules) + len(params) + with_grad_fn + len(params)
     assert len(seen) == len(set(offered)) < len(offered)
     assert all(isinstance(r, tuple) and len(r) == 4 and all(math.isfinite(v) for v in r) for r in seen)
+    installed = sum(len(m._forward_hooks) for m in submodules)
+    work.train_step()  # idle between steps
+    assert not probe.results and len(offered) == len(submodules) + len(params) + with_grad_fn + len(params)
+    probe.start(work.model)  # the same hooks, not a second set
+    assert sum(len(m._forward_hooks) for m in submodules) == installed == len(submodules)
+    probe.close()
     left = [m for m in submodules if m._forward_hooks]
     left += [p for p in params if getattr(p, "_post_accumulate_grad_hooks", None)]
     assert not left and torch.is_grad_enabled()
