@@ -1,8 +1,9 @@
 """Host microseconds msprobe spends per record and per tensor summary, on a model whose kernels take
 microseconds (a deep, narrow MLP on the CPU): what a dump costs wherever the device is fast.
 
-For each config, timed steps with the debugger alternate with steps without it (one process, one run);
-µs per record = (median dumped step - median plain step) / records written per step. `*_device` configs
+Each round times every config in turn, each in a slot of its own (a fresh debugger, closed after it),
+where timed steps with the debugger follow steps without it (one process, one run); µs per record =
+(median over rounds of: median dumped step - median plain step) / records written per step. `*_device` configs
 take the accelerator path (MSPROBE_DEVICE_SUMMARY=1: summaries into device slots, read back in batches).
 The per-summary line times `Summarizer.summarize` alone on fresh (uncached) small tensors.
 `L0_floor` and `L1_floor` are the least any hook-based dump of that level does on this model: the hooks
@@ -413,53 +414,68 @@ def _records(dump_path):
 
 
 def measure(configs, rounds, steps, log, device="cpu", seq=0):
+    """Interleaved: a round times every config in turn (the order rotated each round), each in a slot of
+    its own: a fresh debugger or floor probe, one untimed step, `steps` plain steps and `steps` dumped
+    ones, then closed (no idle hook of it left on the shared model for the next slot). A config and its
+    level's floor are so measured minutes apart at most, whatever the machine's load does meanwhile.
+    Records are counted after the rounds, in one untimed step of a debugger at each config's level."""
     model, x = build(device=device, seq=seq)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
+    got = {name: {"ratios": [], "extra": [], "kernels": [], "phases": []} for name in configs}
     out = {}
     try:
+        for r in range(rounds):
+            for name in configs[r % len(configs):] + configs[:r % len(configs)]:
+                _slot(model, x, opt, os.path.join(root, f"r{r}"), name, steps, device, got[name], first=r == 0)
+            shutil.rmtree(os.path.join(root, f"r{r}"), ignore_errors=True)
+        counted = {}
         for name in configs:
-            probe = _probe(root, name)
-            for _ in range(2):  # warm-up: API table, first-call caches
+            level = FLOORS.get(name) or CHECKS.get(name) or name
+            if level not in counted:  # the records msprobe writes at that level, in one untimed step
+                probe = _debugger(root, level)
                 _step(model, x, opt, probe)
-            # the kernels' share of a step (module doc): the device path's on the CPU, and --check's
-            split = device == "cpu" and (name in CHECKS or (name in CONFIGS and CONFIGS[name][2]))
-            ratios, extra, kernels, phases = [], [], [], []
-            for _ in range(rounds):
-                plain = [_step(model, x, opt) for _ in range(steps)]
-                dumped = [_step(model, x, opt, probe) for _ in range(steps)]
-                extra.append(statistics.median(map(sum, dumped)) - statistics.median(map(sum, plain)))
-                ratios.append(statistics.median(map(sum, dumped)) / statistics.median(map(sum, plain)))
-                phases.append([statistics.median(d[i] for d in dumped) - statistics.median(p[i] for p in plain)
-                               for i in range(len(PHASES))])
-                if split:
-                    kernels.append(_profiled_step(model, x, opt, probe))
-            level = FLOORS.get(name) or CHECKS.get(name)
-            if level:  # per record msprobe writes at that level, counted in one untimed step
-                probe.close()  # (its hooks off the model first)
-                name_of_dump, probe = level, _debugger(root, level)
-                _step(model, x, opt, probe)
-            else:
-                name_of_dump = name
-            probe.close()
-            records, tensors = _records(os.path.join(root, name_of_dump))
-            got = out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * statistics.median(extra),
-                               "us_per_record": 1e6 * statistics.median(extra) / records,
-                               "us_per_tensor": 1e6 * statistics.median(extra) / tensors,
-                               "ratio": statistics.median(ratios),
-                               "phases_ms": {ph: 1e3 * statistics.median(r[i] for r in phases)
+                probe.close()
+                counted[level] = _records(os.path.join(root, level))
+            records, tensors = counted[level]
+            g = got[name]
+            extra = statistics.median(g["extra"])
+            res = out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * extra,
+                               "us_per_record": 1e6 * extra / records, "us_per_tensor": 1e6 * extra / tensors,
+                               "ratio": statistics.median(g["ratios"]),
+                               "phases_ms": {ph: 1e3 * statistics.median(p[i] for p in g["phases"])
                                              for i, ph in enumerate(PHASES)}}
-            if kernels:
-                kernel_s = statistics.median(k for k, _ in kernels)
-                got.update(kernel_ms=1e3 * kernel_s, kernels_per_record=statistics.median(n for _, n in kernels) / records,
-                           host_us_per_record=1e6 * (statistics.median(extra) - kernel_s) / records)
-            log(f"{name}: {got['us_per_record']:.1f} us/record"
-                + (f", host {got['host_us_per_record']:.1f}" if kernels else ""))
-            shutil.rmtree(os.path.join(root, name_of_dump), ignore_errors=True)
+            if g["kernels"]:
+                kernel_s = statistics.median(k for k, _ in g["kernels"])
+                res.update(kernel_ms=1e3 * kernel_s,
+                           kernels_per_record=statistics.median(n for _, n in g["kernels"]) / records,
+                           host_us_per_record=1e6 * (extra - kernel_s) / records)
+            log(f"{name}: {res['us_per_record']:.1f} us/record"
+                + (f", host {res['host_us_per_record']:.1f}" if g["kernels"] else ""))
     finally:
         os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _slot(model, x, opt, root, name, steps, device, got, first=False):
+    """One config's slot of a round (see measure): its step ratio, extra seconds and phases into `got`."""
+    os.makedirs(root, exist_ok=True)
+    probe = _probe(root, name)
+    try:
+        for _ in range(2 if first else 1):  # warm-up: API table, first-call caches, hooks installed
+            _step(model, x, opt, probe)
+        plain = [_step(model, x, opt) for _ in range(steps)]
+        dumped = [_step(model, x, opt, probe) for _ in range(steps)]
+        got["extra"].append(statistics.median(map(sum, dumped)) - statistics.median(map(sum, plain)))
+        got["ratios"].append(statistics.median(map(sum, dumped)) / statistics.median(map(sum, plain)))
+        got["phases"].append([statistics.median(d[i] for d in dumped) - statistics.median(p[i] for p in plain)
+                              for i in range(len(PHASES))])
+        # the kernels' share of a step (module doc): the device path's on the CPU, and --check's
+        if device == "cpu" and (name in CHECKS or (name in CONFIGS and CONFIGS[name][2])):
+            got["kernels"].append(_profiled_step(model, x, opt, probe))
+    finally:
+        probe.close()
 
 
 def summary_cost(n=3000, device="cpu"):

@@ -74,6 +74,27 @@ def test_host_cost_quick(tmp_path):
     assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"]
 
 
+def test_host_cost_rounds_take_every_config_in_turn(tmp_path, monkeypatch):
+    """host_cost.measure interleaves: each round times every config once, in a slot of its own whose probe
+    is closed after it (no idle hook left on the shared model for the next), the order rotated each round."""
+    pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")  # (restored at the end: _debugger sets it)
+    order, slot = [], host_cost._slot
+
+    def noting(model, x, opt, root, name, steps, device, got, first=False):
+        order.append(name)
+        slot(model, x, opt, root, name, steps, device, got, first)
+        assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), name
+        assert not any(getattr(p, "_post_accumulate_grad_hooks", None) for p in model.parameters()), name
+
+    monkeypatch.setattr(host_cost, "_slot", noting)
+    out = host_cost.measure(["L0", "L0_floor"], rounds=2, steps=1, log=lambda *a: None)
+    assert order == ["L0", "L0_floor", "L0_floor", "L0"]
+    assert out["L0"]["records"] == out["L0_floor"]["records"] > 0  # the floor per record msprobe writes
+
+
 def test_host_cost_feeds_a_sequence_as_a_transformer_does(capsys):
     """--seq: the MLP takes [4, SEQ, 32], so each Linear flattens its input and views its product back
     (what msprobe's backward reads through); the header says which input was measured."""
