@@ -8,7 +8,8 @@ value_and_grad + SGD. A timed step with a debugger is
 so the flush at step() is part of the cost. Every config runs `--steps` steps per slot, a `none` slot
 (no tool) before each config slot, the config order rotated each round; a config's ratio is the median
 over rounds of (median step of its slot) / (median step of the `none` slot beside it). Pairing with
-the neighbouring baseline cancels bursts of load on a shared machine.
+the neighbouring baseline cancels bursts of load on a shared machine. Each config slot has a debugger
+of its own, closed after it: no idle Cell hook of one config is on the shared net in another's slot.
 
 Each model is measured in two processes, one per way MindSpore can execute PyNative ops:
 
@@ -37,6 +38,7 @@ Only msprobe's public API is used: `from msprobe.mindspore import PrecisionDebug
 """
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -230,15 +232,16 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
         for read in (False, True, False):  # warm-up: kernels built
             runner.sync_forward = read
             runner.step()
-        debuggers = {}
+        cfg_paths = {}
         for c in configs:
             task, level, summary = SPECS[c]
-            cfg_path = os.path.join(root, f"{name}_{c}.json")
-            with open(cfg_path, "w") as f:
+            cfg_paths[c] = os.path.join(root, f"{name}_{c}.json")
+            with open(cfg_paths[c], "w") as f:
                 json.dump({"task": task, "level": level, "dump_path": os.path.join(root, name, c),
                            task: {"summary_mode": summary} if task == "statistics" else {}}, f)
-            debuggers[c] = PrecisionDebugger(config_path=cfg_path)
-            slot(runner, 1, debuggers[c], plain_only)  # warm-up of the tool's own paths
+            with _debugger(cfg_paths[c]) as debugger:
+                slot(runner, 1, debugger, plain_only)  # warm-up of the tool's own paths
+            shutil.rmtree(os.path.join(root, name, c), ignore_errors=True)  # (each debugger a new dump)
         ratios = {c: [] for c in configs}
         cpu_ratios = {c: [] for c in configs}
         base, base_cpu = [], []
@@ -246,7 +249,11 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
         for r in range(rounds):
             for c in harness.rotated(configs, r):
                 b, bc, base_way = slot(runner, steps, None, plain_only)
-                t, tc, tool_way = slot(runner, steps, debuggers[c], plain_only)
+                # a debugger of its own, closed after its slot: an L0 or mix debugger keeps its Cell hooks
+                # between the steps it dumps, and idle on the shared net they would slow every other slot
+                with _debugger(cfg_paths[c]) as debugger:
+                    runner.step(debugger)  # (untimed: its first step installs the hooks)
+                    t, tc, tool_way = slot(runner, steps, debugger, plain_only)
                 base.append(b)
                 base_cpu.append(bc)
                 for side, way in (("without", base_way), ("with", tool_way)):
@@ -265,9 +272,16 @@ def measure(models, configs, rounds, steps, root, log, plain_only=False):
                          **{c: statistics.median(v) for c, v in ratios.items()}}
         results[name + " (cpu)"] = {"base_ms": statistics.median(base_cpu) * 1e3,
                                     **{c: statistics.median(v) for c, v in cpu_ratios.items()}}
-        for d in debuggers.values():
-            d.close()
     return results
+
+
+@contextlib.contextmanager
+def _debugger(cfg_path):
+    debugger = PrecisionDebugger(config_path=cfg_path)
+    try:
+        yield debugger
+    finally:
+        debugger.close()
 
 
 def render(results, configs, execution):

@@ -250,6 +250,39 @@ def test_l0_floor_reads_what_an_l0_record_holds_once():
     assert not left and torch.is_grad_enabled()
 
 
+def test_mindspore_slots_leave_no_hooks_on_the_shared_net(tmp_path, monkeypatch):
+    """ms_dump_overhead.py's configs share a net: an L0 debugger's idle Cell hooks left on it would slow
+    the `none` slots and every other config's. Each config slot's debugger is closed after it."""
+    pytest.importorskip("mindspore")
+    ms_bench = _bench_module("ms_dump_overhead")
+    runners, slot = [], ms_bench.slot
+
+    def hooks(net):
+        return sum(len(getattr(c, "_forward_hook", None) or {}) + len(getattr(c, "_forward_pre_hook", None) or {})
+                   for _, c in net.cells_and_names())
+
+    class Noting(ms_bench.Runner):
+        def __init__(self, name):
+            super().__init__(name)
+            runners.append(self)
+            self.own = hooks(self.net)  # the runner's own forward hook
+
+    def checking(runner, steps, debugger=None, plain_only=False):
+        got = slot(runner, steps, debugger, plain_only)
+        if debugger is None:  # a `none` slot: nothing of any debugger on the net
+            assert hooks(runner.net) == runner.own
+        else:
+            assert hooks(runner.net) > runner.own  # (its hooks were there: what the check above looks for)
+        return got
+
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    monkeypatch.setattr(ms_bench, "Runner", Noting)
+    monkeypatch.setattr(ms_bench, "slot", checking)
+    got = ms_bench.measure(["cnn"], ["stat_L0", "stat_mix"], rounds=2, steps=1, root=str(tmp_path),
+                           log=lambda *a: None, plain_only=True)
+    assert got["cnn"]["stat_L0"] > 0 and hooks(runners[0].net) == runners[0].own
+
+
 def test_mindspore_synchronous_process_stays_synchronous():
     """Every slot of the synchronous process runs its one way (a slot that switched the option off
     after its steps left the slots after it measuring asynchronous steps). The measuring process is
