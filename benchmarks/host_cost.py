@@ -11,6 +11,9 @@ alone (module hooks installed once and idle between steps, as msprobe's are, or 
 passes each API on), each reading its tensors once with msprobe's statistics kernel, and nothing else (no
 names, records or files); their µs per record
 divide by the records msprobe writes at that level, and msprobe's rows say how far above that they are.
+`L0_bare` and `L1_bare` are the same hooks reading nothing (issue 32's "bare interception floor": the
+mode passes each call on and hooks its output's autograd node); a line says how many times that msprobe's
+rows of the level cost (target: 3x).
 A second table splits each config's extra time by phase of the step (PHASES), against the same phase of
 its level's floor: where the cost is.
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
@@ -91,6 +94,10 @@ CONFIGS = {
 ONCE_MIN = 8192
 # the floor of a level: its hooks, each tensor read once (no debugger); level -> the config it bounds
 FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
+# the bare interception of a level (issue 32's "bare interception floor"): the same hooks, reading nothing
+BARE = {"L0_bare": "L0", "L1_bare": "L1"}
+# a dump within this many times its level's bare interception (issue 32)
+BARE_TARGET = 3.0
 # --check: the kernel subtraction on a known case (see the module doc); probe -> the level it counts records of
 CHECKS = {"hooks": "L0", "hooks+kernels": "L0"}
 
@@ -117,10 +124,11 @@ class HookFloor:
     once with the statistics kernel (module outputs, the module's own parameters, the gradients of the
     outputs, parameter gradients: what an L0 record holds that no other record already read)."""
 
-    def __init__(self, read):
+    def __init__(self, read, bare=False):
         if read and not moments.ENABLED:
             raise SystemExit("msprobe's statistics kernel is not built (MSPROBE_NATIVE_STATS=0?)")
         self.read = read
+        self.bare = bare  # the hooks alone: no tensor handed to _stats (not even detached for it)
         self.results = []
         self._handles = []
         self._seen = set()  # the step's reads: (address, dtype, shape, strides, version)
@@ -159,23 +167,29 @@ class HookFloor:
             self._handles.append(p.register_post_accumulate_grad_hook(self._param_grad))
 
     def _param_grad(self, p):
-        if self._grads_on:
+        if self._grads_on and not self.bare:
             self._stats(p.grad)
 
     def _forward(self, mod, args, out):
         if not self._forward_on:
             return
+        bare = self.bare
         with torch.no_grad():
             for o in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(o, torch.Tensor):
-                    self._stats(o.detach())
+                    if not bare:
+                        self._stats(o.detach())
                     if o.grad_fn is not None:
                         o.grad_fn.register_hook(self._backward)
+            if bare:
+                return
             for p in mod._parameters.values():
                 if p is not None:
                     self._stats(p.detach())
 
     def _backward(self, grad_inputs, grad_outputs):
+        if self.bare:
+            return
         for g in grad_outputs:  # the gradients of the module's outputs; those of its inputs are the
             if g is not None:   # next module's output gradients (or the first module's input's: none)
                 self._stats(g)
@@ -200,8 +214,8 @@ class ApiFloor(HookFloor):
     inside its handler, so nested calls are not seen), reading its tensor arguments and outputs once
     and hooking each output's autograd node to read the gradients once."""
 
-    def __init__(self):
-        super().__init__(read=True)
+    def __init__(self, bare=False):
+        super().__init__(read=not bare, bare=bare)
         table = build_api_table()
         probe = self
 
@@ -210,6 +224,11 @@ class ApiFloor(HookFloor):
                 kwargs = kwargs or {}
                 if func not in table:
                     return func(*args, **kwargs)
+                if bare:  # pass it on, hook its output's node: nothing else
+                    out = func(*args, **kwargs)
+                    if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                        out.grad_fn.register_hook(probe._backward)
+                    return out
                 for a in args:
                     if type(a) is torch.Tensor or type(a) is nn.Parameter:
                         probe._stats(a.detach())
@@ -232,6 +251,8 @@ class ApiFloor(HookFloor):
         super()._read(t if t.is_contiguous() else memory_order(t))  # a weight's gradient comes transposed
 
     def _backward(self, grad_inputs, grad_outputs):
+        if self.bare:
+            return
         for g in (*grad_inputs, *grad_outputs):
             if g is not None:
                 self._stats(g)
@@ -256,6 +277,11 @@ class KernelProbe(HookFloor):
         return self._work.sum()
 
 
+def bare_probe(level):
+    """The bare interception of `level`: its floor's hooks, reading nothing (debugger-shaped)."""
+    return HookFloor(read=False, bare=True) if level == "L0" else ApiFloor(bare=True)
+
+
 def floor_probe(level):
     """The floor of `level` ("L0" or "L1"): debugger-shaped (start(model), stop(), step(), close())."""
     return HookFloor(read=True) if level == "L0" else ApiFloor()
@@ -265,6 +291,8 @@ def _probe(root, name):
     """What a config times: msprobe's debugger, or a floor probe."""
     if name in FLOORS:
         return floor_probe(FLOORS[name])
+    if name in BARE:
+        return bare_probe(BARE[name])
     if name in CHECKS:
         return KernelProbe() if name == "hooks+kernels" else HookFloor(read=False)
     return _debugger(root, name)
@@ -431,7 +459,7 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
             shutil.rmtree(os.path.join(root, f"r{r}"), ignore_errors=True)
         counted = {}
         for name in configs:
-            level = FLOORS.get(name) or CHECKS.get(name) or name
+            level = FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
             if level not in counted:  # the records msprobe writes at that level, in one untimed step
                 probe = _debugger(root, level)
                 _step(model, x, opt, probe)
@@ -513,7 +541,7 @@ def render(results, per_summary):
              "-" * 111]
     for name, r in results.items():
         mark = "!" if r["us_per_record"] > TARGET_US_PER_RECORD else " "
-        floor = None if name in FLOORS or name in CHECKS else floors.get(CONFIGS[name][0])
+        floor = floors.get(CONFIGS[name][0]) if name in CONFIGS else None
         above = "" if floor is None else f"{r['us_per_record'] - floor:>12.1f}"
         host = (f"{r['kernels_per_record']:>12.2f}{r['host_us_per_record']:>12.1f}" if "host_us_per_record" in r
                 else f"{'-':>12}{'-':>12}")
@@ -529,6 +557,15 @@ def render(results, per_summary):
                      f"{got['us_per_record']:.1f}, less its kernels {got['host_us_per_record']:.1f} (expected: "
                      f"{known['us_per_record']:.1f} plus the Python of {got['kernels_per_record']:.2f} calls a record; "
                      f"off by {got['host_us_per_record'] - known['us_per_record']:+.1f})")
+    bare = {BARE[c]: r["us_per_record"] for c, r in results.items() if c in BARE}
+    if bare:
+        within = [f"{name} {r['us_per_record'] / bare[CONFIGS[name][0]]:.1f}x"
+                  + ("!" if r["us_per_record"] > BARE_TARGET * bare[CONFIGS[name][0]] else "")
+                  for name, r in results.items() if name in CONFIGS and CONFIGS[name][0] in bare]
+        lines.append("bare interception (the hooks alone, reading nothing): "
+                     + ", ".join(f"{level} {us:.1f} us per record" for level, us in bare.items())
+                     + (f"; msprobe over it: {', '.join(within)} (target <= {BARE_TARGET:g}x, !: over)" if within
+                        else ""))
     if floors:
         lines.append("floor: " + ", ".join(f"{level} {us:.1f} us per record" for level, us in floors.items())
                      + " (hooks, each tensor read once; records and tensors are msprobe's at that level): the "
@@ -631,8 +668,8 @@ def _header(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_options(p, rounds=7, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
-    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS])} (default: all; on cuda "
-                   "those without _device or _floor)")
+    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *BARE])} (default: all; on "
+                   "cuda those without _device or _floor)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--baseline-src", metavar="DIR",
                    help="the src/ folder of another checkout: measure it and this one in turn, in child processes")
@@ -652,7 +689,7 @@ def main(argv=None):
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     on_cuda = args.device == "cuda"
     # on cuda every config is the device path, and the floors' kernel reads host memory
-    allowed = [c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])] + ([] if on_cuda else list(FLOORS))
+    allowed = [c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])] + ([] if on_cuda else list(FLOORS)) + list(BARE)
     configs = [c.strip() for c in (args.configs or ",".join(allowed)).split(",") if c.strip()]
     bad = [c for c in configs if c not in allowed]
     if bad:

@@ -52,7 +52,7 @@ def test_pytorch_dump_overhead_quick(tmp_path):
 
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
-    done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device", "--json", str(out))
+    done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device,L1_bare", "--json", str(out))
     table, phases = done.stdout.split("extra ms a step by phase")
     rows = {ln.split()[0]: ln.split() for ln in table.splitlines()
             if ln.startswith(("L1 ", "mix_device", "L1_floor"))}
@@ -61,6 +61,9 @@ def test_host_cost_quick(tmp_path):
     # msprobe's L1 row says how far above the floor it is (mix has no floor measured: no column)
     assert len(rows["L1"]) == len(rows["L1_floor"]) + 1 == len(rows["mix_device"]) + 1
     assert "us/record" in done.stdout and "device path" in done.stdout and "floor: L1 " in done.stdout
+    # the bare interception (the L1 mode alone, reading nothing) and msprobe's L1 over it, against 3x
+    bare = next(ln for ln in done.stdout.splitlines() if ln.startswith("bare interception"))
+    assert "L1 " in bare and "msprobe over it: L1 " in bare and "mix_device" not in bare and "target <= 3x" in bare
     # the device path's host part, less its kernels (kernels/rec, host us/rec); the CPU path has none
     assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
     # where each config's time goes: a row per config, each phase against its level's floor where measured
@@ -68,10 +71,10 @@ def test_host_cost_quick(tmp_path):
     names = ["start", "forward+backward", "optimizer", "stop+step"]
     assert all(list(r["phases_ms"]) == names for r in results.values())
     lines = {ln.split()[0]: ln for ln in phases.splitlines() if ln.startswith(("L1", "mix_device"))}
-    assert set(lines) == {"L1_floor", "L1", "mix_device"}
+    assert set(lines) == {"L1_floor", "L1", "mix_device", "L1_bare"}
     # dumping adds most in the forward and backward passes, less to starting (an API table already built)
     assert results["L1"]["phases_ms"]["forward+backward"] > results["L1"]["phases_ms"]["start"]
-    assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"]
+    assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"] + lines["L1_bare"]
 
 
 def test_host_cost_rounds_take_every_config_in_turn(tmp_path, monkeypatch):
@@ -248,6 +251,24 @@ def test_l0_floor_reads_what_an_l0_record_holds_once():
     left = [m for m in submodules if m._forward_hooks]
     left += [p for p in params if getattr(p, "_post_accumulate_grad_hooks", None)]
     assert not left and torch.is_grad_enabled()
+
+
+def test_bare_interception_hooks_and_reads_nothing():
+    """host_cost.py's bare probes: the floors' hooks (module hooks and node hooks at L0, the API mode and node
+    hooks at L1) installed and called, no tensor read, nothing left after close()."""
+    torch = pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    model, x = host_cost.build(depth=3, width=8)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for level in ("L0", "L1"):
+        probe, called = host_cost.bare_probe(level), []
+        probe._stats = called.append  # (a read would pass through here)
+        backward = probe._backward
+        probe._backward = lambda *grads: (called.append("node hook"), backward(*grads))[1]
+        host_cost._train(model, x, opt, probe)
+        assert called and set(called) == {"node hook"} and not probe.results, level
+        probe.close()
+        assert not any(m._forward_hooks for m in model.modules()), level
 
 
 def test_mindspore_slots_leave_no_hooks_on_the_shared_net(tmp_path, monkeypatch):
