@@ -457,6 +457,7 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
             for name in configs[r % len(configs):] + configs[:r % len(configs)]:
                 _slot(model, x, opt, os.path.join(root, f"r{r}"), name, steps, device, got[name], first=r == 0)
             shutil.rmtree(os.path.join(root, f"r{r}"), ignore_errors=True)
+            log(f"round {r + 1}/{rounds} done")
         counted = {}
         for name in configs:
             level = FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
