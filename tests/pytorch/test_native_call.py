@@ -162,6 +162,55 @@ def test_an_error_in_the_call_leaves_depth_and_busy_as_they_were(tmp_path, monke
     assert "Torch.tanh.0.forward" in data and "Torch.mm.0.forward" not in data
 
 
+class _Failing(torch.nn.Module):
+    """A submodule whose forward raises once its flag is set (after its inner Linear ran)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fail = False
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.fail:
+            raise ValueError("boom")
+        return y
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_module_that_raises_is_recorded_alike_and_training_goes_on(tmp_path, monkeypatch, level):
+    """A module's forward that raises: its post-hook still runs (torch's always_call) with no output; on
+    the C path as in the Python flow, the call is recorded, msprobe's state is left clean, and the next
+    forward and backward are recorded as before: the same dump.json from both."""
+    got = {}
+    for native in (True, False):
+        monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1" if native else "0")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), _Failing(), torch.nn.Tanh())
+        x = torch.randn(2, 4, requires_grad=True)
+        out = tmp_path / ("c" if native else "py")
+        debugger = PrecisionDebugger(dump_path=str(out), task="statistics", level=level)
+        try:
+            debugger.start(model)
+            model[1].fail = True
+            with pytest.raises(ValueError, match="boom"):
+                model(x)
+            assert (_state.depth, _state.busy, _state.session.module_stack) == (0, False, [])
+            model[1].fail = False
+            model(x).sum().backward()
+            debugger.stop()
+            debugger.step()
+        finally:
+            debugger.close()
+        assert _LAST_FAST[-1] is native
+        (path,) = list(out.rglob("dump.json"))
+        got[native] = {"dump.json": path.read_text()}
+        data = json.loads(got[native]["dump.json"])["data"]
+        assert data["Module.1._Failing.forward.0"]["output"] == [None]  # the call that raised
+        assert "Module.1._Failing.backward.1" in data and "Module.1.lin.Linear.parameters_grad.0" in data
+    assert dump_text(got[True], "dump.json") == dump_text(got[False], "dump.json")
+
+
 def test_no_leaks_and_no_cycles(tmp_path, monkeypatch):
     """Every reference the C path takes is given back (tensors, arguments, the function, the session) and
     the session is freed by reference counting alone."""
