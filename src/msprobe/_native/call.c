@@ -432,7 +432,7 @@ done:
 typedef struct {
     PyObject_HEAD
     struct frame f;
-    int begun, ended;
+    int ended;  /* (a Frame reaches Python only once begun: the type has no tp_new) */
 } Frame;
 
 static int frameobj_traverse(Frame *self, visitproc visit, void *arg) {
@@ -479,7 +479,7 @@ static PyObject *begin(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) 
         return NULL;
     }
     memset(&fr->f, 0, sizeof(fr->f));
-    fr->begun = fr->ended = 0;
+    fr->ended = 0;
     PyObject_GC_Track(fr);
     struct frame *f = &fr->f;
     f->module = 1;
@@ -496,7 +496,6 @@ static PyObject *begin(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) 
         return NULL;
     }
     Py_DECREF(args);
-    fr->begun = 1;
     return (PyObject *)fr;
 }
 
@@ -508,8 +507,8 @@ static PyObject *end(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         return NULL;
     }
     Frame *fr = (Frame *)argv[1];
-    if (!fr->begun || fr->ended) {
-        PyErr_SetString(PyExc_RuntimeError, "end: a frame not begun, or ended already");
+    if (fr->ended) {
+        PyErr_SetString(PyExc_RuntimeError, "end: a frame ended already");
         return NULL;
     }
     fr->ended = 1;
