@@ -200,6 +200,86 @@ def test_other_tensors_go_to_python_untouched_and_match(monkeypatch, make):
 
 
 
+def _views():
+    """Views whose elements are not in index order, as attention makes them: (name, tensor, whether the
+    host kernel reads it: one dense run or rows that do not overlap)."""
+    qkv = torch.randn(2, 16, 3 * 24)
+    q, k, _ = qkv.chunk(3, dim=-1)  # rows of a wider tensor
+    heads = q.view(2, 16, 4, 6)
+    return [
+        ("transposed", torch.randn(6, 5).t(), True),
+        ("chunk", q, True),
+        ("chunk_heads", heads, True),
+        ("chunk_heads_transposed", heads.transpose(1, 2), True),
+        ("key_permuted", k.view(2, 16, 4, 6).permute(0, 2, 3, 1), True),
+        ("dense_permuted", torch.randn(2, 3, 4, 5).permute(2, 0, 3, 1), True),
+        ("size_one_dims", torch.randn(1, 6, 1, 8).transpose(1, 3), True),
+        ("float64_transposed", torch.randn(6, 8, dtype=torch.float64).t(), True),
+        ("bfloat16_transposed", torch.randn(6, 8).to(torch.bfloat16).t(), True),
+        ("every_other_row", torch.randn(8, 9, 10)[:, ::2], False),  # three levels: torch's reductions
+        ("expanded", torch.randn(3, 1).expand(3, 5), False),  # stride 0
+        ("overlapping_rows", torch.randn(20).as_strided((3, 5), (2, 1)), False),
+    ]
+
+
+@pytest.mark.parametrize("name,make_index", [(v[0], i) for i, v in enumerate(_views())], ids=[v[0] for v in _views()])
+def test_views_out_of_index_order_are_taken_keyed_by_their_elements(monkeypatch, name, make_index):
+    """A transpose or a chunk of a wider tensor (q, k and v of a fused projection, their heads) is the C
+    path's when the host kernel reads it (statistics only: the checksum reads elements in index order,
+    which the Python path keys by layout): the record and both tables as the Python path's, the same
+    entry for every view of the same elements; other layouts go to Python untouched."""
+    fast, slow = pair(monkeypatch, stats=True, md5=False)
+    _, t, read = _views()[make_index]
+    named_dtype(fast, slow, t.dtype)
+    if read:
+        want = slow.record(t)
+        assert taken(fast, t) == want and list(fast.record(t)) == list(want)
+        assert tables(fast) == tables(slow)
+        again = t.contiguous()  # other memory, read again in index order (sums may differ in the last bits)
+        got = taken(fast, again)
+        assert got == slow.record(again) and (got["Max"], got["Min"]) == (want["Max"], want["Min"])
+        assert got["Mean"] == pytest.approx(want["Mean"], rel=1e-5, abs=1e-7)
+        if t.dim() > 1:  # another view of the same elements: the same cache entry, its own shape
+            other = t.transpose(0, -1)
+            entry = fast._objects[id(t)][4]
+            got = taken(fast, other)
+            assert fast.entry is entry and got["shape"] == list(other.shape) and got == slow.record(other)
+    else:
+        before = tables(fast)
+        assert fast._fast(fast, t, False) is None
+        assert tables(fast) == before
+        same(fast, slow, t)
+    assert tables(fast) == tables(slow)
+    md5_fast, md5_slow = pair(monkeypatch, stats=True, md5=True)
+    named_dtype(md5_fast, md5_slow, t.dtype)
+    assert md5_fast._fast(md5_fast, t, False) is None  # keyed exactly, by the Python path
+    same(md5_fast, md5_slow, t)
+
+
+def test_device_path_takes_views_in_any_layout(monkeypatch):
+    """On the device path the C path takes every view (its slots through Summarizer._slots_of, with the
+    span the Python path computes), statistics only; the resolved records equal the Python path's."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(device_path=True)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(device_path=True)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    views = [t for _, t, _ in _views()]
+    for t in views:
+        named_dtype(fast, slow, t.dtype)
+    got, want = [], []
+    for t in views:
+        got.append(taken(fast, t, shared=True))
+        want.append(slow.record(t, False, True))
+    assert tables(fast)[1] == tables(slow)[1]
+    for s in (fast, slow):
+        s.start_resolve().finish()
+    assert got == want and all(r["Max"] is not None for r in got)
+    for t, rec in zip(views, got):
+        x = t.double()
+        assert rec["Max"] == pytest.approx(x.max().item()) and rec["Mean"] == pytest.approx(x.mean().item(), abs=1e-6)
+
+
 @pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])
 def test_large_tensor_is_read_on_torchs_threads_as_the_python_path_reads_it(monkeypatch, task):
     """From host.PARALLEL_MIN elements the C path reads on as many kernel threads as torch has now (the
@@ -292,15 +372,37 @@ def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
                 s.record(pool[i % len(pool)])
                 s.record(torch.frombuffer(raw, dtype=torch.float32))
 
+        def viewed(s, n):  # statistics only: views are the C path's (keyed by their element spans)
+            for i in range(n):
+                t = views[i % len(views)]
+                s.record(t, shared=bool(i & 1))
+                if i % 3 == 0:
+                    t.add_(0.0)
+
         counts = lambda: [sys.getrefcount(o) for o in (probe, torch.float32, torch.strided, CacheEntry)]
         monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
         s = Summarizer(md5=True)
+        for warm in (burst, reused):  # torch keeps a few references the first time (either path): not counted
+            warm(s, 100)
+        s.clear()
+        s.entry = None
         before = counts()
         grown = _traced_growth(s, burst, 100_000)
         assert grown < 64 * 1024, f"{grown} bytes kept after 1e5 records"
         # torch itself keeps a little per tensor made over reused memory: the C path no more than Python
         c_kept = _traced_growth(s, reused, 10_000)
         assert counts() == before
+        # the kernel's two view layouts (made here: torch keeps a dtype reference once a base has views)
+        views = [t.t() for t in pool[20:30]] + [t[:, :16] for t in pool[30:40]]
+        stats_only = Summarizer()
+        viewed(stats_only, 100)  # warm: the first records take references torch keeps (either path)
+        stats_only.clear()
+        stats_only.entry = None
+        before = counts()
+        grown = _traced_growth(stats_only, viewed, 50_000)
+        assert grown < 64 * 1024, f"{grown} bytes kept after 5e4 records of views"
+        assert counts() == before
+        del stats_only
         monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
         py_kept = _traced_growth(Summarizer(md5=True), reused, 10_000)
         assert c_kept <= py_kept + 32 * 1024, (c_kept, py_kept)

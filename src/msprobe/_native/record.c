@@ -8,18 +8,21 @@
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
  *      same version, memory and shape: its record, as the Python path gives it; fields still in device
  *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
- *   2. a plain (`tensor` or `parameter`, not a subclass) strided contiguous CPU tensor of 2 or more
- *      elements, not an inference tensor: its memory-keyed cache entry (`cache`) when alive at the same
+ *   2. a plain (`tensor` or `parameter`, not a subclass) strided CPU tensor of 2 or more elements, not
+ *      an inference tensor, contiguous or (without md5) a view the kernel reads as host.statistics does
+ *      (a transpose: one dense run; a chunk of a wider tensor: rows): its memory-keyed cache entry
+ *      (`cache`, keyed by layout.element_span) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
  *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and the
  *      CRC-32 of its memory from `crc32` (the library's function, core/checksum.py `crc32_function`:
  *      bytes-like -> int; None without md5), as host.crc32_of gives it;
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
- *   3. such a tensor of 2 or more elements elsewhere (and on the CPU too when `small` is 0: the device
- *      path): its cache entry when alive at the same version (fields still in slots registered with
+ *   3. such a tensor of 2 or more elements elsewhere, in any layout (and on the CPU too when `small` is 0:
+ *      the device path): its cache entry when alive at the same version (fields still in slots registered with
  *      `fill`), else `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots): its
  *      summaries into device slots, the cache and object-table entries as the Python path makes them.
- * Everything else (other dtypes, a NaN or inf, views that are not contiguous) is None.
+ * Everything else (other dtypes, a NaN or inf, other views on the CPU, views that are not contiguous with
+ * md5) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
@@ -34,7 +37,7 @@ static moments_kernel kernel;
 
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
-    *s_type, *s_torch_tensor, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size;
+    *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
 typedef struct {
@@ -135,6 +138,75 @@ static PyObject *hand_out(PyObject *rec, int shared) {
     return copy;
 }
 
+/* layout.element_span(t) from its shape and strides: ((stride, size), ...) in memory order, size-1
+ * dimensions dropped, a dimension merged into the one outside it when it steps over it exactly; NULL
+ * (no error set) when it has more dimensions than this reads. `*rows` > 0 when the kernel reads it as
+ * host.statistics does: `*rows` runs of `*run` elements `*row_stride` apart (one dense run: a transpose;
+ * rows that do not overlap: a chunk of a wider tensor), else 0. */
+#define SPAN_DIMS 64
+static PyObject *element_span(PyObject *shape, PyObject *strides, Py_ssize_t *run, Py_ssize_t *rows,
+                              Py_ssize_t *row_stride) {
+    *rows = 0;
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape))
+        return NULL;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), m = 0, st[SPAN_DIMS], sz[SPAN_DIMS];
+    if (nd > SPAN_DIMS)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        Py_ssize_t stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        if ((size == -1 || stride == -1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (size == 1)
+            continue;
+        /* insertion sort, descending by (stride, size): sorted(..., reverse=True) */
+        Py_ssize_t j = m++;
+        while (j > 0 && (st[j - 1] < stride || (st[j - 1] == stride && sz[j - 1] < size))) {
+            st[j] = st[j - 1];
+            sz[j] = sz[j - 1];
+            j--;
+        }
+        st[j] = stride;
+        sz[j] = size;
+    }
+    Py_ssize_t k = 0;  /* merged in place */
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (k > 0 && st[k - 1] == st[i] * sz[i]) {
+            st[k - 1] = st[i];
+            sz[k - 1] *= sz[i];
+        } else {
+            st[k] = st[i];
+            sz[k] = sz[i];
+            k++;
+        }
+    }
+    if (k == 1 && st[0] == 1) {
+        *run = *row_stride = sz[0];
+        *rows = 1;
+    } else if (k == 2 && st[1] == 1 && st[0] >= sz[1]) {
+        *run = sz[1];
+        *rows = sz[0];
+        *row_stride = st[0];
+    }
+    PyObject *span = PyTuple_New(k);
+    if (span == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *pair = Py_BuildValue("(nn)", st[i], sz[i]);
+        if (pair == NULL) {
+            PyErr_Clear();
+            Py_DECREF(span);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(span, i, pair);
+    }
+    return span;
+}
+
 /* Reads of `t` that fail (a tensor without storage, say) send it to the Python path, which says why. */
 #define READ(var, expr) do { if ((var = (expr)) == NULL) goto python; } while (0)
 
@@ -149,7 +221,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *tid = NULL, *seen = NULL, *version = NULL, *ptr = NULL, *shape = NULL, *dtype = NULL, *flag = NULL,
              *count = NULL, *device = NULL, *storage = NULL, *key = NULL, *hit = NULL, *field = NULL,
-             *values = NULL, *entry = NULL, *ref = NULL, *rec = NULL, *rg = NULL;
+             *values = NULL, *entry = NULL, *ref = NULL, *rec = NULL, *rg = NULL, *span = NULL;
     int eq;
 
     /* 1. the same tensor object (an API's input is usually the previous API's output) */
@@ -227,19 +299,31 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     if (n <= 1)  /* (-1: an error) one element keys by its layout */
         goto python;
     READ(flag, call0(t, s_is_contiguous));
-    if (flag != Py_True)
-        goto python;
     if (ptr == NULL)
         READ(ptr, call0(t, s_data_ptr));
     if (shape == NULL)
         READ(shape, PyObject_GetAttr(t, s_shape));
+    /* how the kernel reads it: one dense run, unless a view that is not in index order says otherwise */
+    Py_ssize_t run = n, rows = 1, row_stride = n;
+    if (flag != Py_True) {
+        /* (a transpose, a chunk of a wider tensor): keyed by the elements it covers, as memory_key keys
+         * it; the checksum reads them in index order: the Python path keys it by its layout */
+        if (self->crc32 != Py_None)
+            goto python;
+        READ(field, call0(t, s_stride));
+        span = element_span(shape, field, &run, &rows, &row_stride);
+        Py_SETREF(field, NULL);
+        if (span == NULL)
+            goto python;
+    }
     if (version == NULL)
         READ(version, PyObject_GetAttr(t, s_version));
     READ(device, PyObject_GetAttr(t, s_device));
     READ(storage, call0(t, s_untyped_storage));
     READ(rg, PyObject_GetAttr(t, s_requires_grad));
-    /* (data_ptr, dtype, device, ((1, n),)): memory_key's key of a dense run */
-    if ((key = Py_BuildValue("(OOO((nn)))", ptr, dtype, device, (Py_ssize_t)1, n)) == NULL)
+    /* (data_ptr, dtype, device, span): memory_key's key; a dense run's span is ((1, n),) */
+    if ((key = span != NULL ? PyTuple_Pack(4, ptr, dtype, device, span)
+                            : Py_BuildValue("(OOO((nn)))", ptr, dtype, device, (Py_ssize_t)1, n)) == NULL)
         goto done;
     hit = PyDict_GetItemWithError(self->cache, key);
     if (hit == NULL && PyErr_Occurred())
@@ -312,7 +396,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *kind = PyDict_GetItemWithError(self->kinds, dtype);
         double got[4];
         void *address = PyLong_AsVoidPtr(ptr);
-        if (kind == NULL || address == NULL)
+        if (kind == NULL || address == NULL || rows == 0)  /* (rows 0: a layout host.statistics reads otherwise) */
             goto python;
         /* one thread below `small` (host.PARALLEL_MIN): a parallel read would cost more than it saves */
         long threads = 1;
@@ -325,7 +409,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             if (threads == -1 && PyErr_Occurred())
                 goto done;
         }
-        if (!kernel(address, n, (int)PyLong_AsLong(kind), threads, 1, n, got))
+        if (!kernel(address, run, (int)PyLong_AsLong(kind), threads, rows, row_stride, got))
             goto python;  /* a NaN or inf: torch's reductions say how it shows */
         PyObject *const names[4] = {s_max, s_min, s_mean, s_norm};
         for (int i = 0; i < 4; i++) {
@@ -413,6 +497,7 @@ done:
     Py_XDECREF(ref);
     Py_XDECREF(rec);
     Py_XDECREF(rg);
+    Py_XDECREF(span);
     return result;
 }
 
@@ -528,6 +613,7 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_is_cpu, "is_cpu");
     INTERN(s_numel, "numel");
     INTERN(s_is_contiguous, "is_contiguous");
+    INTERN(s_stride, "stride");
     INTERN(s_device, "device");
     INTERN(s_untyped_storage, "untyped_storage");
     INTERN(s_requires_grad, "requires_grad");
