@@ -16,6 +16,7 @@ processes on a shared machine, the median over rounds drops the rounds a burst s
     python benchmarks/dump_overhead.py --models transformer --configs none,stat_L1 --json out.json
     python benchmarks/dump_overhead.py --check              # exit 1 when a ratio misses its target
     python benchmarks/dump_overhead.py --profile stat_L1 [--device cuda] [--profile-out profile.txt]
+    python benchmarks/dump_overhead.py --models llama       # the untuned half (models.py), its own RESULTS.md section
 
 `--profile CONFIG` times nothing: it shows where a dumped step's host time goes, as cProfile's top
 functions over `--steps` steps of CONFIG on the first model (`--plain`: the steps alone, for a sampling
@@ -43,7 +44,7 @@ from msprobe.pytorch import PrecisionDebugger
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
-from models import CPU_MODELS, MODELS, Workload  # noqa: E402
+from models import CPU_MODELS, MODELS, UNTUNED_MODELS, Workload  # noqa: E402
 CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1", "stat_L1_async", "floor_L0",
            "floor_L1")
 # the least any hook-based statistics dump of a level does on the same model (host_cost.py's floors: the
@@ -436,8 +437,21 @@ def main(argv=None):
     return 1 if (args.check and misses) else 0
 
 
+def section(argv):
+    """The RESULTS.md section a run with `argv` records into: a GPU run and a run of the untuned models
+    keep their own (None: the script's)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--models", default="")
+    p.add_argument("--device", default="cpu")
+    args, _ = p.parse_known_args(argv)
+    if args.device == "cuda":
+        return "dump_overhead.py --device cuda"
+    models = [m for m in args.models.split(",") if m]
+    if models and all(m in UNTUNED_MODELS for m in models):
+        return "dump_overhead.py --models " + ",".join(UNTUNED_MODELS)
+    return None
+
+
 if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
-    # a GPU run keeps its own section
-    sys.exit(run_recorded("dump_overhead.py", main,
-                          "dump_overhead.py --device cuda" if "cuda" in sys.argv[1:] else None))
+    sys.exit(run_recorded("dump_overhead.py", main, section(sys.argv[1:])))

@@ -6,6 +6,12 @@
 | `mlp` | 512 -> 4 hidden layers of 2048 (ReLU) -> 512, batch 128 | MSE |
 | `cnn` | 3 x (conv 3x3, BatchNorm, ReLU, maxpool 2) on 3x64x64, then linear to 10 classes, batch 16 | cross entropy |
 | `gpt` | the accelerator workload: the transformer with d_model 1024, 8 blocks, 16 heads, sequence 512, batch 8, vocabulary 8192; bf16 autocast on CUDA | cross entropy |
+| `llama` | untuned: a `transformers` Llama built from a config (4 layers, hidden 256, 4 heads, 2 KV heads, MLP 512, RMSNorm and rotary embeddings in Python, SDPA attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
+
+`llama` is the half of the measure nobody tunes on: the other models are those msprobe's hot paths were
+measured and shaped against; it is written the way models people dump are written (many small
+elementwise ops, views, module keyword arguments). It runs only when named (`--models llama`); it needs
+`transformers` (the test extra).
 
 `Transformer(...)` with other sizes is also the compiled model of compile_overhead.py and the dumped model
 of acc_check_throughput.py. The MindSpore models live in ms_dump_overhead.py (its only user). Models
@@ -18,8 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("transformer", "mlp", "cnn", "gpt")
+MODELS = ("transformer", "mlp", "cnn", "gpt", "llama")
 CPU_MODELS = ("transformer", "mlp", "cnn")
+UNTUNED_MODELS = ("llama",)
 
 
 class Block(nn.Module):
@@ -94,6 +101,16 @@ class CNN(nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
+def hf_llama(vocab=1000, hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, seq=128):
+    """A `transformers` LlamaForCausalLM built from a config (nothing downloaded), SDPA attention."""
+    from transformers import LlamaConfig, LlamaForCausalLM  # only this workload needs it
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=seq,
+                      attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg)
+
+
 class Workload:
     """A model, its optimizer and one fixed batch; `train_step()` is forward + backward + SGD step.
 
@@ -117,6 +134,11 @@ class Workload:
             self.x = torch.randint(0, 1000, (4, 128))
             self.y = torch.randint(0, 1000, (4, 128))
             self.loss_fn = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        elif name == "llama":
+            self.model = hf_llama()
+            self.x = torch.randint(0, 1000, (4, 128))
+            self.y = torch.randint(0, 1000, (4, 128))
+            self.loss_fn = lambda out, y: F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
         elif name == "mlp":
             self.model = MLP()
             self.x = torch.randn(128, 512)

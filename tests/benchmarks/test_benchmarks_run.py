@@ -50,6 +50,22 @@ def test_pytorch_dump_overhead_quick(tmp_path):
                                                                         rel=0.02)
 
 
+def test_dump_overhead_measures_the_untuned_llama_into_its_own_section(tmp_path):
+    """`--models llama` (a transformers Llama built from a config: the untuned half) trains and is dumped
+    like the other models, and its --record goes to a section of its own, not over the tuned models'."""
+    pytest.importorskip("transformers")
+    dump_overhead = _bench_module("dump_overhead")
+    assert dump_overhead.section(["--models", "llama", "--record"]) == "dump_overhead.py --models llama"
+    assert dump_overhead.section(["--models=llama"]) == "dump_overhead.py --models llama"
+    assert dump_overhead.section(["--models", "transformer,llama"]) is None
+    assert dump_overhead.section(["--quiet"]) is None
+    assert dump_overhead.section(["--device", "cuda"]) == "dump_overhead.py --device cuda"
+    out = tmp_path / "out.json"
+    run("dump_overhead.py", "--quick", "--quiet", "--models", "llama", "--configs", "none,stat_L1",
+        "--threads", "1", "--json", str(out))
+    llama = json.loads(out.read_text())["results"]["llama"]
+    assert llama["stat_L1"]["ratio"] > 0 and llama["stat_L1"]["dump_bytes_per_step"] > 0
+
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
     done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device,L1_bare", "--json", str(out))
