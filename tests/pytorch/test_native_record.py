@@ -392,7 +392,7 @@ def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
         # torch itself keeps a little per tensor made over reused memory: the C path no more than Python
         c_kept = _traced_growth(s, reused, 10_000)
         assert counts() == before
-        # the kernel's two view layouts (made here: torch keeps a dtype reference once a base has views)
+        # the kernel's two view layouts, of tensors the checks below do not free (a view keeps its base alive)
         views = [t.t() for t in pool[20:30]] + [t[:, :16] for t in pool[30:40]]
         stats_only = Summarizer()
         viewed(stats_only, 100)  # warm: the first records take references torch keeps (either path)
