@@ -8,9 +8,7 @@
 | `gpt` | the accelerator workload: the transformer with d_model 1024, 8 blocks, 16 heads, sequence 512, batch 8, vocabulary 8192; bf16 autocast on CUDA | cross entropy |
 | `llama` | untuned: a `transformers` Llama built from a config (4 layers, hidden 256, 4 heads, 2 KV heads, MLP 512, RMSNorm and rotary embeddings in Python, SDPA attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
 
-`llama` is the half of the measure nobody tunes on: the other models are those msprobe's hot paths were
-measured and shaped against; it is written the way models people dump are written (many small
-elementwise ops, views, module keyword arguments). It runs only when named (`--models llama`); it needs
+`llama` is the untuned half (benchmarks/README.md says why): it runs only when named and needs
 `transformers` (the test extra).
 
 `Transformer(...)` with other sizes is also the compiled model of compile_overhead.py and the dumped model
