@@ -27,6 +27,7 @@ Only msprobe's public API is used: `from msprobe.pytorch import PrecisionDebugge
 
 import argparse
 import cProfile
+import importlib.util
 import io
 import json
 import os
@@ -379,6 +380,8 @@ def main(argv=None):
         p.error("--device cuda: torch sees no CUDA device")
     if args.device == "cuda" and any(c in FLOORS for c in configs):
         p.error("--configs: floor_L0 and floor_L1 read CPU memory; on cuda leave them out")
+    if "llama" in (args.models or ()) and importlib.util.find_spec("transformers") is None:
+        p.error("--models: llama is a transformers model; install it (pip install -e '.[test]')")
     if args.profile:
         model = args.models[0] if args.models else ("transformer" if args.device == "cpu" else "gpt")
         profile(args.profile, model, args.device, args.gpt_blocks, args.steps, args.top, args.profile_out,

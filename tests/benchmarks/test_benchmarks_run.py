@@ -66,6 +66,18 @@ def test_dump_overhead_measures_the_untuned_llama_into_its_own_section(tmp_path)
     llama = json.loads(out.read_text())["results"]["llama"]
     assert llama["stat_L1"]["ratio"] > 0 and llama["stat_L1"]["dump_bytes_per_step"] > 0
 
+
+def test_dump_overhead_says_in_one_line_that_llama_needs_transformers(monkeypatch, capsys):
+    import importlib.util
+
+    dump_overhead = _bench_module("dump_overhead")
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else found(name, *a))
+    with pytest.raises(SystemExit) as stop:
+        dump_overhead.main(["--models", "llama", "--quick", "--quiet"])
+    assert stop.value.code == 2
+    assert "--models: llama is a transformers model" in capsys.readouterr().err
+
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
     done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device,L1_bare", "--json", str(out))
