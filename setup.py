@@ -1,6 +1,7 @@
 """Build hook for the optional C extensions (everything else is in pyproject.toml).
 
 `msprobe._moments` computes a tensor's min, max, sum and sum of squares in one pass (see its source);
+`msprobe._crc` reads a tensor's CRC-32 in index order through a library's CRC function, views without a copy;
 `msprobe._frames` walks the call stack for stack.json (core/stack.py); `msprobe._record` makes the
 common records of PyTorch's Summarizer (pytorch/summary/summarizer.py), calling `_moments`' kernel through
 its capsule; `msprobe._call` runs the flow of one recorded PyTorch API call (core/dump/call_capture.py's
@@ -29,10 +30,12 @@ class BuildExt(build_ext):
 setup(ext_modules=[Extension("msprobe._moments", ["src/msprobe/_native/moments.c"],
                              depends=["src/msprobe/_native/moments.h"],
                              extra_compile_args=["-O3"] + OPENMP, extra_link_args=OPENMP, optional=True),
+                   Extension("msprobe._crc", ["src/msprobe/_native/crc.c"], depends=["src/msprobe/_native/crc.h"],
+                             extra_compile_args=["-O2"] + OPENMP, extra_link_args=OPENMP, optional=True),
                    Extension("msprobe._frames", ["src/msprobe/_native/frames.c"], extra_compile_args=["-O2"],
                              optional=True),
                    Extension("msprobe._call", ["src/msprobe/_native/call.c"], extra_compile_args=["-O2"],
                              optional=True),
                    Extension("msprobe._record", ["src/msprobe/_native/record.c"], extra_compile_args=["-O2"],
-                             depends=["src/msprobe/_native/moments.h"], optional=True)],
+                             depends=["src/msprobe/_native/moments.h", "src/msprobe/_native/crc.h"], optional=True)],
       cmdclass={"build_ext": BuildExt})

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from msprobe.pytorch.summary import host
-from msprobe.pytorch.summary.cache import CacheEntry
+from msprobe.pytorch.summary.cache import CacheEntry, exact_key
 from msprobe.pytorch.summary.summarizer import Summarizer
 
 pytest.importorskip("msprobe._record", reason="msprobe._record not built (no C compiler)")
@@ -206,6 +206,7 @@ def _views():
     qkv = torch.randn(2, 16, 3 * 24)
     q, k, _ = qkv.chunk(3, dim=-1)  # rows of a wider tensor
     heads = q.view(2, 16, 4, 6)
+    wide = torch.randn(2, 16, 3 * 64).chunk(3, dim=-1)[1]
     return [
         ("transposed", torch.randn(6, 5).t(), True),
         ("chunk", q, True),
@@ -219,15 +220,19 @@ def _views():
         ("every_other_row", torch.randn(8, 9, 10)[:, ::2], False),  # three levels: torch's reductions
         ("expanded", torch.randn(3, 1).expand(3, 5), False),  # stride 0
         ("overlapping_rows", torch.randn(20).as_strided((3, 5), (2, 1)), False),
+        # runs of 64 bytes and more: with md5 too, checksummed in place run after run
+        ("wide_chunk", wide, True),
+        ("wide_heads_transposed", wide.view(2, 16, 4, 16).transpose(1, 2), True),
     ]
 
 
 @pytest.mark.parametrize("make_index", range(len(_views())), ids=[v[0] for v in _views()])
 def test_views_out_of_index_order_are_taken_keyed_by_their_elements(monkeypatch, make_index):
     """A transpose or a chunk of a wider tensor (q, k and v of a fused projection, their heads) is the C
-    path's when the host kernel reads it (statistics only: the checksum reads elements in index order,
-    which the Python path keys by layout): the record and both tables as the Python path's, the same
-    entry for every view of the same elements; other layouts go to Python untouched."""
+    path's when the host kernel reads it: the record and both tables as the Python path's, the same entry
+    for every view of the same elements; other layouts go to Python untouched. With md5 (the checksum
+    reads elements in index order) a view is keyed by its layout, and the C path's when msprobe._crc reads
+    it in place (dense runs of 64 bytes or more)."""
     fast, slow = pair(monkeypatch, stats=True, md5=False)
     _, t, read = _views()[make_index]
     named_dtype(fast, slow, t.dtype)
@@ -252,8 +257,24 @@ def test_views_out_of_index_order_are_taken_keyed_by_their_elements(monkeypatch,
     assert tables(fast) == tables(slow)
     md5_fast, md5_slow = pair(monkeypatch, stats=True, md5=True)
     named_dtype(md5_fast, md5_slow, t.dtype)
-    assert md5_fast._fast(md5_fast, t, False) is None  # keyed exactly, by the Python path
-    same(md5_fast, md5_slow, t)
+    if read and _dense_run_bytes(t) >= 64:  # msprobe._crc reads it in place: keyed by its layout
+        want = md5_slow.record(t)
+        assert taken(md5_fast, t) == want and want["md5"] == f"{zlib.crc32(t.contiguous().numpy().tobytes()):08x}"
+        assert tables(md5_fast) == tables(md5_slow)
+        assert [k for k in md5_fast._cache if k[0] == t.data_ptr()] == [exact_key(t)]
+    else:
+        assert md5_fast._fast(md5_fast, t, False) is None  # short runs: the Python path copies it
+        same(md5_fast, md5_slow, t)
+
+
+def _dense_run_bytes(t):
+    """Bytes of the dense runs `t`'s index order is made of (its innermost dimensions that step densely)."""
+    run = t.element_size()
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        if size != 1 and stride * t.element_size() != run:
+            break
+        run *= size
+    return run
 
 
 def test_device_path_takes_views_in_any_layout(monkeypatch):
@@ -282,9 +303,9 @@ def test_device_path_takes_views_in_any_layout(monkeypatch):
 
 @pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])
 def test_large_tensor_is_read_on_torchs_threads_as_the_python_path_reads_it(monkeypatch, task):
-    """From host.PARALLEL_MIN elements the C path reads on as many kernel threads as torch has now (the
-    Recorder asks torch.get_num_threads for every such read), below on one; both records equal the Python
-    path's."""
+    """From host.PARALLEL_MIN elements the C path reads (statistics and CRC) on as many threads as torch
+    has now (the Recorder asks torch.get_num_threads for every such read), below on one; both records
+    equal the Python path's."""
     from msprobe.pytorch.summary import summarizer
     asked = []
 
@@ -303,7 +324,7 @@ def test_large_tensor_is_read_on_torchs_threads_as_the_python_path_reads_it(monk
             x = torch.randn(n)
             want = slow.record(x)
             assert taken(fast, x) == want
-            assert len(asked) == (1 if n >= host.PARALLEL_MIN and task["stats"] else 0)
+            assert len(asked) == (1 if n >= host.PARALLEL_MIN else 0)  # one ask, for the kernel and the CRC
         assert tables(fast) == tables(slow)
     finally:
         torch.set_num_threads(before)

@@ -243,6 +243,68 @@ def test_checksum_of_tensors_in_place_and_of_views():
     assert crc32_of(c.conj()) == reference_checksum(c.conj().resolve_conj())
 
 
+def _long_run_views():
+    """Views whose index order is dense runs of 64 bytes or more (attention's q/k/v chunks and heads, a
+    gapped slice, an expanded row, an offset block), and views of shorter runs, which are copied."""
+    qkv = torch.randn(4, 32, 3 * 256)
+    q, k, _ = qkv.chunk(3, dim=-1)
+    long_runs = [q, q.reshape(4, 32, 4, 64).transpose(1, 2), k.reshape(4, 32, 16, 16).transpose(1, 2),
+                 torch.randn(8, 9, 40)[:, ::2], torch.randn(1, 100).expand(7, 100), torch.randn(50, 60)[3:40, 8:50],
+                 torch.randn(3, 5, 7, 32, dtype=torch.float64).permute(1, 0, 2, 3), torch.randn(1, 6, 1, 48)[:, 1:],
+                 torch.randn(2, 200, 64).to(torch.bfloat16)[:, ::3]]
+    short_runs = [torch.randn(6, 5).t(), torch.randn(4, 32, 12)[..., :3], torch.randn(3, 1).expand(3, 5)]
+    return long_runs, short_runs
+
+
+def test_views_are_checksummed_in_place_as_their_runs_in_index_order(monkeypatch):
+    """A view whose elements are dense runs of 64 bytes or more is read in place, run after run in index
+    order (msprobe._crc): zlib's CRC of its contiguous copy, with no copy made; shorter runs are copied."""
+    from msprobe.core import checksum
+    from msprobe.pytorch.summary import host
+    if not checksum.NATIVE:
+        pytest.skip("msprobe._crc not built (no C compiler), or no CRC library found")
+    long_runs, short_runs = _long_run_views()
+    want = [reference_checksum(t) for t in long_runs + short_runs]
+    copied = []
+    real_copy = host.host_copy
+    monkeypatch.setattr(host, "host_copy", lambda t: copied.append(t) or real_copy(t))
+    assert [crc32_of(t) for t in long_runs + short_runs] == want
+    assert len(copied) == len(short_runs) and all(a is b for a, b in zip(copied, short_runs))
+    for t in short_runs:
+        assert checksum.crc32_hex_strided(t.data_ptr(), t.element_size(), t.shape, t.stride()) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_large_reads_split_over_threads_join_to_zlibs_crc(threads):
+    """A large read cut into one stretch a thread (mid-run, across runs), the parts joined with zlib's
+    crc32_combine64: zlib's CRC of the whole, contiguous or a view, whatever the number of threads."""
+    from msprobe.core import checksum
+    if not checksum.NATIVE:
+        pytest.skip("msprobe._crc not built (no C compiler), or no CRC library found")
+    x = torch.randn(1_000_003)
+    assert checksum.crc32_hex_at(x.data_ptr(), x.numel() * 4, threads) == reference_checksum(x)
+    wide = torch.randn(512, 3 * 700)
+    for t in (wide[:, 700:1400], wide[:, 5:].reshape(512, 5, 419).transpose(0, 1)):
+        got = checksum.crc32_hex_strided(t.data_ptr(), 4, t.shape, t.stride(), threads)
+        assert got == reference_checksum(t)
+
+
+def test_checksums_without_the_native_crc_are_the_same():
+    """MSPROBE_NATIVE_CRC=0 (or no msprobe._crc): copies and the library's Python function give the
+    same digits."""
+    code = ("import torch, zlib\n"
+            "from msprobe.core import checksum\n"
+            "from msprobe.pytorch.summary.host import crc32_of\n"
+            "assert not checksum.NATIVE\n"
+            "x = torch.arange(3 * 4 * 96, dtype=torch.float32).reshape(3, 4, 96)[:, :, 10:90].transpose(0, 1)\n"
+            "print(crc32_of(x), f'{zlib.crc32(x.contiguous().numpy().tobytes()):08x}')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MSPROBE_NATIVE_CRC": "0"})
+    assert done.returncode == 0, done.stderr
+    got, want = done.stdout.split()
+    assert got == want
+
+
 def test_write_npy_and_link(tmp_path):
     for a in [np.random.randn(3, 4).astype(np.float32), np.array(5.0), np.zeros((0, 3)), np.random.randn(5, 6).T,
               np.array([True, False])]:

@@ -1,7 +1,7 @@
 /* msprobe._record: the two common cases of Summarizer.record (pytorch/summary/summarizer.py) in C,
  * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
- * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, threads, stats, crc32,
+ * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, threads, stats, md5,
  *          fill)
  * .record(owner, t, shared, defer=False) -> t's record, or None: "take the Python path" (then nothing was
  * changed); `defer`: a device summary may wait for the owner's next launch (Summarizer.record).
@@ -9,20 +9,20 @@
  *      same version, memory and shape: its record, as the Python path gives it; fields still in device
  *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
  *   2. a plain (`tensor` or `parameter`, not a subclass) strided CPU tensor of 2 or more elements, not
- *      an inference tensor, contiguous or (without md5) a view the kernel reads as host.statistics does
- *      (a transpose: one dense run; a chunk of a wider tensor: rows): its memory-keyed cache entry
- *      (`cache`, keyed by layout.element_span) when alive at the same
+ *      an inference tensor, contiguous or a view the kernel reads as host.statistics does (a transpose:
+ *      one dense run; a chunk of a wider tensor: rows): its memory-keyed cache entry (`cache`, keyed by
+ *      layout.element_span; with `md5` a view by its layout, cache.exact_key) when alive at the same
  *      version, else its statistics from the kernel of msprobe._moments (called through its capsule,
- *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and the
- *      CRC-32 of its memory from `crc32` (the library's function, core/checksum.py `crc32_function`:
- *      bytes-like -> int; None without md5), as host.crc32_of gives it;
+ *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and, with
+ *      `md5`, the CRC-32 of its elements in index order from msprobe._crc (its capsule, on as many
+ *      threads), as host.crc32_of gives it;
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  *   3. such a tensor of 2 or more elements elsewhere, in any layout (and on the CPU too when `small` is 0:
  *      the device path): its cache entry when alive at the same version (fields still in slots registered with
  *      `fill`), else `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots): its
  *      summaries into device slots, the cache and object-table entries as the Python path makes them.
- * Everything else (other dtypes, a NaN or inf, other views on the CPU, views that are not contiguous with
- * md5) is None.
+ * Everything else (other dtypes, a NaN or inf, other views on the CPU, views that msprobe._crc does not
+ * read or that are not contiguous on the device path with md5) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
@@ -31,9 +31,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "crc.h"
 #include "moments.h"
 
 static moments_kernel kernel;
+static crc_strided crc_read;
 
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
@@ -42,9 +44,9 @@ static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's
 
 typedef struct {
     PyObject_HEAD
-    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *crc32, *fill, *threads;
+    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *fill, *threads;
     Py_ssize_t limit, small;
-    int stats;
+    int stats, md5;
 } Recorder;
 
 /* t.name() */
@@ -138,27 +140,40 @@ static PyObject *hand_out(PyObject *rec, int shared) {
     return copy;
 }
 
+#define SPAN_DIMS 64
+
+/* `shape` and `strides` (tuples of one length) into `sizes` and `steps`: their length, or -1 (no error
+ * set) when they are not such tuples or have more dimensions than SPAN_DIMS */
+static int read_layout(PyObject *shape, PyObject *strides, Py_ssize_t *sizes, Py_ssize_t *steps) {
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)
+        || PyTuple_GET_SIZE(shape) > SPAN_DIMS)
+        return -1;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        steps[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        if ((sizes[i] == -1 || steps[i] == -1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    return (int)nd;
+}
+
 /* layout.element_span(t) from its shape and strides: ((stride, size), ...) in memory order, size-1
  * dimensions dropped, a dimension merged into the one outside it when it steps over it exactly; NULL
  * (no error set) when it has more dimensions than this reads. `*rows` > 0 when the kernel reads it as
  * host.statistics does: `*rows` runs of `*run` elements `*row_stride` apart (one dense run: a transpose;
  * rows that do not overlap: a chunk of a wider tensor), else 0. */
-#define SPAN_DIMS 64
 static PyObject *element_span(PyObject *shape, PyObject *strides, Py_ssize_t *run, Py_ssize_t *rows,
                               Py_ssize_t *row_stride) {
     *rows = 0;
-    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape))
+    Py_ssize_t m = 0, st[SPAN_DIMS], sz[SPAN_DIMS], sizes[SPAN_DIMS], steps[SPAN_DIMS];
+    int nd = read_layout(shape, strides, sizes, steps);
+    if (nd < 0)
         return NULL;
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape), m = 0, st[SPAN_DIMS], sz[SPAN_DIMS];
-    if (nd > SPAN_DIMS)
-        return NULL;
-    for (Py_ssize_t i = 0; i < nd; i++) {
-        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
-        Py_ssize_t stride = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
-        if ((size == -1 || stride == -1) && PyErr_Occurred()) {
-            PyErr_Clear();
-            return NULL;
-        }
+    for (int i = 0; i < nd; i++) {
+        Py_ssize_t size = sizes[i], stride = steps[i];
         if (size == 1)
             continue;
         /* insertion sort, descending by (stride, size): sorted(..., reverse=True) */
@@ -221,7 +236,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *tid = NULL, *seen = NULL, *version = NULL, *ptr = NULL, *shape = NULL, *dtype = NULL, *flag = NULL,
              *count = NULL, *device = NULL, *storage = NULL, *key = NULL, *hit = NULL, *field = NULL,
-             *values = NULL, *entry = NULL, *ref = NULL, *rec = NULL, *rg = NULL, *span = NULL;
+             *values = NULL, *entry = NULL, *ref = NULL, *rec = NULL, *rg = NULL, *span = NULL, *strides = NULL;
     int eq;
 
     /* 1. the same tensor object (an API's input is usually the previous API's output) */
@@ -307,12 +322,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t run = n, rows = 1, row_stride = n;
     if (flag != Py_True) {
         /* (a transpose, a chunk of a wider tensor): keyed by the elements it covers, as memory_key keys
-         * it; the checksum reads them in index order: the Python path keys it by its layout */
-        if (self->crc32 != Py_None)
+         * it; with md5 by its layout (the checksum reads them in index order), the device path's by Python */
+        if (self->md5 && !host)
             goto python;
-        READ(field, call0(t, s_stride));
-        span = element_span(shape, field, &run, &rows, &row_stride);
-        Py_SETREF(field, NULL);
+        READ(strides, call0(t, s_stride));
+        span = element_span(shape, strides, &run, &rows, &row_stride);
         if (span == NULL)
             goto python;
     }
@@ -321,9 +335,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     READ(device, PyObject_GetAttr(t, s_device));
     READ(storage, call0(t, s_untyped_storage));
     READ(rg, PyObject_GetAttr(t, s_requires_grad));
-    /* (data_ptr, dtype, device, span): memory_key's key; a dense run's span is ((1, n),) */
-    if ((key = span != NULL ? PyTuple_Pack(4, ptr, dtype, device, span)
-                            : Py_BuildValue("(OOO((nn)))", ptr, dtype, device, (Py_ssize_t)1, n)) == NULL)
+    /* (data_ptr, dtype, device, span): memory_key's key, a dense run's span ((1, n),); with md5 a view's
+     * is exact_key's (data_ptr, dtype, shape, strides, device) */
+    if ((key = span == NULL ? Py_BuildValue("(OOO((nn)))", ptr, dtype, device, (Py_ssize_t)1, n)
+                            : self->md5 ? PyTuple_Pack(5, ptr, dtype, shape, strides, device)
+                                        : PyTuple_Pack(4, ptr, dtype, device, span)) == NULL)
         goto done;
     hit = PyDict_GetItemWithError(self->cache, key);
     if (hit == NULL && PyErr_Occurred())
@@ -392,23 +408,25 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((values = PyDict_New()) == NULL)
         goto done;
+    void *address = PyLong_AsVoidPtr(ptr);
+    if (address == NULL)
+        goto python;
+    /* one thread below `small` (host.PARALLEL_MIN): a parallel read would cost more than it saves */
+    long threads = 1;
+    if (n >= self->small) {
+        PyObject *asked = PyObject_CallNoArgs(self->threads);
+        if (asked == NULL)
+            goto done;
+        threads = PyLong_AsLong(asked);
+        Py_DECREF(asked);
+        if (threads == -1 && PyErr_Occurred())
+            goto done;
+    }
     if (self->stats) {
         PyObject *kind = PyDict_GetItemWithError(self->kinds, dtype);
         double got[4];
-        void *address = PyLong_AsVoidPtr(ptr);
-        if (kind == NULL || address == NULL || rows == 0)  /* (rows 0: a layout host.statistics reads otherwise) */
+        if (kind == NULL || rows == 0)  /* (rows 0: a layout host.statistics reads otherwise) */
             goto python;
-        /* one thread below `small` (host.PARALLEL_MIN): a parallel read would cost more than it saves */
-        long threads = 1;
-        if (n >= self->small) {
-            PyObject *asked = PyObject_CallNoArgs(self->threads);
-            if (asked == NULL)
-                goto done;
-            threads = PyLong_AsLong(asked);
-            Py_DECREF(asked);
-            if (threads == -1 && PyErr_Occurred())
-                goto done;
-        }
         if (!kernel(address, run, (int)PyLong_AsLong(kind), threads, rows, row_stride, got))
             goto python;  /* a NaN or inf: torch's reductions say how it shows */
         PyObject *const names[4] = {s_max, s_min, s_mean, s_norm};
@@ -421,9 +439,9 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(v);
         }
     }
-    if (self->crc32 != Py_None) {
-        /* host.crc32_of's case, inline: the CRC-32 of the tensor's memory as 8 hex digits (the memory of a
-           negative view is not its values: the Python path reads a resolved copy) */
+    if (self->md5) {
+        /* host.crc32_of's case, inline: the CRC-32 of the tensor's elements in index order as 8 hex digits
+           (the memory of a negative view is not its values: the Python path reads a resolved copy) */
         PyObject *got = call0(t, s_is_neg);
         if (got == NULL)
             goto python;
@@ -433,22 +451,17 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             goto python;
         if ((got = call0(t, s_element_size)) == NULL)
             goto python;
-        Py_ssize_t itemsize = PyLong_AsSsize_t(got);
+        Py_ssize_t itemsize = PyLong_AsSsize_t(got), sizes[SPAN_DIMS], steps[SPAN_DIMS];
         Py_DECREF(got);
-        void *address = PyLong_AsVoidPtr(ptr);
-        if (itemsize <= 0 || address == NULL)
+        int nd = 1;
+        sizes[0] = n;
+        steps[0] = 1;
+        if (strides != NULL && (nd = read_layout(shape, strides, sizes, steps)) < 0)
             goto python;
-        PyObject *memory = PyMemoryView_FromMemory((char *)address, n * itemsize, PyBUF_READ);
-        if (memory == NULL)
-            goto done;
-        got = PyObject_CallOneArg(self->crc32, memory);  /* `t`, held by the caller, holds the memory */
-        Py_DECREF(memory);
-        if (got == NULL)
-            goto done;
-        unsigned long crc = PyLong_AsUnsignedLongMask(got);
-        Py_DECREF(got);
-        if (PyErr_Occurred())
-            goto done;
+        unsigned long crc;
+        /* `t`, held by the caller, holds the memory; 0: a layout msprobe._crc leaves to the Python path's copy */
+        if (itemsize <= 0 || !crc_read((const char *)address, itemsize, nd, sizes, steps, threads, &crc))
+            goto python;
         char hex[16];
         snprintf(hex, sizeof hex, "%08lx", crc & 0xFFFFFFFFUL);
         if ((field = PyUnicode_FromStringAndSize(hex, 8)) == NULL || PyDict_SetItem(values, s_md5, field) < 0)
@@ -498,6 +511,7 @@ done:
     Py_XDECREF(rec);
     Py_XDECREF(rg);
     Py_XDECREF(span);
+    Py_XDECREF(strides);
     return result;
 }
 
@@ -505,12 +519,12 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Recorder *self = (Recorder *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOpOO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOppO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
                           &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
                           &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
-                          &self->limit, &self->small, &self->threads, &self->stats, &self->crc32, &self->fill)) {
+                          &self->limit, &self->small, &self->threads, &self->stats, &self->md5, &self->fill)) {
         self->objects = self->cache = self->names = self->kinds = NULL;
-        self->tensor = self->parameter = self->strided = self->entry_type = self->crc32 = self->fill = NULL;
+        self->tensor = self->parameter = self->strided = self->entry_type = self->fill = NULL;
         self->threads = NULL;
         Py_DECREF(self);
         return NULL;
@@ -523,7 +537,6 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(self->parameter);
     Py_INCREF(self->strided);
     Py_INCREF(self->entry_type);
-    Py_INCREF(self->crc32);
     Py_INCREF(self->fill);
     Py_INCREF(self->threads);
     return (PyObject *)self;
@@ -539,7 +552,6 @@ static int recorder_traverse(Recorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->parameter);
     Py_VISIT(self->strided);
     Py_VISIT(self->entry_type);
-    Py_VISIT(self->crc32);
     Py_VISIT(self->fill);
     Py_VISIT(self->threads);
     return 0;
@@ -554,7 +566,6 @@ static int recorder_clear(Recorder *self) {
     Py_CLEAR(self->parameter);
     Py_CLEAR(self->strided);
     Py_CLEAR(self->entry_type);
-    Py_CLEAR(self->crc32);
     Py_CLEAR(self->fill);
     Py_CLEAR(self->threads);
     return 0;
@@ -601,6 +612,15 @@ PyMODINIT_FUNC PyInit__record(void) {
     if (got == NULL)
         return NULL;
     kernel = *got;
+    /* the CRC: msprobe._crc's (its library function set up by core/checksum.py, imported by the summarizer) */
+    PyObject *crc = PyImport_ImportModule("msprobe._crc");
+    if (crc == NULL)
+        return NULL;
+    Py_DECREF(crc);
+    crc_strided *reader = (crc_strided *)PyCapsule_Import(CRC_CAPSULE, 0);
+    if (reader == NULL)
+        return NULL;
+    crc_read = *reader;
     INTERN(s_slots_of, "_slots_of");
     INTERN(s_version, "_version");
     INTERN(s_is_neg, "is_neg");

@@ -1,7 +1,8 @@
 """The checksum in a record's "md5" field: CRC-32 (zlib's) of the tensor's bytes, 8 hex digits, as msProbe
 writes it. The bytes are the tensor's elements in index order, in its own dtype (the memory of a contiguous
 copy). On the host: ISA-L's CRC-32 (zlib's numbers, several times faster; zlib where it has no wheel),
-straight on the tensor's memory.
+straight on the tensor's memory; through msprobe._crc a view is read as its dense runs in index order,
+without that copy, and a large tensor in one stretch a thread, the parts joined as below.
 
 On a device the CRC is computed in parallel, by linearity. Without its initial value and final xor (the
 "raw" CRC, register starting at 0) CRC-32 is linear over GF(2):
@@ -24,9 +25,13 @@ import functools
 
 import numpy as np
 
+import os
+
 try:
+    from isal import isal_zlib as _isal
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # no isal wheel for this platform: zlib gives the same numbers, slower
+    _isal = None
     from zlib import crc32 as _crc32
 
 CRC32 = "CRC-32"
@@ -39,10 +44,6 @@ _M32 = 0xFFFFFFFF
 ROW = 64
 # shift levels the tables hold: rows of up to ROW * 2^SHIFT_LEVELS bytes before the end (2^46 bytes)
 SHIFT_LEVELS = 40
-
-
-# the library's own function, bytes-like[, value] -> int: for C code that formats the digits itself (msprobe._record)
-crc32_function = _crc32
 
 
 def crc32(data, value=0):
@@ -61,8 +62,50 @@ _memory.restype, _memory.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c
 _PYBUF_READ = 0x100
 
 
-def crc32_hex_at(address, nbytes):
+def _function(path, name):
+    """The address of C function `name` in the shared library at `path`, or 0."""
+    try:
+        return ctypes.cast(getattr(ctypes.CDLL(path), name), ctypes.c_void_p).value or 0
+    except (OSError, AttributeError):
+        return 0
+
+
+def _native_crc():
+    """msprobe._crc (C: tensors read in index order in place, large ones on several threads) set up with
+    ISA-L's CRC function (else zlib's) and zlib's crc32_combine64; None where it is not built, where
+    neither library is found, or with MSPROBE_NATIVE_CRC=0."""
+    if os.environ.get("MSPROBE_NATIVE_CRC", "1") == "0":
+        return None
+    try:
+        from msprobe import _crc
+    except ImportError:
+        return None
+    function = _function(_isal.__file__, "crc32_gzip_refl") if _isal is not None else 0
+    function = function or _function("libz.so.1", "crc32_z")
+    if not function:
+        return None
+    _crc.configure(function, _function("libz.so.1", "crc32_combine64"))
+    return _crc
+
+
+_native = _native_crc()
+# the C callers' switch (msprobe._record reads the CRC through msprobe._crc's capsule when this is set)
+NATIVE = _native is not None
+
+
+def crc32_hex_strided(address, itemsize, shape, strides, threads=1):
+    """8 hex digits of the CRC-32 of the elements at `address` (`itemsize` bytes each, `shape` and
+    `strides` in elements: memory the caller keeps alive) in index order, read in place on up to
+    `threads` threads; None where msprobe._crc does not read it (not built, or a view of short runs:
+    copy it contiguous)."""
+    got = _native.crc32(address, itemsize, shape, strides, threads) if _native is not None else None
+    return None if got is None else f"{got:08x}"
+
+
+def crc32_hex_at(address, nbytes, threads=1):
     """`crc32_hex` of the `nbytes` bytes at `address` (dense memory the caller keeps alive)."""
+    if _native is not None:
+        return f"{_native.crc32(address, 1, (nbytes,), (1,), threads):08x}"
     return crc32_hex(_memory(address, nbytes, _PYBUF_READ) if nbytes else b"")
 
 

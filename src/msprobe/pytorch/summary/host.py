@@ -1,5 +1,6 @@
 """CPU tensors summarized at once: Max/Min/Mean/Norm in one pass of the C kernel (float32, float64,
-bfloat16; core/dump/moments.py) or torch's reductions, and the CRC-32 with ISA-L on the tensor's memory.
+bfloat16; core/dump/moments.py) or torch's reductions, and the CRC-32 with ISA-L on the tensor's memory (a
+view as its dense runs in index order, core/checksum.py).
 
 Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; complex -> statistics of
 |x|; empty -> all null; sums of fp16/bf16 in float64 (no overflow of the norm in fp16, no drift).
@@ -11,7 +12,7 @@ import math
 
 import torch
 
-from msprobe.core.checksum import crc32_hex_at
+from msprobe.core.checksum import crc32_hex_at, crc32_hex_strided
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.json_append import json_float
 from msprobe.pytorch.summary.layout import element_span, memory_order
@@ -98,8 +99,17 @@ def _finish(vals, n, squared, x):
 
 def crc32_of(t):
     """CRC-32 of `t`'s elements in index order, in its dtype, as 8 hex digits (the "md5" field: what
-    msProbe writes for the same tensor); read in place when `t` is a contiguous CPU tensor."""
-    if not (t.is_cpu and t.is_contiguous()) or t.is_conj() or t.is_neg():
+    msProbe writes for the same tensor); read in place when `t` is a CPU tensor whose memory holds its
+    values (a view as its dense runs), else from a contiguous copy."""
+    plain = t.is_cpu and not (t.is_conj() or t.is_neg())
+    n = t.numel()
+    # as many threads as the statistics kernel takes (torch's, idle while the training thread reads)
+    threads = torch.get_num_threads() if n >= PARALLEL_MIN else 1
+    if plain:
+        got = crc32_hex_strided(t.data_ptr(), t.element_size(), t.shape, t.stride(), threads)
+        if got is not None:
+            return got
+    if not (plain and t.is_contiguous()):
         t = host_copy(t).resolve_conj().resolve_neg()
     # `t` holds the memory for the call
-    return crc32_hex_at(t.data_ptr(), t.numel() * t.element_size())
+    return crc32_hex_at(t.data_ptr(), n * t.element_size(), threads)

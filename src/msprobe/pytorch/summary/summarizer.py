@@ -13,7 +13,6 @@ import weakref
 
 import torch
 
-from msprobe.core.checksum import crc32_function
 from msprobe.core.dump import moments as native
 from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
@@ -87,7 +86,7 @@ class Summarizer:
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
                                    torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
                                    0 if device_path else host.PARALLEL_MIN, torch.get_num_threads, stats,
-                                   crc32_function if md5 else None,
+                                   md5,
                                    fill_from_slot).record
 
     @property
