@@ -64,6 +64,7 @@ def test_md5_reads_tensors_in_place_too(monkeypatch):
 
     from mindspore import mint
 
+    from msprobe.core import checksum
     from msprobe.mindspore import statistics
 
     base = mint.mul(ms.Tensor(np.random.default_rng(6).standard_normal((4, 32, 96)).astype(np.float32)), 1.5)
@@ -75,8 +76,15 @@ def test_md5_reads_tensors_in_place_too(monkeypatch):
     def no_copy(t):
         raise AssertionError("asnumpy() copy of a tensor the kernel reads in place")
     monkeypatch.setattr(statistics, "host_view", no_copy)
+    copies, dense_copy = [], statistics._dense_copy
+    monkeypatch.setattr(statistics, "_dense_copy", lambda t, dt: copies.append(t) or dense_copy(t, dt))
+    # C-order copies: the chunk's statistics (its CRC reads its 128-byte runs in place), the transpose's
+    # statistics and CRC (runs of one element)
+    made = {"dense": 0, "chunk": 1 if checksum.NATIVE else 2, "transpose": 2, "float64": 0}
     for name, t in views.items():
+        copies.clear()
         rec = statistics.Summarizer(md5=True).summarize(t)[0]
         stats, raw = want[name]
         assert rec == {**stats, "md5": f"{zlib.crc32(raw):08x}"}, name
         assert list(rec) == [*stats, "md5"], name
+        assert len(copies) == made[name], name

@@ -20,7 +20,7 @@ import weakref
 import mindspore as ms
 import numpy as np
 
-from msprobe.core.checksum import crc32_hex, crc32_hex_at
+from msprobe.core.checksum import crc32_hex, crc32_hex_at, crc32_hex_strided
 from msprobe.core.dump import moments as native
 from msprobe.core.dump.deferral import Deferral
 from msprobe.core.dump.json_append import json_float
@@ -130,12 +130,14 @@ def direct_moments(t, dt, address=None):
 
 def direct_checksum(t, dt, address=None):
     """`checksum_of` a CPU tensor that `direct_moments` read (see there): its memory where it lies when
-    it is contiguous (`address`: its data_ptr() when the caller read it), else a C-order copy."""
+    it is contiguous (`address`: its data_ptr() when the caller read it), a view as its dense runs in
+    index order (core/checksum.py), else a C-order copy."""
     if address is None and _is_contiguous(t):
         address = _data_ptr(t)
     if address is not None:
         return crc32_hex_at(address, t.size * dt.itemsize)
-    return checksum_of(_dense_copy(t, dt))
+    got = crc32_hex_strided(_data_ptr(t), dt.itemsize, tuple(t.shape), tuple(t.stride()))
+    return got if got is not None else checksum_of(_dense_copy(t, dt))
 
 
 def _dense_copy(t, dt):
