@@ -420,3 +420,38 @@ def test_kernel_splits_only_tensors_of_parallel_min_elements_or_more(monkeypatch
         assert asked[-1] == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("device_path", ["0", "1"], ids=["host", "device_path"])
+@pytest.mark.parametrize("task,summary_mode", [("statistics", "md5"), ("tensor", "statistics")])
+def test_a_quantized_tensor_is_dumped_as_the_values_it_stands_for(tmp_path, monkeypatch, task, summary_mode,
+                                                                   device_path):
+    """torch's reductions, the device kernels and numpy take no quantized dtype: a qint8 argument used to
+    end the training step with a RuntimeError from inside the dump. Its statistics (and its saved array)
+    are those of the float values it stands for, read on the host; its checksum is of its own bytes."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", device_path)
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(tmp_path / "dump"),
+                                  task: {"summary_mode": summary_mode}}))
+    debugger = PrecisionDebugger(config_path=str(config))
+    model = torch.nn.Linear(4, 4)
+    q = torch.quantize_per_tensor(torch.randn(4, 4), 0.1, 0, torch.qint8)
+    debugger.start(model)
+    model(q.dequantize()).sum().backward()
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    (dump,) = (tmp_path / "dump").rglob("dump.json")
+    rec = json.loads(dump.read_text())["data"]["Tensor.dequantize.0.forward"]["input_args"][0]
+    values = q.dequantize().double()
+    assert rec["dtype"] == "torch.qint8" and rec["shape"] == [4, 4]
+    assert (rec["Max"], rec["Min"]) == (values.max().item(), values.min().item())
+    assert rec["Norm"] == pytest.approx(values.norm().item(), rel=1e-6)
+    if summary_mode == "md5":
+        assert rec["md5"] == f"{zlib.crc32(q.int_repr().numpy().tobytes()):08x}"
+    else:
+        saved = np.load(next(dump.parent.rglob(rec["data_name"])))
+        assert saved.dtype == np.float32 and np.array_equal(saved, q.dequantize().numpy())

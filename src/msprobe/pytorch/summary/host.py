@@ -52,6 +52,8 @@ def statistics(t, n, span, native_kinds):
             return {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}  # (native.stats_record, inline)
     x = t.detach()
     with torch.no_grad():
+        if x.is_quantized:  # the values it stands for (torch's reductions take no quantized dtype)
+            x = x.dequantize()
         if x.dtype == torch.bool:
             return {"Max": bool(x.any()), "Min": bool(x.all()), "Mean": None, "Norm": None}
         if x.is_complex():

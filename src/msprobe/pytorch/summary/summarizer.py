@@ -218,12 +218,7 @@ class Summarizer:
                     got = _kernel(t.data_ptr(), n, kind, 1)
                     if got is not None:
                         values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
-                if values is None:
-                    values = host.statistics(t, n, span, self._native_kinds)
-            if values is None:
-                values = {}
-            if self.md5:
-                values["md5"] = host.crc32_of(t)  # `values` is this call's own dict
+            values = self._host_values(t, n, span, values)
         else:
             values, slots = self._slots_of(t, n, span, _UNREAD if storage is None else storage.data_ptr(), defer)
         entry = None
@@ -270,11 +265,22 @@ class Summarizer:
             fill_from_slot(rec, slot)
         return rec
 
+    def _host_values(self, t, n, span, values=None):
+        """The value fields of CPU tensor `t` (n elements) read now: `values` (its statistics, when the
+        caller read them) or host.statistics', and its CRC with md5 (into this call's own dict)."""
+        if values is None:
+            values = host.statistics(t, n, span, self._native_kinds) if self.stats else {}
+        if self.md5:
+            values["md5"] = host.crc32_of(t)
+        return values
+
     def _slots_of(self, t, n, span, address, defer):
         """(values, slots) of tensor `t` (n elements) summarised into device slots: `values` is the dict of
         its fields, in msProbe's order, filled in place when the slots are resolved (before any record is
         written), shared by every record of this tensor. `span`: element_span(t) when known; `address`:
         its storage's (or _UNREAD); `defer`: see record. (msprobe._record calls it too.)"""
+        if t.is_quantized:  # no device kernel takes its dtype (a CPU tensor): read on the host now
+            return self._host_values(t, n, span), []
         # a tensor outside autograd is held (deferred) detached: autograd takes a gradient nobody else
         # holds as .grad and copies one that is held (a detach costs more than the rest of a deferral)
         x = t.detach() if defer and not t.requires_grad else t
