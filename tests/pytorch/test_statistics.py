@@ -455,3 +455,65 @@ def test_a_quantized_tensor_is_dumped_as_the_values_it_stands_for(tmp_path, monk
     else:
         saved = np.load(next(dump.parent.rglob(rec["data_name"])))
         assert saved.dtype == np.float32 and np.array_equal(saved, q.dequantize().numpy())
+
+
+@pytest.mark.parametrize("device_path", ["0", "1"], ids=["host", "device_path"])
+def test_sparse_and_mkldnn_tensors_are_summarised_as_the_dense_ones(monkeypatch, device_path):
+    """A sparse tensor (COO, uncoalesced: duplicate indices sum; CSR; all stored; none stored) and an
+    mkldnn one give the statistics and checksum of the dense tensor they stand for, on either path; a
+    sparse one without densifying it for its statistics."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", device_path)
+    gen = torch.Generator().manual_seed(3)
+    dense = torch.zeros(6, 5)
+    dense[1, 2], dense[4, 0], dense[5, 4] = 2.5, -1.25, 0.5
+    coo = torch.sparse_coo_tensor(torch.tensor([[1, 4, 5, 1], [2, 0, 4, 2]]), torch.tensor([2.0, -1.25, 0.5, 0.5]),
+                                  (6, 5))  # (1, 2) stored twice: 2.0 + 0.5
+    positive = torch.rand(3, 4, generator=gen) + 0.5
+    cases = [(coo, dense), (dense.to_sparse_csr(), dense), (positive.to_sparse(), positive),
+             (torch.sparse_coo_tensor(torch.empty(2, 0, dtype=torch.long), torch.empty(0), (3, 3)), torch.zeros(3, 3)),
+             (positive.to_mkldnn(), positive)]
+    for t, want in cases:
+        got = Summarizer(md5=True).summarize(t)[0]
+        s = Summarizer(md5=True)
+        expected = s.summarize(want.clone())[0]
+        s.start_resolve().finish()
+        if device_path == "0":  # (Mean: the stored values' double sum, the kernel's blocked one)
+            assert {**got, "Mean": None} == {**expected, "Mean": None}, t.layout
+            assert got["Mean"] == pytest.approx(expected["Mean"], rel=1e-6), t.layout
+        else:
+            x = want.double()
+            assert (got["Max"], got["Min"]) == (x.max().item(), x.min().item()), t.layout
+            assert got["Mean"] == pytest.approx(x.mean().item(), abs=1e-7) and got["md5"] == expected["md5"]
+        assert got["md5"] == reference_checksum(want) and got["shape"] == list(want.shape)
+
+
+def test_an_embeddings_sparse_gradient_is_dumped_at_every_level(tmp_path):
+    """nn.Embedding(sparse=True) hands the optimizer a sparse gradient: it used to end the step with a
+    NotImplementedError from the dump (torch's reductions take no sparse tensor). Its records hold the
+    statistics of the dense gradient it stands for."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    for level in ("L0", "L1", "mix"):
+        config = tmp_path / f"{level}.json"
+        config.write_text(json.dumps({"task": "statistics", "level": level, "dump_path": str(tmp_path / level),
+                                      "statistics": {"summary_mode": "md5"}}))
+        debugger = PrecisionDebugger(config_path=str(config))
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(50, 8, sparse=True), torch.nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        debugger.start(model)
+        model(torch.tensor([[1, 7, 7], [3, 1, 9]])).sum().backward()
+        grad = model[0].weight.grad.to_dense()
+        opt.step()
+        debugger.stop()
+        debugger.step()
+        debugger.close()
+        (dump,) = (tmp_path / level).rglob("dump.json")
+        data = json.loads(dump.read_text())["data"]
+        if level == "L1":
+            continue  # no parameter gradient records at L1
+        (key,) = [k for k in data if k.startswith("Module.0.Embedding.parameters_grad.")]
+        (rec,) = data[key]["weight"]  # (a parameter's records: a list)
+        x = grad.double()
+        assert (rec["Max"], rec["Min"], rec["shape"]) == (x.max().item(), x.min().item(), [50, 8]), level
+        assert rec["Mean"] == pytest.approx(x.mean().item(), rel=1e-5) and rec["md5"] == reference_checksum(grad)

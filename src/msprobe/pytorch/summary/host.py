@@ -10,6 +10,7 @@ Without the kernel (other dtypes, a NaN or inf in the tensor): aminmax, sum and 
 
 import math
 
+import numpy as np
 import torch
 
 from msprobe.core.checksum import crc32_hex_at, crc32_hex_strided
@@ -34,6 +35,8 @@ def statistics(t, n, span, native_kinds):
     caller has it; `native_kinds`: the dtypes the C kernel may read (empty: torch's reductions only)."""
     if n == 0:
         return {"Max": None, "Min": None, "Mean": None, "Norm": None}
+    if t.layout is not torch.strided:  # sparse (an embedding's sparse gradient), mkldnn
+        return _other_layout(t, n, native_kinds)
     kind = native_kinds.get(t.dtype)
     if kind is not None and t.is_cpu:
         if span is None:
@@ -99,10 +102,44 @@ def _finish(vals, n, squared, x):
     return {"Max": json_float(mx), "Min": json_float(mn), "Mean": json_float(mean), "Norm": json_float(norm)}
 
 
+_SPARSE = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
+def _other_layout(t, n, native_kinds):
+    """Statistics of a sparse or mkldnn tensor: those of the dense tensor it stands for. A sparse one's
+    come from its stored values (coalesced: duplicate indices summed) and, where it stores fewer than
+    its `n` elements, the zeros elsewhere: no dense copy of an embedding table's gradient."""
+    x = t.detach()
+    if x.layout not in _SPARSE:
+        return statistics(x.to_dense(), n, None, native_kinds)
+    if x.layout is torch.sparse_coo:
+        x = x.coalesce()
+    values = x.values().reshape(-1)
+    stored = values.numel()
+    if stored == 0:
+        values, stored = torch.zeros(1, dtype=x.dtype), 1
+    got = statistics(values.contiguous(), stored, None, native_kinds)
+    if stored >= n:
+        return got
+    if x.dtype == torch.bool:
+        return dict(got, Min=False)
+    mx, mn = (float(v) if isinstance(v, str) else v for v in (got["Max"], got["Min"]))
+    mean = got["Mean"]
+    if mean is not None:  # the stored values' sum over all n elements, rounded as the kernel rounds
+        mean = values.sum(dtype=torch.float64).item() / n
+        if x.dtype in (torch.float32, torch.bfloat16):
+            mean = float(np.float32(mean))
+    # the zeros elsewhere: a NaN stays what torch's reductions make of it
+    return {"Max": json_float(mx if mx != mx else max(mx, 0)), "Min": json_float(mn if mn != mn else min(mn, 0)),
+            "Mean": json_float(mean), "Norm": got["Norm"]}
+
+
 def crc32_of(t):
     """CRC-32 of `t`'s elements in index order, in its dtype, as 8 hex digits (the "md5" field: what
     msProbe writes for the same tensor); read in place when `t` is a CPU tensor whose memory holds its
     values (a view as its dense runs), else from a contiguous copy."""
+    if t.layout is not torch.strided:  # sparse, mkldnn: the elements of the dense tensor it stands for
+        t = t.to_dense()
     plain = t.is_cpu and not (t.is_conj() or t.is_neg())
     n = t.numel()
     # as many threads as the statistics kernel takes (torch's, idle while the training thread reads)

@@ -279,7 +279,7 @@ class Summarizer:
         its fields, in msProbe's order, filled in place when the slots are resolved (before any record is
         written), shared by every record of this tensor. `span`: element_span(t) when known; `address`:
         its storage's (or _UNREAD); `defer`: see record. (msprobe._record calls it too.)"""
-        if t.is_quantized:  # no device kernel takes its dtype (a CPU tensor): read on the host now
+        if t.is_quantized or t.layout is not _STRIDED:  # no device kernel takes it (quantized, sparse): now
             return self._host_values(t, n, span), []
         # a tensor outside autograd is held (deferred) detached: autograd takes a gradient nobody else
         # holds as .grad and copies one that is held (a detach costs more than the rest of a deferral)

@@ -28,6 +28,8 @@ def numpy_of(x_cpu):
     quantized tensor is saved as the float values it stands for (as its statistics are)."""
     if x_cpu.is_quantized:
         return x_cpu.dequantize().numpy()
+    if x_cpu.layout is not torch.strided:  # sparse, mkldnn: the dense tensor it stands for
+        x_cpu = x_cpu.to_dense()
     if x_cpu.dtype == torch.bfloat16 or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1):
         x_cpu = x_cpu.float()
     return x_cpu.numpy()
@@ -37,9 +39,9 @@ def numpy_view(x_cpu):
     """`numpy_of` a CPU tensor, reading a contiguous one's memory in place without `.numpy()`, which
     marks the storage non-resizable for good (FSDP2 frees an unsharded parameter with
     `storage.resize_(0)`). The array holds `x_cpu` (a copy made for it lives as long as it does)."""
-    if x_cpu.is_quantized or x_cpu.dtype == torch.bfloat16 or (x_cpu.is_floating_point()
-                                                                and x_cpu.dtype.itemsize == 1):
-        return numpy_of(x_cpu)  # upcast or dequantized: a copy
+    if (x_cpu.is_quantized or x_cpu.layout is not torch.strided or x_cpu.dtype == torch.bfloat16
+            or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1)):
+        return numpy_of(x_cpu)  # upcast, dequantized or dense: a copy
     if not x_cpu.is_contiguous() or x_cpu.is_conj() or x_cpu.is_neg() or x_cpu.numel() == 0:
         return numpy_of(host_copy(x_cpu).resolve_conj().resolve_neg())
     buf = (ctypes.c_char * (x_cpu.numel() * x_cpu.element_size())).from_address(x_cpu.data_ptr())
