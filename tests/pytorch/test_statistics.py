@@ -517,3 +517,38 @@ def test_an_embeddings_sparse_gradient_is_dumped_at_every_level(tmp_path):
         x = grad.double()
         assert (rec["Max"], rec["Min"], rec["shape"]) == (x.max().item(), x.min().item(), [50, 8]), level
         assert rec["Mean"] == pytest.approx(x.mean().item(), rel=1e-5) and rec["md5"] == reference_checksum(grad)
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_nested_tensors_of_the_transformer_encoders_fast_path_are_dumped(tmp_path, task):
+    """nn.TransformerEncoder in eval with a padding mask runs its layers on nested tensors (its fast
+    path): at L0 every layer's record used to end the forward with "NestedTensorImpl doesn't support
+    sizes". A nested tensor's record holds the statistics of its components' elements and the padded
+    shape; tensor mode saves the padded tensor."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    torch.manual_seed(0)
+    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2).eval()
+    x = torch.randn(3, 5, 16)
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mask[0, 3:] = True
+    seen = []
+    encoder.layers[0].register_forward_hook(lambda m, a, out: seen.append(out))
+    debugger = PrecisionDebugger(task=task, level="L0", dump_path=str(tmp_path))
+    with torch.no_grad():
+        debugger.start(encoder)
+        encoder(x, src_key_padding_mask=mask)
+        debugger.stop()
+        debugger.step()
+    debugger.close()
+    (out,) = seen
+    assert out.is_nested  # the fast path was taken
+    elements = torch.cat([c.reshape(-1) for c in out.unbind()]).double()
+    (dump,) = tmp_path.rglob("dump.json")
+    (rec,) = json.loads(dump.read_text())["data"]["Module.layers.0.TransformerEncoderLayer.forward.0"]["output"]
+    assert rec["shape"] == [3, 5, 16] and rec["dtype"] == "torch.float32"
+    assert (rec["Max"], rec["Min"]) == (elements.max().item(), elements.min().item())
+    assert rec["Norm"] == pytest.approx(elements.norm().item(), rel=1e-6)
+    if task == "tensor":
+        saved = np.load(next(dump.parent.rglob(rec["data_name"])))
+        assert np.array_equal(saved, torch.nested.to_padded_tensor(out, 0).numpy())

@@ -182,6 +182,9 @@ class Summarizer:
             name = _DTYPE_NAMES[dtype]
         except KeyError:
             name = dtype_name(dtype)
+        if t.is_nested:  # (nn.TransformerEncoder's fast path in eval, with a padding mask)
+            self.entry = None
+            return self._nested_record(t, name)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
             self.entry = None
             return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
@@ -264,6 +267,16 @@ class Summarizer:
         for slot in slots:  # a dict of its own: filled when resolved too
             fill_from_slot(rec, slot)
         return rec
+
+    def _nested_record(self, t, name):
+        """A nested tensor's record: the statistics (and checksum) of its components' elements one
+        after another, and the shape of the padded tensor it stands for (torch.nested.to_padded_tensor)."""
+        parts = t.unbind()
+        flat = (torch.cat([p.detach().reshape(-1) for p in parts]) if parts
+                else torch.empty(0, dtype=t.dtype, device=t.device))
+        shape = [len(parts)] + [max(p.shape[d] for p in parts) for d in range(t.dim() - 1)] if parts else [0]
+        values = self._host_values(flat, flat.numel(), None) if (self.stats or self.md5) else {}
+        return {"type": "torch.Tensor", "dtype": name, "shape": shape, **values, "requires_grad": t.requires_grad}
 
     def _host_values(self, t, n, span, values=None):
         """The value fields of CPU tensor `t` (n elements) read now: `values` (its statistics, when the

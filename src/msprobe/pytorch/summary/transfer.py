@@ -25,10 +25,12 @@ def host_view(t):
 
 def numpy_of(x_cpu):
     """numpy array for a .npy file; dtypes numpy lacks (bf16, fp8) are upcast to float32, exactly; a
-    quantized tensor is saved as the float values it stands for (as its statistics are)."""
+    quantized, sparse or nested tensor is saved as the dense float values it stands for."""
     if x_cpu.is_quantized:
         return x_cpu.dequantize().numpy()
-    if x_cpu.layout is not torch.strided:  # sparse, mkldnn: the dense tensor it stands for
+    if x_cpu.is_nested:  # the padded tensor its record's shape is (zeros where a component is shorter)
+        x_cpu = torch.nested.to_padded_tensor(x_cpu, 0)
+    elif x_cpu.layout is not torch.strided:  # sparse, mkldnn: the dense tensor it stands for
         x_cpu = x_cpu.to_dense()
     if x_cpu.dtype == torch.bfloat16 or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1):
         x_cpu = x_cpu.float()
@@ -39,7 +41,7 @@ def numpy_view(x_cpu):
     """`numpy_of` a CPU tensor, reading a contiguous one's memory in place without `.numpy()`, which
     marks the storage non-resizable for good (FSDP2 frees an unsharded parameter with
     `storage.resize_(0)`). The array holds `x_cpu` (a copy made for it lives as long as it does)."""
-    if (x_cpu.is_quantized or x_cpu.layout is not torch.strided or x_cpu.dtype == torch.bfloat16
+    if (x_cpu.is_quantized or x_cpu.is_nested or x_cpu.layout is not torch.strided or x_cpu.dtype == torch.bfloat16
             or (x_cpu.is_floating_point() and x_cpu.dtype.itemsize == 1)):
         return numpy_of(x_cpu)  # upcast, dequantized or dense: a copy
     if not x_cpu.is_contiguous() or x_cpu.is_conj() or x_cpu.is_neg() or x_cpu.numel() == 0:
