@@ -22,10 +22,9 @@ Must not import torch or mindspore.
 
 import ctypes
 import functools
+import os
 
 import numpy as np
-
-import os
 
 try:
     from isal import isal_zlib as _isal

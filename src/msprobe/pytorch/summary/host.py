@@ -117,7 +117,7 @@ def _other_layout(t, n, native_kinds):
     values = x.values().reshape(-1)
     stored = values.numel()
     if stored == 0:
-        values, stored = torch.zeros(1, dtype=x.dtype), 1
+        values, stored = torch.zeros(1, dtype=x.dtype, device=x.device), 1
     got = statistics(values.contiguous(), stored, None, native_kinds)
     if stored >= n:
         return got

@@ -279,8 +279,8 @@ class Summarizer:
         return {"type": "torch.Tensor", "dtype": name, "shape": shape, **values, "requires_grad": t.requires_grad}
 
     def _host_values(self, t, n, span, values=None):
-        """The value fields of CPU tensor `t` (n elements) read now: `values` (its statistics, when the
-        caller read them) or host.statistics', and its CRC with md5 (into this call's own dict)."""
+        """The value fields of tensor `t` (n elements) read on the host now: `values` (its statistics,
+        when the caller read them) or host.statistics', and its CRC with md5 (into this call's own dict)."""
         if values is None:
             values = host.statistics(t, n, span, self._native_kinds) if self.stats else {}
         if self.md5:
