@@ -301,6 +301,89 @@ def test_device_path_takes_views_in_any_layout(monkeypatch):
         assert rec["Max"] == pytest.approx(x.max().item()) and rec["Mean"] == pytest.approx(x.mean().item(), abs=1e-6)
 
 
+def _queued(s):
+    """What a device-path summarizer has queued, comparable across summarizers: per waiting item its group,
+    element count, slot row, whether the held tensor is the recorded one and its version and memory; the
+    bytes held; the slots' rows (element counts, dtypes, fields dicts); pending and the memory set."""
+    d = s.slots
+    items = [(group, item[1], item[2][1], item[3], version, address, nbytes)
+             for (group, item, x, version, address), nbytes in d._waiting.queue]
+    bufs = [(b.used, b.ns, b.dtypes, len(b.fields), len(b.fills)) for b in d._buffers]
+    return items, d._waiting.held, bufs, d.pending, d._memory
+
+
+def test_device_path_queues_a_dense_tensors_statistics_in_c(monkeypatch):
+    """On the device path the C path queues a contiguous tensor's deferred statistics itself, once the Python
+    path has deferred one of its dtype on that lane (`_Lane.fast`): no Summarizer._slots_of, and the same
+    slots, queue, bounds and records as the Python path makes. A gradient-free tensor waits detached (its
+    own memory, not the object), one in autograd as it is. The rest still goes through _slots_of: md5,
+    not deferred, a dtype the lane has not deferred, a view, a full buffer. A batch the queue fills is
+    launched there and then."""
+    from msprobe.pytorch.summary import device, slots
+    monkeypatch.setattr(device, "DEFER_TENSORS", 6)  # (read once, as the summarizers are made)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(device_path=True)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(device_path=True)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    asked = []
+    python_slots = Summarizer._slots_of
+    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    first = torch.randn(4, 4)
+    for s in (fast, slow):
+        s.record(first, True, True)  # the Python path defers a float32 tensor: the lane says C may
+    assert [id(t) for t in asked] == [id(first)] * 2 and torch.float32 in fast.slots._lanes[first.device].fast
+    asked.clear()
+    tensors = [torch.randn(3, 5), torch.randn(7, requires_grad=True), torch.arange(6.0).view(2, 3)]
+    got = [fast.record(t, True, True) for t in tensors]
+    assert not asked  # all queued in C
+    want = [slow.record(t, True, True) for t in tensors]
+    assert _queued(fast) == _queued(slow) and len(fast.slots._waiting.queue) == 4
+    held = [x for (_, _, x, _, _), _ in fast.slots._waiting.queue]
+    assert held[1] is not tensors[0] and held[1].data_ptr() == tensors[0].data_ptr()  # detached
+    assert held[2] is tensors[1]  # in autograd: as it is
+    assert tables(fast) == tables(slow)
+    # what still goes through _slots_of
+    others = [torch.randn(5, dtype=torch.float64),  # a dtype the lane has not deferred yet
+              torch.randn(4, 6).t()]  # a view
+    for t in others:
+        asked.clear()
+        assert fast.record(t, True, True) is not None and len(asked) == 1 and asked[0] is t
+        slow.record(t, True, True)
+    asked.clear()
+    not_deferred = torch.randn(9)
+    fast.record(not_deferred, False, True)
+    assert len(asked) == 1 and asked[0] is not_deferred
+    slow.record(not_deferred, False, True)
+    # a full open buffer: Python opens the next one
+    full = fast.slots._lanes[first.device].open[slots.STATS]
+    used, full.used = full.used, slots.SLOTS_PER_BUFFER
+    asked.clear()
+    fast.record(torch.randn(3), True, True)
+    assert len(asked) == 1 and fast.slots._lanes[first.device].open[slots.STATS] is not full
+    full.used = used
+    # the batch is full at DEFER_TENSORS items: launched by the C path as by Deferral.add
+    for s in (fast, slow):
+        s.start_resolve().finish()
+    asked.clear()
+    batch = [torch.randn(2, 2) for _ in range(6)]
+    for s in (fast, slow):
+        for t in batch:
+            s.record(t, True, True)
+        assert not s.slots._waiting.queue and s.slots._waiting.held == 0
+    # the Python summarizer's six, and the C one's first: a resolve closes the open buffers (Python opens one)
+    assert len(asked) == 7 and asked[0] is batch[0] and asked[1] is batch[0]
+    for s in (fast, slow):
+        s.start_resolve().finish()
+    assert got == want and all(r["Max"] is not None for r in got)
+    assert got[2]["Max"] == 5.0 and got[2]["Mean"] == pytest.approx(2.5)
+    md5 = Summarizer(device_path=True, md5=True)
+    md5.record(first, True, True)
+    asked.clear()
+    md5.record(torch.randn(3, 3), True, True)
+    assert len(asked) == 1  # statistics and checksum wait as one item: the Python path's
+
+
 @pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])
 def test_large_tensor_is_read_on_torchs_threads_as_the_python_path_reads_it(monkeypatch, task):
     """From host.PARALLEL_MIN elements the C path reads (statistics and CRC) on as many threads as torch

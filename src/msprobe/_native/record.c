@@ -1,13 +1,13 @@
-/* msprobe._record: the two common cases of Summarizer.record (pytorch/summary/summarizer.py) in C,
- * where each is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
+/* msprobe._record: the common cases of Summarizer.record (pytorch/summary/summarizer.py) in C, where each
+ * is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
  * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, threads, stats, md5,
- *          fill)
+ *          device=None, blank=None, per_buffer=0)
  * .record(owner, t, shared, defer=False) -> t's record, or None: "take the Python path" (then nothing was
  * changed); `defer`: a device summary may wait for the owner's next launch (Summarizer.record).
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
  *      same version, memory and shape: its record, as the Python path gives it; fields still in device
- *      slots are registered on a record of its own with `fill` (slots.fill_from_slot, per slot).
+ *      slots are registered on a record of its own as slots.fill_from_slot does (fill_one).
  *   2. a plain (`tensor` or `parameter`, not a subclass) strided CPU tensor of 2 or more elements, not
  *      an inference tensor, contiguous or a view the kernel reads as host.statistics does (a transpose:
  *      one dense run; a chunk of a wider tensor: rows): its memory-keyed cache entry (`cache`, keyed by
@@ -18,15 +18,20 @@
  *      threads), as host.crc32_of gives it;
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  *   3. such a tensor of 2 or more elements elsewhere, in any layout (and on the CPU too when `small` is 0:
- *      the device path): its cache entry when alive at the same version (fields still in slots registered with
- *      `fill`), else `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots): its
- *      summaries into device slots, the cache and object-table entries as the Python path makes them.
+ *      the device path): its cache entry when alive at the same version (fields still in slots registered
+ *      with fill_one), else its summaries into device slots: contiguous, statistics only and deferred, on
+ *      a lane that has deferred its dtype before, queued here (defer_dense, on `device`, the owner's
+ *      DeviceSummaries: `blank` is a record's value fields, `per_buffer` slots.SLOTS_PER_BUFFER); any other
+ *      through `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots); the cache and
+ *      object-table entries as the Python path makes them.
  * Everything else (other dtypes, a NaN or inf, other views on the CPU, views that msprobe._crc does not
  * read or that are not contiguous on the device path with md5) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
- * field order (type, dtype, shape, the value fields, requires_grad).
+ * field order (type, dtype, shape, the value fields, requires_grad). The device path's objects are
+ * summary/slots.py's Buffer (used, ns, dtypes, fields, values, fills), device.py's _Lane (fast, open) and
+ * DeviceSummaries (_lanes, pending, _memory, launch) and core's Deferral (queue, held, max_items, max_bytes).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -39,13 +44,18 @@ static crc_strided crc_read;
 
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
-    *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size;
+    *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size,
+    *s_lanes, *s_fast, *s_open, *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held,
+    *s_launch, *s_detach;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *fill, *threads;
-    Py_ssize_t limit, small;
+    PyObject *objects, *cache, *names, *kinds, *tensor, *parameter, *strided, *entry_type, *threads;
+    /* the device path's common case (see defer_dense): the owner's DeviceSummaries, its Deferral and that
+     * Deferral's queue, a record's blank value fields; NULL: always through `_slots_of` */
+    PyObject *device, *deferral, *queue, *blank;
+    Py_ssize_t limit, small, per_buffer, max_items, max_bytes;
     int stats, md5;
 } Recorder;
 
@@ -95,9 +105,46 @@ static int no_slots(PyObject *entry) {
     return empty;
 }
 
-/* fill(rec, slot) for each slot of `entry` (a record of its own gets the fields still on a device);
+/* slots.fill_from_slot(rec, slot), inline: `rec` gets the slot's row of values now, or when its buffer is
+ * resolved (appended to the buffer's `fills` before `values` is looked at again: a resolve on the lane
+ * thread sets `values` before it fills the records waiting) */
+static int fill_one(PyObject *rec, PyObject *slot) {
+    if (!PyTuple_CheckExact(slot) || PyTuple_GET_SIZE(slot) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a slot: (buffer, row)");
+        return -1;
+    }
+    PyObject *buf = PyTuple_GET_ITEM(slot, 0), *row = PyTuple_GET_ITEM(slot, 1), *fills = NULL, *pair = NULL;
+    PyObject *values = PyObject_GetAttr(buf, s_values);
+    int err = -1;
+    if (values == NULL)
+        return -1;
+    if (values == Py_None) {
+        if ((fills = PyObject_GetAttr(buf, s_fills)) == NULL || (pair = PyTuple_Pack(2, row, rec)) == NULL
+            || PyList_Append(fills, pair) < 0)
+            goto done;
+        Py_SETREF(values, PyObject_GetAttr(buf, s_values));
+        if (values == NULL)
+            goto done;
+    }
+    if (values != Py_None) {
+        PyObject *got = PyObject_GetItem(values, row);
+        if (got == NULL || PyDict_Update(rec, got) < 0) {
+            Py_XDECREF(got);
+            goto done;
+        }
+        Py_DECREF(got);
+    }
+    err = 0;
+done:
+    Py_XDECREF(values);
+    Py_XDECREF(fills);
+    Py_XDECREF(pair);
+    return err;
+}
+
+/* fill_one(rec, slot) for each slot of `entry` (a record of its own gets the fields still on a device);
  * 0, or -1 on error */
-static int fill_slots(Recorder *self, PyObject *rec, PyObject *entry) {
+static int fill_slots(PyObject *rec, PyObject *entry) {
     PyObject *slots = PyObject_GetAttr(entry, s_slots);
     if (slots == NULL)
         return -1;
@@ -107,13 +154,10 @@ static int fill_slots(Recorder *self, PyObject *rec, PyObject *entry) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(slots); i++) {
-        PyObject *args[2] = {rec, PyList_GET_ITEM(slots, i)};
-        PyObject *got = PyObject_Vectorcall(self->fill, args, 2, NULL);
-        if (got == NULL) {
+        if (fill_one(rec, PyList_GET_ITEM(slots, i)) < 0) {
             Py_DECREF(slots);
             return -1;
         }
-        Py_DECREF(got);
     }
     Py_DECREF(slots);
     return 0;
@@ -138,6 +182,111 @@ static PyObject *hand_out(PyObject *rec, int shared) {
     PyObject *copy = PyDict_Copy(rec);
     Py_DECREF(rec);
     return copy;
+}
+
+/* The device path's common case: a contiguous tensor whose statistics alone wait, deferred, in the open
+ * statistics buffer of its lane, whose kernels read its dtype dense (`lane.fast[dtype]`: (group, itemsize),
+ * set by DeviceSummaries.stats when it deferred such a tensor). What Summarizer._slots_of ->
+ * DeviceSummaries.stats -> Buffer.slot -> Deferral.add do, on the same objects: (values, [slot]); Py_None
+ * when it is not this case (nothing changed), NULL on an error. */
+static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObject *device, PyObject *count,
+                             Py_ssize_t n, PyObject *address, PyObject *version, PyObject *rg) {
+    PyObject *lanes = NULL, *fast = NULL, *open = NULL, *buf = NULL, *used = NULL, *x = NULL, *values = NULL,
+             *slot = NULL, *item = NULL, *wait = NULL, *pair = NULL, *field = NULL, *result = NULL;
+    PyObject *lane, *plan;
+    Py_ssize_t i, itemsize, pending, held;
+    if ((lanes = PyObject_GetAttr(self->device, s_lanes)) == NULL)
+        goto done;
+    if ((lane = PyDict_GetItemWithError(lanes, device)) == NULL)
+        goto other;
+    if ((fast = PyObject_GetAttr(lane, s_fast)) == NULL || !PyDict_CheckExact(fast))
+        goto other;
+    plan = PyDict_GetItemWithError(fast, dtype);
+    if (plan == NULL || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2)
+        goto other;
+    if ((open = PyObject_GetAttr(lane, s_open)) == NULL || !PyList_CheckExact(open) || PyList_GET_SIZE(open) < 1)
+        goto other;
+    buf = PyList_GET_ITEM(open, 0);
+    Py_INCREF(buf);
+    if (buf == Py_None || (used = PyObject_GetAttr(buf, s_used)) == NULL)
+        goto other;
+    i = PyLong_AsSsize_t(used);
+    itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
+    if (i < 0 || i >= self->per_buffer || itemsize <= 0)  /* (full: Python opens the next buffer) */
+        goto other;
+
+    /* from here on the tables change: an error is an error */
+    if ((x = rg == Py_False ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL || (values = PyDict_Copy(self->blank)) == NULL)
+        goto done;
+    if ((field = PyLong_FromSsize_t(i + 1)) == NULL || PyObject_SetAttr(buf, s_used, field) < 0)
+        goto done;
+    PyObject *const lists[3] = {s_ns, s_dtypes, s_fields}, *const added[3] = {count, dtype, values};
+    for (int k = 0; k < 3; k++) {
+        Py_SETREF(field, PyObject_GetAttr(buf, lists[k]));
+        if (field == NULL || !PyList_CheckExact(field) || PyList_Append(field, added[k]) < 0) {
+            if (field != NULL && !PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "Buffer: lists of rows");
+            goto done;
+        }
+    }
+    if ((slot = PyTuple_Pack(2, buf, used)) == NULL)
+        goto done;
+    Py_SETREF(field, PyObject_GetAttr(self->device, s_pending));
+    if (field == NULL || (pending = PyLong_AsSsize_t(field)) == -1)
+        goto done;
+    Py_SETREF(field, PyLong_FromSsize_t(pending + 1));
+    if (field == NULL || PyObject_SetAttr(self->device, s_pending, field) < 0)
+        goto done;
+    Py_SETREF(field, PyObject_GetAttr(self->device, s_memory));
+    if (field == NULL || PySet_Add(field, address) < 0)
+        goto done;
+    if ((item = PyTuple_Pack(4, x, count, slot, Py_None)) == NULL
+        || (wait = PyTuple_Pack(5, PyTuple_GET_ITEM(plan, 0), item, x, version, address)) == NULL)
+        goto done;
+    Py_SETREF(field, PyLong_FromSsize_t(n * itemsize));
+    if (field == NULL || (pair = PyTuple_Pack(2, wait, field)) == NULL || PyList_Append(self->queue, pair) < 0)
+        goto done;
+    Py_SETREF(field, PyObject_GetAttr(self->deferral, s_held));
+    if (field == NULL || (held = PyLong_AsSsize_t(field)) == -1)
+        goto done;
+    held += n * itemsize;
+    Py_SETREF(field, PyLong_FromSsize_t(held));
+    if (field == NULL || PyObject_SetAttr(self->deferral, s_held, field) < 0)
+        goto done;
+    Py_SETREF(field, PyList_New(1));
+    if (field == NULL)
+        goto done;
+    Py_INCREF(slot);
+    PyList_SET_ITEM(field, 0, slot);
+    if ((result = PyTuple_Pack(2, values, field)) == NULL)
+        goto done;
+    /* Deferral.add's "full": the batch goes now */
+    if (PyList_GET_SIZE(self->queue) >= self->max_items || (self->max_bytes >= 0 && held >= self->max_bytes)) {
+        PyObject *launched = PyObject_CallMethodNoArgs(self->device, s_launch);
+        if (launched == NULL)
+            Py_CLEAR(result);
+        Py_XDECREF(launched);
+    }
+    goto done;
+other:
+    if (!PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    Py_XDECREF(lanes);
+    Py_XDECREF(fast);
+    Py_XDECREF(open);
+    Py_XDECREF(buf);
+    Py_XDECREF(used);
+    Py_XDECREF(x);
+    Py_XDECREF(values);
+    Py_XDECREF(slot);
+    Py_XDECREF(item);
+    Py_XDECREF(wait);
+    Py_XDECREF(pair);
+    Py_XDECREF(field);
+    return result;
 }
 
 #define SPAN_DIMS 64
@@ -285,7 +434,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
                 Py_CLEAR(result);
             }
             /* a dict of its own: its fields still on a device are filled when resolved too */
-            if (result != NULL && result != old && !complete && fill_slots(self, result, entry) < 0)
+            if (result != NULL && result != old && !complete && fill_slots(result, entry) < 0)
                 Py_CLEAR(result);
             goto done;
         }
@@ -363,11 +512,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             READ(values, PyObject_GetAttr(hit, s_values));
             /* fields still on a device: this record, and a copy handed out, are filled when resolved */
             if (PyObject_SetAttr(owner, s_entry, hit) < 0 || (rec = new_record(name, shape, values, rg)) == NULL
-                || (!complete && fill_slots(self, rec, hit) < 0) || remember(self, tid, t, ptr, shape, rec, hit) < 0)
+                || (!complete && fill_slots(rec, hit) < 0) || remember(self, tid, t, ptr, shape, rec, hit) < 0)
                 goto done;
             result = hand_out(rec, shared);
             rec = NULL;
-            if (result != NULL && !shared && !complete && fill_slots(self, result, hit) < 0)
+            if (result != NULL && !shared && !complete && fill_slots(result, hit) < 0)
                 Py_CLEAR(result);
             goto done;
         }
@@ -380,8 +529,19 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *address = call0(storage, s_data_ptr), *got = NULL;
         if (address == NULL)
             goto python;
-        PyObject *call[6] = {owner, t, count, PyTuple_GET_ITEM(key, 3), address, defer};
-        got = PyObject_VectorcallMethod(s_slots_of, call, 6, NULL);  /* (no ARGUMENTS_OFFSET: see call0) */
+        if (self->device != NULL && span == NULL && self->stats && !self->md5 && PyObject_IsTrue(defer) == 1) {
+            got = defer_dense(self, t, dtype, device, count, n, address, version, rg);
+            if (got == Py_None)
+                Py_CLEAR(got);
+            else if (got == NULL) {
+                Py_DECREF(address);
+                goto done;
+            }
+        }
+        if (got == NULL) {
+            PyObject *call[6] = {owner, t, count, PyTuple_GET_ITEM(key, 3), address, defer};
+            got = PyObject_VectorcallMethod(s_slots_of, call, 6, NULL);  /* (no ARGUMENTS_OFFSET: see call0) */
+        }
         Py_DECREF(address);
         if (got == NULL)
             goto done;
@@ -398,11 +558,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         if ((hit != NULL && PyObject_SetAttr(hit, s_entry_version, minus_one) < 0)
             || (rec = keep(self, owner, key, entry, name, shape, values, rg)) == NULL
-            || fill_slots(self, rec, entry) < 0 || remember(self, tid, t, ptr, shape, rec, entry) < 0)
+            || fill_slots(rec, entry) < 0 || remember(self, tid, t, ptr, shape, rec, entry) < 0)
             goto done;
         result = hand_out(rec, shared);
         rec = NULL;
-        if (result != NULL && !shared && fill_slots(self, result, entry) < 0)
+        if (result != NULL && !shared && fill_slots(result, entry) < 0)
             Py_CLEAR(result);
         goto done;
     }
@@ -519,15 +679,48 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Recorder *self = (Recorder *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOppO:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+    PyObject *device = Py_None, *blank = NULL;
+    self->per_buffer = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOpp|OO!n:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
                           &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
                           &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
-                          &self->limit, &self->small, &self->threads, &self->stats, &self->md5, &self->fill)) {
+                          &self->limit, &self->small, &self->threads, &self->stats, &self->md5,
+                          &device, &PyDict_Type, &blank, &self->per_buffer)) {
         self->objects = self->cache = self->names = self->kinds = NULL;
-        self->tensor = self->parameter = self->strided = self->entry_type = self->fill = NULL;
+        self->tensor = self->parameter = self->strided = self->entry_type = NULL;
         self->threads = NULL;
         Py_DECREF(self);
         return NULL;
+    }
+    /* the device path's common case: `device` (DeviceSummaries), `blank` (a record's value fields), `per_buffer`
+     * (slots per buffer); its Deferral's bounds are read once (constants of the session) */
+    self->device = self->deferral = self->queue = self->blank = NULL;
+    if (device != Py_None && blank != NULL && self->per_buffer > 0) {
+        PyObject *deferral = PyObject_GetAttrString(device, "_waiting"), *queue = NULL, *bound = NULL;
+        if (deferral != NULL && (queue = PyObject_GetAttrString(deferral, "queue")) != NULL && PyList_CheckExact(queue)
+            && (bound = PyObject_GetAttrString(deferral, "max_items")) != NULL
+            && (self->max_items = PyLong_AsSsize_t(bound)) != -1) {
+            Py_SETREF(bound, PyObject_GetAttrString(deferral, "max_bytes"));
+            self->max_bytes = bound == NULL ? -1 : bound == Py_None ? -1 : PyLong_AsSsize_t(bound);
+        }
+        if (bound != NULL && !PyErr_Occurred()) {
+            self->device = device;
+            self->deferral = deferral;
+            self->queue = queue;
+            self->blank = blank;
+            Py_INCREF(device);
+            Py_INCREF(blank);
+        } else {
+            Py_XDECREF(deferral);
+            Py_XDECREF(queue);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "Recorder: a DeviceSummaries with a Deferral of a list queue");
+        }
+        Py_XDECREF(bound);
+        if (PyErr_Occurred()) {
+            Py_DECREF(self);
+            return NULL;
+        }
     }
     Py_INCREF(self->objects);
     Py_INCREF(self->cache);
@@ -537,7 +730,6 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(self->parameter);
     Py_INCREF(self->strided);
     Py_INCREF(self->entry_type);
-    Py_INCREF(self->fill);
     Py_INCREF(self->threads);
     return (PyObject *)self;
 }
@@ -552,8 +744,11 @@ static int recorder_traverse(Recorder *self, visitproc visit, void *arg) {
     Py_VISIT(self->parameter);
     Py_VISIT(self->strided);
     Py_VISIT(self->entry_type);
-    Py_VISIT(self->fill);
     Py_VISIT(self->threads);
+    Py_VISIT(self->device);
+    Py_VISIT(self->deferral);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->blank);
     return 0;
 }
 
@@ -566,8 +761,11 @@ static int recorder_clear(Recorder *self) {
     Py_CLEAR(self->parameter);
     Py_CLEAR(self->strided);
     Py_CLEAR(self->entry_type);
-    Py_CLEAR(self->fill);
     Py_CLEAR(self->threads);
+    Py_CLEAR(self->device);
+    Py_CLEAR(self->deferral);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->blank);
     return 0;
 }
 
@@ -649,6 +847,19 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_mean, "Mean");
     INTERN(s_norm, "Norm");
     INTERN(s_md5, "md5");
+    INTERN(s_lanes, "_lanes");
+    INTERN(s_fast, "fast");
+    INTERN(s_open, "open");
+    INTERN(s_used, "used");
+    INTERN(s_ns, "ns");
+    INTERN(s_dtypes, "dtypes");
+    INTERN(s_fields, "fields");
+    INTERN(s_fills, "fills");
+    INTERN(s_pending, "pending");
+    INTERN(s_memory, "_memory");
+    INTERN(s_held, "held");
+    INTERN(s_launch, "launch");
+    INTERN(s_detach, "detach");
     if ((minus_one = PyLong_FromLong(-1)) == NULL)
         return NULL;
     if (PyType_Ready(&RecorderType) < 0)

@@ -232,7 +232,10 @@ class DeviceSummaries:
             if storage is _UNREAD:
                 storage = _storage(x)
             self._memory.add(storage)
-            if self._waiting.add(((STATS, kernels, dtype), item, x, x._version, storage), n * dtype.itemsize):
+            group = (STATS, kernels, dtype)
+            if dense is x and dtype not in lane.fast:  # msprobe._record defers the next such tensor itself
+                lane.fast[dtype] = (group, dtype.itemsize)
+            if self._waiting.add((group, item, x, x._version, storage), n * dtype.itemsize):
                 self.launch()
         else:
             kernels.statistics([item])
@@ -297,11 +300,14 @@ class DeviceSummaries:
 class _Lane:
     """One device's kernels (Triton's, or None: torch's) and its open buffer of each kind."""
 
-    __slots__ = ("device", "kernels", "open", "stages", "staged", "stage_max")
+    __slots__ = ("device", "kernels", "open", "stages", "staged", "stage_max", "fast")
 
     def __init__(self, device, kernels):
         self.device, self.kernels = device, kernels
         self.open = [None, None]  # by kind: STATS, CHECKSUM
+        # dtype -> ((STATS, kernels, dtype), itemsize): dtypes whose contiguous tensors these kernels read
+        # deferred as they are; msprobe._record queues such a tensor's statistics itself (record.c, defer_dense)
+        self.fast = {}
         self.stages = {}  # (dtype, shape) -> _Stage (torch's kernels only)
         self.staged = 0  # elements of the staging buffers
         # tensors staged instead of reduced alone: those the kernels would group anyway

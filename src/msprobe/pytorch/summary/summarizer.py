@@ -18,6 +18,7 @@ from msprobe.pytorch.summary import host
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
 from msprobe.pytorch.summary.layout import element_span, memory_order
+from msprobe.pytorch.summary import slots
 from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
@@ -86,8 +87,7 @@ class Summarizer:
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
                                    torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
                                    0 if device_path else host.PARALLEL_MIN, torch.get_num_threads, stats,
-                                   md5,
-                                   fill_from_slot).record
+                                   md5, self.slots, self._fields, slots.SLOTS_PER_BUFFER).record
 
     @property
     def native_record(self):
