@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from msprobe.pytorch.summary import host
+from msprobe.pytorch.summary import host, slots
 from msprobe.pytorch.summary.cache import CacheEntry, exact_key
+from msprobe.pytorch.summary.slots import Buffer
 from msprobe.pytorch.summary.summarizer import Summarizer
 
 pytest.importorskip("msprobe._record", reason="msprobe._record not built (no C compiler)")
@@ -301,14 +302,25 @@ def test_device_path_takes_views_in_any_layout(monkeypatch):
         assert rec["Max"] == pytest.approx(x.max().item()) and rec["Mean"] == pytest.approx(x.mean().item(), abs=1e-6)
 
 
+def _plain(v):
+    """`v` (a queued item, or part of one) with tensors as "tensor" and slots as ("slot", kind, row)."""
+    if isinstance(v, torch.Tensor):
+        return "tensor"
+    if isinstance(v, tuple):
+        if len(v) == 2 and isinstance(v[0], Buffer):
+            return ("slot", v[0].kind, v[1])
+        return tuple(_plain(e) for e in v)
+    return v
+
+
 def _queued(s):
     """What a device-path summarizer has queued, comparable across summarizers: per waiting item its group,
-    element count, slot row, whether the held tensor is the recorded one and its version and memory; the
-    bytes held; the slots' rows (element counts, dtypes, fields dicts); pending and the memory set."""
+    its item with slots as (kind, row), its version and memory and bytes; the bytes held; the buffers' rows
+    (element counts, dtypes, bytes, fields dicts, records waiting); pending and the memory set."""
     d = s.slots
-    items = [(group, item[1], item[2][1], item[3], version, address, nbytes)
+    items = [(group, _plain(item), version, address, nbytes)
              for (group, item, x, version, address), nbytes in d._waiting.queue]
-    bufs = [(b.used, b.ns, b.dtypes, len(b.fields), len(b.fills)) for b in d._buffers]
+    bufs = [(b.kind, b.used, b.ns, b.dtypes, b.nbytes, len(b.fields), len(b.fills)) for b in d._buffers]
     return items, d._waiting.held, bufs, d.pending, d._memory
 
 
@@ -316,10 +328,10 @@ def test_device_path_queues_a_dense_tensors_statistics_in_c(monkeypatch):
     """On the device path the C path queues a contiguous tensor's deferred statistics itself, once the Python
     path has deferred one of its dtype on that lane (`_Lane.fast`): no Summarizer._slots_of, and the same
     slots, queue, bounds and records as the Python path makes. A gradient-free tensor waits detached (its
-    own memory, not the object), one in autograd as it is. The rest still goes through _slots_of: md5,
+    own memory, not the object), one in autograd as it is. The rest still goes through _slots_of:
     not deferred, a dtype the lane has not deferred, a view, a full buffer. A batch the queue fills is
     launched there and then."""
-    from msprobe.pytorch.summary import device, slots
+    from msprobe.pytorch.summary import device
     monkeypatch.setattr(device, "DEFER_TENSORS", 6)  # (read once, as the summarizers are made)
     monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
     fast = Summarizer(device_path=True)
@@ -377,11 +389,37 @@ def test_device_path_queues_a_dense_tensors_statistics_in_c(monkeypatch):
         s.start_resolve().finish()
     assert got == want and all(r["Max"] is not None for r in got)
     assert got[2]["Max"] == 5.0 and got[2]["Mean"] == pytest.approx(2.5)
-    md5 = Summarizer(device_path=True, md5=True)
-    md5.record(first, True, True)
+
+
+def test_device_path_queues_statistics_and_checksum_as_one_item_in_c(monkeypatch):
+    """With md5 the C path queues a contiguous tensor's statistics and checksum as the one item
+    DeviceSummaries.stats_checksum makes, in both open buffers, once the Python path has deferred one of
+    its dtype on that lane (`_Lane.fast_md5`); the records, checksums included, are the Python path's."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(device_path=True, md5=True)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(device_path=True, md5=True)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    asked = []
+    python_slots = Summarizer._slots_of
+    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    first = torch.randn(4, 4)
+    for s in (fast, slow):
+        s.record(first, True, True)
+    lane = fast.slots._lanes[first.device]
+    assert len(asked) == 2 and torch.float32 in lane.fast_md5 and torch.float32 not in lane.fast
     asked.clear()
-    md5.record(torch.randn(3, 3), True, True)
-    assert len(asked) == 1  # statistics and checksum wait as one item: the Python path's
+    tensors = [torch.randn(3, 5), torch.randn(6, requires_grad=True), torch.arange(12.0)]
+    got = [fast.record(t, True, True) for t in tensors]
+    assert not asked
+    want = [slow.record(t, True, True) for t in tensors]
+    assert _queued(fast) == _queued(slow)
+    assert [len(b.fields) for b in fast.slots._buffers] == [4, 4]  # a statistics row and a checksum row each
+    assert tables(fast) == tables(slow)
+    for s in (fast, slow):
+        s.start_resolve().finish()
+    assert got == want and all(r["Max"] is not None and len(r["md5"]) == 8 for r in got)
+    assert got[2]["md5"] == f"{zlib.crc32(tensors[2].numpy().tobytes()):08x}"
 
 
 @pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])

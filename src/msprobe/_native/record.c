@@ -45,7 +45,7 @@ static crc_strided crc_read;
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size,
-    *s_lanes, *s_fast, *s_open, *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held,
+    *s_lanes, *s_fast, *s_fast_md5, *s_nbytes, *s_open, *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held,
     *s_launch, *s_detach;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
@@ -184,80 +184,117 @@ static PyObject *hand_out(PyObject *rec, int shared) {
     return copy;
 }
 
-/* The device path's common case: a contiguous tensor whose statistics alone wait, deferred, in the open
- * statistics buffer of its lane, whose kernels read its dtype dense (`lane.fast[dtype]`: (group, itemsize),
- * set by DeviceSummaries.stats when it deferred such a tensor). What Summarizer._slots_of ->
- * DeviceSummaries.stats -> Buffer.slot -> Deferral.add do, on the same objects: (values, [slot]); Py_None
- * when it is not this case (nothing changed), NULL on an error. */
+/* obj.name.append(v) for a list obj.name; 0, or -1 on error */
+static int append_to(PyObject *obj, PyObject *name, PyObject *v) {
+    PyObject *list = PyObject_GetAttr(obj, name);
+    int err = -1;
+    if (list != NULL && !PyList_CheckExact(list))
+        PyErr_SetString(PyExc_TypeError, "Buffer: lists of rows");
+    else if (list != NULL)
+        err = PyList_Append(list, v);
+    Py_XDECREF(list);
+    return err;
+}
+
+/* Buffer.slot, inline: row `i` (`row`, its int) of `buf` for a tensor (the buffer's list `a` and, if not
+ * NULL, `b` get `va` and `vb`: element count and dtype, or bytes; `fields` gets `values`): the slot (buf, row) */
+static PyObject *take_row(PyObject *buf, Py_ssize_t i, PyObject *row, PyObject *a, PyObject *va, PyObject *b,
+                          PyObject *vb, PyObject *values) {
+    PyObject *next = PyLong_FromSsize_t(i + 1);
+    int err = next == NULL || PyObject_SetAttr(buf, s_used, next) < 0 || append_to(buf, a, va) < 0
+              || (b != NULL && append_to(buf, b, vb) < 0) || append_to(buf, s_fields, values) < 0;
+    Py_XDECREF(next);
+    return err ? NULL : PyTuple_Pack(2, buf, row);
+}
+
+/* The open buffer of `kind` in `open` (a lane's), with its next row `*i` (its int in `*row`, a new
+ * reference), or NULL (none open, or full: Python opens the next; no error set) */
+static PyObject *open_row(Recorder *self, PyObject *open, Py_ssize_t kind, Py_ssize_t *i, PyObject **row) {
+    PyObject *buf = PyList_GET_ITEM(open, kind);
+    if (buf == Py_None || (*row = PyObject_GetAttr(buf, s_used)) == NULL)
+        return NULL;
+    *i = PyLong_AsSsize_t(*row);
+    if (*i < 0 || *i >= self->per_buffer) {
+        Py_CLEAR(*row);
+        return NULL;
+    }
+    return buf;
+}
+
+/* The device path's common case: a contiguous tensor whose statistics (with md5, and its checksum: both wait
+ * as one item) wait, deferred, in the open buffers of its lane, whose kernels read its dtype dense
+ * (`lane.fast[dtype]`, with md5 `lane.fast_md5[dtype]`: (group, itemsize), set by DeviceSummaries.stats and
+ * .stats_checksum when they deferred such a tensor). What Summarizer._slots_of -> DeviceSummaries.stats (or
+ * stats_checksum) -> Buffer.slot -> Deferral.add do, on the same objects: (values, slots); Py_None when it
+ * is not this case (nothing changed), NULL on an error. */
 static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObject *device, PyObject *count,
                              Py_ssize_t n, PyObject *address, PyObject *version, PyObject *rg) {
-    PyObject *lanes = NULL, *fast = NULL, *open = NULL, *buf = NULL, *used = NULL, *x = NULL, *values = NULL,
-             *slot = NULL, *item = NULL, *wait = NULL, *pair = NULL, *field = NULL, *result = NULL;
-    PyObject *lane, *plan;
-    Py_ssize_t i, itemsize, pending, held;
+    PyObject *lanes = NULL, *fast = NULL, *open = NULL, *row = NULL, *crow = NULL, *x = NULL, *values = NULL,
+             *slot = NULL, *cslot = NULL, *item = NULL, *wait = NULL, *pair = NULL, *field = NULL, *size = NULL,
+             *result = NULL;
+    PyObject *lane, *plan, *buf, *cbuf = NULL;
+    Py_ssize_t i, j = 0, itemsize, pending, held;
+    int both = self->md5;
     if ((lanes = PyObject_GetAttr(self->device, s_lanes)) == NULL)
         goto done;
     if ((lane = PyDict_GetItemWithError(lanes, device)) == NULL)
         goto other;
-    if ((fast = PyObject_GetAttr(lane, s_fast)) == NULL || !PyDict_CheckExact(fast))
+    if ((fast = PyObject_GetAttr(lane, both ? s_fast_md5 : s_fast)) == NULL || !PyDict_CheckExact(fast))
         goto other;
     plan = PyDict_GetItemWithError(fast, dtype);
     if (plan == NULL || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2)
         goto other;
-    if ((open = PyObject_GetAttr(lane, s_open)) == NULL || !PyList_CheckExact(open) || PyList_GET_SIZE(open) < 1)
+    if ((open = PyObject_GetAttr(lane, s_open)) == NULL || !PyList_CheckExact(open) || PyList_GET_SIZE(open) != 2)
         goto other;
-    buf = PyList_GET_ITEM(open, 0);
-    Py_INCREF(buf);
-    if (buf == Py_None || (used = PyObject_GetAttr(buf, s_used)) == NULL)
+    if ((buf = open_row(self, open, 0, &i, &row)) == NULL || (both && (cbuf = open_row(self, open, 1, &j, &crow)) == NULL))
         goto other;
-    i = PyLong_AsSsize_t(used);
     itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
-    if (i < 0 || i >= self->per_buffer || itemsize <= 0)  /* (full: Python opens the next buffer) */
+    if (itemsize <= 0)
         goto other;
 
     /* from here on the tables change: an error is an error */
-    if ((x = rg == Py_False ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL || (values = PyDict_Copy(self->blank)) == NULL)
+    if ((x = rg == Py_False ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL || (values = PyDict_Copy(self->blank)) == NULL
+        || (size = PyLong_FromSsize_t(n * itemsize)) == NULL
+        || (slot = take_row(buf, i, row, s_ns, count, s_dtypes, dtype, values)) == NULL
+        || (both && (cslot = take_row(cbuf, j, crow, s_nbytes, size, NULL, NULL, values)) == NULL))
         goto done;
-    if ((field = PyLong_FromSsize_t(i + 1)) == NULL || PyObject_SetAttr(buf, s_used, field) < 0)
-        goto done;
-    PyObject *const lists[3] = {s_ns, s_dtypes, s_fields}, *const added[3] = {count, dtype, values};
-    for (int k = 0; k < 3; k++) {
-        Py_SETREF(field, PyObject_GetAttr(buf, lists[k]));
-        if (field == NULL || !PyList_CheckExact(field) || PyList_Append(field, added[k]) < 0) {
-            if (field != NULL && !PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "Buffer: lists of rows");
-            goto done;
-        }
-    }
-    if ((slot = PyTuple_Pack(2, buf, used)) == NULL)
-        goto done;
-    Py_SETREF(field, PyObject_GetAttr(self->device, s_pending));
+    Py_XSETREF(field, PyObject_GetAttr(self->device, s_pending));
     if (field == NULL || (pending = PyLong_AsSsize_t(field)) == -1)
         goto done;
-    Py_SETREF(field, PyLong_FromSsize_t(pending + 1));
+    Py_XSETREF(field, PyLong_FromSsize_t(pending + 1 + both));
     if (field == NULL || PyObject_SetAttr(self->device, s_pending, field) < 0)
         goto done;
-    Py_SETREF(field, PyObject_GetAttr(self->device, s_memory));
+    Py_XSETREF(field, PyObject_GetAttr(self->device, s_memory));
     if (field == NULL || PySet_Add(field, address) < 0)
         goto done;
-    if ((item = PyTuple_Pack(4, x, count, slot, Py_None)) == NULL
-        || (wait = PyTuple_Pack(5, PyTuple_GET_ITEM(plan, 0), item, x, version, address)) == NULL)
+    if (both) {
+        PyObject *stats = PyTuple_Pack(4, x, count, slot, Py_None), *crc = PyTuple_Pack(2, x, cslot);
+        if (stats != NULL && crc != NULL)
+            item = PyTuple_Pack(2, stats, crc);
+        Py_XDECREF(stats);
+        Py_XDECREF(crc);
+    } else {
+        item = PyTuple_Pack(4, x, count, slot, Py_None);
+    }
+    if (item == NULL || (wait = PyTuple_Pack(5, PyTuple_GET_ITEM(plan, 0), item, x, version, address)) == NULL
+        || (pair = PyTuple_Pack(2, wait, size)) == NULL || PyList_Append(self->queue, pair) < 0)
         goto done;
-    Py_SETREF(field, PyLong_FromSsize_t(n * itemsize));
-    if (field == NULL || (pair = PyTuple_Pack(2, wait, field)) == NULL || PyList_Append(self->queue, pair) < 0)
-        goto done;
-    Py_SETREF(field, PyObject_GetAttr(self->deferral, s_held));
+    Py_XSETREF(field, PyObject_GetAttr(self->deferral, s_held));
     if (field == NULL || (held = PyLong_AsSsize_t(field)) == -1)
         goto done;
     held += n * itemsize;
-    Py_SETREF(field, PyLong_FromSsize_t(held));
+    Py_XSETREF(field, PyLong_FromSsize_t(held));
     if (field == NULL || PyObject_SetAttr(self->deferral, s_held, field) < 0)
         goto done;
-    Py_SETREF(field, PyList_New(1));
+    Py_XSETREF(field, PyList_New(1 + both));
     if (field == NULL)
         goto done;
     Py_INCREF(slot);
     PyList_SET_ITEM(field, 0, slot);
+    if (both) {
+        Py_INCREF(cslot);
+        PyList_SET_ITEM(field, 1, cslot);
+    }
     if ((result = PyTuple_Pack(2, values, field)) == NULL)
         goto done;
     /* Deferral.add's "full": the batch goes now */
@@ -277,15 +314,17 @@ done:
     Py_XDECREF(lanes);
     Py_XDECREF(fast);
     Py_XDECREF(open);
-    Py_XDECREF(buf);
-    Py_XDECREF(used);
+    Py_XDECREF(row);
+    Py_XDECREF(crow);
     Py_XDECREF(x);
     Py_XDECREF(values);
     Py_XDECREF(slot);
+    Py_XDECREF(cslot);
     Py_XDECREF(item);
     Py_XDECREF(wait);
     Py_XDECREF(pair);
     Py_XDECREF(field);
+    Py_XDECREF(size);
     return result;
 }
 
@@ -402,7 +441,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         /* the entry's version: `forget` (a change through another tensor object) invalidates the entry */
         READ(field, PyObject_GetAttr(PyTuple_GET_ITEM(seen, 4), s_entry_version));
         eq = PyObject_RichCompareBool(field, version, Py_EQ);
-        Py_SETREF(field, NULL);
+        Py_XSETREF(field, NULL);
         if (eq < 0)
             goto python;
         if (eq) {
@@ -499,7 +538,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         READ(field, PyObject_GetAttr(hit, s_entry_version));
         if ((eq = PyObject_RichCompareBool(field, version, Py_EQ)) < 0)
             goto python;
-        Py_SETREF(field, NULL);
+        Py_XSETREF(field, NULL);
         if (eq) {
             READ(ref, PyObject_GetAttr(hit, s_ref));
             eq = PyWeakref_Check(ref) && PyWeakref_GetObject(ref) == storage;
@@ -529,7 +568,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *address = call0(storage, s_data_ptr), *got = NULL;
         if (address == NULL)
             goto python;
-        if (self->device != NULL && span == NULL && self->stats && !self->md5 && PyObject_IsTrue(defer) == 1) {
+        if (self->device != NULL && span == NULL && self->stats && PyObject_IsTrue(defer) == 1) {
             got = defer_dense(self, t, dtype, device, count, n, address, version, rg);
             if (got == Py_None)
                 Py_CLEAR(got);
@@ -849,6 +888,8 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_md5, "md5");
     INTERN(s_lanes, "_lanes");
     INTERN(s_fast, "fast");
+    INTERN(s_fast_md5, "fast_md5");
+    INTERN(s_nbytes, "nbytes");
     INTERN(s_open, "open");
     INTERN(s_used, "used");
     INTERN(s_ns, "ns");

@@ -259,7 +259,10 @@ class DeviceSummaries:
             storage = _storage(x)
         self._memory.add(storage)
         item = ((x, n, stats_slot, None), (x, crc_slot))
-        if self._waiting.add(((BOTH, kernels, dtype), item, x, x._version, storage), nbytes):
+        group = (BOTH, kernels, dtype)
+        if dtype not in lane.fast_md5:  # msprobe._record defers the next such tensor itself
+            lane.fast_md5[dtype] = (group, dtype.itemsize)
+        if self._waiting.add((group, item, x, x._version, storage), nbytes):
             self.launch()
         return [stats_slot, crc_slot]
 
@@ -300,14 +303,16 @@ class DeviceSummaries:
 class _Lane:
     """One device's kernels (Triton's, or None: torch's) and its open buffer of each kind."""
 
-    __slots__ = ("device", "kernels", "open", "stages", "staged", "stage_max", "fast")
+    __slots__ = ("device", "kernels", "open", "stages", "staged", "stage_max", "fast", "fast_md5")
 
     def __init__(self, device, kernels):
         self.device, self.kernels = device, kernels
         self.open = [None, None]  # by kind: STATS, CHECKSUM
         # dtype -> ((STATS, kernels, dtype), itemsize): dtypes whose contiguous tensors these kernels read
-        # deferred as they are; msprobe._record queues such a tensor's statistics itself (record.c, defer_dense)
+        # deferred as they are; msprobe._record queues such a tensor's statistics itself (record.c, defer_dense);
+        # `fast_md5`: the same for statistics and checksum as one item ((BOTH, kernels, dtype), itemsize)
         self.fast = {}
+        self.fast_md5 = {}
         self.stages = {}  # (dtype, shape) -> _Stage (torch's kernels only)
         self.staged = 0  # elements of the staging buffers
         # tensors staged instead of reduced alone: those the kernels would group anyway
