@@ -14,6 +14,7 @@ import torch
 
 from msprobe.pytorch.summary import host, slots
 from msprobe.pytorch.summary.cache import CacheEntry, exact_key
+from msprobe.pytorch.summary.device import _Stage
 from msprobe.pytorch.summary.slots import Buffer
 from msprobe.pytorch.summary.summarizer import Summarizer
 
@@ -303,9 +304,12 @@ def test_device_path_takes_views_in_any_layout(monkeypatch):
 
 
 def _plain(v):
-    """`v` (a queued item, or part of one) with tensors as "tensor" and slots as ("slot", kind, row)."""
+    """`v` (a queued item, or part of one) with tensors as "tensor", slots as ("slot", kind, row) and staging
+    buffers by their key and rows used."""
     if isinstance(v, torch.Tensor):
         return "tensor"
+    if isinstance(v, _Stage):  # a staging buffer waiting as one item
+        return ("stage", v.key, v.used)
     if isinstance(v, tuple):
         if len(v) == 2 and isinstance(v[0], Buffer):
             return ("slot", v[0].kind, v[1])
@@ -318,7 +322,7 @@ def _queued(s):
     its item with slots as (kind, row), its version and memory and bytes; the bytes held; the buffers' rows
     (element counts, dtypes, bytes, fields dicts, records waiting); pending and the memory set."""
     d = s.slots
-    items = [(group, _plain(item), version, address, nbytes)
+    items = [(_plain(group), _plain(item), version, address, nbytes)
              for (group, item, x, version, address), nbytes in d._waiting.queue]
     bufs = [(b.kind, b.used, b.ns, b.dtypes, b.nbytes, len(b.fields), len(b.fills)) for b in d._buffers]
     return items, d._waiting.held, bufs, d.pending, d._memory
@@ -420,6 +424,47 @@ def test_device_path_queues_statistics_and_checksum_as_one_item_in_c(monkeypatch
         s.start_resolve().finish()
     assert got == want and all(r["Max"] is not None and len(r["md5"]) == 8 for r in got)
     assert got[2]["md5"] == f"{zlib.crc32(tensors[2].numpy().tobytes()):08x}"
+
+
+def test_device_path_stages_a_dense_tensor_taken_now_in_c(monkeypatch):
+    """On torch's kernels a tensor whose statistics are taken now (L0's module outputs) is copied into the next
+    row of its staging buffer (device.py's _Stage); the C path does it once the Python path has made that
+    stage (its first row) and while a row is left after it (the last launches: Python's). The stages,
+    slots and records are the Python path's; a tensor in autograd is copied detached."""
+    from msprobe.pytorch.summary import device
+    monkeypatch.setattr(device, "STAGE_ROWS", 5)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(device_path=True)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(device_path=True)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    asked = []
+    python_slots = Summarizer._slots_of
+    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    tensors = [torch.randn(3, 4) for _ in range(7)]
+    tensors[2].requires_grad_()
+    got, want = [], []
+    for s, out in ((fast, got), (slow, want)):
+        stages = []
+        for t in tensors:
+            out.append(s.record(t, False, True))
+            lane = s.slots._lanes[t.device]
+            stages.append([(k, st.used, st.rows.clone(), [r for _, r in st.slots]) for k, st in lane.stages.items()])
+        out.append(stages)
+    # Python: the stage's first row (made, queued), its last (launched), the next stage's first; C: rows 2-4
+    assert [id(t) for t in asked[:3]] == [id(tensors[0]), id(tensors[4]), id(tensors[5])]
+    assert len(asked) == 3 + 7
+    for a, b in zip(got[-1], want[-1]):
+        assert [(k, used, slots) for k, used, _, slots in a] == [(k, used, slots) for k, used, _, slots in b]
+        assert all(torch.equal(x[:used], y[:used]) for (_, used, x, _), (_, _, y, _) in zip(a, b))  # rows in use
+    stage = fast.slots._lanes[tensors[0].device].stages[(torch.float32, torch.Size([3, 4]))]
+    assert not stage.rows.requires_grad and stage.rows.grad_fn is None  # the copy of tensors[2]: detached
+    assert _queued(fast) == _queued(slow)
+    for s in (fast, slow):
+        s.start_resolve().finish()
+    assert got[:-1] == want[:-1]
+    for t, rec in zip(tensors, got):
+        assert rec["Max"] == pytest.approx(t.max().item()) and rec["Norm"] == pytest.approx(t.norm().item())
 
 
 @pytest.mark.parametrize("task", TASKS, ids=["stats", "stats+md5", "md5"])

@@ -19,10 +19,12 @@
  *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
  *   3. such a tensor of 2 or more elements elsewhere, in any layout (and on the CPU too when `small` is 0:
  *      the device path): its cache entry when alive at the same version (fields still in slots registered
- *      with fill_one), else its summaries into device slots: contiguous, statistics only and deferred, on
- *      a lane that has deferred its dtype before, queued here (defer_dense, on `device`, the owner's
- *      DeviceSummaries: `blank` is a record's value fields, `per_buffer` slots.SLOTS_PER_BUFFER); any other
- *      through `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots); the cache and
+ *      with fill_one), else its summaries into device slots: contiguous and deferred on a lane that has
+ *      deferred its dtype before, queued here (defer_dense: statistics, with md5 the checksum too); contiguous,
+ *      statistics only and taken now on torch's kernels, copied into its waiting staging buffer here
+ *      (stage_dense); both on `device`, the owner's DeviceSummaries (`blank` is a record's value fields,
+ *      `per_buffer` slots.SLOTS_PER_BUFFER); any other through
+ *      `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots); the cache and
  *      object-table entries as the Python path makes them.
  * Everything else (other dtypes, a NaN or inf, other views on the CPU, views that msprobe._crc does not
  * read or that are not contiguous on the device path with md5) is None.
@@ -30,8 +32,9 @@
  * The table entries are the Python path's own: (weakref to t, data_ptr, shape, record, entry)
  * and CacheEntry(weakref to the storage, version, values, slots); records are dicts in msProbe's
  * field order (type, dtype, shape, the value fields, requires_grad). The device path's objects are
- * summary/slots.py's Buffer (used, ns, dtypes, fields, values, fills), device.py's _Lane (fast, open) and
- * DeviceSummaries (_lanes, pending, _memory, launch) and core's Deferral (queue, held, max_items, max_bytes).
+ * summary/slots.py's Buffer (used, ns, dtypes, nbytes, fields, values, fills), device.py's _Lane (fast,
+ * fast_md5, open, kernels, stage_max, stages), _Stage (used, views, slots) and DeviceSummaries (_lanes,
+ * pending, _memory, launch) and core's Deferral (queue, held, max_items, max_bytes).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,7 +48,7 @@ static crc_strided crc_read;
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size,
-    *s_lanes, *s_fast, *s_fast_md5, *s_nbytes, *s_open, *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held,
+    *s_lanes, *s_kernels, *s_stage_max, *s_stages, *s_views, *s_copy_, *s_fast, *s_fast_md5, *s_nbytes, *s_open, *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held,
     *s_launch, *s_detach;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
@@ -328,6 +331,93 @@ done:
     return result;
 }
 
+/* The device path's other common case on torch's kernels (NPU, the CPU the tests force): a contiguous tensor
+ * whose statistics alone are taken now (not deferred: L0's module outputs), copied into the next row of its
+ * lane's staging buffer of its dtype and shape (device.py's _Stage, made by the Python path), which already
+ * waits and has a row after this one. What Summarizer._slots_of -> DeviceSummaries.stats -> _slot -> Buffer.slot -> _stage do, on the
+ * same objects: (values, [slot]); Py_None when it is not this case (nothing changed), NULL on an error. */
+static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObject *device, PyObject *shape,
+                             PyObject *count, Py_ssize_t n, PyObject *rg) {
+    PyObject *lanes = NULL, *open = NULL, *row = NULL, *kernels = NULL, *limit = NULL, *stages = NULL,
+             *key = NULL, *used = NULL, *views = NULL, *x = NULL, *values = NULL, *slot = NULL, *field = NULL,
+             *result = NULL;
+    PyObject *lane, *stage, *buf;
+    Py_ssize_t i, k, pending, most;
+    if ((lanes = PyObject_GetAttr(self->device, s_lanes)) == NULL)
+        goto done;
+    if ((lane = PyDict_GetItemWithError(lanes, device)) == NULL)
+        goto other;
+    /* the lane's kernels are torch's (None), `n` within its stage_max (a stage of the tensor's dtype and shape
+     * that waits, below, says staging is on: the Python path made it) */
+    if ((kernels = PyObject_GetAttr(lane, s_kernels)) == NULL || kernels != Py_None
+        || (limit = PyObject_GetAttr(lane, s_stage_max)) == NULL)
+        goto other;
+    if ((most = PyLong_AsSsize_t(limit)) == -1 || n > most)
+        goto other;
+    if ((stages = PyObject_GetAttr(lane, s_stages)) == NULL || !PyDict_CheckExact(stages)
+        || (key = PyTuple_Pack(2, dtype, shape)) == NULL || (stage = PyDict_GetItemWithError(stages, key)) == NULL)
+        goto other;
+    Py_INCREF(stage);  /* (held in `key`'s place below: the dict is the lane's) */
+    Py_SETREF(key, stage);
+    if ((used = PyObject_GetAttr(stage, s_used)) == NULL || (views = PyObject_GetAttr(stage, s_views)) == NULL
+        || !PyTuple_CheckExact(views))
+        goto other;
+    k = PyLong_AsSsize_t(used);
+    /* a stage with rows used and one after this (its first row queues it, its last launches: Python's) */
+    if (k < 1 || k + 1 >= PyTuple_GET_SIZE(views))
+        goto other;
+    if ((open = PyObject_GetAttr(lane, s_open)) == NULL || !PyList_CheckExact(open) || PyList_GET_SIZE(open) != 2
+        || (buf = open_row(self, open, 0, &i, &row)) == NULL)
+        goto other;
+
+    /* from here on the tables change: an error is an error */
+    if ((values = PyDict_Copy(self->blank)) == NULL
+        || (slot = take_row(buf, i, row, s_ns, count, s_dtypes, dtype, values)) == NULL)
+        goto done;
+    Py_XSETREF(field, PyObject_GetAttr(self->device, s_pending));
+    if (field == NULL || (pending = PyLong_AsSsize_t(field)) == -1)
+        goto done;
+    Py_XSETREF(field, PyLong_FromSsize_t(pending + 1));
+    if (field == NULL || PyObject_SetAttr(self->device, s_pending, field) < 0)
+        goto done;
+    /* (detached: a copy from a tensor that requires grad would put the stage in the graph) */
+    if ((x = rg == Py_True ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL)
+        goto done;
+    Py_XSETREF(field, PyObject_CallMethodOneArg(PyTuple_GET_ITEM(views, k), s_copy_, x));
+    if (field == NULL)
+        goto done;
+    Py_XSETREF(field, PyLong_FromSsize_t(k + 1));
+    if (field == NULL || PyObject_SetAttr(stage, s_used, field) < 0 || append_to(stage, s_slots, slot) < 0)
+        goto done;
+    Py_XSETREF(field, PyList_New(1));
+    if (field == NULL)
+        goto done;
+    Py_INCREF(slot);
+    PyList_SET_ITEM(field, 0, slot);
+    result = PyTuple_Pack(2, values, field);
+    goto done;
+other:
+    if (!PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    Py_XDECREF(lanes);
+    Py_XDECREF(open);
+    Py_XDECREF(row);
+    Py_XDECREF(kernels);
+    Py_XDECREF(limit);
+    Py_XDECREF(stages);
+    Py_XDECREF(key);
+    Py_XDECREF(used);
+    Py_XDECREF(views);
+    Py_XDECREF(x);
+    Py_XDECREF(values);
+    Py_XDECREF(slot);
+    Py_XDECREF(field);
+    return result;
+}
+
 #define SPAN_DIMS 64
 
 /* `shape` and `strides` (tuples of one length) into `sizes` and `steps`: their length, or -1 (no error
@@ -568,8 +658,10 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *address = call0(storage, s_data_ptr), *got = NULL;
         if (address == NULL)
             goto python;
-        if (self->device != NULL && span == NULL && self->stats && PyObject_IsTrue(defer) == 1) {
-            got = defer_dense(self, t, dtype, device, count, n, address, version, rg);
+        int deferred = PyObject_IsTrue(defer);
+        if (self->device != NULL && span == NULL && self->stats && deferred >= 0 && (deferred || !self->md5)) {
+            got = deferred ? defer_dense(self, t, dtype, device, count, n, address, version, rg)
+                           : stage_dense(self, t, dtype, device, shape, count, n, rg);
             if (got == Py_None)
                 Py_CLEAR(got);
             else if (got == NULL) {
@@ -888,6 +980,11 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_md5, "md5");
     INTERN(s_lanes, "_lanes");
     INTERN(s_fast, "fast");
+    INTERN(s_kernels, "kernels");
+    INTERN(s_stage_max, "stage_max");
+    INTERN(s_stages, "stages");
+    INTERN(s_views, "views");
+    INTERN(s_copy_, "copy_");
     INTERN(s_fast_md5, "fast_md5");
     INTERN(s_nbytes, "nbytes");
     INTERN(s_open, "open");
