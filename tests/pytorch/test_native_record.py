@@ -607,6 +607,46 @@ def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
             gc.enable()
 
 
+@pytest.mark.parametrize("md5", [False, True], ids=["stats", "stats+md5"])
+def test_device_path_leaks_nothing_and_makes_no_cycles(monkeypatch, md5):
+    """The device path's C queueing and staging over 2e4 records (deferred and taken now, shared and not,
+    resolved every 500): no memory kept once resolved and cleared, every reference given back, and the
+    summarizer freed by reference counting alone."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        pool = [torch.randn(16, 16) for _ in range(40)]
+        probe = pool[0]
+
+        def burst(s, n):
+            for i in range(n):
+                t = pool[i % len(pool)]
+                s.record(t, bool(i & 2), bool(i & 1))  # deferred (queued) or taken now (staged)
+                if i % 3 == 0:
+                    t.add_(0.0)  # a fresh summary next time
+                if i % 500 == 499:
+                    s.start_resolve().finish()
+            s.start_resolve().finish()
+
+        counts = lambda: [sys.getrefcount(o) for o in (probe, torch.float32, CacheEntry, Buffer)]
+        monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+        s = Summarizer(device_path=True, md5=md5)
+        burst(s, 1000)  # warm: lanes, stages, the first references torch keeps
+        s.clear()
+        s.entry = None
+        before = counts()
+        grown = _traced_growth(s, burst, 20_000)
+        assert grown < 64 * 1024, f"{grown} bytes kept after 2e4 device-path records"
+        assert counts() == before
+        gone = weakref.ref(s)
+        del s
+        assert gone() is None, "the summarizer is held by a reference cycle"
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_the_extension_imports_first_in_a_fresh_interpreter():
     """`import msprobe._record` before anything imported msprobe._moments: its capsule's module is imported
     by the extension itself (it was an AttributeError, which no ImportError fallback catches)."""
