@@ -303,6 +303,20 @@ def test_device_path_takes_views_in_any_layout(monkeypatch):
         assert rec["Max"] == pytest.approx(x.max().item()) and rec["Mean"] == pytest.approx(x.mean().item(), abs=1e-6)
 
 
+def device_pair(monkeypatch, **task):
+    """(C-path, Python-path) device-path summarizers for `task`, and the list of tensors that then reach
+    Summarizer._slots_of (the Python path's slots), in order."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    fast = Summarizer(device_path=True, **task)
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
+    slow = Summarizer(device_path=True, **task)
+    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
+    asked = []
+    python_slots = Summarizer._slots_of
+    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    return fast, slow, asked
+
+
 def _plain(v):
     """`v` (a queued item, or part of one) with tensors as "tensor", slots as ("slot", kind, row) and staging
     buffers by their key and rows used."""
@@ -337,14 +351,7 @@ def test_device_path_queues_a_dense_tensors_statistics_in_c(monkeypatch):
     launched there and then."""
     from msprobe.pytorch.summary import device
     monkeypatch.setattr(device, "DEFER_TENSORS", 6)  # (read once, as the summarizers are made)
-    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
-    fast = Summarizer(device_path=True)
-    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
-    slow = Summarizer(device_path=True)
-    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
-    asked = []
-    python_slots = Summarizer._slots_of
-    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    fast, slow, asked = device_pair(monkeypatch)
     first = torch.randn(4, 4)
     for s in (fast, slow):
         s.record(first, True, True)  # the Python path defers a float32 tensor: the lane says C may
@@ -399,14 +406,7 @@ def test_device_path_queues_statistics_and_checksum_as_one_item_in_c(monkeypatch
     """With md5 the C path queues a contiguous tensor's statistics and checksum as the one item
     DeviceSummaries.stats_checksum makes, in both open buffers, once the Python path has deferred one of
     its dtype on that lane (`_Lane.fast_md5`); the records, checksums included, are the Python path's."""
-    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
-    fast = Summarizer(device_path=True, md5=True)
-    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
-    slow = Summarizer(device_path=True, md5=True)
-    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
-    asked = []
-    python_slots = Summarizer._slots_of
-    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    fast, slow, asked = device_pair(monkeypatch, md5=True)
     first = torch.randn(4, 4)
     for s in (fast, slow):
         s.record(first, True, True)
@@ -433,14 +433,7 @@ def test_device_path_stages_a_dense_tensor_taken_now_in_c(monkeypatch):
     slots and records are the Python path's; a tensor in autograd is copied detached."""
     from msprobe.pytorch.summary import device
     monkeypatch.setattr(device, "STAGE_ROWS", 5)
-    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
-    fast = Summarizer(device_path=True)
-    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
-    slow = Summarizer(device_path=True)
-    monkeypatch.delenv("MSPROBE_NATIVE_RECORD")
-    asked = []
-    python_slots = Summarizer._slots_of
-    monkeypatch.setattr(Summarizer, "_slots_of", lambda self, t, *a: asked.append(t) or python_slots(self, t, *a))
+    fast, slow, asked = device_pair(monkeypatch)
     tensors = [torch.randn(3, 4) for _ in range(7)]
     tensors[2].requires_grad_()
     got, want = [], []

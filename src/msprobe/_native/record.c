@@ -199,6 +199,41 @@ static int append_to(PyObject *obj, PyObject *name, PyObject *v) {
     return err;
 }
 
+/* Py_None, a new reference: "not this case, nothing changed", unless an error is set (then NULL) */
+static PyObject *not_this_case(void) {
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* obj.name += k for an int obj.name: its new value, or -1 on error */
+static Py_ssize_t add_to(PyObject *obj, PyObject *name, Py_ssize_t k) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    Py_ssize_t now = v == NULL ? -1 : PyLong_AsSsize_t(v);
+    Py_XDECREF(v);
+    if (now == -1 || (v = PyLong_FromSsize_t(now + k)) == NULL)
+        return -1;
+    int err = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return err < 0 ? -1 : now + k;
+}
+
+/* (values, [slot] or [slot, cslot]): what Summarizer._slots_of returns */
+static PyObject *values_and_slots(PyObject *values, PyObject *slot, PyObject *cslot) {
+    PyObject *slots = PyList_New(cslot == NULL ? 1 : 2), *result;
+    if (slots == NULL)
+        return NULL;
+    Py_INCREF(slot);
+    PyList_SET_ITEM(slots, 0, slot);
+    if (cslot != NULL) {
+        Py_INCREF(cslot);
+        PyList_SET_ITEM(slots, 1, cslot);
+    }
+    result = PyTuple_Pack(2, values, slots);
+    Py_DECREF(slots);
+    return result;
+}
+
 /* Buffer.slot, inline: row `i` (`row`, its int) of `buf` for a tensor (the buffer's list `a` and, if not
  * NULL, `b` get `va` and `vb`: element count and dtype, or bytes; `fields` gets `values`): the slot (buf, row) */
 static PyObject *take_row(PyObject *buf, Py_ssize_t i, PyObject *row, PyObject *a, PyObject *va, PyObject *b,
@@ -236,7 +271,7 @@ static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
              *slot = NULL, *cslot = NULL, *item = NULL, *wait = NULL, *pair = NULL, *field = NULL, *size = NULL,
              *result = NULL;
     PyObject *lane, *plan, *buf, *cbuf = NULL;
-    Py_ssize_t i, j = 0, itemsize, pending, held;
+    Py_ssize_t i, j = 0, itemsize, held;
     int both = self->md5;
     if ((lanes = PyObject_GetAttr(self->device, s_lanes)) == NULL)
         goto done;
@@ -261,11 +296,7 @@ static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
         || (slot = take_row(buf, i, row, s_ns, count, s_dtypes, dtype, values)) == NULL
         || (both && (cslot = take_row(cbuf, j, crow, s_nbytes, size, NULL, NULL, values)) == NULL))
         goto done;
-    Py_XSETREF(field, PyObject_GetAttr(self->device, s_pending));
-    if (field == NULL || (pending = PyLong_AsSsize_t(field)) == -1)
-        goto done;
-    Py_XSETREF(field, PyLong_FromSsize_t(pending + 1 + both));
-    if (field == NULL || PyObject_SetAttr(self->device, s_pending, field) < 0)
+    if (add_to(self->device, s_pending, 1 + both) < 0)
         goto done;
     Py_XSETREF(field, PyObject_GetAttr(self->device, s_memory));
     if (field == NULL || PySet_Add(field, address) < 0)
@@ -282,23 +313,8 @@ static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
     if (item == NULL || (wait = PyTuple_Pack(5, PyTuple_GET_ITEM(plan, 0), item, x, version, address)) == NULL
         || (pair = PyTuple_Pack(2, wait, size)) == NULL || PyList_Append(self->queue, pair) < 0)
         goto done;
-    Py_XSETREF(field, PyObject_GetAttr(self->deferral, s_held));
-    if (field == NULL || (held = PyLong_AsSsize_t(field)) == -1)
-        goto done;
-    held += n * itemsize;
-    Py_XSETREF(field, PyLong_FromSsize_t(held));
-    if (field == NULL || PyObject_SetAttr(self->deferral, s_held, field) < 0)
-        goto done;
-    Py_XSETREF(field, PyList_New(1 + both));
-    if (field == NULL)
-        goto done;
-    Py_INCREF(slot);
-    PyList_SET_ITEM(field, 0, slot);
-    if (both) {
-        Py_INCREF(cslot);
-        PyList_SET_ITEM(field, 1, cslot);
-    }
-    if ((result = PyTuple_Pack(2, values, field)) == NULL)
+    if ((held = add_to(self->deferral, s_held, n * itemsize)) < 0
+        || (result = values_and_slots(values, slot, cslot)) == NULL)
         goto done;
     /* Deferral.add's "full": the batch goes now */
     if (PyList_GET_SIZE(self->queue) >= self->max_items || (self->max_bytes >= 0 && held >= self->max_bytes)) {
@@ -309,10 +325,7 @@ static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
     }
     goto done;
 other:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
+    result = not_this_case();
 done:
     Py_XDECREF(lanes);
     Py_XDECREF(fast);
@@ -342,7 +355,7 @@ static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
              *key = NULL, *used = NULL, *views = NULL, *x = NULL, *values = NULL, *slot = NULL, *field = NULL,
              *result = NULL;
     PyObject *lane, *stage, *buf;
-    Py_ssize_t i, k, pending, most;
+    Py_ssize_t i, k, most;
     if ((lanes = PyObject_GetAttr(self->device, s_lanes)) == NULL)
         goto done;
     if ((lane = PyDict_GetItemWithError(lanes, device)) == NULL)
@@ -374,11 +387,7 @@ static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
     if ((values = PyDict_Copy(self->blank)) == NULL
         || (slot = take_row(buf, i, row, s_ns, count, s_dtypes, dtype, values)) == NULL)
         goto done;
-    Py_XSETREF(field, PyObject_GetAttr(self->device, s_pending));
-    if (field == NULL || (pending = PyLong_AsSsize_t(field)) == -1)
-        goto done;
-    Py_XSETREF(field, PyLong_FromSsize_t(pending + 1));
-    if (field == NULL || PyObject_SetAttr(self->device, s_pending, field) < 0)
+    if (add_to(self->device, s_pending, 1) < 0)
         goto done;
     /* (detached: a copy from a tensor that requires grad would put the stage in the graph) */
     if ((x = rg == Py_True ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL)
@@ -389,18 +398,10 @@ static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
     Py_XSETREF(field, PyLong_FromSsize_t(k + 1));
     if (field == NULL || PyObject_SetAttr(stage, s_used, field) < 0 || append_to(stage, s_slots, slot) < 0)
         goto done;
-    Py_XSETREF(field, PyList_New(1));
-    if (field == NULL)
-        goto done;
-    Py_INCREF(slot);
-    PyList_SET_ITEM(field, 0, slot);
-    result = PyTuple_Pack(2, values, field);
+    result = values_and_slots(values, slot, NULL);
     goto done;
 other:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
+    result = not_this_case();
 done:
     Py_XDECREF(lanes);
     Py_XDECREF(open);
