@@ -48,8 +48,8 @@ static crc_strided crc_read;
 static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size,
-    *s_lanes, *s_kernels, *s_stage_max, *s_stages, *s_views, *s_copy_, *s_fast, *s_fast_md5, *s_nbytes, *s_open, *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held,
-    *s_launch, *s_detach;
+    *s_lanes, *s_kernels, *s_stage_max, *s_stages, *s_views, *s_copy_, *s_fast, *s_fast_md5, *s_nbytes, *s_open,
+    *s_used, *s_ns, *s_dtypes, *s_fields, *s_fills, *s_pending, *s_memory, *s_held, *s_launch, *s_detach;
 static PyObject *minus_one;  /* an invalidated CacheEntry's version: no tensor's */
 
 typedef struct {
@@ -284,15 +284,16 @@ static PyObject *defer_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
         goto other;
     if ((open = PyObject_GetAttr(lane, s_open)) == NULL || !PyList_CheckExact(open) || PyList_GET_SIZE(open) != 2)
         goto other;
-    if ((buf = open_row(self, open, 0, &i, &row)) == NULL || (both && (cbuf = open_row(self, open, 1, &j, &crow)) == NULL))
+    if ((buf = open_row(self, open, 0, &i, &row)) == NULL
+        || (both && (cbuf = open_row(self, open, 1, &j, &crow)) == NULL))
         goto other;
     itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
     if (itemsize <= 0)
         goto other;
 
     /* from here on the tables change: an error is an error */
-    if ((x = rg == Py_False ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL || (values = PyDict_Copy(self->blank)) == NULL
-        || (size = PyLong_FromSsize_t(n * itemsize)) == NULL
+    if ((x = rg == Py_False ? call0(t, s_detach) : (Py_INCREF(t), t)) == NULL
+        || (values = PyDict_Copy(self->blank)) == NULL || (size = PyLong_FromSsize_t(n * itemsize)) == NULL
         || (slot = take_row(buf, i, row, s_ns, count, s_dtypes, dtype, values)) == NULL
         || (both && (cslot = take_row(cbuf, j, crow, s_nbytes, size, NULL, NULL, values)) == NULL))
         goto done;
@@ -347,8 +348,9 @@ done:
 /* The device path's other common case on torch's kernels (NPU, the CPU the tests force): a contiguous tensor
  * whose statistics alone are taken now (not deferred: L0's module outputs), copied into the next row of its
  * lane's staging buffer of its dtype and shape (device.py's _Stage, made by the Python path), which already
- * waits and has a row after this one. What Summarizer._slots_of -> DeviceSummaries.stats -> _slot -> Buffer.slot -> _stage do, on the
- * same objects: (values, [slot]); Py_None when it is not this case (nothing changed), NULL on an error. */
+ * waits and has a row after this one. What Summarizer._slots_of -> DeviceSummaries.stats -> _slot ->
+ * Buffer.slot -> _stage do, on the same objects: (values, [slot]); Py_None when it is not this case (nothing
+ * changed), NULL on an error. */
 static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObject *device, PyObject *shape,
                              PyObject *count, Py_ssize_t n, PyObject *rg) {
     PyObject *lanes = NULL, *open = NULL, *row = NULL, *kernels = NULL, *limit = NULL, *stages = NULL,

@@ -14,11 +14,10 @@ import weakref
 import torch
 
 from msprobe.core.dump import moments as native
-from msprobe.pytorch.summary import host
+from msprobe.pytorch.summary import host, slots
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
 from msprobe.pytorch.summary.layout import element_span, memory_order
-from msprobe.pytorch.summary import slots
 from msprobe.pytorch.summary.slots import fill_from_slot
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 
