@@ -2,6 +2,7 @@
 (MSPROBE_NATIVE_RECORD=0): the same tensors give equal records and the same cache behaviour, the C path
 takes the cases it is for (and hands the rest back untouched), and it leaks nothing."""
 
+import contextlib
 import gc
 import sys
 import tracemalloc
@@ -512,6 +513,19 @@ def test_parameters_match(monkeypatch):
     assert tables(fast) == tables(slow) and named.dtype is p.dtype
 
 
+@contextlib.contextmanager
+def collector_off():
+    """The cyclic collector off inside (after one collection), as before after."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _traced_growth(s, burst, n):
     """Bytes still traced after `burst(s, n)` and clearing the summarizer's tables."""
     def run(k):
@@ -529,13 +543,22 @@ def _traced_growth(s, burst, n):
         tracemalloc.stop()
 
 
+def _warmed_growth(s, burst, warm, n, counts):
+    """(bytes `_traced_growth` finds after `burst(s, n)`, whether `counts()` is as before it): after `warm`
+    records first (the first records take references torch keeps, on either path) and the tables cleared."""
+    burst(s, warm)
+    s.clear()
+    s.entry = None
+    before = counts()
+    grown = _traced_growth(s, burst, n)
+    return grown, counts() == before
+
+
 def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
     """1e5 records, hits and fresh ones: no memory kept beyond the tables' own bounds, every reference
     taken given back, and the summarizer and tensors freed by reference counting alone (no cycles)."""
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()  # reference counts of shared objects (dtypes, CacheEntry) move only by what runs here
-    try:
+    # reference counts of shared objects (dtypes, CacheEntry) move only by what runs inside
+    with collector_off():
         pool = [torch.randn(32, 32) for _ in range(50)]
         probe = pool[0]
         raw = bytearray(256)
@@ -575,13 +598,9 @@ def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
         # the kernel's two view layouts, of tensors the checks below do not free (a view keeps its base alive)
         views = [t.t() for t in pool[20:30]] + [t[:, :16] for t in pool[30:40]]
         stats_only = Summarizer()
-        viewed(stats_only, 100)  # warm: the first records take references torch keeps (either path)
-        stats_only.clear()
-        stats_only.entry = None
-        before = counts()
-        grown = _traced_growth(stats_only, viewed, 50_000)
+        grown, same_counts = _warmed_growth(stats_only, viewed, 100, 50_000, counts)
         assert grown < 64 * 1024, f"{grown} bytes kept after 5e4 records of views"
-        assert counts() == before
+        assert same_counts
         del stats_only
         monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "0")
         py_kept = _traced_growth(Summarizer(md5=True), reused, 10_000)
@@ -595,9 +614,6 @@ def test_no_leaks_and_no_cycles_over_1e5_records(monkeypatch):
         fresh.record(pool[1])
         del pool[1]
         assert held() is None, "a recorded tensor is kept alive"
-    finally:
-        if was:
-            gc.enable()
 
 
 @pytest.mark.parametrize("md5", [False, True], ids=["stats", "stats+md5"])
@@ -605,10 +621,7 @@ def test_device_path_leaks_nothing_and_makes_no_cycles(monkeypatch, md5):
     """The device path's C queueing and staging over 2e4 records (deferred and taken now, shared and not,
     resolved every 500): no memory kept once resolved and cleared, every reference given back, and the
     summarizer freed by reference counting alone."""
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         pool = [torch.randn(16, 16) for _ in range(40)]
         probe = pool[0]
 
@@ -625,19 +638,12 @@ def test_device_path_leaks_nothing_and_makes_no_cycles(monkeypatch, md5):
         counts = lambda: [sys.getrefcount(o) for o in (probe, torch.float32, CacheEntry, Buffer)]
         monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
         s = Summarizer(device_path=True, md5=md5)
-        burst(s, 1000)  # warm: lanes, stages, the first references torch keeps
-        s.clear()
-        s.entry = None
-        before = counts()
-        grown = _traced_growth(s, burst, 20_000)
+        grown, same_counts = _warmed_growth(s, burst, 1000, 20_000, counts)  # (warm: lanes and stages too)
         assert grown < 64 * 1024, f"{grown} bytes kept after 2e4 device-path records"
-        assert counts() == before
+        assert same_counts
         gone = weakref.ref(s)
         del s
         assert gone() is None, "the summarizer is held by a reference cycle"
-    finally:
-        if was:
-            gc.enable()
 
 
 def test_the_extension_imports_first_in_a_fresh_interpreter():
