@@ -356,7 +356,7 @@ static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
     PyObject *lanes = NULL, *open = NULL, *row = NULL, *kernels = NULL, *limit = NULL, *stages = NULL,
              *key = NULL, *used = NULL, *views = NULL, *x = NULL, *values = NULL, *slot = NULL, *field = NULL,
              *result = NULL;
-    PyObject *lane, *stage, *buf;
+    PyObject *lane, *stage = NULL, *buf;
     Py_ssize_t i, k, most;
     if ((lanes = PyObject_GetAttr(self->device, s_lanes)) == NULL)
         goto done;
@@ -372,8 +372,7 @@ static PyObject *stage_dense(Recorder *self, PyObject *t, PyObject *dtype, PyObj
     if ((stages = PyObject_GetAttr(lane, s_stages)) == NULL || !PyDict_CheckExact(stages)
         || (key = PyTuple_Pack(2, dtype, shape)) == NULL || (stage = PyDict_GetItemWithError(stages, key)) == NULL)
         goto other;
-    Py_INCREF(stage);  /* (held in `key`'s place below: the dict is the lane's) */
-    Py_SETREF(key, stage);
+    Py_INCREF(stage);  /* (borrowed from the lane's dict: held while Python code may run) */
     if ((used = PyObject_GetAttr(stage, s_used)) == NULL || (views = PyObject_GetAttr(stage, s_views)) == NULL
         || !PyTuple_CheckExact(views))
         goto other;
@@ -412,6 +411,7 @@ done:
     Py_XDECREF(limit);
     Py_XDECREF(stages);
     Py_XDECREF(key);
+    Py_XDECREF(stage);
     Py_XDECREF(used);
     Py_XDECREF(views);
     Py_XDECREF(x);
