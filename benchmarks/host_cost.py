@@ -463,34 +463,36 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
     got = {name: {"ratios": [], "extra": [], "kernels": [], "phases": []} for name in configs}
     out = {}
     try:
-        for r in range(rounds):
-            for name in configs[r % len(configs):] + configs[:r % len(configs)]:
-                _slot(model, x, opt, os.path.join(root, f"r{r}"), name, steps, device, got[name], first=r == 0)
-            shutil.rmtree(os.path.join(root, f"r{r}"), ignore_errors=True)
-            log(f"round {r + 1}/{rounds} done")
-        counted = {}
-        for name in configs:
-            level = FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
-            if level not in counted:  # the records msprobe writes at that level, in one untimed step
-                probe = _debugger(root, level)
-                _step(model, x, opt, probe)
-                probe.close()
-                counted[level] = _records(os.path.join(root, level))
-            records, tensors = counted[level]
-            g = got[name]
-            extra = statistics.median(g["extra"])
-            res = out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * extra,
-                               "us_per_record": 1e6 * extra / records, "us_per_tensor": 1e6 * extra / tensors,
-                               "ratio": statistics.median(g["ratios"]),
-                               "phases_ms": {ph: 1e3 * statistics.median(p[i] for p in g["phases"])
-                                             for i, ph in enumerate(PHASES)}}
-            if g["kernels"]:
-                kernel_s = statistics.median(k for k, _ in g["kernels"])
-                res.update(kernel_ms=1e3 * kernel_s,
-                           kernels_per_record=statistics.median(n for _, n in g["kernels"]) / records,
-                           host_us_per_record=1e6 * (extra - kernel_s) / records)
-            log(f"{name}: {res['us_per_record']:.1f} us/record"
-                + (f", host {res['host_us_per_record']:.1f}" if g["kernels"] else ""))
+        with harness.young_heap():  # (each step's collection walks only what was made since)
+            for r in range(rounds):
+                for name in configs[r % len(configs):] + configs[:r % len(configs)]:
+                    _slot(model, x, opt, os.path.join(root, f"r{r}"), name, steps, device, got[name],
+                          first=r == 0)
+                shutil.rmtree(os.path.join(root, f"r{r}"), ignore_errors=True)
+                log(f"round {r + 1}/{rounds} done")
+            counted = {}
+            for name in configs:
+                level = FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
+                if level not in counted:  # the records msprobe writes at that level, in one untimed step
+                    probe = _debugger(root, level)
+                    _step(model, x, opt, probe)
+                    probe.close()
+                    counted[level] = _records(os.path.join(root, level))
+                records, tensors = counted[level]
+                g = got[name]
+                extra = statistics.median(g["extra"])
+                res = out[name] = {"records": records, "tensors": tensors, "extra_ms": 1e3 * extra,
+                                   "us_per_record": 1e6 * extra / records, "us_per_tensor": 1e6 * extra / tensors,
+                                   "ratio": statistics.median(g["ratios"]),
+                                   "phases_ms": {ph: 1e3 * statistics.median(p[i] for p in g["phases"])
+                                                 for i, ph in enumerate(PHASES)}}
+                if g["kernels"]:
+                    kernel_s = statistics.median(k for k, _ in g["kernels"])
+                    res.update(kernel_ms=1e3 * kernel_s,
+                               kernels_per_record=statistics.median(n for _, n in g["kernels"]) / records,
+                               host_us_per_record=1e6 * (extra - kernel_s) / records)
+                log(f"{name}: {res['us_per_record']:.1f} us/record"
+                    + (f", host {res['host_us_per_record']:.1f}" if g["kernels"] else ""))
     finally:
         os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
         shutil.rmtree(root, ignore_errors=True)

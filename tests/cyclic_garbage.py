@@ -9,13 +9,13 @@ import gc
 
 
 def cyclic_garbage_of(work, *args):
-    """Run `work(*args)` with the collector off; the objects a collection then finds: [(type name, obj)]."""
-    gc.collect()
-    # held through the work: cycles made earlier (e.g. FakeTensors that torch's C++ side let go of only
-    # later, after another test compiled a graph in this process) are not the work's garbage
-    earlier = gc.get_objects()
+    """Run `work(*args)` with the collector off; the objects a collection then finds: [(type name, obj)].
+    What was alive before, garbage included (e.g. FakeTensors that torch's C++ side let go of only later,
+    after another test compiled a graph in this process), is frozen through the work (`gc.freeze`): not
+    the work's garbage, and the collection walks only what the work made, not the whole process."""
     was_enabled = gc.isenabled()
     gc.disable()
+    gc.freeze()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         work(*args)
@@ -24,6 +24,6 @@ def cyclic_garbage_of(work, *args):
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
-        del earlier
+        gc.unfreeze()
         if was_enabled:
             gc.enable()
