@@ -32,7 +32,7 @@ times that to compare. Checked with `--check` on a case whose answer is known: t
 (`hooks+kernels`): the latter's host µs per record must come back to the former's extra (plus the
 Python of calling the op), whatever the reduction costs.
 
-    python benchmarks/host_cost.py                # 7 rounds (--record: into RESULTS.md)
+    python benchmarks/host_cost.py                # 15 rounds (--record: into RESULTS.md)
     python benchmarks/host_cost.py --quick        # CI smoke
     python benchmarks/host_cost.py --baseline-src OLD/src --configs L1,mix   # A/B against another checkout
     python benchmarks/host_cost.py --check        # the kernel subtraction against a known answer
@@ -680,7 +680,7 @@ def _header(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    harness.add_common_options(p, rounds=7, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
+    harness.add_common_options(p, rounds=15, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
     p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *BARE])} (default: all; on "
                    "cuda those without _device or _floor)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")

@@ -80,7 +80,10 @@ def test_dump_overhead_says_in_one_line_that_llama_needs_transformers(monkeypatc
 
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
-    done = run("host_cost.py", "--quick", "--configs", "L1_floor,L1,mix_device,L1_bare", "--json", str(out))
+    # a [batch, sequence, features] input (--seq): each Linear flattens it and views its product back
+    done = run("host_cost.py", "--quick", "--seq", "2", "--configs", "L1_floor,L1,mix_device,L1_bare",
+               "--json", str(out))
+    assert "input [4, 2, 32]" in done.stdout  # the header says which input was measured
     table, phases = done.stdout.split("extra ms a step by phase")
     rows = {ln.split()[0]: ln.split() for ln in table.splitlines()
             if ln.startswith(("L1 ", "mix_device", "L1_floor"))}
@@ -128,14 +131,10 @@ def test_host_cost_rounds_take_every_config_in_turn(tmp_path, monkeypatch):
 
 def test_host_cost_feeds_a_sequence_as_a_transformer_does(capsys):
     """--seq: the MLP takes [4, SEQ, 32], so each Linear flattens its input and views its product back
-    (what msprobe's backward reads through); the header says which input was measured."""
+    (what msprobe's backward reads through; measured in test_host_cost_quick); a negative one is refused."""
     host_cost = _bench_module("host_cost")
     _, x = host_cost.build(depth=2, width=8, seq=3)
     assert tuple(x.shape) == (4, 3, 8)
-    done = run("host_cost.py", "--quick", "--seq", "2", "--configs", "L1")
-    assert "input [4, 2, 32]" in done.stdout
-    row = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("L1 ")][0]
-    assert int(row[1]) > 100 and float(row[4].rstrip("!")) > 0  # records per step, us per record
     with pytest.raises(SystemExit):
         host_cost.main(["--seq", "-1"])
     assert "--seq: got -1; allowed: 0" in capsys.readouterr().err
