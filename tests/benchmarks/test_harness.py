@@ -2,6 +2,7 @@
 scripts built on it run in-process on their smallest settings (their numbers are not judged)."""
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -61,6 +62,28 @@ def test_timed_steps_measure_wall_and_cpu_time_and_clean_up_outside():
                               after=lambda: done.append("a"))
     assert len(got) == 3 and all(w > 0 and c >= 0 for w, c in got)
     assert done == ["b", "a"] * 3
+
+
+def test_rounds_collect_only_what_the_steps_made_and_leave_nothing_frozen():
+    """Inside the rounds what was alive before is frozen: the collection before a step walks the steps'
+    own objects, and still frees the cycles they make; after the rounds nothing is left frozen."""
+    class Node:
+        pass
+
+    before, seen = gc.get_freeze_count(), {}
+
+    def step():
+        a, b = Node(), Node()
+        a.b, b.a = b, a  # a cycle of the step's own: only the collector frees it
+        seen.setdefault("frozen", gc.get_freeze_count())
+        seen.setdefault("tracked", len(gc.get_objects()))
+        seen["freed"] = seen.get("freed", 0) + gc.collect()
+        return [(1.0, 1.0)]
+
+    harness.interleave(step, {"a": step}, rounds=2)
+    assert seen["frozen"] > before and seen["tracked"] < seen["frozen"] / 10
+    assert seen["freed"] >= 4  # the cycles of the earlier steps (two objects and their __dict__s each)
+    assert gc.get_freeze_count() == before
 
 
 def test_common_options_quick_and_one_line_errors(capsys):
