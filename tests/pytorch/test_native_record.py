@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from msprobe.pytorch.summary import host, slots
+from msprobe.pytorch.summary import cache, host, slots
 from msprobe.pytorch.summary.cache import CacheEntry, exact_key
 from msprobe.pytorch.summary.device import _Stage
 from msprobe.pytorch.summary.slots import Buffer
@@ -24,6 +24,13 @@ if host.kernel is None:
     pytest.skip("msprobe._moments not built or MSPROBE_NATIVE_STATS=0", allow_module_level=True)
 
 TASKS = [dict(stats=True, md5=False), dict(stats=True, md5=True), dict(stats=False, md5=True)]
+
+
+@pytest.fixture(autouse=True)
+def keyed_small_tensors(monkeypatch):
+    """These tests are of the keyed paths and use small tensors: every tensor is keyed here (the small
+    tensors read again without a key have their tests in test_unkeyed_records.py)."""
+    monkeypatch.setattr(cache, "UNKEYED_MAX", 0)
 
 
 def pair(monkeypatch, **task):

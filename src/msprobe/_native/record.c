@@ -2,9 +2,10 @@
  * is a dozen attribute reads that cost more in the interpreter than in the reads themselves.
  *
  * Recorder(objects, cache, names, kinds, tensor, parameter, strided, entry_type, limit, small, threads, stats, md5,
- *          device=None, blank=None, per_buffer=0)
- * .record(owner, t, shared, defer=False) -> t's record, or None: "take the Python path" (then nothing was
- * changed); `defer`: a device summary may wait for the owner's next launch (Summarizer.record).
+ *          device=None, blank=None, per_buffer=0, unkeyed=0)
+ * .record(owner, t, shared, defer=False, keyed=False) -> t's record, or None: "take the Python path" (then
+ * nothing was changed); `defer`: a device summary may wait for the owner's next launch; `keyed`: the caller
+ * wants its cache entry (Summarizer.record).
  *   1. `t` is the tensor object summarised before (`objects`, the summarizer's per-object table) at the
  *      same version, memory and shape: its record, as the Python path gives it; fields still in device
  *      slots are registered on a record of its own as slots.fill_from_slot does (fill_one).
@@ -16,7 +17,9 @@
  *      `kinds`: dtype -> kernel kind; on `threads()` threads from `small` elements, else on one) and, with
  *      `md5`, the CRC-32 of its elements in index order from msprobe._crc (its capsule, on as many
  *      threads), as host.crc32_of gives it;
- *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes.
+ *      the same cache entry (`entry_type`, CacheEntry) and object-table entry as the Python path makes;
+ *      but a contiguous one of fewer than `unkeyed` elements (cache.UNKEYED_MAX), unless `keyed`, is read
+ *      again at every record, with no key, entry or row (owner.entry None), as the Python path reads it.
  *   3. such a tensor of 2 or more elements elsewhere, in any layout (and on the CPU too when `small` is 0:
  *      the device path): its cache entry when alive at the same version (fields still in slots registered
  *      with fill_one), else its summaries into device slots: contiguous and deferred on a lane that has
@@ -58,7 +61,7 @@ typedef struct {
     /* the device path's common case (see defer_dense): the owner's DeviceSummaries, its Deferral and that
      * Deferral's queue, a record's blank value fields; NULL: always through `_slots_of` */
     PyObject *device, *deferral, *queue, *blank;
-    Py_ssize_t limit, small, per_buffer, max_items, max_bytes;
+    Py_ssize_t limit, small, per_buffer, max_items, max_bytes, unkeyed;
     int stats, md5;
 } Recorder;
 
@@ -507,13 +510,13 @@ static PyObject *element_span(PyObject *shape, PyObject *strides, Py_ssize_t *ru
 #define READ(var, expr) do { if ((var = (expr)) == NULL) goto python; } while (0)
 
 static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 && nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared, defer=False)");
+    if (nargs < 3 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "record(owner, tensor, shared, defer=False, keyed=False)");
         return NULL;
     }
-    PyObject *owner = args[0], *t = args[1], *result = NULL, *defer = nargs == 4 ? args[3] : Py_False;
-    int shared = PyObject_IsTrue(args[2]);
-    if (shared < 0)
+    PyObject *owner = args[0], *t = args[1], *result = NULL, *defer = nargs >= 4 ? args[3] : Py_False;
+    int shared = PyObject_IsTrue(args[2]), keyed = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    if (shared < 0 || keyed < 0)
         return NULL;
     PyObject *tid = NULL, *seen = NULL, *version = NULL, *ptr = NULL, *shape = NULL, *dtype = NULL, *flag = NULL,
              *count = NULL, *device = NULL, *storage = NULL, *key = NULL, *hit = NULL, *field = NULL,
@@ -599,6 +602,8 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         READ(ptr, call0(t, s_data_ptr));
     if (shape == NULL)
         READ(shape, PyObject_GetAttr(t, s_shape));
+    /* 2a. a small dense host tensor, its entry not asked for: read again, no key, entry or table row */
+    int unkeyed = host && flag == Py_True && n < self->unkeyed && !keyed;
     /* how the kernel reads it: one dense run, unless a view that is not in index order says otherwise */
     Py_ssize_t run = n, rows = 1, row_stride = n;
     if (flag != Py_True) {
@@ -611,11 +616,13 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         if (span == NULL)
             goto python;
     }
+    READ(rg, PyObject_GetAttr(t, s_requires_grad));
+    if (unkeyed)
+        goto read;
     if (version == NULL)
         READ(version, PyObject_GetAttr(t, s_version));
     READ(device, PyObject_GetAttr(t, s_device));
     READ(storage, call0(t, s_untyped_storage));
-    READ(rg, PyObject_GetAttr(t, s_requires_grad));
     /* (data_ptr, dtype, device, span): memory_key's key, a dense run's span ((1, n),); with md5 a view's
      * is exact_key's (data_ptr, dtype, shape, strides, device) */
     if ((key = span == NULL ? Py_BuildValue("(OOO((nn)))", ptr, dtype, device, (Py_ssize_t)1, n)
@@ -700,6 +707,7 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
             Py_CLEAR(result);
         goto done;
     }
+read:
     if ((values = PyDict_New()) == NULL)
         goto done;
     void *address = PyLong_AsVoidPtr(ptr);
@@ -761,6 +769,11 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
         if ((field = PyUnicode_FromStringAndSize(hex, 8)) == NULL || PyDict_SetItem(values, s_md5, field) < 0)
             goto done;
     }
+    if (unkeyed) {
+        if (PyObject_SetAttr(owner, s_entry, Py_None) == 0)
+            result = new_record(name, shape, values, rg);
+        goto done;
+    }
     /* a storage without weak references: the Python path keeps no entry for it */
     if ((ref = PyWeakref_NewRef(storage, NULL)) == NULL)
         goto python;
@@ -814,12 +827,12 @@ static PyObject *recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (self == NULL)
         return NULL;
     PyObject *device = Py_None, *blank = NULL;
-    self->per_buffer = 0;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOpp|OO!n:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
+    self->per_buffer = self->unkeyed = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OOnnOpp|OO!nn:Recorder", &PyDict_Type, &self->objects, &PyDict_Type,
                           &self->cache, &PyDict_Type, &self->names, &PyDict_Type, &self->kinds, &PyType_Type,
                           &self->tensor, &PyType_Type, &self->parameter, &self->strided, &self->entry_type,
                           &self->limit, &self->small, &self->threads, &self->stats, &self->md5,
-                          &device, &PyDict_Type, &blank, &self->per_buffer)) {
+                          &device, &PyDict_Type, &blank, &self->per_buffer, &self->unkeyed)) {
         self->objects = self->cache = self->names = self->kinds = NULL;
         self->tensor = self->parameter = self->strided = self->entry_type = NULL;
         self->threads = NULL;

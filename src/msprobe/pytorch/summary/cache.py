@@ -9,6 +9,9 @@ from msprobe.pytorch.summary.layout import element_span
 
 # entries kept before the table starts over
 CACHE_LIMIT = 4096
+# a dense host tensor of fewer elements is read again at each record, not keyed (unless its entry is asked
+# for: a saved file to link): its kernel costs less than its key, weak reference, entry and table row
+UNKEYED_MAX = 8192
 
 
 class CacheEntry:

@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from msprobe.core.dump import moments as native
-from msprobe.pytorch.summary import host, slots
+from msprobe.pytorch.summary import cache as _cache, host, slots
 from msprobe.pytorch.summary.cache import CACHE_LIMIT, CacheEntry, memory_key
 from msprobe.pytorch.summary.device import _UNREAD, DeviceSummaries
 from msprobe.pytorch.summary.layout import element_span, memory_order
@@ -72,6 +72,7 @@ class Summarizer:
         # before (an API's input is usually the previous API's output object) skips the memory key
         self._objects = {}
         self._native_kinds = host.NATIVE_KINDS if native.ENABLED and not device_path else {}
+        self._unkeyed = 0 if device_path else _cache.UNKEYED_MAX  # (read here: tests set it)
         self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
         self._nfields = len(self._fields)
         self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
@@ -86,7 +87,7 @@ class Summarizer:
             self._fast = _Recorder(self._objects, self._cache, _DTYPE_NAMES, self._native_kinds, torch.Tensor,
                                    torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
                                    0 if device_path else host.PARALLEL_MIN, torch.get_num_threads, stats,
-                                   md5, self.slots, self._fields, slots.SLOTS_PER_BUFFER).record
+                                   md5, self.slots, self._fields, slots.SLOTS_PER_BUFFER, self._unkeyed).record
 
     @property
     def native_record(self):
@@ -140,23 +141,24 @@ class Summarizer:
     def summarize(self, t, defer=False, shared=False):
         """(record, cache entry or None) of tensor `t`: see `record`. The entry's `file_for(t)` is where a
         tensor laid out as `t` was saved, if one was: the caller may link to it."""
-        rec = self.record(t, defer, shared)
+        rec = self.record(t, defer, shared, keyed=True)
         return rec, self.entry
 
-    def record(self, t, defer=None, shared=None):
+    def record(self, t, defer=None, shared=None, keyed=False):
         """Record for tensor `t` (fields still on the device are filled in when resolved); its cache
         entry is left in `self.entry`. `defer`: a device summary may wait for the next `launch()` (the
         caller launches before anything changes `t` in place); `shared`: the caller hands the record on
         unchanged, so a complete one is the same dict for every record of the same unchanged tensor
         (else a fresh dict the caller may extend). None: the session's `defer_forward` / `share_forward`
-        (a forward value's record).
+        (a forward value's record). `keyed`: `self.entry` is wanted (a small dense host tensor gets none
+        otherwise: it is read again at each record, see cache.UNKEYED_MAX).
 
         (The hot path of every dump: attributes are read once, in one place.)
         """
         if defer is None:
             defer, shared = self.defer_forward, self.share_forward
         if self._fast is not None:
-            rec = self._fast(self, t, shared, defer)  # None: not one of its cases (nothing changed), on in Python
+            rec = self._fast(self, t, shared, defer, keyed)  # None: not one of its cases (nothing changed), on in Python
             if rec is not None:
                 return rec
         tid = id(t)
@@ -195,6 +197,10 @@ class Summarizer:
             try:
                 if n > 1 and t.is_contiguous():
                     span = ((1, n),)
+                    if n < self._unkeyed and not keyed and t.is_cpu:  # read again: no key, entry or row
+                        self.entry = None
+                        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
+                                **self._values_now(t, n, dtype, span), "requires_grad": t.requires_grad}
                     key = (t.data_ptr(), dtype, t.device, span)
                 else:
                     key, span = memory_key(t, n, self.md5)
@@ -212,15 +218,7 @@ class Summarizer:
                 return self._record(t, name, shape, key, hit, hit.values, hit.slots, shared)
         values, slots = None, []
         if (t.is_cpu and not self.device_path) or n == 0:  # on the host, now
-            if self.stats:
-                kind = self._native_kinds.get(dtype)
-                if (kind is not None and span is not None and n < host.PARALLEL_MIN and len(span) == 1
-                        and span[0][0] == 1):
-                    # a small dense tensor (most of them): the C kernel straight, without statistics()'s frame
-                    got = _kernel(t.data_ptr(), n, kind, 1)
-                    if got is not None:
-                        values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
-            values = self._host_values(t, n, span, values)
+            values = self._values_now(t, n, dtype, span)
         else:
             values, slots = self._slots_of(t, n, span, _UNREAD if storage is None else storage.data_ptr(), defer)
         entry = None
@@ -276,6 +274,19 @@ class Summarizer:
         shape = [len(parts)] + [max(p.shape[d] for p in parts) for d in range(t.dim() - 1)] if parts else [0]
         values = self._host_values(flat, flat.numel(), None) if (self.stats or self.md5) else {}
         return {"type": "torch.Tensor", "dtype": name, "shape": shape, **values, "requires_grad": t.requires_grad}
+
+    def _values_now(self, t, n, dtype, span):
+        """The value fields of host tensor `t` (n elements of `dtype`; `span`: element_span(t) when known)."""
+        values = None
+        if self.stats:
+            kind = self._native_kinds.get(dtype)
+            if (kind is not None and span is not None and n < host.PARALLEL_MIN and len(span) == 1
+                    and span[0][0] == 1):
+                # a small dense tensor (most of them): the C kernel straight, without statistics()'s frame
+                got = _kernel(t.data_ptr(), n, kind, 1)
+                if got is not None:
+                    values = {"Max": got[0], "Min": got[1], "Mean": got[2], "Norm": got[3]}
+        return self._host_values(t, n, span, values)
 
     def _host_values(self, t, n, span, values=None):
         """The value fields of tensor `t` (n elements) read on the host now: `values` (its statistics,
