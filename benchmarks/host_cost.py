@@ -38,12 +38,22 @@ Python of calling the op), whatever the reduction costs.
     python benchmarks/host_cost.py --check        # the kernel subtraction against a known answer
     python benchmarks/host_cost.py --seq 4 --configs L1,L1_floor   # a transformer's [batch, sequence, features] input
 
+With --toggle the measurement is an in-process A/B of one switch msprobe reads as a dump starts (a module
+attribute, or an environment variable): each round gives each config one debugger, and its timed dumped
+steps take the switch's values in turn, each followed by a plain step; the table gives each value's extra
+ms a step (median over rounds) and their ratio. Both sides share the process, its caches and the machine's
+load of the same second, so it resolves a change of a few percent where alternating processes do not.
+
+    python benchmarks/host_cost.py --toggle msprobe.pytorch.summary.cache.UNKEYED_MAX=0,8192 --configs L0,L1
+    python benchmarks/host_cost.py --toggle env:MSPROBE_NATIVE_RECORD=0,1 --configs L1
+
 With --baseline-src the measurement runs in child processes, this checkout's and the other's msprobe in
 turn (`--alternations` pairs), and the table gives the median of each side and their ratio: a shared
 machine's load drifts by more than a change to the hot path is worth, so both sides must see the same drift.
 """
 
 import argparse
+import ast
 import contextlib
 import functools
 import gc
@@ -648,6 +658,106 @@ def compare_with(src, configs, rounds, steps, threads, alternations, log, device
     return ours, base, imported
 
 
+class Toggle:
+    """A --toggle: `MODULE.ATTR=A,B[,...]` (the values read as Python literals) or `env:NAME=A,B[,...]`
+    (strings); `set(v)` sets it, `restore()` puts back what was there."""
+
+    def __init__(self, text):
+        target, sep, listed = text.partition("=")
+        values = [v.strip() for v in listed.split(",")] if sep else []
+        if not target or len(values) < 2 or not all(values):
+            raise ValueError(f"got {text!r}; allowed: MODULE.ATTR=A,B or env:NAME=A,B (two values or more)")
+        self.target = target
+        if target.startswith("env:"):
+            self.env = target[4:]
+            if not self.env:
+                raise ValueError(f"got {text!r}: no variable name after env:")
+            self.values, self.original = values, os.environ.get(self.env)
+            return
+        self.env = None
+        module_name, _, self.attr = target.rpartition(".")
+        try:
+            self.module = importlib.import_module(module_name) if module_name else None
+        except ImportError as e:
+            raise ValueError(f"got {text!r}: module {module_name!r} does not import ({e})") from None
+        if self.module is None or not hasattr(self.module, self.attr):
+            raise ValueError(f"got {text!r}: {module_name or '(no module)'} has no attribute {self.attr!r}")
+        try:
+            self.values = [ast.literal_eval(v) for v in values]
+        except (ValueError, SyntaxError):
+            raise ValueError(f"got {text!r}: the values must be Python literals (numbers, strings, True, None)") from None
+        self.original = getattr(self.module, self.attr)
+
+    def set(self, value):
+        if self.env is None:
+            setattr(self.module, self.attr, value)
+        elif value is None:
+            os.environ.pop(self.env, None)
+        else:
+            os.environ[self.env] = value
+
+    def restore(self):
+        self.set(self.original)
+
+
+def toggled(configs, toggle, rounds, steps, log, seq=0):
+    """The in-process A/B of --toggle (module doc): {config: {"extra_ms": [per value], "ratios": [per later
+    value, its per-round extra over the first value's]}}."""
+    model, x = build(seq=seq)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
+    values = toggle.values
+    got = {c: [[] for _ in values] for c in configs}
+    try:
+        with harness.young_heap():
+            for r in range(rounds):
+                folder = os.path.join(root, f"r{r}")
+                os.makedirs(folder, exist_ok=True)
+                for name in configs:
+                    probe = _debugger(folder, name)
+                    try:
+                        toggle.set(values[0])
+                        for _ in range(2):
+                            _step(model, x, opt, probe)
+                        dumped, plain = [[] for _ in values], []
+                        for _ in range(steps):
+                            for i, v in enumerate(values):
+                                toggle.set(v)
+                                dumped[i].append(sum(_step(model, x, opt, probe)))
+                            plain.append(sum(_step(model, x, opt)))
+                    finally:
+                        probe.close()
+                    base = statistics.median(plain)
+                    for i in range(len(values)):
+                        got[name][i].append(statistics.median(dumped[i]) - base)
+                shutil.rmtree(folder, ignore_errors=True)
+                log(f"round {r + 1}/{rounds} done")
+    finally:
+        toggle.restore()
+        os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
+        shutil.rmtree(root, ignore_errors=True)
+    return {c: {"extra_ms": [1e3 * statistics.median(per) for per in got[c]],
+                "ratios": [[b / a if a > 0 else float("nan") for a, b in zip(got[c][0], got[c][i])]
+                           for i in range(1, len(values))]}
+            for c in configs}
+
+
+def render_toggle(results, toggle):
+    shown = [str(v) for v in toggle.values]
+    lines = [f"in-process A/B of {toggle.target}: {' against '.join(shown)} (each dumped step takes one value in turn, "
+             "each followed by a plain step); extra ms a step, median over rounds",
+             f"{'config':<14}" + "".join(f"{v:>10}" for v in shown)
+             + "".join(f"{'ratio ' + v:>16}{'rounds':>14}" for v in shown[1:]), "-" * (14 + 40 * len(shown))]
+    for c, res in results.items():
+        row = f"{c:<14}" + "".join(f"{e:>10.2f}" for e in res["extra_ms"])
+        for i, per in enumerate(res["ratios"]):
+            ratio = res["extra_ms"][i + 1] / res["extra_ms"][0] if res["extra_ms"][0] > 0 else float("nan")
+            row += f"{ratio:>15.2f}x{f'{min(per):.2f}-{max(per):.2f}':>14}"
+        lines.append(row)
+    lines.append("ratio: a value's extra time over the first value's; rounds: the range of the per-round ratios")
+    return "\n".join(lines)
+
+
 def _revision(folder):
     """The git commit `folder` is checked out at (short), or None."""
     try:
@@ -694,6 +804,9 @@ def main(argv=None):
     p.add_argument("--seq", type=int, default=0,
                    help="feed the MLP [4, SEQ, 32] (a transformer's layout: each Linear flattens it and views "
                         "its product back) instead of [4, 32]")
+    p.add_argument("--toggle", metavar="TARGET=A,B",
+                   help="in-process A/B of a switch read as a dump starts: MODULE.ATTR=A,B (Python literals) or "
+                        "env:NAME=A,B; msprobe configs only (see the module doc)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     harness.check_common_options(p, args)
@@ -717,6 +830,23 @@ def main(argv=None):
         global METRIC
         METRIC = harness.CPU
     log = harness.logger(args.quiet)
+    if args.toggle:
+        if args.baseline_src or args.check or on_cuda:
+            p.error("--toggle: an A/B in this process on --device cpu, without --baseline-src or --check")
+        others = [c for c in configs if c not in CONFIGS]
+        if others:
+            p.error(f"--toggle: {others} are not msprobe configs; choose from {', '.join(CONFIGS)}")
+        try:
+            toggle = Toggle(args.toggle)
+        except ValueError as e:
+            p.error(f"--toggle: {e}")
+        torch.set_num_threads(args.threads)
+        results = toggled(configs, toggle, args.rounds, args.steps, log, args.seq)
+        harness.write_json(args.json, {"msprobe": os.path.dirname(msprobe.__file__), "toggle": args.toggle,
+                                       "results": results})
+        print(_header(args))
+        print(render_toggle(results, toggle))
+        return 0
     if args.baseline_src:
         src = os.path.abspath(args.baseline_src)
         if not os.path.isdir(os.path.join(src, "msprobe")):
@@ -741,5 +871,6 @@ if __name__ == "__main__":
     # a GPU run and an A/B keep their own sections
     heading = ("host_cost.py --device cuda" if "cuda" in sys.argv[1:]
                else "host_cost.py --baseline-src" if "--baseline-src" in sys.argv[1:]
+               else "host_cost.py --toggle" if any(a.startswith("--toggle") for a in sys.argv[1:])
                else "host_cost.py --seq" if any(a.startswith("--seq") for a in sys.argv[1:]) else None)
     sys.exit(run_recorded("host_cost.py", main, heading))

@@ -129,6 +129,53 @@ def test_host_cost_rounds_take_every_config_in_turn(tmp_path, monkeypatch):
     assert out["L0"]["records"] == out["L0_floor"]["records"] > 0  # the floor per record msprobe writes
 
 
+def test_host_cost_toggle_gives_each_dumped_step_one_value_in_turn(monkeypatch, capsys):
+    """--toggle: an in-process A/B of a switch read as a dump starts. Each timed dumped step takes the
+    values in turn (seen by the summarizer each step makes), the switch is put back after, the table has
+    one column a value and the ratio; a bad --toggle is one line naming what is wrong."""
+    pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    from msprobe.pytorch.summary import cache, summarizer
+
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")
+    seen, init = [], summarizer.Summarizer.__init__
+
+    def noting(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.append(self._unkeyed)
+
+    monkeypatch.setattr(summarizer.Summarizer, "__init__", noting)
+    before = cache.UNKEYED_MAX
+    toggle = host_cost.Toggle("msprobe.pytorch.summary.cache.UNKEYED_MAX=0,8192")
+    out = host_cost.toggled(["L0"], toggle, rounds=1, steps=2, log=lambda *a: None)
+    assert cache.UNKEYED_MAX == before
+    assert seen[-4:] == [0, 8192, 0, 8192]  # (after the warm-up steps, which take the first value)
+    assert len(out["L0"]["extra_ms"]) == 2 and len(out["L0"]["ratios"]) == 1 and len(out["L0"]["ratios"][0]) == 1
+    table = host_cost.render_toggle(out, toggle)
+    row = next(ln for ln in table.splitlines() if ln.startswith("L0 "))
+    assert "in-process A/B of msprobe.pytorch.summary.cache.UNKEYED_MAX: 0 against 8192" in table
+    assert len(row.split()) == 5 and row.split()[3].endswith("x")
+    env = host_cost.Toggle("env:MSPROBE_TEST_TOGGLE=a,b")
+    env.set("b")
+    assert os.environ["MSPROBE_TEST_TOGGLE"] == "b"
+    env.restore()
+    assert "MSPROBE_TEST_TOGGLE" not in os.environ
+    for bad, says in [("nonsense", "allowed: MODULE.ATTR=A,B or env:NAME=A,B"),
+                      ("msprobe.pytorch.summary.cache.UNKEYED_MAX=1", "two values or more"),
+                      ("msprobe.no_such_module.X=1,2", "module 'msprobe.no_such_module' does not import"),
+                      ("msprobe.pytorch.summary.cache.NO_SUCH=1,2", "has no attribute 'NO_SUCH'"),
+                      ("msprobe.pytorch.summary.cache.UNKEYED_MAX=os.system,2", "must be Python literals"),
+                      ("env:=1,2", "no variable name")]:
+        with pytest.raises(SystemExit):
+            host_cost.main(["--toggle", bad, "--configs", "L0"])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "error: --toggle: got " in err and says in err, err
+    with pytest.raises(SystemExit):
+        host_cost.main(["--toggle", "env:X=1,2", "--configs", "L0_floor"])
+    assert "are not msprobe configs" in capsys.readouterr().err
+
+
 def test_host_cost_feeds_a_sequence_as_a_transformer_does(capsys):
     """--seq: the MLP takes [4, SEQ, 32], so each Linear flattens its input and views its product back
     (what msprobe's backward reads through; measured in test_host_cost_quick); a negative one is refused."""
