@@ -1,9 +1,10 @@
 """Tensor -> record: the entry point of the summaries. A CPU tensor's statistics and CRC-32 come at once
 (host.py); anything else — tensors on an accelerator, and CPU tensors when `device_path` is set — is
 summarised into device slots (device.py) that `start_resolve` brings to the host in one copy. Values seen
-again unchanged reuse their record (cache.py); the same tensor object seen again (same version, memory
-and shape) takes its record from a per-object table before any key is built: the common case, an output
-passed straight to the next API. Those two cases and a small dense CPU tensor's first record are made in C
+again unchanged reuse their record (cache.py), except a small dense host tensor's, read again each time
+(cache.UNKEYED_MAX); the same tensor object seen again (same version, memory and shape) takes its record
+from a per-object table before any key is built: the common case, an output passed straight to the next
+API. Those two cases and a small dense CPU tensor's record are made in C
 where msprobe._record is built (src/msprobe/_native/record.c: the same records and table entries).
 Guarded by benchmarks/dump_overhead.py.
 """
