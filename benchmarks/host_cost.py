@@ -685,7 +685,8 @@ class Toggle:
         try:
             self.values = [ast.literal_eval(v) for v in values]
         except (ValueError, SyntaxError):
-            raise ValueError(f"got {text!r}: the values must be Python literals (numbers, strings, True, None)") from None
+            raise ValueError(f"got {text!r}: the values must be Python literals (numbers, strings, True, None)"
+                             ) from None
         self.original = getattr(self.module, self.attr)
 
     def set(self, value):
@@ -701,8 +702,8 @@ class Toggle:
 
 
 def toggled(configs, toggle, rounds, steps, log, seq=0):
-    """The in-process A/B of --toggle (module doc): {config: {"extra_ms": [per value], "ratios": [per later
-    value, its per-round extra over the first value's]}}."""
+    """The in-process A/B of --toggle (module doc): {config: {"extra_ms": [per value], "ratio": [per later
+    value, its extra over the first value's], "ratios": [per later value, the same per round]}}."""
     model, x = build(seq=seq)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
@@ -736,10 +737,17 @@ def toggled(configs, toggle, rounds, steps, log, seq=0):
         toggle.restore()
         os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
         shutil.rmtree(root, ignore_errors=True)
-    return {c: {"extra_ms": [1e3 * statistics.median(per) for per in got[c]],
-                "ratios": [[b / a if a > 0 else float("nan") for a, b in zip(got[c][0], got[c][i])]
-                           for i in range(1, len(values))]}
-            for c in configs}
+    results = {}
+    for c in configs:
+        extra = [statistics.median(per) for per in got[c]]
+        results[c] = {"extra_ms": [1e3 * e for e in extra],
+                      "ratio": [_over(e, extra[0]) for e in extra[1:]],
+                      "ratios": [[_over(b, a) for a, b in zip(got[c][0], got[c][i])] for i in range(1, len(values))]}
+    return results
+
+
+def _over(a, b):
+    return a / b if b > 0 else float("nan")
 
 
 def render_toggle(results, toggle):
@@ -750,8 +758,7 @@ def render_toggle(results, toggle):
              + "".join(f"{'ratio ' + v:>16}{'rounds':>14}" for v in shown[1:]), "-" * (14 + 40 * len(shown))]
     for c, res in results.items():
         row = f"{c:<14}" + "".join(f"{e:>10.2f}" for e in res["extra_ms"])
-        for i, per in enumerate(res["ratios"]):
-            ratio = res["extra_ms"][i + 1] / res["extra_ms"][0] if res["extra_ms"][0] > 0 else float("nan")
+        for ratio, per in zip(res["ratio"], res["ratios"]):
             row += f"{ratio:>15.2f}x{f'{min(per):.2f}-{max(per):.2f}':>14}"
         lines.append(row)
     lines.append("ratio: a value's extra time over the first value's; rounds: the range of the per-round ratios")

@@ -42,6 +42,12 @@ def dtype_name(dtype):
     return name
 
 
+def _record_dict(name, shape, values, requires_grad):
+    """A tensor's record in msProbe's field order: type, dtype (`name`), shape, the value fields,
+    requires_grad (msprobe._record's `new_record` makes the same)."""
+    return {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values, "requires_grad": requires_grad}
+
+
 class Summarizer:
     """Computes tensor records; keeps a cache of recent results keyed by memory and version.
 
@@ -159,7 +165,7 @@ class Summarizer:
         if defer is None:
             defer, shared = self.defer_forward, self.share_forward
         if self._fast is not None:
-            rec = self._fast(self, t, shared, defer, keyed)  # None: not one of its cases (nothing changed), on in Python
+            rec = self._fast(self, t, shared, defer, keyed)  # None: not its case (nothing changed): on in Python
             if rec is not None:
                 return rec
         tid = id(t)
@@ -189,8 +195,7 @@ class Summarizer:
             return self._nested_record(t, name)
         if not (self.stats or self.md5):  # structure task: nothing to compute, nothing to remember
             self.entry = None
-            return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
-                    "requires_grad": t.requires_grad}
+            return _record_dict(name, t.shape, {}, t.requires_grad)
         key = span = storage = None
         n = t.numel()
         # plain tensors only: subclasses (fake, wrapper) may have no real memory to key on
@@ -200,8 +205,7 @@ class Summarizer:
                     span = ((1, n),)
                     if n < self._unkeyed and not keyed and t.is_cpu:  # read again: no key, entry or row
                         self.entry = None
-                        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape),
-                                **self._values_now(t, n, dtype, span), "requires_grad": t.requires_grad}
+                        return _record_dict(name, t.shape, self._values_now(t, n, dtype, span), t.requires_grad)
                     key = (t.data_ptr(), dtype, t.device, span)
                 else:
                     key, span = memory_key(t, n, self.md5)
@@ -238,8 +242,7 @@ class Summarizer:
         if slots or entry is None or len(values) != self._nfields:
             return self._record(t, name, shape, key, entry, values, slots, shared)
         # complete, remembered for the tensor object (_record's first case, inline: most records)
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
-               "requires_grad": t.requires_grad}
+        rec = _record_dict(name, shape, values, t.requires_grad)
         objects = self._objects
         if len(objects) > CACHE_LIMIT:
             objects.clear()
@@ -250,8 +253,7 @@ class Summarizer:
         """`t`'s record: its fields in msProbe's order (those still on the device null until their slots
         are resolved, filled in place: one dict per tensor, shared by its records); remembered for the
         tensor object when it has a cache entry. `shared`: see record."""
-        rec = {"type": "torch.Tensor", "dtype": name, "shape": list(shape), **values,
-               "requires_grad": t.requires_grad}
+        rec = _record_dict(name, shape, values, t.requires_grad)
         for slot in slots:  # fields still on the device: this dict is filled when they are resolved
             fill_from_slot(rec, slot)
         if entry is not None:
@@ -274,7 +276,7 @@ class Summarizer:
                 else torch.empty(0, dtype=t.dtype, device=t.device))
         shape = [len(parts)] + [max(p.shape[d] for p in parts) for d in range(t.dim() - 1)] if parts else [0]
         values = self._host_values(flat, flat.numel(), None) if (self.stats or self.md5) else {}
-        return {"type": "torch.Tensor", "dtype": name, "shape": shape, **values, "requires_grad": t.requires_grad}
+        return _record_dict(name, shape, values, t.requires_grad)
 
     def _values_now(self, t, n, dtype, span):
         """The value fields of host tensor `t` (n elements of `dtype`; `span`: element_span(t) when known)."""
