@@ -22,7 +22,8 @@ FILES = ("dump.json", "construct.json", "stack.json")
 
 def extra_calls(x):
     """Calls the zoo's forward passes make few of: keyword arguments, scalars and None among the
-    arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output."""
+    arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output,
+    operators (named from the caller's instruction)."""
     h = torch.tanh(x)
     a = torch.clamp(h, min=-0.5, max=None)  # kwargs, one of them None
     v, i = torch.max(a, dim=1)  # a named tuple
@@ -33,7 +34,10 @@ def extra_calls(x):
         torch.add(a, h, out=buf)  # `out=`: an argument changed in place
         n = F.softmax(a, dim=-1).mul_(2)
     shape = a.size()  # a torch.Size out
-    return s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum()
+    m = -h
+    m += 1
+    m = (m > 0.5).float() * m @ torch.ones(6, 2)
+    return s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum() + m.sum()
 
 
 def dump(tmp_path, monkeypatch, native, name, level, tag):

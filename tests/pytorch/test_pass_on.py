@@ -1,5 +1,6 @@
 """The L1 mode's C handler (msprobe._call.PassOn, in front of ApiCapture.__torch_function__): the calls the
-mode does not record (attribute reads, `p.grad` in an optimizer) run without the Python handler; it is
+mode does not record (attribute reads, `p.grad` in an optimizer) run without the Python handler, and those it
+records go to the session's C call path without it, except where the Python handler has to decide; it is
 there only while the mode is entered and only while Dynamo cannot trace the mode (Dynamo traces the Python
 handler: a C one would break its graph at every call). Whether it may be installed depends on what the
 process compiled before, so each case runs in a fresh interpreter. That the dumps are the same with it as
@@ -56,7 +57,7 @@ def run_script(tmp_path, body):
 
 
 def test_unrecorded_calls_skip_the_python_handler(tmp_path):
-    """The reads a model and an optimizer make never reach the Python handler; recorded calls still do;
+    """The reads a model and an optimizer make never reach the Python handler, nor do the calls it records;
     the C handler is gone once the mode is left, and the debugger is freed at close. Before Dynamo is
     imported (torch imports it with the first optimizer or backward pass) the C handler watches for it
     and hands over to the Python handler at the first call after the import; once it is loaded, the C
@@ -69,8 +70,8 @@ def test_unrecorded_calls_skip_the_python_handler(tmp_path):
     assert c_handler(debugger) == "PassOn"
     x = torch.randn(4, 8)
     assert x.shape == (4, 8) and x.dim() == 2  # attribute reads and methods the mode does not record
-    model(x)
-    assert calls and all(recorded for _, recorded in calls), calls  # only recorded calls reached Python
+    y = model(x)
+    assert calls == [], calls  # neither the reads nor the recorded calls reached Python
     import torch._dynamo  # (as the first backward pass does)
     del calls[:]
     x.shape
@@ -90,8 +91,7 @@ def test_unrecorded_calls_skip_the_python_handler(tmp_path):
     loss.backward()
     opt.step()  # reads and sets p.grad of every parameter
     opt.zero_grad(set_to_none=True)
-    assert calls and all(recorded for _, recorded in calls), calls
-    assert {"linear", "tanh", "add_"} <= {name for name, _ in calls}
+    assert calls == [], calls
     debugger.stop()
     assert "__torch_function__" not in mode_of(debugger).__dict__  # left with the mode
     debugger.step()
@@ -104,6 +104,52 @@ def test_unrecorded_calls_skip_the_python_handler(tmp_path):
     step1 = os.path.join(DUMP, "step1")
     data = json.load(open(os.path.join(step1, os.listdir(step1)[0], "dump.json")))["data"]
     assert "Tensor.add_.0.forward" in data and "Functional.linear.0.backward" in data, sorted(data)
+    step0 = os.path.join(DUMP, "step0")
+    data = json.load(open(os.path.join(step0, os.listdir(step0)[0], "dump.json")))["data"]
+    assert {"Functional.linear.0.forward", "Torch.tanh.0.forward", "Functional.linear.1.forward"} <= set(data)
+    print("ok")
+    """)
+
+
+def test_recorded_calls_reach_the_python_handler_where_it_decides(tmp_path):
+    """What the C handler leaves to the Python one: a call that writes an argument behind its version
+    (batch norm's running statistics), level L2 (an API call names its aten ops' parent). Operators are
+    named from the caller's instruction in C as in Python."""
+    run_script(tmp_path, """
+    import torch.nn.functional as F
+    import torch._dynamo  # (loaded before start(), as the first optimizer or backward pass loads it)
+    lin = torch.nn.Linear(8, 8)
+    debugger = PrecisionDebugger(task="statistics", dump_path=DUMP, level="L1")
+    debugger.start(lin)
+    assert c_handler(debugger) == "PassOn"
+    x = torch.randn(4, 8, requires_grad=True)
+    rm, rv = torch.zeros(8), torch.ones(8)
+    y = F.batch_norm(x, rm, rv, training=True)
+    assert calls == [("batch_norm", True)], calls
+    del calls[:]
+    z = -y
+    z += 1
+    w = (z > 0).float() * z + y.add(1)
+    torch.tanh(lin(w)).sum().backward()
+    assert calls == [], calls
+    debugger.stop()
+    debugger.step()
+    debugger.close()
+    step0 = os.path.join(DUMP, "step0")
+    data = json.load(open(os.path.join(step0, os.listdir(step0)[0], "dump.json")))["data"]
+    forward = [k for k in data if k.endswith(".forward")]
+    for key in ("Functional.batch_norm.0.forward", "Tensor.__neg__.0.forward", "Tensor.__iadd__.0.forward",
+                "Tensor.__gt__.0.forward", "Tensor.__mul__.0.forward", "Tensor.add.0.forward",
+                "Tensor.__add__.0.forward", "Torch.tanh.0.forward", "Functional.linear.0.forward"):
+        assert key in forward, (key, forward)
+
+    del calls[:]
+    debugger = PrecisionDebugger(task="statistics", dump_path=DUMP + "_l2", level="L2")
+    debugger.start(lin)
+    lin(torch.randn(4, 8))
+    assert ("linear", True) in calls, calls
+    debugger.stop()
+    debugger.close()
     print("ok")
     """)
 

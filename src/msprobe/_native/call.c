@@ -604,14 +604,22 @@ static PyTypeObject CallPathType = {
  * (the session's summarizer is not deferred); every other call goes to `handler`, the mode's Python
  * method. Most calls a training step makes under the mode are such reads (`p.grad` in an optimizer,
  * `x.shape`): here they cost no Python frame. `on_dynamo` (or None): called, once, at the first call that
- * finds torch._dynamo imported (Dynamo traces the Python handler: this one must step aside first). */
+ * finds torch._dynamo imported (Dynamo traces the Python handler: this one must step aside first).
+ * With `graph_task` (torch._C._current_graph_task_id) and `operators` ((opcode << 8 | argument) -> (dunder,
+ * in place?), operator_names.operator_table), a call the mode records goes from here to the session's C call
+ * path (`fast_call`) too, as the Python handler would hand it, wherever nothing that handler asks about
+ * applies: a session with a C call path below L2, not msprobe's own or a nested call, no process group up
+ * (the caller's module decides), not in a backward pass (a checkpoint's recomputation), a function that
+ * writes no argument behind its version (api_table.argument_writers). While this handler is in front,
+ * Dynamo has compiled nothing and traces nothing, so the handler's compiler questions have their answer. */
 typedef struct {
     PyObject_HEAD
-    PyObject *mode, *table, *state, *handler, *on_dynamo;
+    PyObject *mode, *table, *state, *handler, *on_dynamo, *graph_task, *operators;
     vectorcallfunc vectorcall;
 } PassOn;
 
-static PyObject *s_session, *s_summarizer, *s_deferred, *s_dynamo;
+static PyObject *s_session, *s_summarizer, *s_deferred, *s_dynamo, *s_distributed, *s_api_level_l2, *s_fast_call,
+    *s_out, *s_inplace;
 
 /* 1 when the Python handler must see an unrecorded call (a session whose summaries wait for a launch may
  * need one before it), 0 when it runs at once, -1 on error */
@@ -640,6 +648,113 @@ done:
     return wants;
 }
 
+/* 1 when `v`, an attribute of `obj`, is true; 0 false; -1 on error */
+static int attr_true(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return truth;
+}
+
+/* The dunder the caller is executing where `info` says an operator may have made the call (operator_names.py:
+ * `x + y` reaches the mode as Tensor.add): sets *name and *inplace when it is one. 0, or -1 on error. */
+static int operator_of(PassOn *self, PyObject **name, int *inplace) {
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (frame == NULL)
+        return 0;
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    int lasti = PyFrame_GetLasti(frame);
+    PyObject *bytes = PyCode_GetCode(code);
+    Py_DECREF(code);
+    if (bytes == NULL)
+        return -1;
+    int err = 0;
+    if (lasti >= 0 && lasti + 1 < PyBytes_GET_SIZE(bytes)) {
+        const unsigned char *co = (const unsigned char *)PyBytes_AS_STRING(bytes);
+        PyObject *at = PyLong_FromLong((long)co[lasti] << 8 | co[lasti + 1]);
+        PyObject *hit = at == NULL ? NULL : PyDict_GetItemWithError(self->operators, at);
+        Py_XDECREF(at);
+        if (hit != NULL && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2) {
+            *name = PyTuple_GET_ITEM(hit, 0);
+            *inplace = PyTuple_GET_ITEM(hit, 1) == Py_True;
+        } else if (PyErr_Occurred()) {
+            err = -1;
+        }
+    }
+    Py_DECREF(bytes);
+    return err;
+}
+
+/* A recorded call straight to the session's C call path (see PassOn): the result, or NULL with *handled 0
+ * where the Python handler decides (or NULL and an error). */
+static PyObject *record_here(PassOn *self, PyObject *info, PyObject *func, PyObject *args, PyObject *kwargs,
+                             int *handled) {
+    PyObject *session = NULL, *fast = NULL, *out = NULL, *task = NULL;
+    *handled = 0;
+    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 6 || PyTuple_GET_ITEM(info, 5) != Py_None)
+        return NULL;  /* (a function that writes an argument behind its version: the handler's) */
+    if ((session = PyObject_GetAttr(self->state, s_session)) == NULL)
+        goto fail;
+    if (session == Py_None)
+        goto done;
+    int t;
+    if ((t = attr_true(self->state, s_busy)) != 0 || (t = attr_true(self->state, s_depth)) != 0
+        || (t = attr_true(self->mode, s_distributed)) != 0 || (t = attr_true(session, s_api_level_l2)) != 0) {
+        if (t < 0)
+            goto fail;
+        goto done;
+    }
+    if ((task = PyObject_CallNoArgs(self->graph_task)) == NULL)
+        goto fail;
+    long id = PyLong_AsLong(task);
+    if (id == -1 && PyErr_Occurred())
+        goto fail;
+    if (id != -1)  /* in a backward pass: maybe a checkpoint's recomputation (recompute.py) */
+        goto done;
+    if ((fast = PyObject_GetAttr(session, s_fast_call)) == NULL)
+        goto fail;
+    if (fast == Py_None)
+        goto done;
+    PyObject *name = PyTuple_GET_ITEM(info, 1), *flag = PyTuple_GET_ITEM(info, 4);
+    int inplace = PyObject_IsTrue(PyTuple_GET_ITEM(info, 2));
+    if (inplace < 0)
+        goto fail;
+    if (PyTuple_GET_ITEM(info, 3) == Py_True && operator_of(self, &name, &inplace) < 0)
+        goto fail;
+    PyObject *kw = kwargs;
+    if (kw == NULL && (kw = PyDict_New()) == NULL)
+        goto fail;
+    int out_arg = PyDict_Contains(kw, s_out), mutates = out_arg;
+    if (out_arg < 0)
+        goto fail_kw;
+    if (!mutates && flag != Py_None) {
+        Py_ssize_t at = PyLong_AsSsize_t(flag);
+        if (at == -1 && PyErr_Occurred())
+            goto fail_kw;
+        PyObject *given = PyDict_GetItemWithError(kw, s_inplace);
+        if (given == NULL && PyErr_Occurred())
+            goto fail_kw;
+        mutates = given == Py_True || (PyTuple_GET_SIZE(args) > at && PyTuple_GET_ITEM(args, at) == Py_True);
+    }
+    PyObject *call[8] = {session, PyTuple_GET_ITEM(info, 0), name, func, args, kw,
+                         inplace || out_arg ? Py_True : Py_False, mutates ? Py_True : Py_False};
+    *handled = 1;
+    out = PyObject_Vectorcall(fast, call, 8, NULL);
+fail_kw:
+    if (kw != kwargs)
+        Py_DECREF(kw);
+    goto done;
+fail:
+    *handled = 1;
+done:
+    Py_XDECREF(session);
+    Py_XDECREF(fast);
+    Py_XDECREF(task);
+    return out;
+}
+
 static PyObject *pass_on_call(PassOn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (self->on_dynamo != NULL) {
@@ -661,6 +776,13 @@ static PyObject *pass_on_call(PassOn *self, PyObject *const *args, size_t nargsf
     if (kwnames == NULL && nargs >= 2 && nargs <= 4 && (nargs < 3 || PyTuple_CheckExact(args[2]))
         && (nargs < 4 || args[3] == Py_None || PyDict_CheckExact(args[3]))) {
         PyObject *info = PyDict_GetItemWithError(self->table, args[0]);
+        if (info != NULL && self->graph_task != NULL && nargs >= 3) {
+            PyObject *kwargs = nargs == 4 && args[3] != Py_None ? args[3] : NULL;
+            int handled;
+            PyObject *got = record_here(self, info, args[0], args[2], kwargs, &handled);
+            if (handled)
+                return got;
+        }
         if (info == NULL) {
             if (PyErr_Occurred())
                 return NULL;
@@ -684,12 +806,18 @@ static PyObject *pass_on_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     PassOn *self = (PassOn *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "OO!OOO:PassOn", &self->mode, &PyDict_Type, &self->table, &self->state,
-                          &self->handler, &self->on_dynamo)) {
+    self->graph_task = self->operators = NULL;
+    if (!PyArg_ParseTuple(args, "OO!OOO|OO!:PassOn", &self->mode, &PyDict_Type, &self->table, &self->state,
+                          &self->handler, &self->on_dynamo, &self->graph_task, &PyDict_Type, &self->operators)) {
         self->mode = self->table = self->state = self->handler = self->on_dynamo = NULL;
+        self->graph_task = self->operators = NULL;
         Py_DECREF(self);
         return NULL;
     }
+    if (self->graph_task == Py_None || self->operators == NULL)
+        self->graph_task = self->operators = NULL;
+    Py_XINCREF(self->graph_task);
+    Py_XINCREF(self->operators);
     Py_INCREF(self->mode);
     Py_INCREF(self->table);
     Py_INCREF(self->state);
@@ -709,6 +837,8 @@ static int pass_on_traverse(PassOn *self, visitproc visit, void *arg) {
     Py_VISIT(self->state);
     Py_VISIT(self->handler);
     Py_VISIT(self->on_dynamo);
+    Py_VISIT(self->graph_task);
+    Py_VISIT(self->operators);
     return 0;
 }
 
@@ -718,6 +848,8 @@ static int pass_on_clear(PassOn *self) {
     Py_CLEAR(self->state);
     Py_CLEAR(self->handler);
     Py_CLEAR(self->on_dynamo);
+    Py_CLEAR(self->graph_task);
+    Py_CLEAR(self->operators);
     return 0;
 }
 
@@ -778,6 +910,11 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_summarizer, "summarizer");
     INTERN(s_deferred, "deferred");
     INTERN(s_dynamo, "torch._dynamo");
+    INTERN(s_distributed, "_distributed");
+    INTERN(s_api_level_l2, "api_level_l2");
+    INTERN(s_fast_call, "fast_call");
+    INTERN(s_out, "out");
+    INTERN(s_inplace, "inplace");
     if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

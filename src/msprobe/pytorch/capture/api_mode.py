@@ -4,6 +4,7 @@ The handler runs with the mode popped, so calls made inside a captured API are n
 fold for free). No attribute of torch is patched. Guarded by benchmarks/dump_overhead.py.
 """
 
+import functools
 import inspect
 import os
 import sys
@@ -13,8 +14,8 @@ from torch.overrides import TorchFunctionMode
 
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_table import argument_writers, build_api_table, is_inplace
-from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name
-from msprobe.pytorch.capture.recompute import recomputing
+from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name, operator_table
+from msprobe.pytorch.capture.recompute import graph_task_id, recomputing
 from msprobe.pytorch.session import flat_tensors
 
 
@@ -34,6 +35,11 @@ except ImportError:  # not built (no C compiler): the Python handler takes every
 
 # modes with the C handler in front of their Python one now
 _passing_on = weakref.WeakSet()
+
+
+@functools.cache
+def _operators():
+    return operator_table(is_inplace)
 
 
 def _step_aside():
@@ -103,7 +109,8 @@ class ApiCapture(TorchFunctionMode):
 
     def _pass_on(self):
         """Put the C handler (msprobe._call.PassOn) in front of `__torch_function__` (an instance attribute,
-        which torch calls first): the calls this mode does not record then cost no Python frame. Only while
+        which torch calls first): the calls this mode does not record then cost no Python frame, and those it
+        records go straight to the session's C call path where nothing below needs asking. Only while
         Dynamo cannot trace the mode: with Dynamo loaded, when it has compiled nothing in this process
         and will say when it starts to (compiled.watch_compiles); without it, until it is imported."""
         if _PassOn is None or os.environ.get("MSPROBE_NATIVE_RECORD", "1") == "0":
@@ -115,7 +122,7 @@ class ApiCapture(TorchFunctionMode):
                 return
             on_dynamo = None
         self.__torch_function__ = _PassOn(self, self._table, _state, type(self).__torch_function__.__get__(self),
-                                          on_dynamo)
+                                          on_dynamo, graph_task_id, _operators())
         _passing_on.add(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -7,10 +7,9 @@ import torch
 
 from msprobe.core.dump.call_capture import CallFrame
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.recompute import recomputing
+from msprobe.pytorch.capture.recompute import graph_task_id, recomputing
 from msprobe.pytorch.tool_work import tool_work
 
-_graph_task_id = torch._C._current_graph_task_id  # -1 outside backward: no recomputation to look for
 
 
 def own_parameters(module):
@@ -135,7 +134,7 @@ class ModuleCapture:
                 return compiled.traced_module_begin(base, module, args, kwargs) if self.forward_active else None
             session = _state.session
             if (session is None or not self.forward_active or _state.busy or _state.depth
-                    or (_graph_task_id() != -1 and recomputing())):
+                    or (graph_task_id() != -1 and recomputing())):
                 self._frames.append(None)
                 return None
             key = f"{base}.forward.{session.counter.next(base)}"

@@ -46,6 +46,18 @@ for _name, _code in dis.opmap.items():
 _TABLE = _binary_op_table()
 
 
+def operator_table(is_inplace):
+    """(opcode << 8 | argument byte) -> (dunder, whether it is in place), for every instruction that is an
+    operator: what `instruction_operator` answers, as one lookup (the L1 mode's C handler reads it)."""
+    table = {}
+    for opcode in {_BINARY_OP, _COMPARE_OP, *_UNARY, *_OLD} - {None}:
+        for arg in range(256):
+            name = instruction_operator(opcode, arg)
+            if name:
+                table[opcode << 8 | arg] = (name, is_inplace(name))
+    return table
+
+
 def operator_name(depth=2):
     """The dunder the caller `depth` frames up is executing, or None when it is a plain call."""
     frame = sys._getframe(depth)

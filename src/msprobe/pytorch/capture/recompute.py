@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-_graph_task_id = torch._C._current_graph_task_id
+graph_task_id = torch._C._current_graph_task_id  # -1 outside a backward pass
 # the file's path, not the module: importing torch.utils.checkpoint pulls sympy into every dump
 _CHECKPOINT_FILE = os.path.join(os.path.dirname(torch.utils.__file__), "checkpoint.py")
 # the functions of torch/utils/checkpoint.py that run a region's forward again
@@ -23,7 +23,7 @@ _RECOMPUTERS = frozenset({"backward", "unpack_hook", "unpack_hook_with_error_cb"
 
 def recomputing():
     """True inside a checkpointed region's recomputation (in backward)."""
-    if _graph_task_id() == -1:
+    if graph_task_id() == -1:
         return False
     frame = sys._getframe(1)
     while frame is not None:
