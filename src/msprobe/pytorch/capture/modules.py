@@ -71,16 +71,19 @@ def has_compiled_modules(models):
     """Whether torch.compile wraps any of the models or their submodules (or `module.compile()` did).
     Asked at every start() once Dynamo is loaded: a walk of the `_modules` tables, without the
     qualified names `modules()` builds for every submodule."""
-    todo = [models] if isinstance(models, torch.nn.Module) else [m for m in models or () if m is not None]
+    todo = [models] if isinstance(models, torch.nn.Module) else list(models or ())
     seen = set()
+    pop, extend, add = todo.pop, todo.extend, seen.add
     while todo:
-        m = todo.pop()
-        if id(m) in seen:
+        m = pop()
+        if m is None or id(m) in seen:
             continue
-        seen.add(id(m))
-        if getattr(m, "_compiled_call_impl", None) is not None or is_compiled_wrapper(m):
+        add(id(m))
+        attrs = m.__dict__  # (Module's attribute lookup, and a call per module, cost more than the walk)
+        if attrs.get("_compiled_call_impl") is not None or (
+                type(m).__name__ == "OptimizedModule" and is_compiled_wrapper(m)):
             return True
-        todo.extend(c for c in m._modules.values() if c is not None)
+        extend(attrs["_modules"].values())
     return False
 
 
