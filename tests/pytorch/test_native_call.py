@@ -1,7 +1,7 @@
-"""The C path of the API mode's calls and the module hooks (msprobe._call, src/msprobe/_native/call.c) against
-CallCapture's Python flow (MSPROBE_NATIVE_RECORD=0): the same models dumped by both give the same dump.json,
-construct.json and stack.json, byte for byte; it is taken only where the session's filter takes every call;
-it leaks nothing."""
+"""The C path of the API mode's calls, the module hooks and the one-node backward hooks (msprobe._call,
+src/msprobe/_native/call.c) against CallCapture's and OneNodeHook's Python flow (MSPROBE_NATIVE_RECORD=0): the
+same models dumped by both give the same dump.json, construct.json and stack.json, byte for byte; it is taken
+only where the session's filter takes every call; it leaks nothing."""
 
 import gc
 import json
@@ -44,6 +44,11 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
     """The three files of two dumped training steps of zoo model `name` (plus `extra_calls`), with the
     C path on or off."""
     monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1" if native else "0")
+    from msprobe._call import NodeHook
+    from msprobe.pytorch.capture import backward
+
+    node_hooks = []
+    monkeypatch.setattr(backward, "_NodeHook", lambda *a: node_hooks.append(a) or NodeHook(*a))
     out = tmp_path / tag
     debugger = PrecisionDebugger(dump_path=str(out), task="statistics", level=level)
     model, data = zoo.build(name), zoo.batches(name, 2)
@@ -54,8 +59,11 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
         extra_calls(x).backward()
         debugger.stop()
         debugger.step()
-        if native:  # the C path took the calls
+        if native:  # the C path took the calls, and fired the one-node backward hooks
             assert debugger_session_fast(debugger)
+            assert node_hooks
+        else:
+            assert not node_hooks
     finally:
         debugger.close()
     files = {}

@@ -23,7 +23,8 @@
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
  * dict, its module stack, ...), none of them the session: the session is handed to each call.
  *
- * PassOn, in front of the mode's Python handler: the calls the mode does not record (see below).
+ * PassOn, in front of the mode's Python handler: the calls the mode does not record, and the recorded ones
+ * handed to `call` without that handler (see below). NodeHook: a OneNodeHook's firing (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -597,6 +598,222 @@ static PyTypeObject CallPathType = {
     .tp_methods = callpath_methods,
 };
 
+/* 1 when attribute `name` of `obj` is true; 0 false; -1 on error */
+static int attr_true(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return truth;
+}
+
+/* NodeHook(session_ref, key, parent, n_in, out_nr, slots): a OneNodeHook (capture/backward.py) fired in C, for
+ * a call whose gradients reach their records as the node hands them (no transpose, reshape or cast to undo,
+ * no reshape's pre-hook) in a session with a CallPath (nothing is saved). torch calls it as the node's
+ * post-hook with (grad_inputs, grad_outputs): the output's gradient (`out_nr`), then each input's (`slots`:
+ * (slot in grad_inputs, position among the call's inputs)), recorded as tool work, and the record emitted
+ * through the session's emit_backward_record. Like OneNodeHook it holds the session weakly (`session_ref`:
+ * the session's weak_self) and fires once, and only while the session's backward_open is true. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *session, *key, *parent, *slots;  /* session: NULL once fired */
+    Py_ssize_t n_in, out_nr;
+    vectorcallfunc vectorcall;
+} NodeHook;
+
+static PyObject *s_backward_open, *s_call_path, *s_gradient_record, *s_emit_backward_record, *s_empty;
+
+/* a gradient's record as OneNodeHook makes it when nothing is saved: a plain tensor's from the summarizer
+ * (its C path first), deferred; any other's from the session's gradient_record */
+static PyObject *grad_record(CallPath *cp, PyObject *s, PyObject *g, PyObject *shared) {
+    if (g == Py_None)
+        Py_RETURN_NONE;
+    if (Py_TYPE(g) == (PyTypeObject *)cp->tensor || Py_TYPE(g) == (PyTypeObject *)cp->parameter) {
+        if (cp->recorder != Py_None) {
+            PyObject *a[4] = {cp->summarizer, g, shared, Py_True};
+            PyObject *rec = PyObject_Vectorcall(cp->recorder, a, 4, NULL);
+            if (rec != Py_None)
+                return rec;  /* (or NULL: an error) */
+            Py_DECREF(rec);
+        }
+        PyObject *a[3] = {g, Py_True, shared};
+        return PyObject_Vectorcall(cp->quick, a, 3, NULL);
+    }
+    PyObject *a[5] = {s, g, Py_None, Py_False, s_empty};
+    return PyObject_VectorcallMethod(s_gradient_record, a, 5, NULL);
+}
+
+static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inputs, PyObject *grad_outputs) {
+    PyObject *cp_obj = NULL, *shared = NULL, *prev = NULL, *guard = NULL, *outs = NULL, *ins = NULL, *r = NULL;
+    int failed = 1;
+    if ((cp_obj = PyObject_GetAttr(s, s_call_path)) == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(cp_obj, &CallPathType)) {
+        PyErr_SetString(PyExc_TypeError, "NodeHook: the session has no CallPath");
+        goto done;
+    }
+    CallPath *cp = (CallPath *)cp_obj;
+    if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
+        goto done;
+    PyObject *g = self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None;
+    PyObject *out_rec = grad_record(cp, s, g, shared);
+    if (out_rec == NULL || (outs = PyList_New(1)) == NULL) {
+        Py_XDECREF(out_rec);
+        goto work;
+    }
+    PyList_SET_ITEM(outs, 0, out_rec);
+    if ((ins = PyList_New(self->n_in)) == NULL)
+        goto work;
+    for (Py_ssize_t i = 0; i < self->n_in; i++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(ins, i, Py_None);
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->slots); i++) {
+        PyObject *sp = PyTuple_GET_ITEM(self->slots, i);
+        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 0)), pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 1));
+        if (PyErr_Occurred())
+            goto work;
+        if (slot < 0 || slot >= PyTuple_GET_SIZE(grad_inputs) || pos < 0 || pos >= self->n_in)
+            continue;
+        g = PyTuple_GET_ITEM(grad_inputs, slot);
+        if (g == Py_None)
+            continue;
+        PyObject *rec = grad_record(cp, s, g, shared);
+        if (rec == NULL)
+            goto work;
+        PyList_SetItem(ins, pos, rec);  /* (steals rec, drops the None) */
+    }
+    {
+        PyObject *a[6] = {s, self->key, outs, ins, s_empty, self->parent};
+        r = PyObject_VectorcallMethod(s_emit_backward_record, a, 6, NULL);
+    }
+    failed = r == NULL;
+work:
+    if (work_exit(cp, prev, guard) < 0)
+        failed = 1;
+done:
+    Py_XDECREF(r);
+    Py_XDECREF(outs);
+    Py_XDECREF(ins);
+    Py_XDECREF(shared);
+    Py_DECREF(cp_obj);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *node_hook_call(NodeHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "NodeHook(grad_inputs, grad_outputs): two tuples");
+        return NULL;
+    }
+    if (self->session == NULL)
+        Py_RETURN_NONE;
+    PyObject *s = PyWeakref_GetObject(self->session);  /* (borrowed) */
+    if (s == NULL)
+        return NULL;
+    if (s == Py_None)
+        Py_RETURN_NONE;
+    Py_INCREF(s);
+    int open = attr_true(s, s_backward_open);
+    PyObject *got = NULL;
+    if (open > 0) {
+        Py_CLEAR(self->session);  /* once: a retained graph's second backward is not this step's call */
+        got = node_hook_fire(self, s, args[0], args[1]);
+    } else if (open == 0) {
+        got = Py_None;
+        Py_INCREF(got);
+    }
+    Py_DECREF(s);
+    return got;
+}
+
+static PyObject *node_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *session, *key, *parent, *slots;
+    Py_ssize_t n_in, out_nr;
+    (void)kwargs;
+    if (!PyArg_ParseTuple(args, "O!UOnnO!:NodeHook", &_PyWeakref_RefType, &session, &key, &parent, &n_in, &out_nr,
+                          &PyTuple_Type, &slots))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        PyObject *sp = PyTuple_GET_ITEM(slots, i);
+        if (!PyTuple_Check(sp) || PyTuple_GET_SIZE(sp) != 2 || !PyLong_Check(PyTuple_GET_ITEM(sp, 0))
+            || !PyLong_Check(PyTuple_GET_ITEM(sp, 1))) {
+            PyErr_SetString(PyExc_TypeError, "NodeHook: slots are (slot, position) pairs of ints");
+            return NULL;
+        }
+    }
+    NodeHook *self = (NodeHook *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    Py_INCREF(session);
+    Py_INCREF(key);
+    Py_INCREF(parent);
+    Py_INCREF(slots);
+    self->session = session;
+    self->key = key;
+    self->parent = parent;
+    self->slots = slots;
+    self->n_in = n_in;
+    self->out_nr = out_nr;
+    self->vectorcall = (vectorcallfunc)node_hook_call;
+    return (PyObject *)self;
+}
+
+static int node_hook_traverse(NodeHook *self, visitproc visit, void *arg) {
+    Py_VISIT(self->session);
+    Py_VISIT(self->key);
+    Py_VISIT(self->parent);
+    Py_VISIT(self->slots);
+    return 0;
+}
+
+static int node_hook_clear(NodeHook *self) {
+    Py_CLEAR(self->session);
+    Py_CLEAR(self->key);
+    Py_CLEAR(self->parent);
+    Py_CLEAR(self->slots);
+    return 0;
+}
+
+static void node_hook_dealloc(NodeHook *self) {
+    PyObject_GC_UnTrack(self);
+    node_hook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *node_hook_fired(NodeHook *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(self->session == NULL);
+}
+
+static PyGetSetDef node_hook_getset[] = {
+    {"fired", (getter)node_hook_fired, NULL, "whether it has fired (or was let go)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef node_hook_members[] = {
+    {"key", T_OBJECT, offsetof(NodeHook, key), READONLY, "the call's forward key"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject NodeHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._call.NodeHook",
+    .tp_basicsize = sizeof(NodeHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A OneNodeHook fired in C: a call's backward record from its node's post-hook.",
+    .tp_new = node_hook_new,
+    .tp_traverse = (traverseproc)node_hook_traverse,
+    .tp_clear = (inquiry)node_hook_clear,
+    .tp_dealloc = (destructor)node_hook_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(NodeHook, vectorcall),
+    .tp_members = node_hook_members,
+    .tp_getset = node_hook_getset,
+};
+
 /* PassOn(mode, table, state, handler, on_dynamo): the API mode's __torch_function__ as torch calls it,
  * bound to the mode (`__self__`: torch takes a mode's handler only when it is bound to the mode). A call
  * the mode does not record (its function is not in `table`) runs at once, as the Python handler runs it,
@@ -646,16 +863,6 @@ done:
     Py_XDECREF(flag);
     Py_XDECREF(summarizer);
     return wants;
-}
-
-/* 1 when `v`, an attribute of `obj`, is true; 0 false; -1 on error */
-static int attr_true(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
-        return -1;
-    int truth = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return truth;
 }
 
 /* The dunder the caller is executing where `info` says an operator may have made the call (operator_names.py:
@@ -915,7 +1122,14 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_fast_call, "fast_call");
     INTERN(s_out, "out");
     INTERN(s_inplace, "inplace");
-    if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0)
+    INTERN(s_backward_open, "backward_open");
+    INTERN(s_call_path, "call_path");
+    INTERN(s_gradient_record, "gradient_record");
+    INTERN(s_emit_backward_record, "emit_backward_record");
+    if ((s_empty = PyTuple_New(0)) == NULL)
+        return NULL;
+    if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0
+        || PyType_Ready(&NodeHookType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -929,6 +1143,12 @@ PyMODINIT_FUNC PyInit__call(void) {
     Py_INCREF(&PassOnType);
     if (PyModule_AddObject(m, "PassOn", (PyObject *)&PassOnType) < 0) {
         Py_DECREF(&PassOnType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&NodeHookType);
+    if (PyModule_AddObject(m, "NodeHook", (PyObject *)&NodeHookType) < 0) {
+        Py_DECREF(&NodeHookType);
         Py_DECREF(m);
         return NULL;
     }

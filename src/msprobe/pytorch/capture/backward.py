@@ -28,6 +28,11 @@ from torch._C import DisableTorchFunction
 from msprobe.pytorch import _state
 from msprobe.pytorch.tool_work import tool_work
 
+try:
+    from msprobe._call import NodeHook as _NodeHook
+except ImportError:  # not built: every one-node hook is a OneNodeHook
+    _NodeHook = None
+
 # Safety bound on the nodes one call may have created (a walk that escapes is cut here).
 MAX_NODES = 4096
 # a tracker's input sums, edge counts and casts when it has none (most calls): shared, read-only
@@ -329,6 +334,12 @@ class BackwardTracker:
         seq = top._sequence_nr()
         if _state.seq_watermark < seq:
             _state.seq_watermark = seq
+        if (_NodeHook is not None and not split and not save and session is not None and session.call_path is not None
+                and all(how is False for _, _, how in slots)):
+            # fired in C, the common case (the session's C call path is on: nothing is saved)
+            gf.register_hook(_NodeHook(session.weak_self, key, parent, len(inputs), out.output_nr,
+                                       tuple((slot, pos) for slot, pos, _ in slots)))
+            return None
         hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, split)
         if split:
             top.register_prehook(hook.read_output)
