@@ -950,6 +950,8 @@ static PyObject *record_here(PassOn *self, PyObject *info, PyObject *func, PyObj
     *handled = 1;
     out = PyObject_Vectorcall(fast, call, 8, NULL);
 fail_kw:
+    if (out == NULL)
+        *handled = 1;  /* (an error: raised from here) */
     if (kw != kwargs)
         Py_DECREF(kw);
     goto done;

@@ -280,8 +280,9 @@ class BackwardTracker:
         `OneNodeHook` on that node. Where the session folds (L1), the output may be a reshape of that
         node's (F.linear on a 3-d input views its 2-d product back: the reshape gets a pre-hook too)
         and an edge may reach its input through transposes, reshapes and casts made here
-        (`_input_chain`): the hook reads what they would hand on. Returns False when the call is not
-        like that (the general walk then decides)."""
+        (`_input_chain`): the hook reads what they would hand on. Returns the hook (None where it fires
+        in C, a `NodeHook`: nothing for the session to keep), or False when the call is not like that (the
+        general walk then decides)."""
         gf = top = out.grad_fn  # None when `out` needs no gradient
         if gf is None:
             return None

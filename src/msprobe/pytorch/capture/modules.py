@@ -11,7 +11,6 @@ from msprobe.pytorch.capture.recompute import graph_task_id, recomputing
 from msprobe.pytorch.tool_work import tool_work
 
 
-
 def own_parameters(module):
     """`module.named_parameters(recurse=False)` without its generator machinery: the module's own
     registered parameters, unset (None) ones left out (read only when its record is made)."""
