@@ -97,18 +97,24 @@ static int add_depth(CallPath *self, long delta) {
 /* args_records' record of one value when nothing is saved: a plain tensor's from the summarizer (its C
  * path first), None's and a Python scalar's as DumpSession.value_record makes them, any other value's
  * from the session's value_record */
+/* a plain tensor's record: the summarizer's C record first, else its Python record (`quick`), with
+ * Summarizer.record's `shared` and `defer` */
+static PyObject *plain_record(CallPath *self, PyObject *x, PyObject *shared, PyObject *defer) {
+    if (self->recorder != Py_None) {
+        PyObject *a[4] = {self->summarizer, x, shared, defer};
+        PyObject *rec = PyObject_Vectorcall(self->recorder, a, 4, NULL);
+        if (rec != Py_None)
+            return rec;  /* (or NULL: an error) */
+        Py_DECREF(rec);
+    }
+    PyObject *a[3] = {x, defer, shared};
+    return PyObject_Vectorcall(self->quick, a, 3, NULL);
+}
+
 static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *const *forward,
                               PyObject *waits) {
-    if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter) {
-        if (self->recorder != Py_None) {
-            PyObject *a[4] = {self->summarizer, x, forward[0], forward[1]};
-            PyObject *rec = PyObject_Vectorcall(self->recorder, a, 4, NULL);
-            if (rec != Py_None)
-                return rec;  /* (or NULL: an error) */
-            Py_DECREF(rec);
-        }
-        return PyObject_CallOneArg(self->quick, x);
-    }
+    if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter)
+        return plain_record(self, x, forward[0], forward[1]);
     if (x == Py_None) {  /* value_record's next cases, without its frame: None, a Python scalar */
         Py_INCREF(x);
         return x;
@@ -248,17 +254,8 @@ fail:
 
 /* a module's parameter record (TorchCallOps.param_record when nothing is saved) */
 static PyObject *param_record(CallPath *self, PyObject *s, PyObject *p, struct frame *f) {
-    if (Py_TYPE(p) == (PyTypeObject *)self->tensor || Py_TYPE(p) == (PyTypeObject *)self->parameter) {
-        if (self->recorder != Py_None) {
-            PyObject *a[4] = {self->summarizer, p, f->forward[0], Py_True};
-            PyObject *rec = PyObject_Vectorcall(self->recorder, a, 4, NULL);
-            if (rec != Py_None)
-                return rec;
-            Py_DECREF(rec);
-        }
-        PyObject *a[3] = {p, Py_True, f->forward[0]};
-        return PyObject_Vectorcall(self->quick, a, 3, NULL);
-    }
+    if (Py_TYPE(p) == (PyTypeObject *)self->tensor || Py_TYPE(p) == (PyTypeObject *)self->parameter)
+        return plain_record(self, p, f->forward[0], Py_True);
     PyObject *a[6] = {self->ops, s, p, Py_None, Py_False, f->waits};
     return PyObject_VectorcallMethod(s_param_record, a, 6, NULL);
 }
@@ -629,17 +626,8 @@ static PyObject *s_backward_open, *s_call_path, *s_gradient_record, *s_emit_back
 static PyObject *grad_record(CallPath *cp, PyObject *s, PyObject *g, PyObject *shared) {
     if (g == Py_None)
         Py_RETURN_NONE;
-    if (Py_TYPE(g) == (PyTypeObject *)cp->tensor || Py_TYPE(g) == (PyTypeObject *)cp->parameter) {
-        if (cp->recorder != Py_None) {
-            PyObject *a[4] = {cp->summarizer, g, shared, Py_True};
-            PyObject *rec = PyObject_Vectorcall(cp->recorder, a, 4, NULL);
-            if (rec != Py_None)
-                return rec;  /* (or NULL: an error) */
-            Py_DECREF(rec);
-        }
-        PyObject *a[3] = {g, Py_True, shared};
-        return PyObject_Vectorcall(cp->quick, a, 3, NULL);
-    }
+    if (Py_TYPE(g) == (PyTypeObject *)cp->tensor || Py_TYPE(g) == (PyTypeObject *)cp->parameter)
+        return plain_record(cp, g, shared, Py_True);
     PyObject *a[5] = {s, g, Py_None, Py_False, s_empty};
     return PyObject_VectorcallMethod(s_gradient_record, a, 5, NULL);
 }
@@ -783,21 +771,6 @@ static void node_hook_dealloc(NodeHook *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *node_hook_fired(NodeHook *self, void *closure) {
-    (void)closure;
-    return PyBool_FromLong(self->session == NULL);
-}
-
-static PyGetSetDef node_hook_getset[] = {
-    {"fired", (getter)node_hook_fired, NULL, "whether it has fired (or was let go)", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMemberDef node_hook_members[] = {
-    {"key", T_OBJECT, offsetof(NodeHook, key), READONLY, "the call's forward key"},
-    {NULL, 0, 0, 0, NULL},
-};
-
 static PyTypeObject NodeHookType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "msprobe._call.NodeHook",
@@ -810,8 +783,6 @@ static PyTypeObject NodeHookType = {
     .tp_dealloc = (destructor)node_hook_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(NodeHook, vectorcall),
-    .tp_members = node_hook_members,
-    .tp_getset = node_hook_getset,
 };
 
 /* PassOn(mode, table, state, handler, on_dynamo): the API mode's __torch_function__ as torch calls it,

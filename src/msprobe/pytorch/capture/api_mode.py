@@ -4,7 +4,6 @@ The handler runs with the mode popped, so calls made inside a captured API are n
 fold for free). No attribute of torch is patched. Guarded by benchmarks/dump_overhead.py.
 """
 
-import functools
 import inspect
 import os
 import sys
@@ -35,11 +34,6 @@ except ImportError:  # not built (no C compiler): the Python handler takes every
 
 # modes with the C handler in front of their Python one now
 _passing_on = weakref.WeakSet()
-
-
-@functools.cache
-def _operators():
-    return operator_table(is_inplace)
 
 
 def _step_aside():
@@ -122,7 +116,7 @@ class ApiCapture(TorchFunctionMode):
                 return
             on_dynamo = None
         self.__torch_function__ = _PassOn(self, self._table, _state, type(self).__torch_function__.__get__(self),
-                                          on_dynamo, graph_task_id, _operators())
+                                          on_dynamo, graph_task_id, operator_table())
         _passing_on.add(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

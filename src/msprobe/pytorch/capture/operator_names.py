@@ -6,7 +6,10 @@ torch.compile the instruction is the one Dynamo is tracing (capture/compiled_sit
 """
 
 import dis
+import functools
 import sys
+
+from msprobe.pytorch.capture.api_table import is_inplace
 
 _NB = {"ADD": "add", "AND": "and", "FLOOR_DIVIDE": "floordiv", "LSHIFT": "lshift", "MATRIX_MULTIPLY": "matmul",
        "MULTIPLY": "mul", "REMAINDER": "mod", "OR": "or", "POWER": "pow", "RSHIFT": "rshift",
@@ -46,7 +49,8 @@ for _name, _code in dis.opmap.items():
 _TABLE = _binary_op_table()
 
 
-def operator_table(is_inplace):
+@functools.cache
+def operator_table():
     """(opcode << 8 | argument byte) -> (dunder, whether it is in place), for every instruction that is an
     operator: what `instruction_operator` answers, as one lookup (the L1 mode's C handler reads it)."""
     table = {}
