@@ -102,10 +102,15 @@ def test_cpu_limits_are_named_in_one_line(tmp_path, graph_mode):
 
 def test_tensor_dump_really_is_missing_on_cpu():
     """The static-L0 message is not an assumption: the op fails on this build."""
+    import glob
+    import tempfile
     from msprobe.mindspore.static_graph import tensor_dump_missing
+    pattern = os.path.join(tempfile.gettempdir(), "msprobe_tensordump_*")
+    before = set(glob.glob(pattern))
     reason = tensor_dump_missing()
     if ms.get_context("device_target") == "CPU":
         assert reason is not None and "TensorDump" in reason
+    assert set(glob.glob(pattern)) <= before  # the probe's scratch folder goes with it
 
 
 L2_PYNATIVE_SCRIPT = textwrap.dedent("""

@@ -88,16 +88,15 @@ def tensor_dump_missing():
     """The reason ops.TensorDump cannot run here, or None when it can (tried on a one-element graph)."""
     from mindspore import ops
     from msprobe.mindspore.numpy_compat import quiet_stderr
-    probe_dir = tempfile.mkdtemp(prefix="msprobe_tensordump_")
     dump = ops.TensorDump()
-
-    @ms.jit
-    def probe(x):
-        dump(os.path.join(probe_dir, "probe"), x)
-        return x
-
     try:
-        with quiet_stderr():
+        with tempfile.TemporaryDirectory(prefix="msprobe_tensordump_") as probe_dir, quiet_stderr():
+
+            @ms.jit
+            def probe(x):
+                dump(os.path.join(probe_dir, "probe"), x)
+                return x
+
             probe(ms.Tensor([0.0], ms.float32)).asnumpy()
     except (RuntimeError, TypeError) as e:
         text = str(e).strip().splitlines()
