@@ -129,17 +129,24 @@ def _counting_chains(monkeypatch):
 
 
 def _counting_splits(monkeypatch):
-    """Whether each OneNodeHook made reads its output's gradient at a reshape's pre-hook (fills as dumps run)."""
+    """Whether each one-node hook made (OneNodeHook, or the C NodeHook where nothing is saved) reads its
+    output's gradient at a reshape's pre-hook (fills as dumps run)."""
     from msprobe.pytorch.capture import backward
 
     split = []
-    real_init = backward.OneNodeHook.__init__
+    real_init, real_node = backward.OneNodeHook.__init__, backward._NodeHook
 
     def counting(self, *args):
         real_init(self, *args)
         split.append(self.split)
 
     monkeypatch.setattr(backward.OneNodeHook, "__init__", counting)
+    if real_node is not None:
+        def counting_node(*args):
+            split.append(len(args) > 6 and bool(args[6]))
+            return real_node(*args)
+
+        monkeypatch.setattr(backward, "_NodeHook", counting_node)
     return split
 
 

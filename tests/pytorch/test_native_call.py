@@ -23,7 +23,8 @@ FILES = ("dump.json", "construct.json", "stack.json")
 def extra_calls(x):
     """Calls the zoo's forward passes make few of: keyword arguments, scalars and None among the
     arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output,
-    operators (named from the caller's instruction)."""
+    operators (named from the caller's instruction), F.linear on a 3-d input (its product viewed back, the
+    weight's gradient through a transpose) and under autocast (the weight cast, then transposed)."""
     h = torch.tanh(x)
     a = torch.clamp(h, min=-0.5, max=None)  # kwargs, one of them None
     v, i = torch.max(a, dim=1)  # a named tuple
@@ -37,7 +38,12 @@ def extra_calls(x):
     m = -h
     m += 1
     m = (m > 0.5).float() * m @ torch.ones(6, 2)
-    return s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum() + m.sum()
+    w = torch.linspace(-1, 1, 18).reshape(3, 6).requires_grad_()
+    y = F.linear(h.unsqueeze(0), w)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = F.linear(h, w).float()
+    return (s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum() + m.sum() + y.sum()
+            + z.sum())
 
 
 def dump(tmp_path, monkeypatch, native, name, level, tag):
@@ -62,6 +68,9 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
         if native:  # the C path took the calls, and fired the one-node backward hooks
             assert debugger_session_fast(debugger)
             assert node_hooks
+            if level == "L1":  # with a reshape's pre-hook, and with transposes and casts to undo
+                assert any(len(a) > 6 and a[6] for a in node_hooks)
+                assert {step for a in node_hooks for _, _, how in a[5] if how is not False for step, _ in how} == {0, 1, 2}
         else:
             assert not node_hooks
     finally:

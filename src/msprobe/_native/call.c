@@ -605,21 +605,43 @@ static int attr_true(PyObject *obj, PyObject *name) {
     return truth;
 }
 
-/* NodeHook(session_ref, key, parent, n_in, out_nr, slots): a OneNodeHook (capture/backward.py) fired in C, for
- * a call whose gradients reach their records as the node hands them (no transpose, reshape or cast to undo,
- * no reshape's pre-hook) in a session with a CallPath (nothing is saved). torch calls it as the node's
- * post-hook with (grad_inputs, grad_outputs): the output's gradient (`out_nr`), then each input's (`slots`:
- * (slot in grad_inputs, position among the call's inputs)), recorded as tool work, and the record emitted
+/* NodeHook(session_ref, key, parent, n_in, out_nr, slots, split=False): a OneNodeHook (capture/backward.py) fired
+ * in C, for a call hooked on one node in a session with a CallPath (nothing is saved). torch calls it as the
+ * node's post-hook with (grad_inputs, grad_outputs): the output's gradient (`out_nr`; with `split`, the one
+ * its `read_output` took as the reshape's pre-hook), then each input's (`slots`: (slot in grad_inputs, position among the call's inputs, how): `how` False, or
+ * the steps of _input_chain, ((step, arg), ...), whose backwards are done here as OneNodeHook does them:
+ * step 0 g.t(), 1 g.reshape(arg), 2 g.to(arg)), recorded as tool work, and the record emitted
  * through the session's emit_backward_record. Like OneNodeHook it holds the session weakly (`session_ref`:
  * the session's weak_self) and fires once, and only while the session's backward_open is true. */
 typedef struct {
     PyObject_HEAD
     PyObject *session, *key, *parent, *slots;  /* session: NULL once fired */
+    PyObject *out_rec;  /* split: the output gradient's record read_output took (NULL: none yet) */
     Py_ssize_t n_in, out_nr;
+    int split;
     vectorcallfunc vectorcall;
 } NodeHook;
 
-static PyObject *s_backward_open, *s_call_path, *s_gradient_record, *s_emit_backward_record, *s_empty;
+static PyObject *s_backward_open, *s_call_path, *s_gradient_record, *s_emit_backward_record, *s_empty, *s_t, *s_reshape,
+    *s_to;
+
+/* `g` as the backwards of `how` (see NodeHook) hand it on: a new reference, or NULL */
+static PyObject *undo_chain(PyObject *g, PyObject *how) {
+    Py_INCREF(g);
+    for (Py_ssize_t i = 0; g != NULL && i < PyTuple_GET_SIZE(how); i++) {
+        PyObject *st = PyTuple_GET_ITEM(how, i), *next;
+        long step = PyLong_AsLong(PyTuple_GET_ITEM(st, 0));
+        if (step == 0) {
+            next = PyObject_VectorcallMethod(s_t, &g, 1, NULL);
+        } else {
+            PyObject *a[2] = {g, PyTuple_GET_ITEM(st, 1)};
+            next = PyObject_VectorcallMethod(step == 1 ? s_reshape : s_to, a, 2, NULL);
+        }
+        Py_DECREF(g);
+        g = next;
+    }
+    return g;
+}
 
 /* a gradient's record as OneNodeHook makes it when nothing is saved: a plain tensor's from the summarizer
  * (its C path first), deferred; any other's from the session's gradient_record */
@@ -644,8 +666,15 @@ static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inpu
     CallPath *cp = (CallPath *)cp_obj;
     if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
         goto done;
-    PyObject *g = self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None;
-    PyObject *out_rec = grad_record(cp, s, g, shared);
+    PyObject *g = self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None,
+             *out_rec;
+    if (self->split) {  /* read by the reshape's pre-hook (none if it never ran) */
+        out_rec = self->out_rec != NULL ? self->out_rec : Py_None;
+        Py_INCREF(out_rec);
+        Py_CLEAR(self->out_rec);
+    } else {
+        out_rec = grad_record(cp, s, g, shared);
+    }
     if (out_rec == NULL || (outs = PyList_New(1)) == NULL) {
         Py_XDECREF(out_rec);
         goto work;
@@ -658,7 +687,7 @@ static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inpu
         PyList_SET_ITEM(ins, i, Py_None);
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->slots); i++) {
-        PyObject *sp = PyTuple_GET_ITEM(self->slots, i);
+        PyObject *sp = PyTuple_GET_ITEM(self->slots, i), *how = PyTuple_GET_ITEM(sp, 2);
         Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 0)), pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 1));
         if (PyErr_Occurred())
             goto work;
@@ -667,7 +696,14 @@ static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inpu
         g = PyTuple_GET_ITEM(grad_inputs, slot);
         if (g == Py_None)
             continue;
-        PyObject *rec = grad_record(cp, s, g, shared);
+        PyObject *rec;
+        if (how == Py_False) {
+            rec = grad_record(cp, s, g, shared);
+        } else {
+            PyObject *undone = undo_chain(g, how);
+            rec = undone == NULL ? NULL : grad_record(cp, s, undone, shared);
+            Py_XDECREF(undone);
+        }
         if (rec == NULL)
             goto work;
         PyList_SetItem(ins, pos, rec);  /* (steals rec, drops the None) */
@@ -691,44 +727,102 @@ done:
     Py_RETURN_NONE;
 }
 
+/* the session while the hook may still record (not fired, session alive, backward_open): a new reference;
+ * NULL with no error when it may not, NULL with an error on one */
+static PyObject *live_session(NodeHook *self) {
+    if (self->session == NULL)
+        return NULL;
+    PyObject *s = PyWeakref_GetObject(self->session);  /* (borrowed) */
+    if (s == NULL || s == Py_None)
+        return NULL;
+    Py_INCREF(s);
+    int open = attr_true(s, s_backward_open);
+    if (open <= 0) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    return s;
+}
+
 static PyObject *node_hook_call(NodeHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "NodeHook(grad_inputs, grad_outputs): two tuples");
         return NULL;
     }
-    if (self->session == NULL)
-        Py_RETURN_NONE;
-    PyObject *s = PyWeakref_GetObject(self->session);  /* (borrowed) */
+    PyObject *s = live_session(self);
     if (s == NULL)
-        return NULL;
-    if (s == Py_None)
-        Py_RETURN_NONE;
-    Py_INCREF(s);
-    int open = attr_true(s, s_backward_open);
-    PyObject *got = NULL;
-    if (open > 0) {
-        Py_CLEAR(self->session);  /* once: a retained graph's second backward is not this step's call */
-        got = node_hook_fire(self, s, args[0], args[1]);
-    } else if (open == 0) {
-        got = Py_None;
-        Py_INCREF(got);
-    }
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_CLEAR(self->session);  /* once: a retained graph's second backward is not this step's call */
+    PyObject *got = node_hook_fire(self, s, args[0], args[1]);
     Py_DECREF(s);
     return got;
 }
 
+/* read_output(grad_outputs): the pre-hook of the reshape that made the call's output (`split`) */
+static PyObject *node_hook_read_output(NodeHook *self, PyObject *grad_outputs) {
+    if (!PyTuple_Check(grad_outputs)) {
+        PyErr_SetString(PyExc_TypeError, "NodeHook.read_output(grad_outputs): a tuple");
+        return NULL;
+    }
+    PyObject *s = live_session(self), *cp_obj = NULL, *shared = NULL, *prev = NULL, *guard = NULL, *rec = NULL;
+    if (s == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    int failed = 1;
+    if ((cp_obj = PyObject_GetAttr(s, s_call_path)) == NULL)
+        goto done;
+    if (!PyObject_TypeCheck(cp_obj, &CallPathType)) {
+        PyErr_SetString(PyExc_TypeError, "NodeHook: the session has no CallPath");
+        goto done;
+    }
+    CallPath *cp = (CallPath *)cp_obj;
+    if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
+        goto done;
+    PyObject *g = self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None;
+    rec = grad_record(cp, s, g, shared);
+    if (work_exit(cp, prev, guard) < 0 || rec == NULL)
+        goto done;
+    Py_XSETREF(self->out_rec, rec);
+    rec = NULL;
+    failed = 0;
+done:
+    Py_XDECREF(rec);
+    Py_XDECREF(shared);
+    Py_XDECREF(cp_obj);
+    Py_DECREF(s);
+    return failed ? NULL : Py_NewRef(Py_None);
+}
+
+static PyMethodDef node_hook_methods[] = {
+    {"read_output", (PyCFunction)node_hook_read_output, METH_O,
+     "The pre-hook of the reshape that made the call's output (split): its gradient's record."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyObject *node_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *session, *key, *parent, *slots;
     Py_ssize_t n_in, out_nr;
+    int split = 0;
     (void)kwargs;
-    if (!PyArg_ParseTuple(args, "O!UOnnO!:NodeHook", &_PyWeakref_RefType, &session, &key, &parent, &n_in, &out_nr,
-                          &PyTuple_Type, &slots))
+    if (!PyArg_ParseTuple(args, "O!UOnnO!|p:NodeHook", &_PyWeakref_RefType, &session, &key, &parent, &n_in, &out_nr,
+                          &PyTuple_Type, &slots, &split))
         return NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
-        PyObject *sp = PyTuple_GET_ITEM(slots, i);
-        if (!PyTuple_Check(sp) || PyTuple_GET_SIZE(sp) != 2 || !PyLong_Check(PyTuple_GET_ITEM(sp, 0))
-            || !PyLong_Check(PyTuple_GET_ITEM(sp, 1))) {
-            PyErr_SetString(PyExc_TypeError, "NodeHook: slots are (slot, position) pairs of ints");
+        PyObject *sp = PyTuple_GET_ITEM(slots, i), *how;
+        int ok = PyTuple_Check(sp) && PyTuple_GET_SIZE(sp) == 3 && PyLong_Check(PyTuple_GET_ITEM(sp, 0))
+                 && PyLong_Check(PyTuple_GET_ITEM(sp, 1));
+        if (ok && (how = PyTuple_GET_ITEM(sp, 2)) != Py_False) {
+            ok = PyTuple_Check(how);
+            for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(how); j++) {
+                PyObject *st = PyTuple_GET_ITEM(how, j);
+                ok = PyTuple_Check(st) && PyTuple_GET_SIZE(st) == 2 && PyLong_Check(PyTuple_GET_ITEM(st, 0));
+                long step = ok ? PyLong_AsLong(PyTuple_GET_ITEM(st, 0)) : -1;
+                ok = ok && step >= 0 && step <= 2;
+            }
+        }
+        if (!ok) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "NodeHook: slots are (slot, position, how) with ints, and how False or "
+                                             "((step 0-2, arg), ...)");
             return NULL;
         }
     }
@@ -745,6 +839,7 @@ static PyObject *node_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     self->slots = slots;
     self->n_in = n_in;
     self->out_nr = out_nr;
+    self->split = split;
     self->vectorcall = (vectorcallfunc)node_hook_call;
     return (PyObject *)self;
 }
@@ -754,6 +849,7 @@ static int node_hook_traverse(NodeHook *self, visitproc visit, void *arg) {
     Py_VISIT(self->key);
     Py_VISIT(self->parent);
     Py_VISIT(self->slots);
+    Py_VISIT(self->out_rec);
     return 0;
 }
 
@@ -762,6 +858,7 @@ static int node_hook_clear(NodeHook *self) {
     Py_CLEAR(self->key);
     Py_CLEAR(self->parent);
     Py_CLEAR(self->slots);
+    Py_CLEAR(self->out_rec);
     return 0;
 }
 
@@ -778,6 +875,7 @@ static PyTypeObject NodeHookType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A OneNodeHook fired in C: a call's backward record from its node's post-hook.",
     .tp_new = node_hook_new,
+    .tp_methods = node_hook_methods,
     .tp_traverse = (traverseproc)node_hook_traverse,
     .tp_clear = (inquiry)node_hook_clear,
     .tp_dealloc = (destructor)node_hook_dealloc,
@@ -1099,6 +1197,9 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_call_path, "call_path");
     INTERN(s_gradient_record, "gradient_record");
     INTERN(s_emit_backward_record, "emit_backward_record");
+    INTERN(s_t, "t");
+    INTERN(s_reshape, "reshape");
+    INTERN(s_to, "to");
     if ((s_empty = PyTuple_New(0)) == NULL)
         return NULL;
     if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0

@@ -335,17 +335,16 @@ class BackwardTracker:
         seq = top._sequence_nr()
         if _state.seq_watermark < seq:
             _state.seq_watermark = seq
-        if (_NodeHook is not None and not split and not save and session is not None and session.call_path is not None
-                and all(how is False for _, _, how in slots)):
+        if _NodeHook is not None and not save and session is not None and session.call_path is not None:
             # fired in C, the common case (the session's C call path is on: nothing is saved)
-            gf.register_hook(_NodeHook(session.weak_self, key, parent, len(inputs), out.output_nr,
-                                       tuple((slot, pos) for slot, pos, _ in slots)))
-            return None
-        hook = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, split)
+            hook = _NodeHook(session.weak_self, key, parent, len(inputs), out.output_nr, tuple(slots), split)
+            hook_node = None
+        else:
+            hook = hook_node = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, split)
         if split:
             top.register_prehook(hook.read_output)
         gf.register_hook(hook)
-        return hook
+        return hook_node
 
     def _record(self, role, i, g):
         session = self.session
