@@ -338,13 +338,13 @@ class BackwardTracker:
         if _NodeHook is not None and not save and session is not None and session.call_path is not None:
             # fired in C, the common case (the session's C call path is on: nothing is saved)
             hook = _NodeHook(session.weak_self, key, parent, len(inputs), out.output_nr, tuple(slots), split)
-            hook_node = None
+            kept = None  # (fires in C: nothing for the session to keep)
         else:
-            hook = hook_node = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, split)
+            hook = kept = OneNodeHook(session, key, save, parent, len(inputs), out.output_nr, slots, split)
         if split:
             top.register_prehook(hook.read_output)
         gf.register_hook(hook)
-        return hook_node
+        return kept
 
     def _record(self, role, i, g):
         session = self.session
