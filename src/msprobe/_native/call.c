@@ -608,11 +608,12 @@ static int attr_true(PyObject *obj, PyObject *name) {
 /* NodeHook(session_ref, key, parent, n_in, out_nr, slots, split=False): a OneNodeHook (capture/backward.py) fired
  * in C, for a call hooked on one node in a session with a CallPath (nothing is saved). torch calls it as the
  * node's post-hook with (grad_inputs, grad_outputs): the output's gradient (`out_nr`; with `split`, the one
- * its `read_output` took as the reshape's pre-hook), then each input's (`slots`: (slot in grad_inputs, position among the call's inputs, how): `how` False, or
- * the steps of _input_chain, ((step, arg), ...), whose backwards are done here as OneNodeHook does them:
- * step 0 g.t(), 1 g.reshape(arg), 2 g.to(arg)), recorded as tool work, and the record emitted
- * through the session's emit_backward_record. Like OneNodeHook it holds the session weakly (`session_ref`:
- * the session's weak_self) and fires once, and only while the session's backward_open is true. */
+ * its `read_output` took as the reshape's pre-hook), then each input's (`slots`: (slot in grad_inputs,
+ * position among the call's inputs, how), `how` False or the steps of _input_chain, ((step, arg), ...),
+ * whose backwards are done here as OneNodeHook does them: step 0 g.t(), 1 g.reshape(arg), 2 g.to(arg)),
+ * recorded as tool work, and the record emitted through the session's emit_backward_record. Like OneNodeHook it
+ * holds the session weakly (`session_ref`: the session's weak_self) and fires once, and only while the session's
+ * backward_open is true. */
 typedef struct {
     PyObject_HEAD
     PyObject *session, *key, *parent, *slots;  /* session: NULL once fired */
@@ -666,8 +667,8 @@ static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inpu
     CallPath *cp = (CallPath *)cp_obj;
     if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
         goto done;
-    PyObject *g = self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None,
-             *out_rec;
+    Py_ssize_t n_out = PyTuple_GET_SIZE(grad_outputs);
+    PyObject *g = self->out_nr < n_out ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None, *out_rec;
     if (self->split) {  /* read by the reshape's pre-hook (none if it never ran) */
         out_rec = self->out_rec != NULL ? self->out_rec : Py_None;
         Py_INCREF(out_rec);
@@ -777,8 +778,8 @@ static PyObject *node_hook_read_output(NodeHook *self, PyObject *grad_outputs) {
     CallPath *cp = (CallPath *)cp_obj;
     if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
         goto done;
-    PyObject *g = self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None;
-    rec = grad_record(cp, s, g, shared);
+    Py_ssize_t n_out = PyTuple_GET_SIZE(grad_outputs);
+    rec = grad_record(cp, s, self->out_nr < n_out ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None, shared);
     if (work_exit(cp, prev, guard) < 0 || rec == NULL)
         goto done;
     Py_XSETREF(self->out_rec, rec);
