@@ -166,8 +166,9 @@ def _assert_same_dumps(fast, walk):
                 assert a.read() == b.read(), n
 
 
-def _linear_tanh_step(tmp_path, level):
-    """A debugger at `level`, a Linear+Tanh model and one step's forward (not its backward)."""
+def _linear_tanh_step(tmp_path, level, shape=(4, 8)):
+    """A debugger at `level`, a Linear+Tanh model and one step's forward (not its backward) on an input of
+    `shape` (3-d: at L1 the Linear's product is viewed back, its output gradient read by a pre-hook)."""
     import torch
     from msprobe.pytorch import PrecisionDebugger
 
@@ -175,7 +176,7 @@ def _linear_tanh_step(tmp_path, level):
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
     debugger = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="statistics", level=level)
     debugger.start(model)
-    loss = model(torch.randn(4, 8)).square().mean()
+    loss = model(torch.randn(*shape)).square().mean()
     return debugger, model, loss
 
 
@@ -193,9 +194,10 @@ def _backward_keys(tmp_path):
     return keys
 
 
+@pytest.mark.parametrize("shape", [(4, 8), (2, 4, 8)])
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
-def test_a_graph_run_backward_twice_records_each_call_once(tmp_path, level):
-    debugger, _, loss = _linear_tanh_step(tmp_path, level)
+def test_a_graph_run_backward_twice_records_each_call_once(tmp_path, level, shape):
+    debugger, _, loss = _linear_tanh_step(tmp_path, level, shape)
     loss.backward(retain_graph=True)
     loss.backward()
     debugger.stop()
@@ -205,8 +207,9 @@ def test_a_graph_run_backward_twice_records_each_call_once(tmp_path, level):
     assert keys, "no backward record"
 
 
+@pytest.mark.parametrize("shape", [(4, 8), (2, 4, 8)])
 @pytest.mark.parametrize("level", ["L0", "L1"])
-def test_a_graph_kept_past_its_step_records_nothing_and_pins_no_session(tmp_path, level):
+def test_a_graph_kept_past_its_step_records_nothing_and_pins_no_session(tmp_path, level, shape):
     """A loss kept past step() (a log of losses) holds the hooks of its graph: its backward, run later,
     adds no record to any step, and the ended step's session is not kept alive by it."""
     import gc
@@ -215,8 +218,8 @@ def test_a_graph_kept_past_its_step_records_nothing_and_pins_no_session(tmp_path
     import torch
     from msprobe.pytorch import _state
 
-    debugger, model, kept = _linear_tanh_step(tmp_path, level)
-    kept_too = model(torch.randn(4, 8)).sum()
+    debugger, model, kept = _linear_tanh_step(tmp_path, level, shape)
+    kept_too = model(torch.randn(*shape)).sum()
     session = weakref.ref(_state.session)
     debugger.stop()
     debugger.step()
@@ -224,7 +227,7 @@ def test_a_graph_kept_past_its_step_records_nothing_and_pins_no_session(tmp_path
     gc.collect()
     assert session() is None, "the ended step's session is kept alive by a graph's hooks"
     debugger.start(model)
-    model(torch.randn(4, 8)).sum().backward()
+    model(torch.randn(*shape)).sum().backward()
     kept_too.backward()  # the first step's graph: its hooks fire in the second step
     debugger.stop()
     debugger.step()

@@ -655,26 +655,47 @@ static PyObject *grad_record(CallPath *cp, PyObject *s, PyObject *g, PyObject *s
     return PyObject_VectorcallMethod(s_gradient_record, a, 5, NULL);
 }
 
-static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inputs, PyObject *grad_outputs) {
-    PyObject *cp_obj = NULL, *shared = NULL, *prev = NULL, *guard = NULL, *outs = NULL, *ins = NULL, *r = NULL;
-    int failed = 1;
-    if ((cp_obj = PyObject_GetAttr(s, s_call_path)) == NULL)
+/* session `s`'s CallPath (a new reference), its summarizer's share_forward in *shared (a new reference) and
+ * tool work entered (*prev, *guard: for work_exit); NULL on an error, with nothing held */
+static CallPath *hook_work(PyObject *s, PyObject **shared, PyObject **prev, PyObject **guard) {
+    PyObject *cp_obj = PyObject_GetAttr(s, s_call_path);
+    if (cp_obj == NULL)
         return NULL;
     if (!PyObject_TypeCheck(cp_obj, &CallPathType)) {
         PyErr_SetString(PyExc_TypeError, "NodeHook: the session has no CallPath");
-        goto done;
+        Py_DECREF(cp_obj);
+        return NULL;
     }
     CallPath *cp = (CallPath *)cp_obj;
-    if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
-        goto done;
-    Py_ssize_t n_out = PyTuple_GET_SIZE(grad_outputs);
-    PyObject *g = self->out_nr < n_out ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None, *out_rec;
+    if ((*shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL) {
+        Py_DECREF(cp_obj);
+        return NULL;
+    }
+    if (work_enter(cp, prev, guard) < 0) {
+        Py_CLEAR(*shared);
+        Py_DECREF(cp_obj);
+        return NULL;
+    }
+    return cp;
+}
+
+/* grad_outputs[out_nr], None past its end (borrowed) */
+static PyObject *output_grad(NodeHook *self, PyObject *grad_outputs) {
+    return self->out_nr < PyTuple_GET_SIZE(grad_outputs) ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None;
+}
+
+static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inputs, PyObject *grad_outputs) {
+    PyObject *shared = NULL, *prev = NULL, *guard = NULL, *outs = NULL, *ins = NULL, *r = NULL, *g, *out_rec;
+    int failed = 1;
+    CallPath *cp = hook_work(s, &shared, &prev, &guard);
+    if (cp == NULL)
+        return NULL;
     if (self->split) {  /* read by the reshape's pre-hook (none if it never ran) */
         out_rec = self->out_rec != NULL ? self->out_rec : Py_None;
         Py_INCREF(out_rec);
         Py_CLEAR(self->out_rec);
     } else {
-        out_rec = grad_record(cp, s, g, shared);
+        out_rec = grad_record(cp, s, output_grad(self, grad_outputs), shared);
     }
     if (out_rec == NULL || (outs = PyList_New(1)) == NULL) {
         Py_XDECREF(out_rec);
@@ -717,12 +738,11 @@ static PyObject *node_hook_fire(NodeHook *self, PyObject *s, PyObject *grad_inpu
 work:
     if (work_exit(cp, prev, guard) < 0)
         failed = 1;
-done:
     Py_XDECREF(r);
     Py_XDECREF(outs);
     Py_XDECREF(ins);
-    Py_XDECREF(shared);
-    Py_DECREF(cp_obj);
+    Py_DECREF(shared);
+    Py_DECREF(cp);
     if (failed)
         return NULL;
     Py_RETURN_NONE;
@@ -765,30 +785,19 @@ static PyObject *node_hook_read_output(NodeHook *self, PyObject *grad_outputs) {
         PyErr_SetString(PyExc_TypeError, "NodeHook.read_output(grad_outputs): a tuple");
         return NULL;
     }
-    PyObject *s = live_session(self), *cp_obj = NULL, *shared = NULL, *prev = NULL, *guard = NULL, *rec = NULL;
+    PyObject *s = live_session(self), *shared, *prev, *guard;
     if (s == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    int failed = 1;
-    if ((cp_obj = PyObject_GetAttr(s, s_call_path)) == NULL)
-        goto done;
-    if (!PyObject_TypeCheck(cp_obj, &CallPathType)) {
-        PyErr_SetString(PyExc_TypeError, "NodeHook: the session has no CallPath");
-        goto done;
-    }
-    CallPath *cp = (CallPath *)cp_obj;
-    if ((shared = PyObject_GetAttr(cp->summarizer, s_share_forward)) == NULL || work_enter(cp, &prev, &guard) < 0)
-        goto done;
-    Py_ssize_t n_out = PyTuple_GET_SIZE(grad_outputs);
-    rec = grad_record(cp, s, self->out_nr < n_out ? PyTuple_GET_ITEM(grad_outputs, self->out_nr) : Py_None, shared);
-    if (work_exit(cp, prev, guard) < 0 || rec == NULL)
-        goto done;
-    Py_XSETREF(self->out_rec, rec);
-    rec = NULL;
-    failed = 0;
-done:
+    CallPath *cp = hook_work(s, &shared, &prev, &guard);
+    PyObject *rec = cp == NULL ? NULL : grad_record(cp, s, output_grad(self, grad_outputs), shared);
+    int failed = cp == NULL || work_exit(cp, prev, guard) < 0 || rec == NULL;
+    if (!failed)
+        Py_XSETREF(self->out_rec, Py_NewRef(rec));
     Py_XDECREF(rec);
-    Py_XDECREF(shared);
-    Py_XDECREF(cp_obj);
+    if (cp != NULL) {
+        Py_DECREF(shared);
+        Py_DECREF((PyObject *)cp);
+    }
     Py_DECREF(s);
     return failed ? NULL : Py_NewRef(Py_None);
 }
