@@ -17,7 +17,8 @@ def _dump_data(tmp, name, level):
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 @pytest.mark.parametrize("name", list(models.ZOO))
-def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, name, level):
+def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, made, name, level):
+    """(The shortcut is taken in C, msprobe._call's edges.c, where nothing is saved, else in Python.)"""
     taken = []
     shortcut = BackwardTracker._attach_one_node.__func__
 
@@ -29,40 +30,41 @@ def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, name, le
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(counting))
     fast = _dump_data(tmp_path / "fast", name, level)
     # (at L0 the RNN's and the dict-output net's modules return several tensors: always the walk)
-    assert any(taken) or (level == "L0" and name in ("rnn", "dictout")), "the shortcut never applied"
+    assert any(taken) or made.native or (level == "L0" and name in ("rnn", "dictout")), "the shortcut never applied"
+    _walk_only(monkeypatch)
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(lambda cls, *args: False))
+    made.clear()
     walk = _dump_data(tmp_path / "walk", name, level)
+    assert not made.native
     assert fast == walk
 
 
 @pytest.mark.parametrize("name", ["cnn", "rnn", "dropout", "dictout"])
-def test_a_weight_read_through_its_transpose_equals_hooking_the_transpose(tmp_path, monkeypatch, name):
+def test_a_weight_read_through_its_transpose_equals_hooking_the_transpose(tmp_path, monkeypatch, made, name):
     """At L1 F.linear's weight gradient is read at the call's one hook (the transpose of what enters
     `weight.t()`'s node), not by a second hook on that node: the same dump.json, .npy files included."""
     from msprobe.pytorch.capture import backward
 
-    chains = _counting_chains(monkeypatch)
     fast = models.run_dump(tmp_path / "fast", name, "L1", "tensor")
-    assert any(backward._TRANSPOSED in steps for steps in chains), "no weight was read through its transpose"
-    monkeypatch.setattr(backward, "_input_chain", lambda *args: None)
+    assert any(backward._TRANSPOSED in steps for steps in made.chains()), "no weight was read through its transpose"
+    _walk_only(monkeypatch, reshapes=False)
     walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
     _assert_same_dumps(fast, walk)
 
 
 @pytest.mark.parametrize("name", ["transformer", "rnn"])
-def test_a_linear_on_a_3d_input_is_read_at_its_product_as_the_walk_reads_it(tmp_path, monkeypatch, name):
+def test_a_linear_on_a_3d_input_is_read_at_its_product_as_the_walk_reads_it(tmp_path, monkeypatch, made, name):
     """At L1 F.linear on a 3-d input (its input flattened by a view, its 2-d product viewed back) is
     hooked at the product's node, with a pre-hook on the output's view, instead of by a walk that
     hooks every node it made: the same dump.json (in the same order), .npy files included."""
     from msprobe.pytorch.capture import backward
 
-    split = _counting_splits(monkeypatch)
     fast = models.run_dump(tmp_path / "fast", name, "L1", "tensor")
-    assert any(split), "no call's output was read through its reshape"
-    monkeypatch.setattr(backward, "_RESHAPES", ())
-    split.clear()
+    assert any(made.splits()), "no call's output was read through its reshape"
+    _walk_only(monkeypatch, chains=False)
+    made.clear()
     walk = models.run_dump(tmp_path / "walk", name, "L1", "tensor")
-    assert not any(split)
+    assert not any(made.splits())
     _assert_same_dumps(fast, walk)
 
 
@@ -85,23 +87,21 @@ class _Autocast(torch.nn.Module):
 
 
 @pytest.mark.parametrize("task", ["tensor", "md5"])
-def test_autocasts_casts_are_read_through_at_the_calls_node_as_the_walk_reads_them(tmp_path, monkeypatch, task):
+def test_autocasts_casts_are_read_through_at_the_calls_node_as_the_walk_reads_them(tmp_path, monkeypatch, made, task):
     """Under autocast F.linear's backward reaches its weight through a transpose and a cast, its bias
     through a cast and a float32 input through a flattening view and a cast, all made in the call: at
     L1 one hook reads each gradient as those nodes hand it on (cast back to the input's dtype), and
     the dump equals the walk's, which hooks every one of those nodes."""
     from msprobe.pytorch.capture import backward
 
-    chains = _counting_chains(monkeypatch)
-    split = _counting_splits(monkeypatch)
     data = models.batches("transformer", 2)
     fast = models.run_dump(tmp_path / "fast", "transformer", "L1", task, model=_Autocast(), data=data)
-    cast = [steps for steps in chains if any(step[0] == backward._CAST for step in steps)]
+    cast = [steps for steps in made.chains() if any(step[0] == backward._CAST for step in steps)]
     assert {backward._TRANSPOSED, (backward._CAST, torch.float32)} <= {step for steps in cast for step in steps}
     assert any(steps[0][0] == backward._RESHAPE for steps in cast), "no float32 input read through its cast"
-    assert any(split)
-    monkeypatch.setattr(backward, "_RESHAPES", ())
-    monkeypatch.setattr(backward, "_input_chain", lambda *args: None)
+    assert any(made.splits())
+    assert bool(made.native) == (task == "md5")  # (the C hooks: where nothing is saved)
+    _walk_only(monkeypatch)
     walk = models.run_dump(tmp_path / "walk", "transformer", "L1", task, model=_Autocast(), data=data)
     if task == "tensor":
         _assert_same_dumps(fast, walk)
@@ -111,43 +111,67 @@ def test_autocasts_casts_are_read_through_at_the_calls_node_as_the_walk_reads_th
         assert any("md5" in rec for v in fast.readers[0].data.values() for rec in models.tensor_records(v))
 
 
-def _counting_chains(monkeypatch):
-    """The steps of every chain `_input_chain` reads through (a list that fills as dumps run)."""
+class _Made:
+    """The one-node hooks made as dumps run: OneNodeHooks (Python) and msprobe._call's NodeHooks (C,
+    where nothing is saved: most of them chosen in C too, by edges.c)."""
+
+    def __init__(self):
+        self.python_splits, self.python_chains, self.native = [], [], []
+
+    def splits(self):
+        """Whether each reads its output's gradient at a reshape's pre-hook."""
+        return self.python_splits + [bool(hook.split) for hook in self.native]
+
+    def chains(self):
+        """The steps of every chain of nodes read through."""
+        return self.python_chains + [how for hook in self.native for _, _, how in hook.slots if how is not False]
+
+    def clear(self):
+        for made in (self.python_splits, self.python_chains, self.native):
+            made.clear()
+
+
+@pytest.fixture
+def made(monkeypatch):
+    """A _Made that fills as dumps run."""
     from msprobe.pytorch.capture import backward
 
-    chains = []
-    real = backward._input_chain
-
-    def counting(*args):
-        got = real(*args)
-        if got is not None:
-            chains.append(got[1])
-        return got
-
-    monkeypatch.setattr(backward, "_input_chain", counting)
-    return chains
-
-
-def _counting_splits(monkeypatch):
-    """Whether each one-node hook made (OneNodeHook, or the C NodeHook where nothing is saved) reads its
-    output's gradient at a reshape's pre-hook (fills as dumps run)."""
-    from msprobe.pytorch.capture import backward
-
-    split = []
-    real_init, real_node = backward.OneNodeHook.__init__, backward._NodeHook
+    got = _Made()
+    real_init, real_chain = backward.OneNodeHook.__init__, backward._input_chain
 
     def counting(self, *args):
         real_init(self, *args)
-        split.append(self.split)
+        got.python_splits.append(self.split)
+
+    def counting_chain(*args):
+        chain = real_chain(*args)
+        if chain is not None:
+            got.python_chains.append(chain[1])
+        return chain
 
     monkeypatch.setattr(backward.OneNodeHook, "__init__", counting)
-    if real_node is not None:
-        def counting_node(*args):
-            split.append(len(args) > 6 and bool(args[6]))
-            return real_node(*args)
+    monkeypatch.setattr(backward, "_input_chain", counting_chain)
+    try:
+        from msprobe import _call
+    except ImportError:
+        _call = None
+    if _call is not None:
+        _call.made_hooks(got.native)
+    yield got
+    if _call is not None:
+        _call.made_hooks(None)
 
-        monkeypatch.setattr(backward, "_NodeHook", counting_node)
-    return split
+
+def _walk_only(monkeypatch, reshapes=True, chains=True):
+    """From here on no shortcut through a reshape's pre-hook (`reshapes`) or a chain of nodes (`chains`):
+    those nodes are hooked as the walk hooks them. The C graph reads are off: backward.py decides all."""
+    from msprobe.pytorch.capture import backward
+
+    monkeypatch.setattr(backward, "NODE_TYPES", None)
+    if reshapes:
+        monkeypatch.setattr(backward, "_RESHAPES", ())
+    if chains:
+        monkeypatch.setattr(backward, "_input_chain", lambda *args: None)
 
 
 def _assert_same_dumps(fast, walk):

@@ -50,11 +50,10 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
     """The three files of two dumped training steps of zoo model `name` (plus `extra_calls`), with the
     C path on or off."""
     monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1" if native else "0")
-    from msprobe._call import NodeHook
-    from msprobe.pytorch.capture import backward
+    from msprobe import _call
 
     node_hooks = []
-    monkeypatch.setattr(backward, "_NodeHook", lambda *a: node_hooks.append(a) or NodeHook(*a))
+    _call.made_hooks(node_hooks)
     out = tmp_path / tag
     debugger = PrecisionDebugger(dump_path=str(out), task="statistics", level=level)
     model, data = zoo.build(name), zoo.batches(name, 2)
@@ -69,12 +68,13 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
             assert debugger_session_fast(debugger)
             assert node_hooks
             if level == "L1":  # with a reshape's pre-hook, and with transposes and casts to undo
-                assert any(len(a) > 6 and a[6] for a in node_hooks)
-                assert {step for a in node_hooks for _, _, how in a[5] if how is not False for step, _ in how} == {0, 1, 2}
+                assert any(h.split for h in node_hooks)
+                assert {step for h in node_hooks for _, _, how in h.slots if how is not False for step, _ in how} == {0, 1, 2}
         else:
             assert not node_hooks
     finally:
         debugger.close()
+        _call.made_hooks(None)
     files = {}
     for step_dir in sorted(out.glob("step*")):
         for rank_dir in sorted(step_dir.iterdir()):

@@ -8,7 +8,8 @@
  *     -> run (depth) -> [tool work: result_of -> output records -> emit -> backward_end] -> out
  *
  * CallPath(state, guard, tensor, parameter, counts, module_stack, filter, summarizer, recorder, quick, ops,
- *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back, scalar_record)
+ *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back, scalar_record,
+ *          graph: (is_grad_enabled, AccumulateGrad, TBackward0, ToCopyBackward0, reshaping node types) or None)
  * .call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the call's result, as CallCapture.call
  * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers);
  * .begin(s, key, parent, base, args, kwargs) -> a Frame and .end(s, frame, out, params): a module's call
@@ -19,7 +20,8 @@
  * (`scalar_record`); every other value from `s.value_record`, an output that is not a tensor, tuple or
  * list from `s.outputs_record`; a parameter that is not a plain tensor from `ops.param_record`;
  * before_mutation, result_of, backward_begin and backward_end are `ops`'
- * (TorchCallOps) own; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
+ * (TorchCallOps) own, but for their common case (plain tensor arguments, one output made by one node: edges.c
+ * reads the graph) done here, the node hooked with a NodeHook; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
  * dict, its module stack, ...), none of them the session: the session is handed to each call.
  *
@@ -30,15 +32,20 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "edges.h"
+
 static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
-    *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules;
+    *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules, *s_seq_watermark,
+    *s_fold_transposes, *s_weak_self, *s_register_hook, *s_register_prehook, *s_read_output, *s_requires_grad,
+    *s_output_nr;
 
 typedef struct {
     PyObject_HEAD
     PyObject *state, *guard, *tensor, *parameter, *counts, *module_stack, *filter, *summarizer, *recorder, *quick,
-        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back, *scalar_record;
-    int with_stack, backward;
+        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back, *scalar_record, *grad_enabled;
+    NodeTypes nt;  /* its tensor and parameter are the two above */
+    int with_stack, backward, graph_reads;  /* graph_reads: the common case of backward_begin and _end in C */
     PyObject *enclosing, *bparent;  /* the last enclosing module key and its backward key (backward_of) */
 } CallPath;
 
@@ -160,6 +167,114 @@ static void frame_clear(struct frame *f) {
         Py_CLEAR(*all[i]);
 }
 
+static PyObject *node_hook_make(PyObject *session, PyObject *key, PyObject *parent, Py_ssize_t n_in, Py_ssize_t out_nr,
+                                PyObject *slots, int split);
+static int attr_true(PyObject *obj, PyObject *name);
+static PyTypeObject NodeHookType;
+
+/* 1 when torch's grad mode is on, 0 off, -1 on error */
+static int grad_on(CallPath *self) {
+    PyObject *on = PyObject_CallNoArgs(self->grad_enabled);
+    if (on == NULL)
+        return -1;
+    Py_DECREF(on);
+    return on == Py_True;
+}
+
+/* TorchCallOps.backward_begin's common case: positional arguments, each a plain tensor or a plain value.
+ * 1 with *state set (a new reference), 0 when the Python one decides, -1 on error */
+static int fast_backward_begin(CallPath *self, PyObject *args, PyObject *kwargs, int inplace, int module,
+                               PyObject **state) {
+    if (!self->graph_reads || PyDict_GET_SIZE(kwargs) != 0)
+        return 0;
+    int on = inplace ? 0 : grad_on(self);
+    if (on <= 0) {
+        *state = on < 0 ? NULL : Py_NewRef(Py_None);
+        return on < 0 ? -1 : 1;
+    }
+    PyObject *edges = edges_of_args(&self->nt, args), *floor;
+    if (edges == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if ((floor = module ? PyObject_GetAttr(self->state, s_seq_watermark) : Py_NewRef(Py_None)) == NULL) {
+        Py_DECREF(edges);
+        return -1;
+    }
+    *state = PyTuple_Pack(2, edges, floor);
+    Py_DECREF(edges);
+    Py_DECREF(floor);
+    return *state == NULL ? -1 : 1;
+}
+
+/* TorchCallOps.backward_end's common case: one plain tensor out of one node (edges.c's one_node), hooked
+ * with a NodeHook as BackwardTracker._attach_one_node hooks it. 1 when done, 0 when the Python one decides
+ * (it asks again), -1 on error */
+static int fast_backward_end(CallPath *self, PyObject *s, PyObject *state, PyObject *key, PyObject *parent,
+                             PyObject *out, int module) {
+    if (!self->graph_reads
+        || (Py_TYPE(out) != (PyTypeObject *)self->tensor && Py_TYPE(out) != (PyTypeObject *)self->parameter))
+        return 0;
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 2)
+        return 0;
+    int on = grad_on(self);
+    if (on <= 0)
+        return on < 0 ? -1 : 1;
+    if (!module) {
+        PyObject *rg = PyObject_GetAttr(out, s_requires_grad);
+        int needs = rg == NULL ? -1 : PyObject_IsTrue(rg);
+        Py_XDECREF(rg);
+        if (needs <= 0)
+            return needs < 0 ? -1 : 1;  /* no node to hook */
+    }
+    int fold = attr_true(s, s_fold_transposes);
+    if (fold < 0)
+        return -1;
+    PyObject *node = NULL, *top = NULL, *slots = NULL, *wm = NULL, *weak = NULL, *nr = NULL, *hook = NULL, *r = NULL;
+    int split = 0, done = -1;
+    PyObject *edges = PyTuple_GET_ITEM(state, 0);
+    int how = one_node(&self->nt, self->state, edges, PyTuple_GET_ITEM(state, 1), out, fold, &node, &top, &slots, &split);
+    if (how != ONE_NODE_HOOK)
+        return how == ONE_NODE_NONE ? 1 : how == ONE_NODE_OTHER ? 0 : -1;
+    long long seq = sequence_nr(top), mark;
+    if ((seq == -1 && PyErr_Occurred()) || (wm = PyObject_GetAttr(self->state, s_seq_watermark)) == NULL)
+        goto end;
+    if ((mark = PyLong_AsLongLong(wm)) == -1 && PyErr_Occurred())
+        goto end;
+    if (mark < seq) {
+        PyObject *now = PyLong_FromLongLong(seq);
+        int err = now == NULL || PyObject_SetAttr(self->state, s_seq_watermark, now) < 0;
+        Py_XDECREF(now);
+        if (err)
+            goto end;
+    }
+    Py_ssize_t out_nr;
+    if ((weak = PyObject_GetAttr(s, s_weak_self)) == NULL || (nr = PyObject_GetAttr(out, s_output_nr)) == NULL
+        || ((out_nr = PyLong_AsSsize_t(nr)) == -1 && PyErr_Occurred()))
+        goto end;
+    if ((hook = node_hook_make(weak, key, parent, PyList_GET_SIZE(edges), out_nr, slots, split)) == NULL)
+        goto end;
+    if (split) {
+        PyObject *read = PyObject_GetAttr(hook, s_read_output);
+        r = read == NULL ? NULL : PyObject_CallMethodOneArg(top, s_register_prehook, read);
+        Py_XDECREF(read);
+        if (r == NULL)
+            goto end;
+        Py_CLEAR(r);
+    }
+    if ((r = PyObject_CallMethodOneArg(node, s_register_hook, hook)) == NULL)
+        goto end;
+    done = 1;
+end:
+    Py_XDECREF(node);
+    Py_XDECREF(top);
+    Py_XDECREF(slots);
+    Py_XDECREF(wm);
+    Py_XDECREF(weak);
+    Py_XDECREF(nr);
+    Py_XDECREF(hook);
+    Py_XDECREF(r);
+    return done;
+}
+
 /* CallCapture.begin when nothing is saved: `f` has its key, parent (and base) and, where backward records
  * are made, its backward key; `*args` (a tuple, owned) becomes the arguments to run it with. 0, or -1 on
  * error (tool work left as it was). */
@@ -230,6 +345,11 @@ static int frame_begin(CallPath *self, PyObject *s, struct frame *f, PyObject **
         }
         f->bpar = bparent;  /* held: the cache may change before backward_end */
         Py_INCREF(f->bpar);
+        int fast = fast_backward_begin(self, *args, kwargs, f->inplace, f->module, &f->bstate);
+        if (fast < 0)
+            goto fail;
+        if (fast)
+            return work_exit(self, prev, guard);
         PyObject *a[9] = {self->ops, s, f->bkey, f->bpar, *args, kwargs, Py_False, f->inplace ? Py_True : Py_False,
                           f->module ? Py_True : Py_False};
         if ((r = PyObject_VectorcallMethod(s_backward_begin, a, 9, NULL)) == NULL)
@@ -328,13 +448,20 @@ static PyObject *frame_end(CallPath *self, PyObject *s, struct frame *f, PyObjec
     }
     Py_INCREF(out);
     if (f->bstate != NULL && f->bstate != Py_None) {
-        PyObject *a[10] = {self->ops, s, f->bstate, f->bkey, f->bpar, out, res, Py_False,
-                           f->inplace ? Py_True : Py_False, f->module ? Py_True : Py_False};
-        PyObject *got = PyObject_VectorcallMethod(s_backward_end, a, 10, NULL);
-        Py_DECREF(out);
-        if (got == NULL)
+        int fast = fast_backward_end(self, s, f->bstate, f->bkey, f->bpar, out, f->module);
+        if (fast < 0) {
+            Py_DECREF(out);
             goto end_work;
-        out = got;
+        }
+        if (!fast) {
+            PyObject *a[10] = {self->ops, s, f->bstate, f->bkey, f->bpar, out, res, Py_False,
+                               f->inplace ? Py_True : Py_False, f->module ? Py_True : Py_False};
+            PyObject *got = PyObject_VectorcallMethod(s_backward_end, a, 10, NULL);
+            Py_DECREF(out);
+            if (got == NULL)
+                goto end_work;
+            out = got;
+        }
     }
     result = out;
 end_work:
@@ -518,13 +645,15 @@ static PyObject *end(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     return got;
 }
 
-#define N_HELD 19
+#define N_HELD 24
 
 static PyObject **held(CallPath *self, int i) {
     PyObject **all[N_HELD] = {&self->state, &self->guard, &self->tensor, &self->parameter, &self->counts,
                               &self->module_stack, &self->filter, &self->summarizer, &self->recorder, &self->quick,
                               &self->ops, &self->walk, &self->keeps, &self->limit, &self->capture_stack,
-                              &self->backward_of, &self->forward, &self->back, &self->scalar_record};
+                              &self->backward_of, &self->forward, &self->back, &self->scalar_record,
+                              &self->grad_enabled, &self->nt.acc_grad, &self->nt.transpose, &self->nt.to_copy,
+                              &self->nt.reshapes};
     return all[i];
 }
 
@@ -532,19 +661,29 @@ static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     CallPath *self = (CallPath *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUUO:CallPath", &self->state, &PyType_Type, &self->guard,
-                          &PyType_Type, &self->tensor, &PyType_Type, &self->parameter, &PyDict_Type, &self->counts,
-                          &PyList_Type, &self->module_stack, &self->filter, &self->summarizer, &self->recorder,
-                          &self->quick, &self->ops, &self->with_stack, &self->walk, &PyDict_Type, &self->keeps,
-                          &self->limit, &self->capture_stack, &self->backward_of, &self->backward, &self->forward,
-                          &self->back, &self->scalar_record)) {
+    PyObject *graph;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUUOO:CallPath", &self->state, &PyType_Type,
+                          &self->guard, &PyType_Type, &self->tensor, &PyType_Type, &self->parameter, &PyDict_Type,
+                          &self->counts, &PyList_Type, &self->module_stack, &self->filter, &self->summarizer,
+                          &self->recorder, &self->quick, &self->ops, &self->with_stack, &self->walk, &PyDict_Type,
+                          &self->keeps, &self->limit, &self->capture_stack, &self->backward_of, &self->backward,
+                          &self->forward, &self->back, &self->scalar_record, &graph)
+        || (graph != Py_None
+            && !PyArg_ParseTuple(graph, "OO!O!O!O!:CallPath's graph", &self->grad_enabled, &PyType_Type,
+                                 &self->nt.acc_grad, &PyType_Type, &self->nt.transpose, &PyType_Type,
+                                 &self->nt.to_copy, &PyTuple_Type, &self->nt.reshapes))) {
         for (int i = 0; i < N_HELD; i++)
             *held(self, i) = NULL;
         Py_DECREF(self);
         return NULL;
     }
+    self->graph_reads = graph != Py_None;
+    if (!self->graph_reads)  /* backward.py decides every call's hooks */
+        self->grad_enabled = self->nt.acc_grad = self->nt.transpose = self->nt.to_copy = self->nt.reshapes = Py_None;
     for (int i = 0; i < N_HELD; i++)
         Py_INCREF(*held(self, i));
+    self->nt.tensor = self->tensor;
+    self->nt.parameter = self->parameter;
     return (PyObject *)self;
 }
 
@@ -802,6 +941,13 @@ static PyObject *node_hook_read_output(NodeHook *self, PyObject *grad_outputs) {
     return failed ? NULL : Py_NewRef(Py_None);
 }
 
+static PyMemberDef node_hook_members[] = {
+    {"key", T_OBJECT, offsetof(NodeHook, key), READONLY, "the backward record's key"},
+    {"slots", T_OBJECT, offsetof(NodeHook, slots), READONLY, "(slot, input position, how) of each input"},
+    {"split", T_INT, offsetof(NodeHook, split), READONLY, "whether the output's gradient is read at a reshape"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyMethodDef node_hook_methods[] = {
     {"read_output", (PyCFunction)node_hook_read_output, METH_O,
      "The pre-hook of the reshape that made the call's output (split): its gradient's record."},
@@ -836,7 +982,27 @@ static PyObject *node_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwa
             return NULL;
         }
     }
-    NodeHook *self = (NodeHook *)type->tp_alloc(type, 0);
+    (void)type;
+    return node_hook_make(session, key, parent, n_in, out_nr, slots, split);
+}
+
+/* made_hooks' list: every NodeHook made is appended to it while set (NULL: none) */
+static PyObject *made_hooks_list;
+
+static PyObject *made_hooks(PyObject *module, PyObject *list) {
+    (void)module;
+    if (list != Py_None && !PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "made_hooks(list or None)");
+        return NULL;
+    }
+    Py_XSETREF(made_hooks_list, list == Py_None ? NULL : Py_NewRef(list));
+    Py_RETURN_NONE;
+}
+
+/* a NodeHook of checked fields (fast_backward_end's are made so) */
+static PyObject *node_hook_make(PyObject *session, PyObject *key, PyObject *parent, Py_ssize_t n_in, Py_ssize_t out_nr,
+                                PyObject *slots, int split) {
+    NodeHook *self = (NodeHook *)NodeHookType.tp_alloc(&NodeHookType, 0);
     if (self == NULL)
         return NULL;
     Py_INCREF(session);
@@ -851,6 +1017,10 @@ static PyObject *node_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     self->out_nr = out_nr;
     self->split = split;
     self->vectorcall = (vectorcallfunc)node_hook_call;
+    if (made_hooks_list != NULL && PyList_Append(made_hooks_list, (PyObject *)self) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -886,6 +1056,7 @@ static PyTypeObject NodeHookType = {
     .tp_doc = "A OneNodeHook fired in C: a call's backward record from its node's post-hook.",
     .tp_new = node_hook_new,
     .tp_methods = node_hook_methods,
+    .tp_members = node_hook_members,
     .tp_traverse = (traverseproc)node_hook_traverse,
     .tp_clear = (inquiry)node_hook_clear,
     .tp_dealloc = (destructor)node_hook_dealloc,
@@ -1167,7 +1338,13 @@ static PyTypeObject PassOnType = {
     .tp_members = pass_on_members,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_call", NULL, -1, NULL};
+static PyMethodDef module_functions[] = {
+    {"made_hooks", made_hooks, METH_O,
+     "made_hooks(list or None): while a list is set, every NodeHook made is appended to it (for tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_call", NULL, -1, module_functions};
 
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
 
@@ -1210,6 +1387,16 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_t, "t");
     INTERN(s_reshape, "reshape");
     INTERN(s_to, "to");
+    INTERN(s_seq_watermark, "seq_watermark");
+    INTERN(s_fold_transposes, "fold_transposes");
+    INTERN(s_weak_self, "weak_self");
+    INTERN(s_register_hook, "register_hook");
+    INTERN(s_register_prehook, "register_prehook");
+    INTERN(s_read_output, "read_output");
+    INTERN(s_requires_grad, "requires_grad");
+    INTERN(s_output_nr, "output_nr");
+    if (edges_init() < 0)
+        return NULL;
     if ((s_empty = PyTuple_New(0)) == NULL)
         return NULL;
     if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0

@@ -22,6 +22,7 @@ from msprobe.core.dump.records import common_value_record
 from msprobe.core.dump.tensor_files import link_file, write_npy
 from msprobe.core.stack import capture_stack, default_walk
 from msprobe.pytorch import _state
+from msprobe.pytorch.capture import backward as graph
 from msprobe.pytorch.capture.backward import BackwardTracker, OneNodeHook, args_edges, input_edges
 from msprobe.pytorch.tensor_subclasses import plain_tensor
 from msprobe.pytorch.tool_work import tool_work
@@ -182,7 +183,8 @@ class DumpSession(CaptureSession):
         return _CallPath(_state, DisableTorchFunction, torch.Tensor, torch.nn.Parameter, self.counter.counts,
                          self.module_stack, flt, summarizer, summarizer.native_record, self.quick_record,
                          self.calls.ops, self.with_stack, walk, keeps, limit, capture_stack, naming.backward_of,
-                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record)
+                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record,
+                         None if graph.NODE_TYPES is None else (torch.is_grad_enabled, *graph.NODE_TYPES))
 
     def _new_summarizer(self):
         return Summarizer(stats=self.cfg.wants_stats, md5=self.cfg.summary_mode == "md5")

@@ -45,6 +45,8 @@ _TO_COPY = torch._C._functions.ToCopyBackward0
 # 3-d input flatten it into a 2-d product and view the product back
 _RESHAPES = (torch._C._functions.ViewBackward0, torch._C._functions.UnsafeViewBackward0,
              torch._C._functions.ReshapeAliasBackward0)
+# what msprobe._call's CallPath reads the graph with (its edges.c does args_edges and _attach_one_node's choice)
+NODE_TYPES = (_ACCUMULATE_GRAD, _TRANSPOSE, _TO_COPY, _RESHAPES)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _TENSOR = torch.Tensor
 _CONTAINERS = (list, tuple, dict)

@@ -1,0 +1,37 @@
+/* Reading the autograd graph around one call (capture/backward.py's input_edges and the choice
+ * _attach_one_node makes) in C, for msprobe._call (call.c). See edges.c. */
+#ifndef MSPROBE_EDGES_H
+#define MSPROBE_EDGES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* the node types backward.py tells apart, and the tensor types taken as plain */
+typedef struct {
+    PyObject *tensor, *parameter;                 /* torch.Tensor, torch.nn.Parameter */
+    PyObject *acc_grad, *transpose, *to_copy;      /* AccumulateGrad, TBackward0, ToCopyBackward0 */
+    PyObject *reshapes;                            /* a tuple of the reshaping node types (backward._RESHAPES) */
+} NodeTypes;
+
+/* one_node's answers besides -1 (an error, raised) */
+#define ONE_NODE_NONE 0     /* the output has no node: nothing to hook */
+#define ONE_NODE_HOOK 1     /* hook *node */
+#define ONE_NODE_OTHER 2    /* not one node like that: the general walk decides */
+
+int edges_init(void);
+
+/* backward.args_edges of `args` (a tuple) when each is a plain tensor, None, a number or a string: a new
+ * list; NULL without an error for any other argument (the caller takes the Python path) */
+PyObject *edges_of_args(const NodeTypes *nt, PyObject *args);
+
+/* backward._attach_one_node's choice for a call whose output `out` (a plain tensor with a node) came from
+ * inputs `edges` (edges_of_args' list); `floor` the watermark at a module's start or None; `state` the
+ * _state module; `fold` the session's fold_transposes. ONE_NODE_HOOK sets *node (the node to hook), *top
+ * (out.grad_fn), *slots (the NodeHook's) and *split, all new references but split. */
+int one_node(const NodeTypes *nt, PyObject *state, PyObject *edges, PyObject *floor, PyObject *out, int fold,
+             PyObject **node, PyObject **top, PyObject **slots, int *split);
+
+/* node._sequence_nr(), or -1 with an error */
+long long sequence_nr(PyObject *node);
+
+#endif
