@@ -18,7 +18,10 @@ def _dump_data(tmp, name, level):
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 @pytest.mark.parametrize("name", list(models.ZOO))
 def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, made, name, level):
-    """(The shortcut is taken in C, msprobe._call's edges.c, where nothing is saved, else in Python.)"""
+    """(The shortcut is taken in C, msprobe._call's edges.c, where nothing is saved, else in Python; the
+    walk in C where it is built: both against the Python walk alone.)"""
+    from msprobe.pytorch.capture import backward
+
     taken = []
     shortcut = BackwardTracker._attach_one_node.__func__
 
@@ -31,11 +34,13 @@ def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, made, na
     fast = _dump_data(tmp_path / "fast", name, level)
     # (at L0 the RNN's and the dict-output net's modules return several tensors: always the walk)
     assert any(taken) or made.native or (level == "L0" and name in ("rnn", "dictout")), "the shortcut never applied"
+    # (and the other calls walked in C: a root module's input needs no gradient, mix's F.linear reaches its weight twice)
+    assert made.c_walks or level == "L1" or backward._walk is None
     _walk_only(monkeypatch)
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(lambda cls, *args: False))
     made.clear()
     walk = _dump_data(tmp_path / "walk", name, level)
-    assert not made.native
+    assert not made.native and not made.c_walks
     assert fast == walk
 
 
@@ -117,6 +122,7 @@ class _Made:
 
     def __init__(self):
         self.python_splits, self.python_chains, self.native = [], [], []
+        self.c_walks = []  # the walks made in C (edges.c): their edges
 
     def splits(self):
         """Whether each reads its output's gradient at a reshape's pre-hook."""
@@ -127,7 +133,7 @@ class _Made:
         return self.python_chains + [how for hook in self.native for _, _, how in hook.slots if how is not False]
 
     def clear(self):
-        for made in (self.python_splits, self.python_chains, self.native):
+        for made in (self.python_splits, self.python_chains, self.native, self.c_walks):
             made.clear()
 
 
@@ -151,6 +157,15 @@ def made(monkeypatch):
 
     monkeypatch.setattr(backward.OneNodeHook, "__init__", counting)
     monkeypatch.setattr(backward, "_input_chain", counting_chain)
+    if backward._walk is not None:
+        real_walk = backward._walk
+
+        def counting_walk(*args):
+            edges, cast_to = real_walk(*args)
+            got.c_walks.append(edges)
+            return edges, cast_to
+
+        monkeypatch.setattr(backward, "_walk", counting_walk)
     try:
         from msprobe import _call
     except ImportError:

@@ -1338,7 +1338,24 @@ static PyTypeObject PassOnType = {
     .tp_members = pass_on_members,
 };
 
+/* walk(roots, leaf, nonleaf, floor, max_nodes, node_types) -> (edges, cast_to): edges.c's walk_edges */
+static PyObject *walk(PyObject *module, PyObject *args) {
+    PyObject *roots, *leaf, *nonleaf;
+    long long floor;
+    Py_ssize_t max_nodes;
+    NodeTypes nt = {NULL, NULL, NULL, NULL, NULL, NULL};
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OO!O!Ln(O!O!O!O!):walk", &roots, &PyDict_Type, &leaf, &PyDict_Type, &nonleaf, &floor,
+                          &max_nodes, &PyType_Type, &nt.acc_grad, &PyType_Type, &nt.transpose, &PyType_Type,
+                          &nt.to_copy, &PyTuple_Type, &nt.reshapes))
+        return NULL;
+    return walk_edges(&nt, roots, leaf, nonleaf, floor, max_nodes);
+}
+
 static PyMethodDef module_functions[] = {
+    {"walk", walk, METH_VARARGS,
+     "walk(roots, leaf, nonleaf, floor, max_nodes, node_types) -> (edges, cast_to), as backward._attach_walk "
+     "walks the nodes a call made."},
     {"made_hooks", made_hooks, METH_O,
      "made_hooks(list or None): while a list is set, every NodeHook made is appended to it (for tests)."},
     {NULL, NULL, 0, NULL},

@@ -394,3 +394,145 @@ end:
     Py_DECREF(top);
     return answer;
 }
+
+/* backward._leaf_cast: 1 with *pos and *dtype (a new reference) when `node` (a ToCopyBackward0) only casts a
+ * leaf input (`leaf`: id -> position); 0 when not; -1 on error */
+static int leaf_cast(PyObject *node, PyObject *leaf, PyObject **pos, PyObject **dtype) {
+    PyObject *nexts = nexts_of(node), *only = NULL, *var = NULL, *id = NULL;
+    int got = -1;
+    if (nexts == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nexts); i++) {
+        PyObject *n = PyTuple_GET_ITEM(PyTuple_GET_ITEM(nexts, i), 0);
+        if (n == Py_None)
+            continue;
+        if (only != NULL) {  /* more than one */
+            got = 0;
+            goto end;
+        }
+        only = n;
+    }
+    got = 0;
+    if (only == NULL)
+        goto end;
+    if ((var = PyObject_GetAttr(only, s_variable)) == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            got = -1;
+            goto end;
+        }
+        PyErr_Clear();
+        goto end;
+    }
+    if (var == Py_None)
+        goto end;
+    if ((id = PyLong_FromVoidPtr(var)) == NULL || (*pos = PyDict_GetItemWithError(leaf, id)) == NULL) {
+        got = PyErr_Occurred() ? -1 : 0;
+        goto end;
+    }
+    Py_INCREF(*pos);
+    if ((*dtype = PyObject_GetAttr(var, s_dtype)) == NULL) {
+        Py_CLEAR(*pos);
+        got = -1;
+        goto end;
+    }
+    got = 1;
+end:
+    Py_DECREF(nexts);
+    Py_XDECREF(var);
+    Py_XDECREF(id);
+    return got;
+}
+
+PyObject *walk_edges(const NodeTypes *nt, PyObject *roots, PyObject *leaf, PyObject *nonleaf, long long floor,
+                     Py_ssize_t max_nodes) {
+    PyObject *seen = PyDict_New(), *todo = PySequence_List(roots), *edges = PyDict_New(), *cast_to = PyDict_New();
+    PyObject *node = NULL, *nexts = NULL, *result = NULL;
+    if (seen == NULL || todo == NULL || edges == NULL || cast_to == NULL)
+        goto end;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(todo); i++) {
+        PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(todo, i));
+        int err = id == NULL || PyDict_SetItem(seen, id, PyList_GET_ITEM(todo, i)) < 0;
+        Py_XDECREF(id);
+        if (err)
+            goto end;
+    }
+    int has_leaf = PyDict_GET_SIZE(leaf) > 0;
+    while (PyList_GET_SIZE(todo) > 0) {
+        Py_ssize_t last = PyList_GET_SIZE(todo) - 1;
+        node = Py_NewRef(PyList_GET_ITEM(todo, last));
+        if (PyList_SetSlice(todo, last, last + 1, NULL) < 0 || (nexts = nexts_of(node)) == NULL)
+            goto end;
+        for (Py_ssize_t slot = 0; slot < PyTuple_GET_SIZE(nexts); slot++) {
+            PyObject *pair = PyTuple_GET_ITEM(nexts, slot), *nxt = PyTuple_GET_ITEM(pair, 0);
+            PyObject *var = NULL, *key = NULL, *pos = NULL, *dtype = NULL, *nid = NULL;
+            int err = 0;
+            if (nxt == Py_None)
+                continue;
+            if (Py_TYPE(nxt) == (PyTypeObject *)nt->acc_grad) {
+                if ((var = PyObject_GetAttr(nxt, s_variable)) == NULL)
+                    goto end;
+                if (var == Py_None)
+                    Py_CLEAR(var);
+            }
+            if (var != NULL) {
+                key = PyLong_FromVoidPtr(var);
+                pos = key == NULL ? NULL : PyDict_GetItemWithError(leaf, key);
+            } else {
+                PyObject *gid = PyLong_FromVoidPtr(nxt);
+                key = gid == NULL ? NULL : PyTuple_Pack(2, gid, PyTuple_GET_ITEM(pair, 1));
+                Py_XDECREF(gid);
+                pos = key == NULL ? NULL : PyDict_GetItemWithError(nonleaf, key);
+            }
+            Py_XINCREF(pos);
+            err = key == NULL || PyErr_Occurred();
+            if (!err && pos == NULL && has_leaf && Py_TYPE(nxt) == (PyTypeObject *)nt->to_copy) {
+                int cast = leaf_cast(nxt, leaf, &pos, &dtype);
+                err = cast < 0 || (cast > 0 && PyDict_SetItem(cast_to, pos, dtype) < 0);
+            }
+            if (!err && pos != NULL) {  /* edges.setdefault(id(node), (node, []))[1].append((slot, pos)) */
+                PyObject *entry, *sp;
+                err = (nid = PyLong_FromVoidPtr(node)) == NULL;
+                if (!err && (entry = PyDict_GetItemWithError(edges, nid)) == NULL) {
+                    PyObject *list = PyErr_Occurred() ? NULL : PyList_New(0);
+                    entry = list == NULL ? NULL : PyTuple_Pack(2, node, list);
+                    Py_XDECREF(list);
+                    err = entry == NULL || PyDict_SetItem(edges, nid, entry) < 0;
+                    Py_XDECREF(entry);  /* (the dict holds it) */
+                }
+                if (!err) {
+                    sp = Py_BuildValue("(nO)", slot, pos);
+                    err = sp == NULL || PyList_Append(PyTuple_GET_ITEM(entry, 1), sp) < 0;
+                    Py_XDECREF(sp);
+                }
+            } else if (!err && var == NULL && PyDict_GET_SIZE(seen) < max_nodes) {
+                err = (nid = PyLong_FromVoidPtr(nxt)) == NULL;
+                int in = err ? -1 : PyDict_Contains(seen, nid);
+                err = in < 0;
+                if (!err && !in) {
+                    long long seq = sequence_nr(nxt);
+                    err = seq == -1 && PyErr_Occurred();
+                    if (!err && seq > floor)
+                        err = PyDict_SetItem(seen, nid, nxt) < 0 || PyList_Append(todo, nxt) < 0;
+                }
+            }
+            Py_XDECREF(var);
+            Py_XDECREF(key);
+            Py_XDECREF(pos);
+            Py_XDECREF(dtype);
+            Py_XDECREF(nid);
+            if (err)
+                goto end;
+        }
+        Py_CLEAR(nexts);
+        Py_CLEAR(node);
+    }
+    result = PyTuple_Pack(2, edges, cast_to);
+end:
+    Py_XDECREF(node);
+    Py_XDECREF(nexts);
+    Py_XDECREF(seen);
+    Py_XDECREF(todo);
+    Py_XDECREF(edges);
+    Py_XDECREF(cast_to);
+    return result;
+}

@@ -31,6 +31,12 @@ PyObject *edges_of_args(const NodeTypes *nt, PyObject *args);
 int one_node(const NodeTypes *nt, PyObject *state, PyObject *edges, PyObject *floor, PyObject *out, int fold,
              PyObject **node, PyObject **top, PyObject **slots, int *split);
 
+/* backward._attach_walk's walk of the nodes a call made, from `roots` (its outputs' nodes) back to its inputs
+ * (`leaf`: id(tensor) -> position, `nonleaf`: (id(node), output_nr) -> position), through nodes numbered
+ * above `floor`, at most `max_nodes`: a new (edges, cast_to) as the Python walk makes them, or NULL */
+PyObject *walk_edges(const NodeTypes *nt, PyObject *roots, PyObject *leaf, PyObject *nonleaf, long long floor,
+                     Py_ssize_t max_nodes);
+
 /* node._sequence_nr(), or -1 with an error */
 long long sequence_nr(PyObject *node);
 

@@ -29,9 +29,9 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.tool_work import tool_work
 
 try:
-    from msprobe._call import NodeHook as _NodeHook
-except ImportError:  # not built: every one-node hook is a OneNodeHook
-    _NodeHook = None
+    from msprobe._call import NodeHook as _NodeHook, walk as _walk
+except ImportError:  # not built: every one-node hook is a OneNodeHook, every walk in Python
+    _NodeHook = _walk = None
 
 # Safety bound on the nodes one call may have created (a walk that escapes is cut here).
 MAX_NODES = 4096
@@ -160,6 +160,35 @@ def _made_after(inputs, floor):
     return made_after
 
 
+def _walk_nodes(out_nodes, leaf, nonleaf, floor):
+    """The nodes a call made, walked from its outputs' (`out_nodes`: id -> (node, outputs)) back to its
+    inputs (`leaf`: id(tensor) -> position, `nonleaf`: (id(node), output_nr) -> position) through nodes
+    numbered above `floor`: `edges` (id -> (node, [(slot, input position)])) and `cast_to` (position -> a
+    leaf's dtype, for an input read before autocast's cast of it)."""
+    edges, cast_to = {}, {}
+    # id -> node, held: a node's Python object may die mid-walk (torch keeps it only while someone
+    # refers to it) and a node met later may get its id, which would then read as visited
+    seen = {key: n for key, (n, _) in out_nodes.items()}
+    todo = list(seen.values())
+    while todo:
+        node = todo.pop()
+        for slot, (nxt, nr) in enumerate(node.next_functions):
+            if nxt is None:
+                continue
+            var = nxt.variable if type(nxt) is _ACCUMULATE_GRAD else None  # a leaf tensor
+            pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
+            # leaf inputs only
+            cast = _leaf_cast(nxt, leaf) if pos is None and leaf and type(nxt) is _TO_COPY else None
+            if cast is not None:
+                pos, cast_to[pos] = cast
+            if pos is not None:
+                edges.setdefault(id(node), (node, []))[1].append((slot, pos))
+            elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
+                seen[id(nxt)] = nxt
+                todo.append(nxt)
+    return edges, cast_to
+
+
 class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
@@ -216,27 +245,10 @@ class BackwardTracker:
                 else:
                     nonleaf[(id(gf), nr)] = pos
                     floor = max(floor, gf._sequence_nr())
-        edges, cast_to = {}, {}
-        # id -> node, held: a node's Python object may die mid-walk (torch keeps it only while someone
-        # refers to it) and a node met later may get its id, which would then read as visited
-        seen = {key: n for key, (n, _) in out_nodes.items()}
-        todo = list(seen.values())
-        while todo:
-            node = todo.pop()
-            for slot, (nxt, nr) in enumerate(node.next_functions):
-                if nxt is None:
-                    continue
-                var = nxt.variable if type(nxt) is _ACCUMULATE_GRAD else None  # a leaf tensor
-                pos = leaf.get(id(var)) if var is not None else nonleaf.get((id(nxt), nr))
-                # leaf inputs only
-                cast = _leaf_cast(nxt, leaf) if pos is None and leaf and type(nxt) is _TO_COPY else None
-                if cast is not None:
-                    pos, cast_to[pos] = cast
-                if pos is not None:
-                    edges.setdefault(id(node), (node, []))[1].append((slot, pos))
-                elif var is None and id(nxt) not in seen and nxt._sequence_nr() > floor and len(seen) < MAX_NODES:
-                    seen[id(nxt)] = nxt
-                    todo.append(nxt)
+        if _walk is not None and NODE_TYPES is not None:  # the same walk in C (edges.c)
+            edges, cast_to = _walk([n for n, _ in out_nodes.values()], leaf, nonleaf, floor, MAX_NODES, NODE_TYPES)
+        else:
+            edges, cast_to = _walk_nodes(out_nodes, leaf, nonleaf, floor)
         for n, _ in out_nodes.values():
             seq = n._sequence_nr()
             if _state.seq_watermark < seq:
