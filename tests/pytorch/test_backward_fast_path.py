@@ -34,7 +34,8 @@ def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, made, na
     fast = _dump_data(tmp_path / "fast", name, level)
     # (at L0 the RNN's and the dict-output net's modules return several tensors: always the walk)
     assert any(taken) or made.native or (level == "L0" and name in ("rnn", "dictout")), "the shortcut never applied"
-    # (and the other calls walked in C: a root module's input needs no gradient, mix's F.linear reaches its weight twice)
+    # (and the other calls walked in C: a root module's input needs no gradient; at mix F.linear's
+    # weight is reached through its transpose, which mix does not fold)
     assert made.c_walks or level == "L1" or backward._walk is None
     _walk_only(monkeypatch)
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(lambda cls, *args: False))

@@ -69,7 +69,8 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
             assert node_hooks
             if level == "L1":  # with a reshape's pre-hook, and with transposes and casts to undo
                 assert any(h.split for h in node_hooks)
-                assert {step for h in node_hooks for _, _, how in h.slots if how is not False for step, _ in how} == {0, 1, 2}
+                steps = {step for h in node_hooks for _, _, how in h.slots if how is not False for step, _ in how}
+                assert steps == {0, 1, 2}
         else:
             assert not node_hooks
     finally:

@@ -19,9 +19,9 @@
  * it back, from `quick` (the summarizer's record); None and Python scalars as value_record records them
  * (`scalar_record`); every other value from `s.value_record`, an output that is not a tensor, tuple or
  * list from `s.outputs_record`; a parameter that is not a plain tensor from `ops.param_record`;
- * before_mutation, result_of, backward_begin and backward_end are `ops`'
- * (TorchCallOps) own, but for their common case (plain tensor arguments, one output made by one node: edges.c
- * reads the graph) done here, the node hooked with a NodeHook; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
+ * before_mutation, result_of, backward_begin and backward_end are `ops`' (TorchCallOps) own, but their common
+ * case (plain tensor arguments, one output made by one node: edges.c reads the graph) is done here, the node
+ * hooked with a NodeHook; emit is the session's. Tool work is tool_work.py's: `state.busy` set and
  * a `guard` (DisableTorchFunction) entered. The objects handed over are the session's own (its counter's
  * dict, its module stack, ...), none of them the session: the session is handed to each call.
  *
@@ -231,7 +231,8 @@ static int fast_backward_end(CallPath *self, PyObject *s, PyObject *state, PyObj
     PyObject *node = NULL, *top = NULL, *slots = NULL, *wm = NULL, *weak = NULL, *nr = NULL, *hook = NULL, *r = NULL;
     int split = 0, done = -1;
     PyObject *edges = PyTuple_GET_ITEM(state, 0);
-    int how = one_node(&self->nt, self->state, edges, PyTuple_GET_ITEM(state, 1), out, fold, &node, &top, &slots, &split);
+    int how = one_node(&self->nt, self->state, edges, PyTuple_GET_ITEM(state, 1), out, fold, &node, &top, &slots,
+                       &split);
     if (how != ONE_NODE_HOOK)
         return how == ONE_NODE_NONE ? 1 : how == ONE_NODE_OTHER ? 0 : -1;
     long long seq = sequence_nr(top), mark;
