@@ -36,7 +36,7 @@
 
 static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
-    *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules, *s_seq_watermark,
+    *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules,
     *s_fold_transposes, *s_weak_self, *s_register_hook, *s_register_prehook, *s_read_output, *s_requires_grad,
     *s_output_nr;
 
@@ -192,17 +192,9 @@ static int fast_backward_begin(CallPath *self, PyObject *args, PyObject *kwargs,
         *state = on < 0 ? NULL : Py_NewRef(Py_None);
         return on < 0 ? -1 : 1;
     }
-    PyObject *edges = edges_of_args(&self->nt, args), *floor;
-    if (edges == NULL)
+    if ((*state = begin_state(&self->nt, self->state, args, module)) == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    if ((floor = module ? PyObject_GetAttr(self->state, s_seq_watermark) : Py_NewRef(Py_None)) == NULL) {
-        Py_DECREF(edges);
-        return -1;
-    }
-    *state = PyTuple_Pack(2, edges, floor);
-    Py_DECREF(edges);
-    Py_DECREF(floor);
-    return *state == NULL ? -1 : 1;
+    return 1;
 }
 
 /* TorchCallOps.backward_end's common case: one plain tensor out of one node (edges.c's one_node), hooked
@@ -228,25 +220,13 @@ static int fast_backward_end(CallPath *self, PyObject *s, PyObject *state, PyObj
     int fold = attr_true(s, s_fold_transposes);
     if (fold < 0)
         return -1;
-    PyObject *node = NULL, *top = NULL, *slots = NULL, *wm = NULL, *weak = NULL, *nr = NULL, *hook = NULL, *r = NULL;
+    PyObject *node = NULL, *top = NULL, *slots = NULL, *weak = NULL, *nr = NULL, *hook = NULL, *r = NULL;
     int split = 0, done = -1;
     PyObject *edges = PyTuple_GET_ITEM(state, 0);
     int how = one_node(&self->nt, self->state, edges, PyTuple_GET_ITEM(state, 1), out, fold, &node, &top, &slots,
                        &split);
     if (how != ONE_NODE_HOOK)
         return how == ONE_NODE_NONE ? 1 : how == ONE_NODE_OTHER ? 0 : -1;
-    long long seq = sequence_nr(top), mark;
-    if ((seq == -1 && PyErr_Occurred()) || (wm = PyObject_GetAttr(self->state, s_seq_watermark)) == NULL)
-        goto end;
-    if ((mark = PyLong_AsLongLong(wm)) == -1 && PyErr_Occurred())
-        goto end;
-    if (mark < seq) {
-        PyObject *now = PyLong_FromLongLong(seq);
-        int err = now == NULL || PyObject_SetAttr(self->state, s_seq_watermark, now) < 0;
-        Py_XDECREF(now);
-        if (err)
-            goto end;
-    }
     Py_ssize_t out_nr;
     if ((weak = PyObject_GetAttr(s, s_weak_self)) == NULL || (nr = PyObject_GetAttr(out, s_output_nr)) == NULL
         || ((out_nr = PyLong_AsSsize_t(nr)) == -1 && PyErr_Occurred()))
@@ -268,7 +248,6 @@ end:
     Py_XDECREF(node);
     Py_XDECREF(top);
     Py_XDECREF(slots);
-    Py_XDECREF(wm);
     Py_XDECREF(weak);
     Py_XDECREF(nr);
     Py_XDECREF(hook);
@@ -1405,7 +1384,6 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_t, "t");
     INTERN(s_reshape, "reshape");
     INTERN(s_to, "to");
-    INTERN(s_seq_watermark, "seq_watermark");
     INTERN(s_fold_transposes, "fold_transposes");
     INTERN(s_weak_self, "weak_self");
     INTERN(s_register_hook, "register_hook");

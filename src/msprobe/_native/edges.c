@@ -24,7 +24,8 @@ int edges_init(void) {
     return 0;
 }
 
-long long sequence_nr(PyObject *node) {
+/* node._sequence_nr(), or -1 with an error */
+static long long sequence_nr(PyObject *node) {
     PyObject *got = PyObject_CallMethodNoArgs(node, s_sequence_nr);
     if (got == NULL)
         return -1;
@@ -53,7 +54,8 @@ static PyObject *edge_of(PyObject *x) {
     return edge;
 }
 
-PyObject *edges_of_args(const NodeTypes *nt, PyObject *args) {
+/* backward.args_edges of `args`: a new list, or NULL without an error (see begin_state) */
+static PyObject *edges_of_args(const NodeTypes *nt, PyObject *args) {
     PyObject *edges = PyList_New(0);
     if (edges == NULL)
         return NULL;
@@ -74,6 +76,38 @@ PyObject *edges_of_args(const NodeTypes *nt, PyObject *args) {
         }
     }
     return edges;
+}
+
+PyObject *begin_state(const NodeTypes *nt, PyObject *state, PyObject *args, int module) {
+    PyObject *edges = edges_of_args(nt, args), *floor, *got;
+    if (edges == NULL)
+        return NULL;
+    if ((floor = module ? PyObject_GetAttr(state, s_seq_watermark) : Py_NewRef(Py_None)) == NULL) {
+        Py_DECREF(edges);
+        return NULL;
+    }
+    got = PyTuple_Pack(2, edges, floor);
+    Py_DECREF(edges);
+    Py_DECREF(floor);
+    return got;
+}
+
+/* state.seq_watermark = max(it, node's sequence number): 0, or -1 on error */
+static int raise_watermark(PyObject *state, PyObject *node) {
+    long long seq = sequence_nr(node), mark;
+    PyObject *wm;
+    if ((seq == -1 && PyErr_Occurred()) || (wm = PyObject_GetAttr(state, s_seq_watermark)) == NULL)
+        return -1;
+    mark = PyLong_AsLongLong(wm);
+    Py_DECREF(wm);
+    if (mark == -1 && PyErr_Occurred())
+        return -1;
+    if (mark >= seq)
+        return 0;
+    PyObject *now = PyLong_FromLongLong(seq);
+    int err = now == NULL || PyObject_SetAttr(state, s_seq_watermark, now) < 0;
+    Py_XDECREF(now);
+    return err ? -1 : 0;
 }
 
 /* The inputs that need a gradient, as _attach_one_node's `wanted` keys them: a leaf by the tensor, any
@@ -381,7 +415,7 @@ int one_node(const NodeTypes *nt, PyObject *state, PyObject *edges, PyObject *fl
                 answer = ONE_NODE_OTHER;
                 goto end;
             }
-    if ((*slots_out = PyList_AsTuple(slots)) == NULL)
+    if (raise_watermark(state, top) < 0 || (*slots_out = PyList_AsTuple(slots)) == NULL)
         goto end;
     *node_out = Py_NewRef(gf);
     *top_out = Py_NewRef(top);

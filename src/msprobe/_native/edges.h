@@ -20,14 +20,16 @@ typedef struct {
 
 int edges_init(void);
 
-/* backward.args_edges of `args` (a tuple) when each is a plain tensor, None, a number or a string: a new
- * list; NULL without an error for any other argument (the caller takes the Python path) */
-PyObject *edges_of_args(const NodeTypes *nt, PyObject *args);
+/* TorchCallOps.backward_begin's state for a call about to run with positional `args` (a tuple), each a plain
+ * tensor, None, a number or a string: a new (args_edges' list, the _state module's watermark for a
+ * `module`, else None); NULL without an error for any other argument (the caller takes the Python path) */
+PyObject *begin_state(const NodeTypes *nt, PyObject *state, PyObject *args, int module);
 
 /* backward._attach_one_node's choice for a call whose output `out` (a plain tensor with a node) came from
  * inputs `edges` (edges_of_args' list); `floor` the watermark at a module's start or None; `state` the
  * _state module; `fold` the session's fold_transposes. ONE_NODE_HOOK sets *node (the node to hook), *top
- * (out.grad_fn), *slots (the NodeHook's) and *split, all new references but split. */
+ * (out.grad_fn), *slots (the NodeHook's) and *split, all new references but split, and raises the
+ * watermark to out's node, as _attach_one_node does before it hooks. */
 int one_node(const NodeTypes *nt, PyObject *state, PyObject *edges, PyObject *floor, PyObject *out, int fold,
              PyObject **node, PyObject **top, PyObject **slots, int *split);
 
@@ -36,8 +38,5 @@ int one_node(const NodeTypes *nt, PyObject *state, PyObject *edges, PyObject *fl
  * above `floor`, at most `max_nodes`: a new (edges, cast_to) as the Python walk makes them, or NULL */
 PyObject *walk_edges(const NodeTypes *nt, PyObject *roots, PyObject *leaf, PyObject *nonleaf, long long floor,
                      Py_ssize_t max_nodes);
-
-/* node._sequence_nr(), or -1 with an error */
-long long sequence_nr(PyObject *node);
 
 #endif

@@ -160,6 +160,14 @@ def _made_after(inputs, floor):
     return made_after
 
 
+def _raise_watermark(node):
+    """The watermark up to a call's output node, the last it made: a later call takes only the nodes
+    numbered above the watermark as its own."""
+    seq = node._sequence_nr()
+    if _state.seq_watermark < seq:
+        _state.seq_watermark = seq
+
+
 def _walk_nodes(out_nodes, leaf, nonleaf, floor):
     """The nodes a call made, walked from its outputs' (`out_nodes`: id -> (node, outputs)) back to its
     inputs (`leaf`: id(tensor) -> position, `nonleaf`: (id(node), output_nr) -> position) through nodes
@@ -250,9 +258,7 @@ class BackwardTracker:
         else:
             edges, cast_to = _walk_nodes(out_nodes, leaf, nonleaf, floor)
         for n, _ in out_nodes.values():
-            seq = n._sequence_nr()
-            if _state.seq_watermark < seq:
-                _state.seq_watermark = seq
+            _raise_watermark(n)
         tracker = cls(session, key, save, parent, len(outputs), len(inputs))
         hit = {}
         shared = False  # an input reached by several edges
@@ -346,9 +352,7 @@ class BackwardTracker:
                     return False  # a node made inside this call whose edges may reach the inputs too
         if len(slots) != len(wanted) or not slots or (len(slots) > 1 and len({p for _, p, _ in slots}) != len(slots)):
             return False  # (an input reached by two edges: to sum)
-        seq = top._sequence_nr()
-        if _state.seq_watermark < seq:
-            _state.seq_watermark = seq
+        _raise_watermark(top)
         if _NodeHook is not None and not save and session is not None and session.call_path is not None:
             # fired in C, the common case (the session's C call path is on: nothing is saved)
             hook = _NodeHook(session.weak_self, key, parent, len(inputs), out.output_nr, tuple(slots), split)
