@@ -128,7 +128,7 @@ CALLS = CallCapture(MindSporeCallOps())
 class DumpSession(CaptureSession):
     """Recording state for one step of one rank (see CaptureSession for the arguments).
 
-    The step's files open at the first record, not early on the pool as in PyTorch: a pool thread
+    The step's files open at the first write, not early on the pool as in PyTorch: a pool thread
     opening them while PyNative ops run takes the GIL, which changes hands at every op.
     """
 

@@ -187,3 +187,28 @@ def test_the_flusher_leaves_a_record_that_came_while_it_looked(tmp_path):
     assert "Functional.add.1.forward" not in on_disk(tmp_path)
     s.close()
     assert on_disk(tmp_path)["Functional.add.1.forward"]["output"][0]["Max"] == 3.0
+
+
+def test_a_record_never_waits_for_the_step_files_opening_on_the_pool(tmp_path):
+    """The step's directory and files open on the writer pool as the session starts (PendingWriter); the
+    session takes them at its first write, so a record that comes first does not wait for the pool."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from msprobe.core.dump import flusher
+
+    class EarlySession(Session):
+        early_writer = True
+
+    opening = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(opening.wait, 10)  # the pool is busy: the step's files wait their turn
+        cfg = config_from_dict({"task": "statistics", "level": "mix", "dump_path": str(tmp_path), "statistics": {}})
+        s = EarlySession(cfg, 0, 0, pool=pool)
+        flusher.unwatch(s)
+        for i in range(capture.CHECK_EVERY + 2):  # past a look at the queue
+            s.record(f"Functional.add.{i}.forward", np.array([float(i), 1.0]))
+        assert s.writer is None and not (tmp_path / "step0").exists()
+        opening.set()
+        s.close()
+    data = on_disk(tmp_path)
+    assert len(data) == capture.CHECK_EVERY + 2 and data["Functional.add.3.forward"]["output"][0]["Max"] == 3.0

@@ -202,7 +202,7 @@ class CaptureSession(CallRecords, SessionWriter):
 
     def _check_queue(self):
         """Resolve the queue when it is full, has waited FLUSH_SECONDS or holds FLUSH_SUMMARIES device
-        summaries; open the writer on this thread (a lane only writes through it). Sets the next look:
+        summaries. Sets the next look:
         in CHECK_EVERY records at most, at the record that would fill the queue at the latest."""
         try:
             with self._lock:
@@ -212,8 +212,6 @@ class CaptureSession(CallRecords, SessionWriter):
                               or self.summarizer.pending >= FLUSH_SUMMARIES):
                     self._resolve(self.summarizer.start_resolve())
                 self._due = False
-                if self.writer is None and self.gate is None:
-                    self._writer()
                 self._check_at = self._puts + max(1, min(CHECK_EVERY, FLUSH_RECORDS - len(self._queue)))
         except _WRITE_ERRORS as e:
             self._fail(e)
@@ -235,6 +233,8 @@ class CaptureSession(CallRecords, SessionWriter):
         entries = queue[:]  # (one step each under the GIL: a record appended meanwhile stays queued)
         del queue[:len(entries)]
         self._last = {e[0]: e for e in queue}
+        if entries and self.writer is None and self.gate is None:
+            self._writer()  # the step's files, at its first write: here, never on the lane
 
         def finish_and_write(previous=self._lane_work):
             if previous is not None:

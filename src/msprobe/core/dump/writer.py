@@ -389,8 +389,9 @@ class PendingWriter:
 
     Making `step{N}/rank{R}` and opening its files at a step's first record, with the caches cold from
     the training step's kernels, costs several times what it does in a warm loop; on the pool that
-    work overlaps the first forward calls. A step that records nothing leaves no directory: its
-    session discards the writer.
+    work overlaps the forward calls, and the session takes the writer at its first write (a take at
+    the first record waited for the pool in the step's first call). A step that records nothing leaves
+    no directory: its session discards the writer.
 
     Args:
         pool: the sessions' executor.
@@ -442,8 +443,8 @@ class NoWriter:
 
 class SessionWriter:
     """Mixin of both adapters' DumpSession: `self.writer`, the step's DumpWriter, opened on the pool as
-    the session begins (PendingWriter), taken by the first record (`_writer()`), removed again at
-    close if no record came. The session has `cfg`, `dump_path`, `step`, `rank` and `pool`, sets
+    the session begins (PendingWriter), taken at the first write or tensor file (`_writer()`, on any
+    thread: the training thread, the flusher's, a signal's), removed again at close if no record came. The session has `cfg`, `dump_path`, `step`, `rank` and `pool`, sets
     `framework`, and writes no NaN/inf float in its records (statistics and scalars come as
     json_float strings)."""
 
@@ -452,9 +453,10 @@ class SessionWriter:
     structure_files = True
 
     def _prepare_writer(self, pool, early=True):
-        """`early`: open it now, on `pool` (when there is one); else at the first record. A session whose
+        """`early`: open it now, on `pool` (when there is one); else at the first write. A session whose
         step number may still change must not open early."""
         self.writer = None
+        self._writer_lock = threading.Lock()  # (the training thread's tensor file and the flusher's write)
         check_new_rank_dir(step_rank_dir(self.dump_path, self.step, self.rank), self.cfg)  # a rerun: said now
         self._pending_writer = PendingWriter(pool, self._open_writer) if pool is not None and early else None
 
@@ -468,13 +470,17 @@ class SessionWriter:
 
     def _writer(self):
         if self.writer is None:
-            pending, self._pending_writer = self._pending_writer, None
-            try:
-                self.writer = pending.take() if pending is not None else self._open_writer()
-            except (OSError, MsprobeError) as e:  # a full disk, another run's directory
-                self.writer = NoWriter()
-                self._fail(e)
-            self.writer.on_error = _weak_call(self._fail)  # the writer must not keep its session alive
+            with self._writer_lock:
+                if self.writer is None:
+                    pending, self._pending_writer = self._pending_writer, None
+                    try:
+                        writer = pending.take() if pending is not None else self._open_writer()
+                    except (OSError, MsprobeError) as e:  # a full disk, another run's directory
+                        writer = NoWriter()
+                        self.writer = writer
+                        self._fail(e)
+                    writer.on_error = _weak_call(self._fail)  # the writer must not keep its session alive
+                    self.writer = writer
         return self.writer
 
     def _fail(self, error):
