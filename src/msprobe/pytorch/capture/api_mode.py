@@ -160,10 +160,13 @@ class ApiCapture(TorchFunctionMode):
         """Record a call that writes into an argument with no version bump (api_table.argument_writers:
         batch norm's running statistics): the summaries waiting for it go first, and what the summarizer
         cached for its arguments goes once it has run (a second micro-batch's call would otherwise be
-        handed the first one's record of the running statistics). The Python flow: these calls are few."""
+        handed the first one's record of the running statistics)."""
         try:
             if session.api_level_l2:
                 return session.record_call(prefix, name, func, args, kwargs, inplace, True)
+            fast = session.fast_call  # (a CNN has one in every block: the C flow where the session has it)
+            if fast is not None:
+                return fast(session, prefix, name, func, args, kwargs, inplace, True)
             return session.calls.call(session, prefix, name, func, args, kwargs, inplace, True)
         finally:
             session.summarizer.forget(flat_tensors(args) + flat_tensors(kwargs))
