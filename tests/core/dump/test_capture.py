@@ -6,8 +6,10 @@ write stops the dump and not the caller. The framework is numpy, with no call in
 import contextlib
 import json
 import os
+import threading
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -192,8 +194,6 @@ def test_the_flusher_leaves_a_record_that_came_while_it_looked(tmp_path):
 def test_a_record_never_waits_for_the_step_files_opening_on_the_pool(tmp_path):
     """The step's directory and files open on the writer pool as the session starts (PendingWriter); the
     session takes them at its first write, so a record that comes first does not wait for the pool."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
     from msprobe.core.dump import flusher
 
     class EarlySession(Session):

@@ -202,8 +202,8 @@ class CaptureSession(CallRecords, SessionWriter):
 
     def _check_queue(self):
         """Resolve the queue when it is full, has waited FLUSH_SECONDS or holds FLUSH_SUMMARIES device
-        summaries. Sets the next look:
-        in CHECK_EVERY records at most, at the record that would fill the queue at the latest."""
+        summaries. Sets the next look: in CHECK_EVERY records at most, at the record that would fill the
+        queue at the latest."""
         try:
             with self._lock:
                 queue = self._queue

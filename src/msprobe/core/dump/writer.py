@@ -444,9 +444,9 @@ class NoWriter:
 class SessionWriter:
     """Mixin of both adapters' DumpSession: `self.writer`, the step's DumpWriter, opened on the pool as
     the session begins (PendingWriter), taken at the first write or tensor file (`_writer()`, on any
-    thread: the training thread, the flusher's, a signal's), removed again at close if no record came. The session has `cfg`, `dump_path`, `step`, `rank` and `pool`, sets
-    `framework`, and writes no NaN/inf float in its records (statistics and scalars come as
-    json_float strings)."""
+    thread: the training thread, the flusher's, a signal's), removed again at close if no record came.
+    The session has `cfg`, `dump_path`, `step`, `rank` and `pool`, sets `framework`, and writes no
+    NaN/inf float in its records (statistics and scalars come as json_float strings)."""
 
     framework = None
     # construct.json and stack.json: PyTorch leaves both out at level debug and with extra_info false
@@ -470,17 +470,18 @@ class SessionWriter:
 
     def _writer(self):
         if self.writer is None:
+            failed = None
             with self._writer_lock:
                 if self.writer is None:
                     pending, self._pending_writer = self._pending_writer, None
                     try:
                         writer = pending.take() if pending is not None else self._open_writer()
                     except (OSError, MsprobeError) as e:  # a full disk, another run's directory
-                        writer = NoWriter()
-                        self.writer = writer
-                        self._fail(e)
+                        writer, failed = NoWriter(), e
                     writer.on_error = _weak_call(self._fail)  # the writer must not keep its session alive
                     self.writer = writer
+            if failed is not None:
+                self._fail(failed)
         return self.writer
 
     def _fail(self, error):
