@@ -145,31 +145,23 @@ class ApiCapture(TorchFunctionMode):
         # (_mutates, inline: asked for every recorded call)
         mutates = out_arg or (flag is not None and (kwargs.get("inplace") is True
                                                     or (len(args) > flag and args[flag] is True)))
-        if writes is not None and writes(args, kwargs):
-            return self._record_writer(session, prefix, name, func, args, kwargs, inplace or out_arg)
-        if session.api_level_l2:
-            return session.record_call(prefix, name, func, args, kwargs, inplace or out_arg, mutates)
-        fast = session.fast_call
-        if fast is not None:  # the same flow in C (msprobe._call)
-            return fast(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
-        # record_call's L1/mix case, without its frame
-        return session.calls.call(session, prefix, name, func, args, kwargs, inplace or out_arg, mutates)
-
-    @staticmethod
-    def _record_writer(session, prefix, name, func, args, kwargs, inplace):
-        """Record a call that writes into an argument with no version bump (api_table.argument_writers:
-        batch norm's running statistics): the summaries waiting for it go first, and what the summarizer
-        cached for its arguments goes once it has run (a second micro-batch's call would otherwise be
-        handed the first one's record of the running statistics)."""
+        # a call that writes into an argument with no version bump (api_table.argument_writers: batch norm's
+        # running statistics): the summaries waiting for it go first (it mutates), and what the summarizer
+        # cached for its arguments goes once it has run (a second micro-batch's call would otherwise be
+        # handed the first one's record of the running statistics)
+        writer = writes is not None and writes(args, kwargs)
+        inplace, mutates = inplace or out_arg, mutates or writer
         try:
             if session.api_level_l2:
-                return session.record_call(prefix, name, func, args, kwargs, inplace, True)
-            fast = session.fast_call  # (a CNN has one in every block: the C flow where the session has it)
-            if fast is not None:
-                return fast(session, prefix, name, func, args, kwargs, inplace, True)
-            return session.calls.call(session, prefix, name, func, args, kwargs, inplace, True)
+                return session.record_call(prefix, name, func, args, kwargs, inplace, mutates)
+            fast = session.fast_call
+            if fast is not None:  # the same flow in C (msprobe._call)
+                return fast(session, prefix, name, func, args, kwargs, inplace, mutates)
+            # record_call's L1/mix case, without its frame
+            return session.calls.call(session, prefix, name, func, args, kwargs, inplace, mutates)
         finally:
-            session.summarizer.forget(flat_tensors(args) + flat_tensors(kwargs))
+            if writer:
+                session.summarizer.forget(flat_tensors(args) + flat_tensors(kwargs))
 
     def _before_unrecorded(self, session, func, args, kwargs, info):
         """A call not recorded (nested, private, not an API) that changes a tensor in place launches the
