@@ -21,12 +21,16 @@ FILES = ("dump.json", "construct.json", "stack.json")
 
 
 def extra_calls(x):
-    """Calls the zoo's forward passes make few of: keyword arguments, scalars and None among the
-    arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output,
+    """Calls the zoo's forward passes make few of: keyword arguments, scalars (not finite, bool, str), lists and
+    tuples and None among the arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output,
     operators (named from the caller's instruction), F.linear on a 3-d input (its product viewed back, the
     weight's gradient through a transpose) and under autocast (the weight cast, then transposed)."""
     h = torch.tanh(x)
     a = torch.clamp(h, min=-0.5, max=None)  # kwargs, one of them None
+    a = torch.clamp(a, float("-inf"), float("inf"))  # scalars that are not finite
+    q = torch.div(a, 3.0, rounding_mode="floor").sum(dim=1, keepdim=True)  # str and bool scalars
+    q = torch.where(a > 5, float("nan"), q)  # (never taken: a NaN argument, finite values)
+    c = torch.cat([a, h]).permute((1, 0))  # a list of tensors, a tuple of ints
     v, i = torch.max(a, dim=1)  # a named tuple
     parts = torch.split(a, 2, dim=1)  # a plain tuple of tensors
     s = (a * 0.5 + 1).sum()  # Tensor methods with scalars
@@ -43,7 +47,7 @@ def extra_calls(x):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         z = F.linear(h, w).float()
     return (s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum() + m.sum() + y.sum()
-            + z.sum())
+            + z.sum() + q.sum() + c.sum())
 
 
 def dump(tmp_path, monkeypatch, native, name, level, tag):
@@ -67,12 +71,15 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
         if native:  # the C path took the calls, and fired the one-node backward hooks
             assert debugger_session_fast(debugger)
             assert node_hooks
+            if level != "L1":  # and the C module hooks every module call, the Python ones none
+                assert _PY_HOOK_CALLS == [0]
             if level == "L1":  # with a reshape's pre-hook, and with transposes and casts to undo
                 assert any(h.split for h in node_hooks)
                 steps = {step for h in node_hooks for _, _, how in h.slots if how is not False for step, _ in how}
                 assert steps == {0, 1, 2}
         else:
             assert not node_hooks
+            assert level == "L1" or _PY_HOOK_CALLS[0] > 0  # (what the count above would see)
     finally:
         debugger.close()
         _call.made_hooks(None)
@@ -95,9 +102,23 @@ def debugger_session_fast(debugger):
 _LAST_FAST = []
 
 
+_PY_HOOK_CALLS = [0]  # module calls the Python pre-hook counted (the C ModuleHook hands it its other cases)
+
+
 @pytest.fixture(autouse=True)
 def note_fast(monkeypatch):
+    from msprobe.core.naming import CallCounter
     from msprobe.pytorch.session import DumpSession
+
+    _PY_HOOK_CALLS[0] = 0
+    counter_next = CallCounter.next
+
+    def counting(self, name):  # (a wrapper of the hook itself would add its frame to the stacks)
+        if name.startswith("Module.") and not name.endswith(".parameters_grad"):
+            _PY_HOOK_CALLS[0] += 1
+        return counter_next(self, name)
+
+    monkeypatch.setattr(CallCounter, "next", counting)
 
     made = DumpSession._call_path
 
@@ -142,6 +163,17 @@ def check_equal_dumps(tmp_path, monkeypatch, name, level):
             assert dump_text(fast, key) == dump_text(slow, key), key
         else:
             assert fast[key] == slow[key], key
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_c_module_hooks_behind_dynamos_check(tmp_path, monkeypatch, level):
+    """Once Dynamo is loaded a module's hooks ask torch.compiler.is_compiling() first (a traced call takes the
+    Python hook); eager calls still take the C hooks, and dump the same."""
+    import torch._dynamo  # noqa: F401
+
+    from msprobe.pytorch.debugger import _compiled_capture
+    assert _compiled_capture() is not None
+    check_equal_dumps(tmp_path, monkeypatch, "cnn", level)
 
 
 def test_other_filters_take_the_python_flow(tmp_path, monkeypatch):

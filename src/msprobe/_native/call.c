@@ -8,7 +8,7 @@
  *     -> run (depth) -> [tool work: result_of -> output records -> emit -> backward_end] -> out
  *
  * CallPath(state, guard, tensor, parameter, counts, module_stack, filter, summarizer, recorder, quick, ops,
- *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back, scalar_record,
+ *          with_stack, walk, keeps, limit, capture_stack, backward_of, backward, forward, back,
  *          graph: (is_grad_enabled, AccumulateGrad, TBackward0, ToCopyBackward0, reshaping node types) or None)
  * .call(s, prefix, name, func, args, kwargs, inplace, mutates) -> the call's result, as CallCapture.call
  * gives it for session `s` (its records, queue entries, counters, structure and stack entries, trackers);
@@ -17,7 +17,7 @@
  * `recorded_modules`; `params`: its `_parameters`). `call` is the same two halves around the run.
  * A plain tensor's record comes from `recorder` (msprobe._record, None: not built) and, where that hands
  * it back, from `quick` (the summarizer's record); None and Python scalars as value_record records them
- * (`scalar_record`); every other value from `s.value_record`, an output that is not a tensor, tuple or
+ * (scalar_record, here); every other value from `s.value_record`, an output that is not a tensor, tuple or
  * list from `s.outputs_record`; a parameter that is not a plain tensor from `ops.param_record`;
  * before_mutation, result_of, backward_begin and backward_end are `ops`' (TorchCallOps) own, but their common
  * case (plain tensor arguments, one output made by one node: edges.c reads the graph) is done here, the node
@@ -27,10 +27,12 @@
  *
  * PassOn, in front of the mode's Python handler: the calls the mode does not record, and the recorded ones
  * handed to `call` without that handler (see below). NodeHook: a OneNodeHook's firing (see below).
+ * ModuleHook: a module's pre- and post-hook (modules.py's), their common case here (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 
 #include "edges.h"
 
@@ -38,12 +40,14 @@ static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
     *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules,
     *s_fold_transposes, *s_weak_self, *s_register_hook, *s_register_prehook, *s_read_output, *s_requires_grad,
-    *s_output_nr;
+    *s_output_nr, *s_empty, *s_call_path, *s_module_session, *s_forward_active, *s_passes_everything, *s_parameters_attr,
+    *s_dot_forward, *s_dot_backward, *s_module_stack_attr, *s_type, *s_value, *s_nan, *s_inf, *s_minus_inf,
+    *s_float, *s_bool, *s_int, *s_str, *s_deferred;
 
 typedef struct {
     PyObject_HEAD
     PyObject *state, *guard, *tensor, *parameter, *counts, *module_stack, *filter, *summarizer, *recorder, *quick,
-        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back, *scalar_record, *grad_enabled;
+        *ops, *walk, *keeps, *limit, *capture_stack, *backward_of, *forward, *back, *grad_enabled;
     NodeTypes nt;  /* its tensor and parameter are the two above */
     int with_stack, backward, graph_reads;  /* graph_reads: the common case of backward_begin and _end in C */
     PyObject *enclosing, *bparent;  /* the last enclosing module key and its backward key (backward_of) */
@@ -118,6 +122,28 @@ static PyObject *plain_record(CallPath *self, PyObject *x, PyObject *shared, PyO
     return PyObject_Vectorcall(self->quick, a, 3, NULL);
 }
 
+static PyObject *records_of(CallPath *self, PyObject *s, PyObject *seq, PyObject *const *forward,
+                            PyObject *waits);
+
+/* json_append.scalar_record of an exact int, float, bool or str: {"type": its type's name, "value": it}, a
+ * float that is not finite as "nan", "inf" or "-inf" */
+static PyObject *scalar_record(PyObject *x) {
+    PyObject *value = x, *rec = PyDict_New();
+    if (rec == NULL)
+        return NULL;
+    if (PyFloat_CheckExact(x)) {
+        double d = PyFloat_AS_DOUBLE(x);
+        if (!isfinite(d))
+            value = d != d ? s_nan : d > 0 ? s_inf : s_minus_inf;
+    }
+    PyObject *name = PyFloat_CheckExact(x) ? s_float : PyBool_Check(x) ? s_bool : PyLong_CheckExact(x) ? s_int : s_str;
+    if (PyDict_SetItem(rec, s_type, name) < 0 || PyDict_SetItem(rec, s_value, value) < 0) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    return rec;
+}
+
 static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *const *forward,
                               PyObject *waits) {
     if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter)
@@ -127,7 +153,14 @@ static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject
         return x;
     }
     if (PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
-        return PyObject_CallOneArg(self->scalar_record, x);
+        return scalar_record(x);
+    if (PyTuple_CheckExact(x) || PyList_CheckExact(x)) {  /* (not torch.Size: a record of its own) */
+        if (Py_EnterRecursiveCall(" in a call's nested arguments"))
+            return NULL;
+        PyObject *recs = records_of(self, s, x, forward, waits);
+        Py_LeaveRecursiveCall();
+        return recs;
+    }
     PyObject *a[5] = {s, x, Py_None, Py_False, waits};
     return PyObject_VectorcallMethod(s_value_record, a, 5, NULL);
 }
@@ -185,13 +218,15 @@ static int grad_on(CallPath *self) {
  * 1 with *state set (a new reference), 0 when the Python one decides, -1 on error */
 static int fast_backward_begin(CallPath *self, PyObject *args, PyObject *kwargs, int inplace, int module,
                                PyObject **state) {
-    if (!self->graph_reads || PyDict_GET_SIZE(kwargs) != 0)
+    if (!self->graph_reads)
         return 0;
     int on = inplace ? 0 : grad_on(self);
-    if (on <= 0) {
+    if (on <= 0) {  /* (with any arguments: no backward) */
         *state = on < 0 ? NULL : Py_NewRef(Py_None);
         return on < 0 ? -1 : 1;
     }
+    if (PyDict_GET_SIZE(kwargs) != 0)
+        return 0;
     if ((*state = begin_state(&self->nt, self->state, args, module)) == NULL)
         return PyErr_Occurred() ? -1 : 0;
     return 1;
@@ -297,10 +332,15 @@ static int frame_begin(CallPath *self, PyObject *s, struct frame *f, PyObject **
         }
     }
     if (f->inplace || mutates) {
-        PyObject *a[4] = {self->ops, s, *args, kwargs};
-        if ((r = PyObject_VectorcallMethod(s_before_mutation, a, 4, NULL)) == NULL)
+        int waiting = attr_true(self->summarizer, s_deferred);  /* nothing waits: nothing to launch first */
+        if (waiting < 0)
             goto fail;
-        Py_CLEAR(r);
+        if (waiting) {
+            PyObject *a[4] = {self->ops, s, *args, kwargs};
+            if ((r = PyObject_VectorcallMethod(s_before_mutation, a, 4, NULL)) == NULL)
+                goto fail;
+            Py_CLEAR(r);
+        }
     }
     if (self->backward) {
         /* the enclosing module's backward is the parent of this one's: a module's parent, an API call's
@@ -569,13 +609,10 @@ static PyTypeObject FrameType = {
     .tp_dealloc = (destructor)frameobj_dealloc,
 };
 
-/* begin(s, key, parent, base, args, kwargs) -> the frame of module call `key` (CallCapture.begin, module) */
-static PyObject *begin(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyDict_Check(argv[5])) {
-        PyErr_SetString(PyExc_TypeError, "begin(s, key, parent, base, args, kwargs: dict)");
-        return NULL;
-    }
-    PyObject *s = argv[0], *args = PySequence_Tuple(argv[4]);
+/* the frame of module call `key` (CallCapture.begin, module); `bkey`: its backward key (NULL: backward_of's) */
+static PyObject *module_begin(CallPath *self, PyObject *s, PyObject *key, PyObject *bkey, PyObject *parent,
+                              PyObject *base, PyObject *args_in, PyObject *kwargs) {
+    PyObject *args = PySequence_Tuple(args_in);
     if (args == NULL)
         return NULL;
     Frame *fr = PyObject_GC_New(Frame, &FrameType);
@@ -588,20 +625,37 @@ static PyObject *begin(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) 
     PyObject_GC_Track(fr);
     struct frame *f = &fr->f;
     f->module = 1;
-    f->key = argv[1];
-    f->parent = argv[2];
-    f->base = argv[3];
-    Py_INCREF(f->key);
-    Py_INCREF(f->parent);
-    Py_INCREF(f->base);
-    if ((self->backward && (f->bkey = PyObject_CallOneArg(self->backward_of, f->key)) == NULL)
-        || PyObject_SetAttr(self->filter, s_hit, Py_True) < 0 || frame_begin(self, s, f, &args, argv[5], 0) < 0) {
+    f->key = Py_NewRef(key);
+    f->parent = Py_NewRef(parent);
+    f->base = Py_NewRef(base);
+    if (self->backward)
+        f->bkey = bkey != NULL ? Py_NewRef(bkey) : PyObject_CallOneArg(self->backward_of, key);
+    if ((self->backward && f->bkey == NULL) || PyObject_SetAttr(self->filter, s_hit, Py_True) < 0
+        || frame_begin(self, s, f, &args, kwargs, 0) < 0) {
         Py_XDECREF(args);
         Py_DECREF(fr);
         return NULL;
     }
     Py_DECREF(args);
     return (PyObject *)fr;
+}
+
+/* begin(s, key, parent, base, args, kwargs) -> the frame of module call `key` (CallCapture.begin, module) */
+static PyObject *begin(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(argv[5])) {
+        PyErr_SetString(PyExc_TypeError, "begin(s, key, parent, base, args, kwargs: dict)");
+        return NULL;
+    }
+    return module_begin(self, argv[0], argv[1], NULL, argv[2], argv[3], argv[4], argv[5]);
+}
+
+static PyObject *module_end(CallPath *self, PyObject *s, Frame *fr, PyObject *out, PyObject *params) {
+    if (fr->ended) {
+        PyErr_SetString(PyExc_RuntimeError, "end: a frame ended already");
+        return NULL;
+    }
+    fr->ended = 1;
+    return frame_end(self, s, &fr->f, out, s_empty, params);
 }
 
 /* end(s, frame, out, params) -> out as handed on (CallCapture.end of a module; `params`: its
@@ -611,28 +665,16 @@ static PyObject *end(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "end(s, frame: Frame, out, params: dict)");
         return NULL;
     }
-    Frame *fr = (Frame *)argv[1];
-    if (fr->ended) {
-        PyErr_SetString(PyExc_RuntimeError, "end: a frame ended already");
-        return NULL;
-    }
-    fr->ended = 1;
-    PyObject *none = PyTuple_New(0);
-    if (none == NULL)
-        return NULL;
-    PyObject *got = frame_end(self, argv[0], &fr->f, argv[2], none, argv[3]);
-    Py_DECREF(none);
-    return got;
+    return module_end(self, argv[0], (Frame *)argv[1], argv[2], argv[3]);
 }
 
-#define N_HELD 24
+#define N_HELD 23
 
 static PyObject **held(CallPath *self, int i) {
     PyObject **all[N_HELD] = {&self->state, &self->guard, &self->tensor, &self->parameter, &self->counts,
                               &self->module_stack, &self->filter, &self->summarizer, &self->recorder, &self->quick,
                               &self->ops, &self->walk, &self->keeps, &self->limit, &self->capture_stack,
-                              &self->backward_of, &self->forward, &self->back, &self->scalar_record,
-                              &self->grad_enabled, &self->nt.acc_grad, &self->nt.transpose, &self->nt.to_copy,
+                              &self->backward_of, &self->forward, &self->back, &self->grad_enabled, &self->nt.acc_grad, &self->nt.transpose, &self->nt.to_copy,
                               &self->nt.reshapes};
     return all[i];
 }
@@ -642,12 +684,12 @@ static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (self == NULL)
         return NULL;
     PyObject *graph;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUUOO:CallPath", &self->state, &PyType_Type,
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!OOOOOpOO!OOOpUUO:CallPath", &self->state, &PyType_Type,
                           &self->guard, &PyType_Type, &self->tensor, &PyType_Type, &self->parameter, &PyDict_Type,
                           &self->counts, &PyList_Type, &self->module_stack, &self->filter, &self->summarizer,
                           &self->recorder, &self->quick, &self->ops, &self->with_stack, &self->walk, &PyDict_Type,
                           &self->keeps, &self->limit, &self->capture_stack, &self->backward_of, &self->backward,
-                          &self->forward, &self->back, &self->scalar_record, &graph)
+                          &self->forward, &self->back, &graph)
         || (graph != Py_None
             && !PyArg_ParseTuple(graph, "OO!O!O!O!:CallPath's graph", &self->grad_enabled, &PyType_Type,
                                  &self->nt.acc_grad, &PyType_Type, &self->nt.transpose, &PyType_Type,
@@ -714,6 +756,229 @@ static PyTypeObject CallPathType = {
     .tp_methods = callpath_methods,
 };
 
+/* ModuleHook(capture, state, base, frames, graph_task, slow, post): one module's forward pre-hook (post
+ * false) or forward hook (post true), as ModuleCapture's Python hooks (`slow`, same arguments) record it,
+ * for the common case: a session with a CallPath, forward capture on, no tool work, no nesting, outside
+ * autograd's engine (graph_task() == -1). Any other case is `slow`'s. The pre-hook counts the call, pushes its
+ * key on the module stack and begins its frame; the post-hook pops them and ends it. `frames` is the
+ * capture's list of (key, parent, frame or None) shared with `slow`, so either may begin what the other ends. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *capture, *state, *base, *frames, *graph_task, *slow, *fkey, *bkey;  /* fkey/bkey: "{base}.forward." */
+    int post;
+    vectorcallfunc vectorcall;
+} ModuleHook;
+
+/* the session's CallPath when the pre-hook may record in C (a new reference), Py_None when `slow` decides,
+ * NULL on error */
+static PyObject *hook_path(ModuleHook *self, PyObject *s) {
+    PyObject *path = NULL, *v;
+    int quiet;
+    if (s == Py_None)
+        return Py_NewRef(Py_None);
+    if ((quiet = attr_true(self->capture, s_forward_active)) < 0)
+        return NULL;
+    if (!quiet)
+        return Py_NewRef(Py_None);
+    /* state.busy or state.depth: tool work, or a call inside a recorded one */
+    if ((quiet = attr_true(self->state, s_busy)) < 0 || (!quiet && (quiet = attr_true(self->state, s_depth)) < 0))
+        return NULL;
+    if (quiet)
+        return Py_NewRef(Py_None);
+    if ((v = PyObject_CallNoArgs(self->graph_task)) == NULL)
+        return NULL;
+    long task = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (task == -1 && PyErr_Occurred())
+        return NULL;
+    if (task != -1)  /* in backward: a checkpoint's recomputation, maybe */
+        return Py_NewRef(Py_None);
+    if ((path = PyObject_GetAttr(s, s_call_path)) == NULL)
+        return NULL;
+    if (Py_TYPE(path) != &CallPathType) {
+        Py_DECREF(path);
+        return Py_NewRef(Py_None);
+    }
+    if ((quiet = attr_true(((CallPath *)path)->filter, s_passes_everything)) <= 0) {
+        Py_DECREF(path);
+        return quiet < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    return path;
+}
+
+static PyObject *module_hook_pre(ModuleHook *self, PyObject *const *args) {
+    PyObject *s = PyObject_GetAttr(self->state, s_module_session), *path = NULL, *n = NULL, *key = NULL,
+             *bkey = NULL, *frame = NULL, *entry = NULL, *result = NULL;
+    if (s == NULL || (path = hook_path(self, s)) == NULL)
+        goto end;
+    if (path == Py_None) {
+        result = PyObject_Vectorcall(self->slow, args, 3, NULL);
+        goto end;
+    }
+    CallPath *cp = (CallPath *)path;
+    if (!PyDict_Check(args[2])) {
+        result = PyObject_Vectorcall(self->slow, args, 3, NULL);
+        goto end;
+    }
+    /* the counter (a defaultdict(int): no default asked for, in place) */
+    PyObject *got = PyDict_GetItemWithError(cp->counts, self->base);
+    if (got == NULL && PyErr_Occurred())
+        goto end;
+    Py_ssize_t count = got == NULL ? 0 : PyLong_AsSsize_t(got);
+    if (count == -1 && PyErr_Occurred())
+        goto end;
+    if ((n = PyLong_FromSsize_t(count + 1)) == NULL || PyDict_SetItem(cp->counts, self->base, n) < 0)
+        goto end;
+    if ((key = PyUnicode_FromFormat("%U%zd", self->fkey, count)) == NULL
+        || (cp->backward && (bkey = PyUnicode_FromFormat("%U%zd", self->bkey, count)) == NULL))
+        goto end;
+    Py_ssize_t depth = PyList_GET_SIZE(cp->module_stack);
+    PyObject *parent = depth ? PyList_GET_ITEM(cp->module_stack, depth - 1) : Py_None;
+    Py_INCREF(parent);
+    if (PyList_Append(cp->module_stack, key) < 0
+        || (frame = module_begin(cp, s, key, bkey, parent, self->base, args[1], args[2])) == NULL
+        || (entry = PyTuple_Pack(3, key, parent, frame)) == NULL || PyList_Append(self->frames, entry) < 0) {
+        Py_DECREF(parent);
+        goto end;
+    }
+    Py_DECREF(parent);
+    result = Py_NewRef(Py_None);
+end:
+    Py_XDECREF(s);
+    Py_XDECREF(path);
+    Py_XDECREF(n);
+    Py_XDECREF(key);
+    Py_XDECREF(bkey);
+    Py_XDECREF(frame);
+    Py_XDECREF(entry);
+    return result;
+}
+
+static PyObject *module_hook_post(ModuleHook *self, PyObject *const *args) {
+    Py_ssize_t n = PyList_GET_SIZE(self->frames);
+    if (n == 0)
+        return Py_NewRef(Py_None);
+    PyObject *entry = PyList_GET_ITEM(self->frames, n - 1);
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
+        || Py_TYPE(PyTuple_GET_ITEM(entry, 2)) != &FrameType)  /* the slow hook's to end */
+        return PyObject_Vectorcall(self->slow, args, 4, NULL);
+    Py_INCREF(entry);
+    PyObject *result = NULL, *path = NULL, *params = NULL;
+    if (PyList_SetSlice(self->frames, n - 1, n, NULL) < 0)
+        goto end;
+    PyObject *s = PyObject_GetAttr(self->state, s_module_session);
+    if (s == NULL)
+        goto end;
+    if (s != Py_None) {
+        PyObject *key = PyTuple_GET_ITEM(entry, 0), *stack = PyObject_GetAttr(s, s_module_stack_attr);
+        if (stack == NULL)
+            goto end_s;
+        Py_ssize_t depth = PyList_Check(stack) ? PyList_GET_SIZE(stack) : 0;
+        int top = depth ? PyObject_RichCompareBool(PyList_GET_ITEM(stack, depth - 1), key, Py_EQ) : 0;
+        if (top < 0 || (top && PyList_SetSlice(stack, depth - 1, depth, NULL) < 0)) {
+            Py_DECREF(stack);
+            goto end_s;
+        }
+        Py_DECREF(stack);
+        if ((path = PyObject_GetAttr(s, s_call_path)) == NULL)
+            goto end_s;
+        if (Py_TYPE(path) == &CallPathType) {  /* (else a session begun since: the call is dropped) */
+            if ((params = PyObject_GetAttr(args[0], s_parameters_attr)) == NULL)
+                goto end_s;
+            if (!PyDict_Check(params)) {
+                PyErr_SetString(PyExc_TypeError, "a module's _parameters is not a dict");
+                goto end_s;
+            }
+            PyObject *out = module_end((CallPath *)path, s, (Frame *)PyTuple_GET_ITEM(entry, 2), args[3], params);
+            if (out == NULL)
+                goto end_s;
+            Py_DECREF(out);
+        }
+    }
+    result = Py_NewRef(Py_None);
+end_s:
+    Py_DECREF(s);
+end:
+    Py_DECREF(entry);
+    Py_XDECREF(path);
+    Py_XDECREF(params);
+    return result;
+}
+
+static PyObject *module_hook_call(ModuleHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != (self->post ? 4 : 3))
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    return self->post ? module_hook_post(self, args) : module_hook_pre(self, args);
+}
+
+static PyObject *module_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    ModuleHook *self = (ModuleHook *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OOUO!OOp:ModuleHook", &self->capture, &self->state, &self->base, &PyList_Type,
+                          &self->frames, &self->graph_task, &self->slow, &self->post)) {
+        self->capture = self->state = self->base = self->frames = self->graph_task = self->slow = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(self->capture);
+    Py_INCREF(self->state);
+    Py_INCREF(self->base);
+    Py_INCREF(self->frames);
+    Py_INCREF(self->graph_task);
+    Py_INCREF(self->slow);
+    /* the keys naming.py makes: "{base}.forward.{n}" and its backward_of, "{base}.backward.{n}" */
+    if ((self->fkey = PyUnicode_Concat(self->base, s_dot_forward)) == NULL
+        || (self->bkey = PyUnicode_Concat(self->base, s_dot_backward)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)module_hook_call;
+    return (PyObject *)self;
+}
+
+static int module_hook_traverse(ModuleHook *self, visitproc visit, void *arg) {
+    Py_VISIT(self->capture);
+    Py_VISIT(self->state);
+    Py_VISIT(self->frames);
+    Py_VISIT(self->graph_task);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int module_hook_clear(ModuleHook *self) {
+    Py_CLEAR(self->capture);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->base);
+    Py_CLEAR(self->frames);
+    Py_CLEAR(self->graph_task);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->fkey);
+    Py_CLEAR(self->bkey);
+    return 0;
+}
+
+static void module_hook_dealloc(ModuleHook *self) {
+    PyObject_GC_UnTrack(self);
+    module_hook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ModuleHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._call.ModuleHook",
+    .tp_basicsize = sizeof(ModuleHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A module's forward pre-hook or hook: the common case in C, every other the Python hook's.",
+    .tp_new = module_hook_new,
+    .tp_traverse = (traverseproc)module_hook_traverse,
+    .tp_clear = (inquiry)module_hook_clear,
+    .tp_dealloc = (destructor)module_hook_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ModuleHook, vectorcall),
+};
+
 /* 1 when attribute `name` of `obj` is true; 0 false; -1 on error */
 static int attr_true(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -742,7 +1007,7 @@ typedef struct {
     vectorcallfunc vectorcall;
 } NodeHook;
 
-static PyObject *s_backward_open, *s_call_path, *s_gradient_record, *s_emit_backward_record, *s_empty, *s_t, *s_reshape,
+static PyObject *s_backward_open, *s_gradient_record, *s_emit_backward_record, *s_t, *s_reshape,
     *s_to;
 
 /* `g` as the backwards of `how` (see NodeHook) hand it on: a new reference, or NULL */
@@ -1065,7 +1330,7 @@ typedef struct {
     vectorcallfunc vectorcall;
 } PassOn;
 
-static PyObject *s_session, *s_summarizer, *s_deferred, *s_dynamo, *s_distributed, *s_api_level_l2, *s_fast_call,
+static PyObject *s_session, *s_summarizer, *s_dynamo, *s_distributed, *s_api_level_l2, *s_fast_call,
     *s_out, *s_inplace;
 
 /* 1 when the Python handler must see an unrecorded call (a session whose summaries wait for a launch may
@@ -1391,12 +1656,28 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_read_output, "read_output");
     INTERN(s_requires_grad, "requires_grad");
     INTERN(s_output_nr, "output_nr");
+    INTERN(s_module_session, "session");
+    INTERN(s_forward_active, "forward_active");
+    INTERN(s_passes_everything, "passes_everything");
+    INTERN(s_parameters_attr, "_parameters");
+    INTERN(s_module_stack_attr, "module_stack");
+    INTERN(s_dot_forward, ".forward.");
+    INTERN(s_dot_backward, ".backward.");
+    INTERN(s_type, "type");
+    INTERN(s_value, "value");
+    INTERN(s_nan, "nan");
+    INTERN(s_inf, "inf");
+    INTERN(s_minus_inf, "-inf");
+    INTERN(s_float, "float");
+    INTERN(s_bool, "bool");
+    INTERN(s_int, "int");
+    INTERN(s_str, "str");
     if (edges_init() < 0)
         return NULL;
     if ((s_empty = PyTuple_New(0)) == NULL)
         return NULL;
     if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0
-        || PyType_Ready(&NodeHookType) < 0)
+        || PyType_Ready(&NodeHookType) < 0 || PyType_Ready(&ModuleHookType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1416,6 +1697,12 @@ PyMODINIT_FUNC PyInit__call(void) {
     Py_INCREF(&NodeHookType);
     if (PyModule_AddObject(m, "NodeHook", (PyObject *)&NodeHookType) < 0) {
         Py_DECREF(&NodeHookType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ModuleHookType);
+    if (PyModule_AddObject(m, "ModuleHook", (PyObject *)&ModuleHookType) < 0) {
+        Py_DECREF(&ModuleHookType);
         Py_DECREF(m);
         return NULL;
     }

@@ -183,7 +183,7 @@ class DumpSession(CaptureSession):
         return _CallPath(_state, DisableTorchFunction, torch.Tensor, torch.nn.Parameter, self.counter.counts,
                          self.module_stack, flt, summarizer, summarizer.native_record, self.quick_record,
                          self.calls.ops, self.with_stack, walk, keeps, limit, capture_stack, naming.backward_of,
-                         flt.backward, naming.FORWARD, naming.BACKWARD, scalar_record,
+                         flt.backward, naming.FORWARD, naming.BACKWARD,
                          None if graph.NODE_TYPES is None else (torch.is_grad_enabled, *graph.NODE_TYPES))
 
     def _new_summarizer(self):

@@ -3,12 +3,19 @@ through BackwardTracker (no full-backward-hook views, so in-place modules work),
 gradients through post-accumulate-grad hooks. The root module itself is not recorded.
 """
 
+import os
+
 import torch
 
 from msprobe.core.dump.call_capture import CallFrame
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.recompute import graph_task_id, recomputing
 from msprobe.pytorch.tool_work import tool_work
+
+try:
+    from msprobe._call import ModuleHook as _ModuleHook
+except ImportError:  # the extension is not built: the Python hooks alone
+    _ModuleHook = None
 
 
 def own_parameters(module):
@@ -109,9 +116,10 @@ class ModuleCapture:
             return
         for path, mod in self.modules:
             base = f"Module.{path}.{class_name(mod)}"
-            self._fwd_handles.append(mod.register_forward_pre_hook(self._pre(base), with_kwargs=True))
-            self._fwd_handles.append(mod.register_forward_hook(self._post(mod, base), with_kwargs=True,
-                                                               always_call=True))
+            self._fwd_handles.append(mod.register_forward_pre_hook(self._hook(self._pre(base), base, False),
+                                                                   with_kwargs=True))
+            self._fwd_handles.append(mod.register_forward_hook(self._hook(self._post(mod, base), base, True),
+                                                               with_kwargs=True, always_call=True))
         if not self._grad_handles:
             self._attach_grad_hooks()
 
@@ -128,6 +136,25 @@ class ModuleCapture:
         self._fwd_handles, self._grad_handles = [], []
 
     # -- forward -------------------------------------------------------------------------------
+    def _hook(self, slow, base, post):
+        """The hook torch calls: msprobe._call's ModuleHook, which records the common case in C and hands
+        every other to `slow` (the Python hook below); where Dynamo may trace it, behind a Python check that
+        Dynamo reads as a constant, so a traced call takes `slow` (a C callable would break its graph)."""
+        if _ModuleHook is None or os.environ.get("MSPROBE_NATIVE_RECORD", "1") == "0":
+            return slow
+        fast = _ModuleHook(self, _state, base, self._frames, graph_task_id, slow, post)
+        compiled = self.compiled
+        if compiled is None:
+            return fast
+        is_compiling = compiled.is_compiling
+        if post:
+            def hook(module, args, kwargs, output):
+                return (slow if is_compiling() else fast)(module, args, kwargs, output)
+        else:
+            def hook(module, args, kwargs):
+                return (slow if is_compiling() else fast)(module, args, kwargs)
+        return hook
+
     def _pre(self, base):
         compiled = self.compiled
 
