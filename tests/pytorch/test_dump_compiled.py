@@ -199,6 +199,42 @@ def test_graph_breaks_of_the_model_are_its_own(tmp_path):
     assert "Torch.tanh.0.forward" in compiled[0].keys()
 
 
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_model_compiled_in_place_after_eager_steps(tmp_path, monkeypatch, level):
+    """Module hooks made while Dynamo was not loaded have no compile check in front of them (msprobe._call's
+    C hooks alone); once the model is compiled in place (`model.compile()`, the same object) the next start()
+    makes them again with it: the compiled step breaks no graph and records what an eager step records."""
+    import msprobe.pytorch.debugger as debugger_module
+
+    torch.manual_seed(0)
+    model = models.build("cnn").eval()  # (batch norm's running statistics stay: the two steps compute alike)
+    x, y = models.batches("cnn", 1)[0]
+    path = str(tmp_path / "dump")
+    dbg = PrecisionDebugger(dump_path=path, level=level, task="statistics")
+
+    def step():
+        dbg.start(model)
+        type(model).loss_of(model(x), y).backward()
+        model.zero_grad()
+        dbg.stop()
+        dbg.step()
+
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(debugger_module, "_compiled_capture", lambda: None)  # as if Dynamo were not loaded
+            step()
+        torch._dynamo.reset()
+        model.compile(backend="aot_eager")
+        breaks, graphs = graph_breaks(), compiled_graphs()
+        step()
+        assert graph_breaks() == breaks
+        assert compiled_graphs() > graphs  # (it did compile)
+    finally:
+        dbg.close()
+    readers = {r.step: DumpReader(r.path) for r in find_rank_dirs(path)}
+    assert_same_records({0: readers[0]}, {0: readers[1]}, rel=1e-6, exact_interleave=False)
+
+
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 def test_no_recompile_when_msprobe_is_off(tmp_path, level):
     """Five dumped steps compile one entry; five steps after stop() run the entry compiled before

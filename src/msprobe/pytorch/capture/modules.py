@@ -106,14 +106,21 @@ class ModuleCapture:
         self.compiled = compiled  # capture/compiled.py while a compiled model may run: Dynamo traces the hooks
         self._fwd_handles = []
         self._grad_handles = []
+        self._hooked_compiled = None  # `compiled` when the forward hooks were made
         self._frames = []
         self.forward_active = False
         self.grads_active = False
 
     def attach(self):
         self.forward_active = self.grads_active = True
+        if self._fwd_handles and self._hooked_compiled is None and self.compiled is not None:
+            # made before Dynamo was loaded (a model compiled since, in place): again, with the compile check
+            for h in self._fwd_handles:
+                h.remove()
+            self._fwd_handles = []
         if self._fwd_handles:
             return
+        self._hooked_compiled = self.compiled
         for path, mod in self.modules:
             base = f"Module.{path}.{class_name(mod)}"
             self._fwd_handles.append(mod.register_forward_pre_hook(self._hook(self._pre(base), base, False),
