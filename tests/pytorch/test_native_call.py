@@ -22,9 +22,10 @@ FILES = ("dump.json", "construct.json", "stack.json")
 
 def extra_calls(x):
     """Calls the zoo's forward passes make few of: keyword arguments, scalars (not finite, bool, str), lists and
-    tuples and None among the arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a non-tensor output,
-    operators (named from the caller's instruction), F.linear on a 3-d input (its product viewed back, the
-    weight's gradient through a transpose) and under autocast (the weight cast, then transposed)."""
+    tuples and None among the arguments, tuple outputs, an in-place call with `out=`, a call under no_grad, a
+    non-tensor output, operators (named from the caller's instruction), F.linear on a 3-d input (its product
+    viewed back, the weight's gradient through a transpose) and under autocast (the weight cast, then
+    transposed)."""
     h = torch.tanh(x)
     a = torch.clamp(h, min=-0.5, max=None)  # kwargs, one of them None
     a = torch.clamp(a, float("-inf"), float("inf"))  # scalars that are not finite

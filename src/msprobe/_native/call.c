@@ -40,9 +40,9 @@ static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s
     *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
     *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules,
     *s_fold_transposes, *s_weak_self, *s_register_hook, *s_register_prehook, *s_read_output, *s_requires_grad,
-    *s_output_nr, *s_empty, *s_call_path, *s_module_session, *s_forward_active, *s_passes_everything, *s_parameters_attr,
-    *s_dot_forward, *s_dot_backward, *s_module_stack_attr, *s_type, *s_value, *s_nan, *s_inf, *s_minus_inf,
-    *s_float, *s_bool, *s_int, *s_str, *s_deferred;
+    *s_output_nr, *s_empty, *s_call_path, *s_session, *s_forward_active, *s_passes_everything,
+    *s_parameters_attr, *s_dot_forward, *s_dot_backward, *s_module_stack_attr, *s_type, *s_value, *s_nan, *s_inf,
+    *s_minus_inf, *s_float, *s_bool, *s_int, *s_str, *s_deferred;
 
 typedef struct {
     PyObject_HEAD
@@ -674,8 +674,8 @@ static PyObject **held(CallPath *self, int i) {
     PyObject **all[N_HELD] = {&self->state, &self->guard, &self->tensor, &self->parameter, &self->counts,
                               &self->module_stack, &self->filter, &self->summarizer, &self->recorder, &self->quick,
                               &self->ops, &self->walk, &self->keeps, &self->limit, &self->capture_stack,
-                              &self->backward_of, &self->forward, &self->back, &self->grad_enabled, &self->nt.acc_grad, &self->nt.transpose, &self->nt.to_copy,
-                              &self->nt.reshapes};
+                              &self->backward_of, &self->forward, &self->back, &self->grad_enabled,
+                              &self->nt.acc_grad, &self->nt.transpose, &self->nt.to_copy, &self->nt.reshapes};
     return all[i];
 }
 
@@ -807,7 +807,7 @@ static PyObject *hook_path(ModuleHook *self, PyObject *s) {
 }
 
 static PyObject *module_hook_pre(ModuleHook *self, PyObject *const *args) {
-    PyObject *s = PyObject_GetAttr(self->state, s_module_session), *path = NULL, *n = NULL, *key = NULL,
+    PyObject *s = PyObject_GetAttr(self->state, s_session), *path = NULL, *n = NULL, *key = NULL,
              *bkey = NULL, *frame = NULL, *entry = NULL, *result = NULL;
     if (s == NULL || (path = hook_path(self, s)) == NULL)
         goto end;
@@ -866,7 +866,7 @@ static PyObject *module_hook_post(ModuleHook *self, PyObject *const *args) {
     PyObject *result = NULL, *path = NULL, *params = NULL;
     if (PyList_SetSlice(self->frames, n - 1, n, NULL) < 0)
         goto end;
-    PyObject *s = PyObject_GetAttr(self->state, s_module_session);
+    PyObject *s = PyObject_GetAttr(self->state, s_session);
     if (s == NULL)
         goto end;
     if (s != Py_None) {
@@ -1330,7 +1330,7 @@ typedef struct {
     vectorcallfunc vectorcall;
 } PassOn;
 
-static PyObject *s_session, *s_summarizer, *s_dynamo, *s_distributed, *s_api_level_l2, *s_fast_call,
+static PyObject *s_summarizer, *s_dynamo, *s_distributed, *s_api_level_l2, *s_fast_call,
     *s_out, *s_inplace;
 
 /* 1 when the Python handler must see an unrecorded call (a session whose summaries wait for a launch may
@@ -1656,7 +1656,6 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_read_output, "read_output");
     INTERN(s_requires_grad, "requires_grad");
     INTERN(s_output_nr, "output_nr");
-    INTERN(s_module_session, "session");
     INTERN(s_forward_active, "forward_active");
     INTERN(s_passes_everything, "passes_everything");
     INTERN(s_parameters_attr, "_parameters");
