@@ -32,6 +32,9 @@ def extra_calls(x):
     q = torch.div(a, 3.0, rounding_mode="floor").sum(dim=1, keepdim=True)  # str and bool scalars
     q = torch.where(a > 5, float("nan"), q)  # (never taken: a NaN argument, finite values)
     c = torch.cat([a, h]).permute((1, 0))  # a list of tensors, a tuple of ints
+    g = a[:, 1:].to(torch.float64).to(dtype=torch.float32)  # an index tuple, a dtype (positional, keyword)
+    g = g[..., ::2] + g[:, torch.tensor(2):]  # Ellipsis, a slice with a step, a slice bound that is a tensor
+    g = g.reshape(g.shape).sum(dim=0, keepdim=True)  # a torch.Size; keyword scalars, with gradients
     v, i = torch.max(a, dim=1)  # a named tuple
     parts = torch.split(a, 2, dim=1)  # a plain tuple of tensors
     s = (a * 0.5 + 1).sum()  # Tensor methods with scalars
@@ -48,7 +51,7 @@ def extra_calls(x):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         z = F.linear(h, w).float()
     return (s + v.sum() + parts[0].sum() + n.sum() + buf.sum() + shape[0] + i.float().sum() + m.sum() + y.sum()
-            + z.sum() + q.sum() + c.sum())
+            + z.sum() + q.sum() + c.sum() + g.sum())
 
 
 def dump(tmp_path, monkeypatch, native, name, level, tag):

@@ -36,13 +36,14 @@
 
 #include "edges.h"
 
-static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record, *s_outputs_record,
-    *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter, *s_exit, *s_input_args,
+static PyObject *s_busy, *s_depth, *s_hit, *s_in_optimizer, *s_share_forward, *s_defer_forward, *s_value_record,
+    *s_outputs_record, *s_emit, *s_before_mutation, *s_result_of, *s_backward_begin, *s_backward_end, *s_enter,
+    *s_exit, *s_input_args,
     *s_input_kwargs, *s_output, *s_optimizer, *s_param_record, *s_parameters, *s_recorded_modules,
     *s_fold_transposes, *s_weak_self, *s_register_hook, *s_register_prehook, *s_read_output, *s_requires_grad,
     *s_output_nr, *s_empty, *s_call_path, *s_session, *s_forward_active, *s_passes_everything,
     *s_parameters_attr, *s_dot_forward, *s_dot_backward, *s_module_stack_attr, *s_type, *s_value, *s_nan, *s_inf,
-    *s_minus_inf, *s_float, *s_bool, *s_int, *s_str, *s_deferred;
+    *s_minus_inf, *s_float, *s_bool, *s_int, *s_str, *s_deferred, *s_slice, *s_ellipsis, *s_dots;
 
 typedef struct {
     PyObject_HEAD
@@ -144,6 +145,36 @@ static PyObject *scalar_record(PyObject *x) {
     return rec;
 }
 
+/* records.common_value_record of a slice ({"type": "slice", "value": [start, stop, step]}, each an int or None
+ * as it is, anything else as its str) or of Ellipsis ({"type": "ellipsis", "value": "..."}) */
+static PyObject *index_record(PyObject *x) {
+    PyObject *rec = PyDict_New(), *value = NULL;
+    if (rec == NULL)
+        return NULL;
+    if (x == Py_Ellipsis) {
+        value = Py_NewRef(s_dots);
+    } else if ((value = PyList_New(3)) != NULL) {
+        PySliceObject *sl = (PySliceObject *)x;
+        PyObject *parts[3] = {sl->start, sl->stop, sl->step};
+        for (int i = 0; i < 3; i++) {
+            PyObject *p = parts[i], *v = p == Py_None || PyLong_Check(p) ? Py_NewRef(p) : PyObject_Str(p);
+            if (v == NULL) {
+                Py_CLEAR(value);
+                break;
+            }
+            PyList_SET_ITEM(value, i, v);
+        }
+    }
+    if (value == NULL || PyDict_SetItem(rec, s_type, x == Py_Ellipsis ? s_ellipsis : s_slice) < 0
+        || PyDict_SetItem(rec, s_value, value) < 0) {
+        Py_XDECREF(value);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    Py_DECREF(value);
+    return rec;
+}
+
 static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject *const *forward,
                               PyObject *waits) {
     if (Py_TYPE(x) == (PyTypeObject *)self->tensor || Py_TYPE(x) == (PyTypeObject *)self->parameter)
@@ -154,6 +185,8 @@ static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject
     }
     if (PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
         return scalar_record(x);
+    if (PySlice_Check(x) || x == Py_Ellipsis)
+        return index_record(x);
     if (PyTuple_CheckExact(x) || PyList_CheckExact(x)) {  /* (not torch.Size: a record of its own) */
         if (Py_EnterRecursiveCall(" in a call's nested arguments"))
             return NULL;
@@ -214,8 +247,27 @@ static int grad_on(CallPath *self) {
     return on == Py_True;
 }
 
-/* TorchCallOps.backward_begin's common case: positional arguments, each a plain tensor or a plain value.
- * 1 with *state set (a new reference), 0 when the Python one decides, -1 on error */
+/* 1 when no keyword argument is or holds a tensor (`dim=-1`, `keepdim=True`, `dtype=torch.float32`), 0 when one
+ * may (a tensor, a list, tuple or dict), -1 on error */
+static int no_tensors(CallPath *self, PyObject *kwargs) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kwargs, &pos, &k, &v)) {
+        if (v == Py_None || PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBool_Check(v)
+            || PyUnicode_CheckExact(v))
+            continue;
+        if (PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v))
+            return 0;
+        int tensor = PyObject_IsInstance(v, self->tensor);
+        if (tensor != 0)
+            return tensor < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
+/* TorchCallOps.backward_begin's common case: positional arguments, each a plain tensor or a plain value, and
+ * keyword arguments that hold no tensor. 1 with *state set (a new reference), 0 when the Python one decides,
+ * -1 on error */
 static int fast_backward_begin(CallPath *self, PyObject *args, PyObject *kwargs, int inplace, int module,
                                PyObject **state) {
     if (!self->graph_reads)
@@ -225,8 +277,9 @@ static int fast_backward_begin(CallPath *self, PyObject *args, PyObject *kwargs,
         *state = on < 0 ? NULL : Py_NewRef(Py_None);
         return on < 0 ? -1 : 1;
     }
-    if (PyDict_GET_SIZE(kwargs) != 0)
-        return 0;
+    int plain = no_tensors(self, kwargs);  /* (then its inputs are the positional arguments' tensors alone) */
+    if (plain <= 0)
+        return plain;
     if ((*state = begin_state(&self->nt, self->state, args, module)) == NULL)
         return PyErr_Occurred() ? -1 : 0;
     return 1;
@@ -1671,6 +1724,9 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_bool, "bool");
     INTERN(s_int, "int");
     INTERN(s_str, "str");
+    INTERN(s_slice, "slice");
+    INTERN(s_ellipsis, "ellipsis");
+    INTERN(s_dots, "...");
     if (edges_init() < 0)
         return NULL;
     if ((s_empty = PyTuple_New(0)) == NULL)

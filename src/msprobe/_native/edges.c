@@ -54,24 +54,46 @@ static PyObject *edge_of(PyObject *x) {
     return edge;
 }
 
-/* backward.args_edges of `args`: a new list, or NULL without an error (see begin_state) */
+/* appends the edges of argument `x` (`depth` 0: a call's own argument, 1: an item of a list or tuple one) as
+ * input_edges(flat_tensors(...)) makes them: 1, 0 when it is not this case (backward.py's), -1 on error */
+static int add_edges(const NodeTypes *nt, PyObject *edges, PyObject *x, int depth) {
+    PyTypeObject *t = Py_TYPE(x);
+    if (t == (PyTypeObject *)nt->tensor || t == (PyTypeObject *)nt->parameter) {
+        PyObject *edge = edge_of(x);
+        int err = edge == NULL || PyList_Append(edges, edge) < 0;
+        Py_XDECREF(edge);
+        return err ? -1 : 1;
+    }
+    if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
+        return 1;
+    if (PyList_Check(x) || PyTuple_Check(x)) {  /* (torch.Size, an index tuple, cat's tensors): one level */
+        if (depth > 0)
+            return 0;
+        PyObject *seq = PySequence_Fast(x, "");
+        if (seq == NULL)
+            return -1;
+        int got = 1;
+        for (Py_ssize_t i = 0; got == 1 && i < PySequence_Fast_GET_SIZE(seq); i++)
+            got = add_edges(nt, edges, PySequence_Fast_GET_ITEM(seq, i), 1);
+        Py_DECREF(seq);
+        return got;
+    }
+    if (PyDict_Check(x))
+        return 0;
+    int sub = PyObject_IsInstance(x, nt->tensor);  /* a tensor subclass (DTensor, ...): backward.py's */
+    return sub < 0 ? -1 : !sub;  /* any other value (a dtype, a slice, Ellipsis) holds no tensor */
+}
+
+/* input_edges(flat_tensors(args)) for positional arguments of plain tensors, plain values and lists or tuples
+ * of those: a new list, or NULL without an error (see begin_state) */
 static PyObject *edges_of_args(const NodeTypes *nt, PyObject *args) {
     PyObject *edges = PyList_New(0);
     if (edges == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
-        PyObject *x = PyTuple_GET_ITEM(args, i), *edge;
-        PyTypeObject *t = Py_TYPE(x);
-        if (t == (PyTypeObject *)nt->tensor || t == (PyTypeObject *)nt->parameter) {
-            if ((edge = edge_of(x)) == NULL || PyList_Append(edges, edge) < 0) {
-                Py_XDECREF(edge);
-                Py_DECREF(edges);
-                return NULL;
-            }
-            Py_DECREF(edge);
-        } else if (!(x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x)
-                     || PyUnicode_CheckExact(x))) {
-            Py_DECREF(edges);  /* a container, a tensor subclass, anything else: backward.py's */
+        int got = add_edges(nt, edges, PyTuple_GET_ITEM(args, i), 0);
+        if (got != 1) {
+            Py_DECREF(edges);  /* (an error stays set; 0: backward.py's) */
             return NULL;
         }
     }
