@@ -16,7 +16,7 @@ processes on a shared machine, the median over rounds drops the rounds a burst s
     python benchmarks/dump_overhead.py --models transformer --configs none,stat_L1 --json out.json
     python benchmarks/dump_overhead.py --check              # exit 1 when a ratio misses its target
     python benchmarks/dump_overhead.py --profile stat_L1 [--device cuda] [--profile-out profile.txt]
-    python benchmarks/dump_overhead.py --models llama       # the untuned half (models.py), its own RESULTS.md section
+    python benchmarks/dump_overhead.py --models llama,gpt2  # the untuned half (models.py), its own RESULTS.md section
 
 `--profile CONFIG` times nothing: it shows where a dumped step's host time goes, as cProfile's top
 functions over `--steps` steps of CONFIG on the first model (`--plain`: the steps alone, for a sampling
@@ -380,8 +380,9 @@ def main(argv=None):
         p.error("--device cuda: torch sees no CUDA device")
     if args.device == "cuda" and any(c in FLOORS for c in configs):
         p.error("--configs: floor_L0 and floor_L1 read CPU memory; on cuda leave them out")
-    if "llama" in (args.models or ()) and importlib.util.find_spec("transformers") is None:
-        p.error("--models: llama is a transformers model; install it (pip install -e '.[test]')")
+    hf = [m for m in (args.models or ()) if m in UNTUNED_MODELS]
+    if hf and importlib.util.find_spec("transformers") is None:
+        p.error(f"--models: {', '.join(hf)} need transformers; install it (pip install -e '.[test]')")
     if args.profile:
         model = args.models[0] if args.models else ("transformer" if args.device == "cpu" else "gpt")
         profile(args.profile, model, args.device, args.gpt_blocks, args.steps, args.top, args.profile_out,
@@ -451,7 +452,7 @@ def section(argv):
         return "dump_overhead.py --device cuda"
     models = [m for m in args.models.split(",") if m]
     if models and all(m in UNTUNED_MODELS for m in models):
-        return "dump_overhead.py --models " + ",".join(UNTUNED_MODELS)
+        return "dump_overhead.py --models " + ",".join(m for m in UNTUNED_MODELS if m in models)
     return None
 
 

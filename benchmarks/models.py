@@ -7,9 +7,10 @@
 | `cnn` | 3 x (conv 3x3, BatchNorm, ReLU, maxpool 2) on 3x64x64, then linear to 10 classes, batch 16 | cross entropy |
 | `gpt` | the accelerator workload: the transformer with d_model 1024, 8 blocks, 16 heads, sequence 512, batch 8, vocabulary 8192; bf16 autocast on CUDA | cross entropy |
 | `llama` | untuned: a `transformers` Llama built from a config (4 layers, hidden 256, 4 heads, 2 KV heads, MLP 512, RMSNorm and rotary embeddings in Python, SDPA attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
+| `gpt2` | untuned: a `transformers` GPT-2 built from a config (4 layers, n_embd 256, 4 heads, learned positions, LayerNorm, GELU, Conv1D projections, eager attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
 
-`llama` is the untuned half (benchmarks/README.md says why): it runs only when named and needs
-`transformers` (the test extra).
+`llama` and `gpt2` are the untuned half (benchmarks/README.md says why): they run only when named and
+need `transformers` (the test extra).
 
 `Transformer(...)` with other sizes is also the compiled model of compile_overhead.py and the dumped model
 of acc_check_throughput.py. The MindSpore models live in ms_dump_overhead.py (its only user). Models
@@ -22,9 +23,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("transformer", "mlp", "cnn", "gpt", "llama")
+MODELS = ("transformer", "mlp", "cnn", "gpt", "llama", "gpt2")
 CPU_MODELS = ("transformer", "mlp", "cnn")
-UNTUNED_MODELS = ("llama",)
+UNTUNED_MODELS = ("llama", "gpt2")
 
 
 class Block(nn.Module):
@@ -109,6 +110,15 @@ def hf_llama(vocab=1000, hidden=256, layers=4, heads=4, kv_heads=2, intermediate
     return LlamaForCausalLM(cfg)
 
 
+def hf_gpt2(vocab=1000, hidden=256, layers=4, heads=4, seq=128):
+    """A `transformers` GPT2LMHeadModel built from a config (nothing downloaded), eager attention."""
+    from transformers import GPT2Config, GPT2LMHeadModel  # only this workload needs it
+
+    cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=seq,
+                     attn_implementation="eager")
+    return GPT2LMHeadModel(cfg)
+
+
 class Workload:
     """A model, its optimizer and one fixed batch; `train_step()` is forward + backward + SGD step.
 
@@ -134,6 +144,11 @@ class Workload:
             self.loss_fn = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         elif name == "llama":
             self.model = hf_llama()
+            self.x = torch.randint(0, 1000, (4, 128))
+            self.y = torch.randint(0, 1000, (4, 128))
+            self.loss_fn = lambda out, y: F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+        elif name == "gpt2":
+            self.model = hf_gpt2()
             self.x = torch.randint(0, 1000, (4, 128))
             self.y = torch.randint(0, 1000, (4, 128))
             self.loss_fn = lambda out, y: F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))

@@ -50,33 +50,37 @@ def test_pytorch_dump_overhead_quick(tmp_path):
                                                                         rel=0.02)
 
 
-def test_dump_overhead_measures_the_untuned_llama_into_its_own_section(tmp_path):
-    """`--models llama` (a transformers Llama built from a config: the untuned half) trains and is dumped
-    like the other models, and its --record goes to a section of its own, not over the tuned models'."""
+def test_dump_overhead_measures_the_untuned_models_into_their_own_section(tmp_path):
+    """`--models llama,gpt2` (transformers models built from a config: the untuned half) train and are dumped
+    like the other models, and their --record goes to a section of its own, not over the tuned models'."""
     pytest.importorskip("transformers")
     dump_overhead = _bench_module("dump_overhead")
     assert dump_overhead.section(["--models", "llama", "--record"]) == "dump_overhead.py --models llama"
     assert dump_overhead.section(["--models=llama"]) == "dump_overhead.py --models llama"
+    assert dump_overhead.section(["--models", "gpt2,llama"]) == "dump_overhead.py --models llama,gpt2"
     assert dump_overhead.section(["--models", "transformer,llama"]) is None
     assert dump_overhead.section(["--quiet"]) is None
     assert dump_overhead.section(["--device", "cuda"]) == "dump_overhead.py --device cuda"
     out = tmp_path / "out.json"
-    run("dump_overhead.py", "--quick", "--quiet", "--models", "llama", "--configs", "none,stat_L1",
+    run("dump_overhead.py", "--quick", "--quiet", "--models", "llama,gpt2", "--configs", "none,stat_L1",
         "--threads", "1", "--json", str(out))
-    llama = json.loads(out.read_text())["results"]["llama"]
-    assert llama["stat_L1"]["ratio"] > 0 and llama["stat_L1"]["dump_bytes_per_step"] > 0
+    for name in ("llama", "gpt2"):
+        got = json.loads(out.read_text())["results"][name]
+        assert got["stat_L1"]["ratio"] > 0 and got["stat_L1"]["dump_bytes_per_step"] > 0
 
 
-def test_dump_overhead_says_in_one_line_that_llama_needs_transformers(monkeypatch, capsys):
+def test_dump_overhead_says_in_one_line_that_the_untuned_models_need_transformers(monkeypatch, capsys):
     import importlib.util
 
     dump_overhead = _bench_module("dump_overhead")
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else found(name, *a))
     with pytest.raises(SystemExit) as stop:
-        dump_overhead.main(["--models", "llama", "--quick", "--quiet"])
+        dump_overhead.main(["--models", "llama,gpt2", "--quick", "--quiet"])
     assert stop.value.code == 2
-    assert "--models: llama is a transformers model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: --models: llama, gpt2 need transformers; install it" in err
+
 
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
