@@ -183,7 +183,7 @@ static PyObject *value_record(CallPath *self, PyObject *s, PyObject *x, PyObject
         Py_INCREF(x);
         return x;
     }
-    if (PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
+    if (is_scalar(x))
         return scalar_record(x);
     if (PySlice_Check(x) || x == Py_Ellipsis)
         return index_record(x);
@@ -252,17 +252,10 @@ static int grad_on(CallPath *self) {
 static int no_tensors(CallPath *self, PyObject *kwargs) {
     Py_ssize_t pos = 0;
     PyObject *k, *v;
-    while (PyDict_Next(kwargs, &pos, &k, &v)) {
-        if (v == Py_None || PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBool_Check(v)
-            || PyUnicode_CheckExact(v))
-            continue;
-        if (PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v))
-            return 0;
-        int tensor = PyObject_IsInstance(v, self->tensor);
-        if (tensor != 0)
-            return tensor < 0 ? -1 : 0;
-    }
-    return 1;
+    int plain = 1;
+    while (plain == 1 && PyDict_Next(kwargs, &pos, &k, &v))
+        plain = holds_no_tensor(&self->nt, v);
+    return plain;
 }
 
 /* TorchCallOps.backward_begin's common case: positional arguments, each a plain tensor or a plain value, and

@@ -64,11 +64,7 @@ static int add_edges(const NodeTypes *nt, PyObject *edges, PyObject *x, int dept
         Py_XDECREF(edge);
         return err ? -1 : 1;
     }
-    if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x))
-        return 1;
-    if (PyList_Check(x) || PyTuple_Check(x)) {  /* (torch.Size, an index tuple, cat's tensors): one level */
-        if (depth > 0)
-            return 0;
+    if ((PyList_Check(x) || PyTuple_Check(x)) && depth == 0) {  /* (torch.Size, an index tuple, cat's tensors) */
         PyObject *seq = PySequence_Fast(x, "");
         if (seq == NULL)
             return -1;
@@ -78,10 +74,16 @@ static int add_edges(const NodeTypes *nt, PyObject *edges, PyObject *x, int dept
         Py_DECREF(seq);
         return got;
     }
-    if (PyDict_Check(x))
+    return holds_no_tensor(nt, x);  /* (a nested container, a tensor subclass: backward.py's) */
+}
+
+int holds_no_tensor(const NodeTypes *nt, PyObject *x) {
+    if (x == Py_None || is_scalar(x))
+        return 1;
+    if (PyList_Check(x) || PyTuple_Check(x) || PyDict_Check(x))
         return 0;
-    int sub = PyObject_IsInstance(x, nt->tensor);  /* a tensor subclass (DTensor, ...): backward.py's */
-    return sub < 0 ? -1 : !sub;  /* any other value (a dtype, a slice, Ellipsis) holds no tensor */
+    int sub = PyObject_IsInstance(x, nt->tensor);  /* (a plain tensor too: the caller asks about others) */
+    return sub < 0 ? -1 : !sub;
 }
 
 /* input_edges(flat_tensors(args)) for positional arguments of plain tensors, plain values and lists or tuples

@@ -20,9 +20,19 @@ typedef struct {
 
 int edges_init(void);
 
+/* a Python scalar as records take it: an exact int, float or str, or a bool */
+static inline int is_scalar(PyObject *x) {
+    return PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x);
+}
+
+/* 1 when `x` neither is nor holds a tensor as flat_tensors sees it: None, a scalar, or any other value that
+ * is not a tensor, list, tuple or dict (a dtype, a slice, Ellipsis); 0 when it is or may hold one; -1 on error */
+int holds_no_tensor(const NodeTypes *nt, PyObject *x);
+
 /* TorchCallOps.backward_begin's state for a call about to run with positional `args` (a tuple), each a plain
- * tensor, None, a number or a string: a new (args_edges' list, the _state module's watermark for a
- * `module`, else None); NULL without an error for any other argument (the caller takes the Python path) */
+ * tensor, a value that holds no tensor, or a list or tuple of those: a new (input_edges(flat_tensors(args)),
+ * the _state module's watermark for a `module`, else None); NULL without an error for any other argument
+ * (the caller takes the Python path) */
 PyObject *begin_state(const NodeTypes *nt, PyObject *state, PyObject *args, int module);
 
 /* backward._attach_one_node's choice for a call whose output `out` (a plain tensor with a node) came from

@@ -3,8 +3,6 @@ through BackwardTracker (no full-backward-hook views, so in-place modules work),
 gradients through post-accumulate-grad hooks. The root module itself is not recorded.
 """
 
-import os
-
 import torch
 
 from msprobe.core.dump.call_capture import CallFrame
@@ -147,7 +145,7 @@ class ModuleCapture:
         """The hook torch calls: msprobe._call's ModuleHook, which records the common case in C and hands
         every other to `slow` (the Python hook below); where Dynamo may trace it, behind a Python check that
         Dynamo reads as a constant, so a traced call takes `slow` (a C callable would break its graph)."""
-        if _ModuleHook is None or os.environ.get("MSPROBE_NATIVE_RECORD", "1") == "0":
+        if _ModuleHook is None:
             return slow
         fast = _ModuleHook(self, _state, base, self._frames, graph_task_id, slow, post)
         compiled = self.compiled
