@@ -21,6 +21,16 @@ def test_statistics_match_numpy(dtype):
     assert rec["Norm"] == pytest.approx(norm, rel=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_integer_statistics_match_numpy_with_ints_for_max_and_min(dtype, monkeypatch):
+    """int64 and int32 through the one-pass kernel, other integers through numpy: the same record."""
+    from msprobe.mindspore import statistics
+    a = np.random.default_rng(5).integers(0, 200, (32, 70)).astype(dtype)
+    rec = array_stats(a)
+    monkeypatch.setattr(statistics, "_NATIVE_KINDS", {})
+    assert rec == array_stats(a) and type(rec["Max"]) is int and type(rec["Min"]) is int
+
+
 def test_non_finite_values_show_as_strings():
     a = np.ones(1000, dtype=np.float32)
     a[3] = np.nan

@@ -368,6 +368,33 @@ def test_small_and_large_integer_tensors_agree_with_float64():
         assert rec["Norm"] == pytest.approx(float(exact.norm()), rel=1e-12)
 
 
+@pytest.mark.parametrize("make, kernel_reads", [
+    (lambda: torch.randint(0, 32_000, (4, 128)), True),  # token ids
+    (lambda: torch.arange(128).expand(4, 128), False),  # positions (stride 0: torch's reductions)
+    (lambda: torch.randint(-7, 7, (64, 96), dtype=torch.int32).t(), True),  # transposed: one dense run
+    (lambda: torch.randint(-9, 9, (8, 30)).chunk(3, dim=1)[1], True),  # rows of a wider tensor
+    (lambda: torch.randint(0, 1000, (600_000,)), True),  # split over threads
+    (lambda: torch.tensor([2 ** 60, -3, 7] * 40), False),  # beyond 2^53: torch's reductions, exact
+    (lambda: torch.randint(0, 5, (100,), dtype=torch.int16), False),  # a dtype the kernel does not read
+], ids=["ids", "positions", "int32_transposed", "chunk", "large", "beyond_2_53", "int16"])
+def test_integer_statistics_of_the_kernel_are_torchs(make, kernel_reads, monkeypatch):
+    """Integer tensors (the int64 and int32 the kernel reads) give the record torch's reductions give:
+    ints for Max and Min, the float64 Mean and Norm."""
+    fused, reference = Summarizer(), Summarizer()
+    reference._native_kinds = {}
+    t = make()
+    b = reference._stats(t)
+    reductions = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: reductions.append(1) or aminmax(*a, **k))
+    a = fused._stats(t)
+    assert not reductions if kernel_reads else reductions
+    assert a == b and type(a["Max"]) is int and type(a["Min"]) is int
+    assert (a["Max"], a["Min"]) == (int(t.max()), int(t.min()))
+    rec = fused.record(t, shared=False)  # the C path's record (msprobe._record) too
+    assert {k: rec[k] for k in a} == a and type(rec["Max"]) is int
+
+
 def test_kernel_threads_are_torchs_own_openmp_pool():
     """Built with OpenMP, the kernel must run on the libgomp torch loaded, not a second runtime whose
     threads would fight torch's spinning workers; its 2-thread results equal the 1-thread ones."""

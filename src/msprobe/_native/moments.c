@@ -12,11 +12,15 @@
    process that is torch's own pool), else threads started per call; the GIL is released while it
    runs (on large buffers: a small read costs less than the hand-over). `openmp` says which.
 
+   Integer data (token ids, labels, positions) is read as doubles too, exact while every value is
+   within +-2^53 (exclusive); Max and Min then come back as ints, Mean and Norm unrounded (as the frameworks
+   compute them in float64), and a value beyond that range returns None as a NaN does.
+
    moments(address, count, kind, threads[, rows, row_stride]) -> (max, min, mean, norm) or None
      address: integer address of `count` contiguous elements of `kind` (0 float32, 1 float64,
-              2 bfloat16), or of `rows` such runs `row_stride` elements apart (a slice of a wider
-              tensor: one chunk of a fused qkv projection); the caller keeps the memory alive and
-              unchanged during the call.
+              2 bfloat16, 3 int64, 4 int32), or of `rows` such runs `row_stride` elements apart (a
+              slice of a wider tensor: one chunk of a fused qkv projection); the caller keeps the
+              memory alive and unchanged during the call.
    _kernel: a capsule of the same reduction for C callers (moments.h).
 */
 #define PY_SSIZE_T_CLEAN
@@ -30,6 +34,10 @@
 #include "moments.h"
 
 #define LANES 8
+/* element kinds: float32, float64, bfloat16, int64, int32 (integers from MOMENTS_FIRST_INT on) */
+#define KINDS 5
+/* integers below this magnitude are exact as doubles: from it on, Max/Min could be off by one */
+#define EXACT_INT 9007199254740992.0
 #define MAX_THREADS 8
 /* below this many elements per thread, starting a thread costs more than it saves */
 #define MIN_PER_THREAD (16 * 1024)
@@ -95,6 +103,8 @@ static inline float bf16_to_float(uint16_t h) {
 static void reduce_f32(Part *p) { REDUCE(float, AS_DOUBLE); }
 static void reduce_f64(Part *p) { REDUCE(double, AS_DOUBLE); }
 static void reduce_bf16(Part *p) { REDUCE(uint16_t, BF16_AS_DOUBLE); }
+static void reduce_i64(Part *p) { REDUCE(int64_t, AS_DOUBLE); }
+static void reduce_i32(Part *p) { REDUCE(int32_t, AS_DOUBLE); }
 
 /* -- x86-64 with AVX2+FMA: 16 floats per step, sums in four double vectors each ------------------- */
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -204,14 +214,17 @@ static void reduce_range(Part *p) {
         switch (p->kind) {
         case 0: reduce_f32_avx2(p); return;
         case 1: reduce_f64_avx2(p); return;
-        default: reduce_bf16_avx2(p); return;
+        case 2: reduce_bf16_avx2(p); return;
+        default: break;  /* integers: the portable loop (they are few and small) */
         }
     }
 #endif
     switch (p->kind) {
     case 0: reduce_f32(p); break;
     case 1: reduce_f64(p); break;
-    default: reduce_bf16(p); break;
+    case 2: reduce_bf16(p); break;
+    case 3: reduce_i64(p); break;
+    default: reduce_i32(p); break;
     }
 }
 
@@ -241,11 +254,12 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-static const int ITEM_SIZE[3] = {4, 8, 2};
+static const int ITEM_SIZE[KINDS] = {4, 8, 2, 8, 4};
 
 /* The reduction itself, for this module's `moments` and, through the capsule `_kernel`, other
    extensions (msprobe._record) that call it without a Python round. Arguments checked by the caller.
-   out: max, min, mean, norm. Returns 0 when a sum is not finite (a NaN or inf is in there). */
+   out: max, min, mean, norm. Returns 0 when a sum is not finite (a NaN or inf is in there), or an
+   integer is beyond +-2^53: the caller's framework reduces it. */
 static int compute(const void *address, Py_ssize_t count, int kind, long threads, Py_ssize_t rows,
                    Py_ssize_t row_stride, double out[4]) {
     Py_ssize_t total = count * rows;
@@ -308,8 +322,10 @@ static int compute(const void *address, Py_ssize_t count, int kind, long threads
     }
     if (!isfinite(sum) || !isfinite(sq))
         return 0;  /* a NaN or inf is in there: the caller's framework says how it shows */
+    if (kind >= MOMENTS_FIRST_INT && (mx >= EXACT_INT || mn <= -EXACT_INT))
+        return 0;
     double mean = sum / (double)total, norm = sqrt(sq);
-    if (kind != 1) {
+    if (kind == 0 || kind == 2) {
         /* float32/bfloat16 data: Mean and Norm at float32 precision, as the frameworks' own
            reductions report them (digits below are rounding noise); beyond float32's range the
            double is kept (the framework would say inf) */
@@ -335,15 +351,17 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t row_stride = nargs == 6 ? PyLong_AsSsize_t(args[5]) : count;
     if (PyErr_Occurred())
         return NULL;
-    if (count <= 0 || rows <= 0 || row_stride < count || address == 0 || kind < 0 || kind > 2) {
+    if (count <= 0 || rows <= 0 || row_stride < count || address == 0 || kind < 0 || kind >= KINDS) {
         PyErr_Format(PyExc_ValueError, "moments: count and rows must be > 0, row_stride >= count, address "
-                     "non-zero and kind 0..2 (got count=%zd, rows=%zd, row_stride=%zd, kind=%ld)",
-                     count, rows, row_stride, count, kind);
+                     "non-zero and kind 0..%d (got count=%zd, rows=%zd, row_stride=%zd, kind=%ld)",
+                     KINDS - 1, count, rows, row_stride, kind);
         return NULL;
     }
     double out[4];
     if (!compute((const void *)address, count, (int)kind, threads, rows, row_stride, out))
         Py_RETURN_NONE;
+    if (kind >= MOMENTS_FIRST_INT)  /* an integer tensor's Max and Min are ints */
+        return Py_BuildValue("(LLdd)", (long long)out[0], (long long)out[1], out[2], out[3]);
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 

@@ -729,11 +729,13 @@ read:
         double got[4];
         if (kind == NULL || rows == 0)  /* (rows 0: a layout host.statistics reads otherwise) */
             goto python;
-        if (!kernel(address, run, (int)PyLong_AsLong(kind), threads, rows, row_stride, got))
-            goto python;  /* a NaN or inf: torch's reductions say how it shows */
+        int k = (int)PyLong_AsLong(kind);
+        if (!kernel(address, run, k, threads, rows, row_stride, got))
+            goto python;  /* a NaN or inf (or an integer beyond 2^53): torch's reductions say how it shows */
         PyObject *const names[4] = {s_max, s_min, s_mean, s_norm};
         for (int i = 0; i < 4; i++) {
-            PyObject *v = PyFloat_FromDouble(got[i]);
+            /* an integer tensor's Max and Min are ints, as torch's reductions give them */
+            PyObject *v = i < 2 && k >= MOMENTS_FIRST_INT ? PyLong_FromDouble(got[i]) : PyFloat_FromDouble(got[i]);
             if (v == NULL || PyDict_SetItem(values, names[i], v) < 0) {
                 Py_XDECREF(v);
                 goto done;

@@ -31,7 +31,7 @@ _CACHE_LIMIT = 4096
 _UPCAST = tuple(d for d in (getattr(ms, "bfloat16", None),) if d is not None)
 _NULL_STATS = {"Max": None, "Min": None, "Mean": None, "Norm": None}
 # arrays the one-pass kernel reads (core/dump/moments.py); others, and inf/nan, go through numpy
-_NATIVE_KINDS = {np.dtype(np.float32): native.KINDS["float32"], np.dtype(np.float64): native.KINDS["float64"]} \
+_NATIVE_KINDS = {np.dtype(name): kind for name, kind in native.KINDS.items() if name != "bfloat16"} \
     if native.ENABLED else {}
 
 
@@ -69,6 +69,9 @@ def array_stats(a):
         a = np.abs(a)
     flat = a.reshape(-1)
     if flat.dtype.kind in "iu":
+        got = _kernel_stats(flat)  # (int64, int32; None: another, or a value beyond +-2^53)
+        if got is not None:
+            return got
         f64 = flat.astype(np.float64)
         return {"Max": flat.max().item(), "Min": flat.min().item(), "Mean": float(f64.mean()),
                 "Norm": float(np.sqrt(np.dot(f64, f64)))}
@@ -78,12 +81,21 @@ def array_stats(a):
         return _float_stats(flat)
 
 
-def _float_stats(flat):
+def _kernel_stats(flat):
+    """The record fields of 1-d array `flat` from the one-pass kernel, or None: not a dtype it reads, or an
+    inf/nan is in there (numpy says how it shows)."""
     kind = _NATIVE_KINDS.get(flat.dtype)
     if kind is not None and flat.flags.c_contiguous:
         got = native.moments(flat.__array_interface__["data"][0], flat.size, kind)
-        if got is not None:  # None: an inf/nan is in there, numpy says how it shows
+        if got is not None:
             return native.stats_record(got)
+    return None
+
+
+def _float_stats(flat):
+    got = _kernel_stats(flat)
+    if got is not None:
+        return got
     return {"Max": json_float(float(flat.max())), "Min": json_float(float(flat.min())),
             "Mean": json_float(float(flat.mean())), "Norm": json_float(float(np.sqrt(np.dot(flat, flat))))}
 

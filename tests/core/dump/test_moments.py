@@ -66,7 +66,7 @@ def test_bad_arguments_are_refused():
     a = np.ones(4, dtype=np.float32)
     with pytest.raises(ValueError, match="count and rows must be > 0"):
         native._moments(a.ctypes.data, 0, 0, 1)
-    with pytest.raises(ValueError, match="kind 0..2"):
+    with pytest.raises(ValueError, match="kind 0..4"):
         native._moments(a.ctypes.data, 4, 7, 1)
     with pytest.raises(ValueError, match="row_stride >= count"):
         native._moments(a.ctypes.data, 2, 0, 1, 2, 1)
@@ -84,3 +84,30 @@ def test_rows_of_a_wider_buffer(rows, threads):
     part = wide[:, :513]
     got = native.moments(wide.ctypes.data, 513, 0, threads, rows=rows, row_stride=3 * 513)
     _check(got, part.astype(np.float64), 1.2e-7)
+
+
+@pytest.mark.parametrize("n", [1, 17, 300_001])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_integers_come_back_exact_with_ints_for_max_and_min(dtype, threads, n):
+    """Token ids, labels, positions: Max/Min exact and ints (a record writes 999, not 999.0), Mean and
+    Norm in double as the frameworks compute them from a float64 copy (exact sums here)."""
+    a = np.random.default_rng(n).integers(-50_000, 50_000, n).astype(dtype)
+    got = native.moments(a.ctypes.data, n, native.KINDS[np.dtype(dtype).name], threads)
+    f = a.astype(np.float64)
+    assert type(got[0]) is int and type(got[1]) is int
+    assert (got[0], got[1]) == (int(a.max()), int(a.min()))
+    assert got[2] == f.sum() / n and got[3] == pytest.approx(np.sqrt(np.dot(f, f)), rel=1e-15)
+    rows = a[: n - n % 3].reshape(-1, 3)[:, :2] if n >= 3 else None  # rows of a wider buffer
+    if rows is not None:
+        got = native.moments(a.ctypes.data, 2, native.KINDS[np.dtype(dtype).name], threads, rows.shape[0], 3)
+        assert (got[0], got[1]) == (int(rows.max()), int(rows.min()))
+
+
+def test_integers_a_double_cannot_hold_exactly_go_to_the_framework():
+    exact = np.array([2 ** 53 - 1, -(2 ** 53 - 1), 5], dtype=np.int64)
+    assert native.moments(exact.ctypes.data, 3, native.KINDS["int64"], 1)[:2] == (2 ** 53 - 1, -(2 ** 53 - 1))
+    # 2^53 + 1 is 2^53 as a double: the Max would be off by one
+    for big in (2 ** 53, 2 ** 53 + 1, -(2 ** 53) - 1, 2 ** 63 - 1, -(2 ** 63)):
+        a = np.array([3, big, 4], dtype=np.int64)
+        assert native.moments(a.ctypes.data, 3, native.KINDS["int64"], 1) is None

@@ -11,8 +11,9 @@ try:
 except ImportError:  # built without a C compiler: the adapters' own reductions take over
     _moments, _openmp, _vectorized = None, 0, 0
 
-# element kinds the kernel reads, by the dtype names numpy and torch give them
-KINDS = {"float32": 0, "float64": 1, "bfloat16": 2}
+# element kinds the kernel reads, by the dtype names numpy and torch give them (integers: Max and Min come
+# back as ints; one beyond +-2^53, where a double is no longer exact, returns None)
+KINDS = {"float32": 0, "float64": 1, "bfloat16": 2, "int64": 3, "int32": 4}
 
 
 # MSPROBE_NATIVE_STATS=0 turns the kernel off (to compare against the frameworks' reductions)

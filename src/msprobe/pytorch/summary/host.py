@@ -1,5 +1,5 @@
 """CPU tensors summarized at once: Max/Min/Mean/Norm in one pass of the C kernel (float32, float64,
-bfloat16; core/dump/moments.py) or torch's reductions, and the CRC-32 with ISA-L on the tensor's memory (a
+bfloat16, int64, int32; core/dump/moments.py) or torch's reductions, and the CRC-32 with ISA-L on the tensor's memory (a
 view as its dense runs in index order, core/checksum.py).
 
 Conventions (msprobe-facts §3.2): bool -> Max=any, Min=all, Mean/Norm null; complex -> statistics of
@@ -27,7 +27,8 @@ _SMALL_INTS = 64
 PARALLEL_MIN = 128 * 1024
 kernel = native.kernel  # (None when not built or MSPROBE_NATIVE_STATS=0)
 NATIVE_KINDS = {torch.float32: native.KINDS["float32"], torch.float64: native.KINDS["float64"],
-                torch.bfloat16: native.KINDS["bfloat16"]}
+                torch.bfloat16: native.KINDS["bfloat16"], torch.int64: native.KINDS["int64"],
+                torch.int32: native.KINDS["int32"]}
 
 
 def statistics(t, n, span, native_kinds):
