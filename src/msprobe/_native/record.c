@@ -48,7 +48,7 @@
 static moments_kernel kernel;
 static crc_strided crc_read;
 
-static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_inference, *s_is_cpu, *s_numel,
+static PyObject *s_slots_of, *s_version, *s_data_ptr, *s_shape, *s_dtype, *s_layout, *s_is_cpu,
     *s_is_contiguous, *s_device, *s_untyped_storage, *s_requires_grad, *s_slots, *s_ref, *s_entry_version, *s_entry, *s_values,
     *s_type, *s_torch_tensor, *s_stride, *s_max, *s_min, *s_mean, *s_norm, *s_md5, *s_is_neg, *s_element_size,
     *s_lanes, *s_kernels, *s_stage_max, *s_stages, *s_views, *s_copy_, *s_fast, *s_fast_md5, *s_nbytes, *s_open,
@@ -70,18 +70,34 @@ static PyObject *call0(PyObject *t, PyObject *name) {
     return PyObject_VectorcallMethod(name, &t, 1, NULL);  /* (no ARGUMENTS_OFFSET: args[-1] is not ours) */
 }
 
-/* {"type", "dtype", "shape", **values, "requires_grad"}: a record, as _record builds it */
+/* {"type", "dtype", "shape", **values, "requires_grad"}: a record, as _record builds it (not presized:
+ * CPython's presized dict has general keys, slower to copy and encode than an all-string dict's) */
 static PyObject *new_record(PyObject *name, PyObject *shape, PyObject *values, PyObject *requires_grad) {
-    PyObject *rec = PyDict_New(), *dims = PySequence_List(shape);
-    if (rec == NULL || dims == NULL || PyDict_SetItem(rec, s_type, s_torch_tensor) < 0
-        || PyDict_SetItem(rec, s_dtype, name) < 0 || PyDict_SetItem(rec, s_shape, dims) < 0
-        || PyDict_Update(rec, values) < 0 || PyDict_SetItem(rec, s_requires_grad, requires_grad) < 0) {
-        Py_XDECREF(rec);
-        Py_XDECREF(dims);
-        return NULL;
+    PyObject *rec = PyDict_New();
+    PyObject *dims, *k, *v;
+    if (PyTuple_Check(shape)) {  /* torch.Size: its items into a list of that size, no iterator */
+        Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+        if ((dims = PyList_New(nd)) != NULL)
+            for (Py_ssize_t i = 0; i < nd; i++)
+                PyList_SET_ITEM(dims, i, Py_NewRef(PyTuple_GET_ITEM(shape, i)));
+    } else {
+        dims = PySequence_List(shape);
     }
+    Py_ssize_t pos = 0;
+    if (rec == NULL || dims == NULL || PyDict_SetItem(rec, s_type, s_torch_tensor) < 0
+        || PyDict_SetItem(rec, s_dtype, name) < 0 || PyDict_SetItem(rec, s_shape, dims) < 0)
+        goto fail;
+    while (PyDict_Next(values, &pos, &k, &v))
+        if (PyDict_SetItem(rec, k, v) < 0)
+            goto fail;
+    if (PyDict_SetItem(rec, s_requires_grad, requires_grad) < 0)
+        goto fail;
     Py_DECREF(dims);
     return rec;
+fail:
+    Py_XDECREF(rec);
+    Py_XDECREF(dims);
+    return NULL;
 }
 
 /* objects[id(t)] = (weakref(t), data_ptr, shape, rec, entry); the table starts over past `limit` */
@@ -506,6 +522,23 @@ static PyObject *element_span(PyObject *shape, PyObject *strides, Py_ssize_t *ru
     return span;
 }
 
+/* t.numel() from its shape (torch.Size, a tuple of ints): no method call through torch's argument parser;
+ * -1 with an error set when a size is not an int */
+static Py_ssize_t elements(PyObject *shape) {
+    if (!PyTuple_Check(shape)) {
+        PyErr_SetString(PyExc_TypeError, "a tensor's shape is not a tuple");
+        return -1;
+    }
+    Py_ssize_t n = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (d < 0)
+            return -1;
+        n *= d;
+    }
+    return n;
+}
+
 /* Reads of `t` that fail (a tensor without storage, say) send it to the Python path, which says why. */
 #define READ(var, expr) do { if ((var = (expr)) == NULL) goto python; } while (0)
 
@@ -586,22 +619,23 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     if (flag != self->strided)
         goto python;
     Py_SETREF(flag, NULL);
-    READ(flag, call0(t, s_is_inference));
-    if (flag != Py_False)
-        goto python;
-    Py_SETREF(flag, NULL);
+    /* an inference tensor has no version counter: reading it raises, and the Python path takes it (a
+     * getter: cheaper than asking is_inference(), and every keyed record needs the version) */
+    if (version == NULL)
+        READ(version, PyObject_GetAttr(t, s_version));
     READ(flag, PyObject_GetAttr(t, s_is_cpu));
     int host = flag == Py_True && self->small > 0;  /* case 2, else 3 */
     Py_SETREF(flag, NULL);
-    READ(count, call0(t, s_numel));
-    Py_ssize_t n = PyLong_AsSsize_t(count);
+    if (shape == NULL)
+        READ(shape, PyObject_GetAttr(t, s_shape));
+    Py_ssize_t n = elements(shape);
     if (n <= 1)  /* (-1: an error) one element keys by its layout */
         goto python;
+    if ((count = PyLong_FromSsize_t(n)) == NULL)
+        goto done;
     READ(flag, call0(t, s_is_contiguous));
     if (ptr == NULL)
         READ(ptr, call0(t, s_data_ptr));
-    if (shape == NULL)
-        READ(shape, PyObject_GetAttr(t, s_shape));
     /* 2a. a small dense host tensor, its entry not asked for: read again, no key, entry or table row */
     int unkeyed = host && flag == Py_True && n < self->unkeyed && !keyed;
     /* how the kernel reads it: one dense run, unless a view that is not in index order says otherwise */
@@ -619,8 +653,6 @@ static PyObject *record(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
     READ(rg, PyObject_GetAttr(t, s_requires_grad));
     if (unkeyed)
         goto read;
-    if (version == NULL)
-        READ(version, PyObject_GetAttr(t, s_version));
     READ(device, PyObject_GetAttr(t, s_device));
     READ(storage, call0(t, s_untyped_storage));
     /* (data_ptr, dtype, device, span): memory_key's key, a dense run's span ((1, n),); with md5 a view's
@@ -976,9 +1008,7 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_shape, "shape");
     INTERN(s_dtype, "dtype");
     INTERN(s_layout, "layout");
-    INTERN(s_is_inference, "is_inference");
     INTERN(s_is_cpu, "is_cpu");
-    INTERN(s_numel, "numel");
     INTERN(s_is_contiguous, "is_contiguous");
     INTERN(s_stride, "stride");
     INTERN(s_device, "device");
