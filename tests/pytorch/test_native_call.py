@@ -299,3 +299,34 @@ def test_no_leaks_and_no_cycles(tmp_path, monkeypatch):
         if was:
             gc.enable()
     assert _LAST_FAST[0]
+
+
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_kept_keys_follow_each_steps_counts(tmp_path, monkeypatch, level):
+    """The C path hands out a key string it made before for the same name and index (a module or API called as
+    the n-th of its name last step is so this step): each step's keys are still exactly its own calls', in
+    steps that call a module and an API a different number of times, past the first 64 indices a name keeps."""
+    monkeypatch.setenv("MSPROBE_NATIVE_RECORD", "1")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    calls = [70, 1, 3]  # a step each: module calls (its Linear) and sigmoid calls alike
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level=level)
+    try:
+        for n in calls:
+            debugger.start(model)
+            x = torch.randn(2, 4)
+            for _ in range(n):
+                x = torch.sigmoid(model(x)).sigmoid()  # one name under two prefixes
+            debugger.stop()
+            debugger.step()
+    finally:
+        debugger.close()
+    assert _LAST_FAST and all(_LAST_FAST)
+    for step, n in enumerate(calls):
+        (rank_dir,) = (tmp_path / f"step{step}").iterdir()
+        keys = list(json.loads((rank_dir / "dump.json").read_text())["data"])
+        if level == "L0":
+            want = [f"Module.0.Linear.forward.{i}" for i in range(n)]
+        else:
+            want = [k for i in range(n) for k in (f"Functional.linear.{i}.forward", f"Torch.sigmoid.{i}.forward",
+                                                  f"Tensor.sigmoid.{i}.forward")]
+        assert keys == want, (step, keys[:6])

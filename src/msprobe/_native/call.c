@@ -559,6 +559,65 @@ static PyObject *run_nested(CallPath *self, PyObject *func, PyObject *args, PyOb
     return out;
 }
 
+/* Keys made once and handed out again: a module or an API called as the n-th of its name in one step is
+ * called so in the next, so its key strings ("{base}.forward.{n}" ...) are kept in lists indexed by n (the
+ * first KEYS_KEPT of each name) instead of formatted at every call. */
+#define KEYS_KEPT 64
+
+/* kept[i] as a new reference, or NULL (no error set) when it was not made yet */
+static PyObject *kept_key(PyObject *kept, Py_ssize_t i) {
+    if (i < PyList_GET_SIZE(kept)) {
+        PyObject *k = PyList_GET_ITEM(kept, i);
+        if (k != Py_None)
+            return Py_NewRef(k);
+    }
+    return NULL;
+}
+
+/* `key` (a new reference, or NULL on error: passed on) kept as kept[i] when i is below KEYS_KEPT */
+static PyObject *keep_key(PyObject *kept, Py_ssize_t i, PyObject *key) {
+    if (key == NULL || i < 0 || i >= KEYS_KEPT)
+        return key;
+    while (PyList_GET_SIZE(kept) <= i)
+        if (PyList_Append(kept, Py_None) < 0) {
+            Py_DECREF(key);
+            return NULL;
+        }
+    PyList_SetItem(kept, i, Py_NewRef(key));  /* (steals the new reference; the old item was None) */
+    return key;
+}
+
+/* an API's kept keys: api_names[prefix][name] = [counted "prefix.name", forward keys, backward keys, the
+ * forward and backward suffixes they were made with]; process-wide, as the APIs' names are */
+static PyObject *api_names;
+
+static PyObject *api_entry(CallPath *self, PyObject *prefix, PyObject *name) {
+    PyObject *names = PyDict_GetItemWithError(api_names, prefix), *entry;
+    if (names == NULL) {
+        if (PyErr_Occurred() || (names = PyDict_New()) == NULL)
+            return NULL;
+        int err = PyDict_SetItem(api_names, prefix, names);
+        Py_DECREF(names);  /* (the table holds it) */
+        if (err < 0)
+            return NULL;
+    }
+    entry = PyDict_GetItemWithError(names, name);
+    if (entry != NULL && PyList_GET_ITEM(entry, 3) == self->forward && PyList_GET_ITEM(entry, 4) == self->back)
+        return entry;  /* (borrowed: the table holds it) */
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *counted = PyUnicode_FromFormat("%U.%U", prefix, name);
+    if (counted == NULL)
+        return NULL;
+    entry = Py_BuildValue("[N[][]OO]", counted, self->forward, self->back);
+    if (entry == NULL || PyDict_SetItem(names, name, entry) < 0) {
+        Py_XDECREF(entry);
+        return NULL;
+    }
+    Py_DECREF(entry);
+    return entry;
+}
+
 static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "call(s, prefix, name, func, args, kwargs, inplace, mutates)");
@@ -578,8 +637,11 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     Py_ssize_t n = 0;
 
     /* key: CallCounter.next_api_key (naming.api_key's layout; its backward key is backward_of's) */
-    if ((counted = PyUnicode_FromFormat("%U.%U", prefix, name)) == NULL)
+    PyObject *entry = api_entry(self, prefix, name);
+    if (entry == NULL)
         return NULL;
+    Py_INCREF(entry);  /* (held: a key's str() could run code that changes the table) */
+    counted = Py_NewRef(PyList_GET_ITEM(entry, 0));
     count = PyDict_GetItemWithError(self->counts, counted);
     if (count == NULL && PyErr_Occurred())
         goto done;
@@ -587,8 +649,12 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
         goto done;
     count = NULL;  /* (borrowed) */
     if ((next = PyLong_FromSsize_t(n + 1)) == NULL || PyDict_SetItem(self->counts, counted, next) < 0
-        || (f.key = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->forward)) == NULL
-        || (self->backward && (f.bkey = PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->back)) == NULL)
+        || ((f.key = kept_key(PyList_GET_ITEM(entry, 1), n)) == NULL
+            && (f.key = keep_key(PyList_GET_ITEM(entry, 1), n,
+                                 PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->forward))) == NULL)
+        || (self->backward && (f.bkey = kept_key(PyList_GET_ITEM(entry, 2), n)) == NULL
+            && (f.bkey = keep_key(PyList_GET_ITEM(entry, 2), n,
+                                  PyUnicode_FromFormat("%U.%zd.%U", counted, n, self->back))) == NULL)
         || PyObject_SetAttr(self->filter, s_hit, Py_True) < 0)  /* (passes_everything: want_call's answer) */
         goto done;
 
@@ -612,6 +678,7 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     result = frame_end(self, s, &f, out, args, NULL);
 done:
     frame_clear(&f);
+    Py_DECREF(entry);
     Py_XDECREF(counted);
     Py_XDECREF(next);
     Py_XDECREF(args);
@@ -811,6 +878,7 @@ static PyTypeObject CallPathType = {
 typedef struct {
     PyObject_HEAD
     PyObject *capture, *state, *base, *frames, *graph_task, *slow, *fkey, *bkey;  /* fkey/bkey: "{base}.forward." */
+    PyObject *fkeys, *bkeys;  /* the keys made so far, by index (kept_key) */
     int post;
     vectorcallfunc vectorcall;
 } ModuleHook;
@@ -875,8 +943,10 @@ static PyObject *module_hook_pre(ModuleHook *self, PyObject *const *args) {
         goto end;
     if ((n = PyLong_FromSsize_t(count + 1)) == NULL || PyDict_SetItem(cp->counts, self->base, n) < 0)
         goto end;
-    if ((key = PyUnicode_FromFormat("%U%zd", self->fkey, count)) == NULL
-        || (cp->backward && (bkey = PyUnicode_FromFormat("%U%zd", self->bkey, count)) == NULL))
+    if (((key = kept_key(self->fkeys, count)) == NULL
+         && (key = keep_key(self->fkeys, count, PyUnicode_FromFormat("%U%zd", self->fkey, count))) == NULL)
+        || (cp->backward && (bkey = kept_key(self->bkeys, count)) == NULL
+            && (bkey = keep_key(self->bkeys, count, PyUnicode_FromFormat("%U%zd", self->bkey, count))) == NULL))
         goto end;
     Py_ssize_t depth = PyList_GET_SIZE(cp->module_stack);
     PyObject *parent = depth ? PyList_GET_ITEM(cp->module_stack, depth - 1) : Py_None;
@@ -976,7 +1046,8 @@ static PyObject *module_hook_new(PyTypeObject *type, PyObject *args, PyObject *k
     Py_INCREF(self->slow);
     /* the keys naming.py makes: "{base}.forward.{n}" and its backward_of, "{base}.backward.{n}" */
     if ((self->fkey = PyUnicode_Concat(self->base, s_dot_forward)) == NULL
-        || (self->bkey = PyUnicode_Concat(self->base, s_dot_backward)) == NULL) {
+        || (self->bkey = PyUnicode_Concat(self->base, s_dot_backward)) == NULL
+        || (self->fkeys = PyList_New(0)) == NULL || (self->bkeys = PyList_New(0)) == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -1002,6 +1073,8 @@ static int module_hook_clear(ModuleHook *self) {
     Py_CLEAR(self->slow);
     Py_CLEAR(self->fkey);
     Py_CLEAR(self->bkey);
+    Py_CLEAR(self->fkeys);
+    Py_CLEAR(self->bkeys);
     return 0;
 }
 
@@ -1722,7 +1795,7 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_dots, "...");
     if (edges_init() < 0)
         return NULL;
-    if ((s_empty = PyTuple_New(0)) == NULL)
+    if ((s_empty = PyTuple_New(0)) == NULL || (api_names = PyDict_New()) == NULL)
         return NULL;
     if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0
         || PyType_Ready(&NodeHookType) < 0 || PyType_Ready(&ModuleHookType) < 0)
