@@ -75,15 +75,16 @@ def dump(tmp_path, monkeypatch, native, name, level, tag):
         if native:  # the C path took the calls, and fired the one-node backward hooks
             assert debugger_session_fast(debugger)
             assert node_hooks
-            if level != "L1":  # and the C module hooks every module call, the Python ones none
-                assert _PY_HOOK_CALLS == [0]
+            if level != "L1":  # and the C module hooks every module call, the Python ones none; the C
+                assert _PY_HOOK_CALLS == [0]  # parameter-gradient hooks every parameters_grad record
+                assert _PY_PARAMS_GRAD == [0]
             if level == "L1":  # with a reshape's pre-hook, and with transposes and casts to undo
                 assert any(h.split for h in node_hooks)
                 steps = {step for h in node_hooks for _, _, how in h.slots if how is not False for step, _ in how}
                 assert steps == {0, 1, 2}
         else:
             assert not node_hooks
-            assert level == "L1" or _PY_HOOK_CALLS[0] > 0  # (what the count above would see)
+            assert level == "L1" or _PY_HOOK_CALLS[0] > 0 and _PY_PARAMS_GRAD[0] > 0  # (what the counts above see)
     finally:
         debugger.close()
         _call.made_hooks(None)
@@ -107,6 +108,7 @@ _LAST_FAST = []
 
 
 _PY_HOOK_CALLS = [0]  # module calls the Python pre-hook counted (the C ModuleHook hands it its other cases)
+_PY_PARAMS_GRAD = [0]  # parameters_grad records the session's Python emit_params_grad made
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +125,14 @@ def note_fast(monkeypatch):
         return counter_next(self, name)
 
     monkeypatch.setattr(CallCounter, "next", counting)
+    _PY_PARAMS_GRAD[0] = 0
+    emit_params_grad = DumpSession.emit_params_grad
+
+    def counting_params(self, base, grads):
+        _PY_PARAMS_GRAD[0] += 1
+        return emit_params_grad(self, base, grads)
+
+    monkeypatch.setattr(DumpSession, "emit_params_grad", counting_params)
 
     made = DumpSession._call_path
 

@@ -28,6 +28,8 @@
  * PassOn, in front of the mode's Python handler: the calls the mode does not record, and the recorded ones
  * handed to `call` without that handler (see below). NodeHook: a OneNodeHook's firing (see below).
  * ModuleHook: a module's pre- and post-hook (modules.py's), their common case here (see below).
+ * ParamGradHook: a parameter's post-accumulate-grad hook (modules.py's), its module's parameters_grad record
+ * made here (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1108,6 +1110,208 @@ static int attr_true(PyObject *obj, PyObject *name) {
     return truth;
 }
 
+/* ParamGradHook(state, name, mstate, slow): the post-accumulate-grad hook of parameter `name` of a module
+ * (modules.py's _ParamGradState.hook), its common case in C: with the session's CallPath, the gradient is
+ * noted in `state.got` and, once the module's last one came, its parameters_grad record made as
+ * DumpSession.emit_params_grad makes it (key from `state.stem` and the counter of `state.counted`, plain
+ * tensors' records from the C record, emit, the launch queued for the backward's end when summaries wait),
+ * inside tool work; a gradient that is not a plain tensor goes to emit_params_grad itself. Without a CallPath
+ * (the Python flow) the Python hook `slow` does it all. `mstate` is msprobe.pytorch._state. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *state, *name, *mstate, *slow;
+    vectorcallfunc vectorcall;
+} ParamGradHook;
+
+static PyObject *s_owner, *s_grads_active, *s_got, *s_names, *s_base, *s_counted, *s_stem, *s_grad,
+    *s_launch_queued, *s_launch_at_backward_end, *s_emit_params_grad;
+
+/* the module's parameters_grad record, its gradients `grads` (name -> gradient, in the module's order) */
+static PyObject *params_grad_emit(CallPath *cp, PyObject *s, PyObject *state, PyObject *base, PyObject *grads) {
+    PyObject *prev = NULL, *guard = NULL, *counted = NULL, *stem = NULL, *key = NULL, *defer = NULL,
+             *record = NULL, *next = NULL, *r = NULL, *k, *g;
+    Py_ssize_t pos = 0;
+    if (work_enter(cp, &prev, &guard) < 0)
+        return NULL;
+    if (!cp->backward) {  /* (the filter leaves backward out; a CallPath means no overflow gate) */
+        r = Py_NewRef(Py_None);
+        goto work;
+    }
+    while (PyDict_Next(grads, &pos, &k, &g))
+        if (g != Py_None && Py_TYPE(g) != (PyTypeObject *)cp->tensor && Py_TYPE(g) != (PyTypeObject *)cp->parameter) {
+            PyObject *a[3] = {s, base, grads};  /* a subclass (a DTensor's shard): tensor_record's case */
+            r = PyObject_VectorcallMethod(s_emit_params_grad, a, 3, NULL);
+            goto work;
+        }
+    if ((counted = PyObject_GetAttr(state, s_counted)) == NULL || (stem = PyObject_GetAttr(state, s_stem)) == NULL)
+        goto work;
+    PyObject *got = PyDict_GetItemWithError(cp->counts, counted);  /* (a defaultdict(int): in place) */
+    if (got == NULL && PyErr_Occurred())
+        goto work;
+    Py_ssize_t n = got == NULL ? 0 : PyLong_AsSsize_t(got);
+    if ((n == -1 && PyErr_Occurred()) || (next = PyLong_FromSsize_t(n + 1)) == NULL
+        || PyDict_SetItem(cp->counts, counted, next) < 0 || (key = PyUnicode_FromFormat("%U%zd", stem, n)) == NULL
+        || (defer = PyObject_GetAttr(cp->summarizer, s_defer_forward)) == NULL || (record = PyDict_New()) == NULL)
+        goto work;
+    pos = 0;
+    while (PyDict_Next(grads, &pos, &k, &g)) {
+        PyObject *rec = g == Py_None ? Py_NewRef(Py_None) : plain_record(cp, g, Py_False, defer);
+        PyObject *one = rec == NULL ? NULL : PyList_New(1);
+        if (one == NULL) {
+            Py_XDECREF(rec);
+            goto work;
+        }
+        PyList_SET_ITEM(one, 0, rec);
+        int err = PyDict_SetItem(record, k, one);
+        Py_DECREF(one);
+        if (err < 0)
+            goto work;
+    }
+    {
+        PyObject *a[3] = {s, key, record};
+        if ((r = PyObject_VectorcallMethod(s_emit, a, 3, NULL)) == NULL)
+            goto work;
+    }
+    /* summaries waiting for a batch: launched as this backward pass ends (_launch_at_backward_end) */
+    int waiting = attr_true(cp->summarizer, s_deferred), queued = waiting > 0 ? attr_true(s, s_launch_queued) : 0;
+    if (waiting < 0 || queued < 0)
+        Py_CLEAR(r);
+    else if (waiting && !queued) {
+        Py_DECREF(r);
+        r = PyObject_CallMethodNoArgs(s, s_launch_at_backward_end);
+    }
+work:
+    if (work_exit(cp, prev, guard) < 0)
+        Py_CLEAR(r);
+    Py_XDECREF(counted);
+    Py_XDECREF(stem);
+    Py_XDECREF(key);
+    Py_XDECREF(defer);
+    Py_XDECREF(record);
+    Py_XDECREF(next);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *param_grad_call(ParamGradHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 1)
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    PyObject *s = PyObject_GetAttr(self->mstate, s_session), *path = NULL, *owner = NULL, *base = NULL,
+             *modules = NULL, *got = NULL, *grad = NULL, *names = NULL, *grads = NULL, *fresh = NULL, *result = NULL;
+    if (s == NULL)
+        return NULL;
+    if (s == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto end;
+    }
+    if ((path = PyObject_GetAttr(s, s_call_path)) == NULL)
+        goto end;
+    if (Py_TYPE(path) != &CallPathType) {  /* the Python flow */
+        result = PyObject_Vectorcall(self->slow, args, 1, NULL);
+        goto end;
+    }
+    int on;
+    if ((owner = PyObject_GetAttr(self->state, s_owner)) == NULL || (on = attr_true(owner, s_grads_active)) < 0
+        || (on && ((base = PyObject_GetAttr(self->state, s_base)) == NULL
+                   || (modules = PyObject_GetAttr(s, s_recorded_modules)) == NULL
+                   || (on = PySequence_Contains(modules, base)) < 0)))
+        goto end;
+    if (!on) {
+        result = Py_NewRef(Py_None);
+        goto end;
+    }
+    if ((got = PyObject_GetAttr(self->state, s_got)) == NULL || (grad = PyObject_GetAttr(args[0], s_grad)) == NULL
+        || PyObject_SetItem(got, self->name, grad) < 0 || (names = PyObject_GetAttr(self->state, s_names)) == NULL)
+        goto end;
+    Py_ssize_t want = PyObject_Length(names), have = PyObject_Length(got);
+    if (want < 0 || have < 0)
+        goto end;
+    if (have != want) {
+        result = Py_NewRef(Py_None);
+        goto end;
+    }
+    /* in the order the module holds them (autograd's order differs with compiled backward) */
+    if ((grads = PyDict_New()) == NULL)
+        goto end;
+    for (Py_ssize_t i = 0; i < want; i++) {
+        PyObject *n = PySequence_GetItem(names, i), *g = n == NULL ? NULL : PyObject_GetItem(got, n);
+        int err = g == NULL ? -1 : PyDict_SetItem(grads, n, g);
+        Py_XDECREF(n);
+        Py_XDECREF(g);
+        if (err < 0)
+            goto end;
+    }
+    if ((fresh = PyDict_New()) == NULL || PyObject_SetAttr(self->state, s_got, fresh) < 0)
+        goto end;
+    result = params_grad_emit((CallPath *)path, s, self->state, base, grads);
+end:
+    Py_DECREF(s);
+    Py_XDECREF(path);
+    Py_XDECREF(owner);
+    Py_XDECREF(base);
+    Py_XDECREF(modules);
+    Py_XDECREF(got);
+    Py_XDECREF(grad);
+    Py_XDECREF(names);
+    Py_XDECREF(grads);
+    Py_XDECREF(fresh);
+    return result;
+}
+
+static PyObject *param_grad_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    ParamGradHook *self = (ParamGradHook *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OUOO:ParamGradHook", &self->state, &self->name, &self->mstate, &self->slow)) {
+        self->state = self->name = self->mstate = self->slow = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(self->state);
+    Py_INCREF(self->name);
+    Py_INCREF(self->mstate);
+    Py_INCREF(self->slow);
+    self->vectorcall = (vectorcallfunc)param_grad_call;
+    return (PyObject *)self;
+}
+
+static int param_grad_traverse(ParamGradHook *self, visitproc visit, void *arg) {
+    Py_VISIT(self->state);
+    Py_VISIT(self->mstate);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int param_grad_clear(ParamGradHook *self) {
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->mstate);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void param_grad_dealloc(ParamGradHook *self) {
+    PyObject_GC_UnTrack(self);
+    param_grad_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ParamGradHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe._call.ParamGradHook",
+    .tp_basicsize = sizeof(ParamGradHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A parameter's post-accumulate-grad hook: the common case in C, every other the Python hook's.",
+    .tp_new = param_grad_new,
+    .tp_traverse = (traverseproc)param_grad_traverse,
+    .tp_clear = (inquiry)param_grad_clear,
+    .tp_dealloc = (destructor)param_grad_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ParamGradHook, vectorcall),
+};
+
 /* NodeHook(session_ref, key, parent, n_in, out_nr, slots, split=False): a OneNodeHook (capture/backward.py) fired
  * in C, for a call hooked on one node in a session with a CallPath (nothing is saved). torch calls it as the
  * node's post-hook with (grad_inputs, grad_outputs): the output's gradient (`out_nr`; with `split`, the one
@@ -1780,6 +1984,17 @@ PyMODINIT_FUNC PyInit__call(void) {
     INTERN(s_parameters_attr, "_parameters");
     INTERN(s_module_stack_attr, "module_stack");
     INTERN(s_dot_forward, ".forward.");
+    INTERN(s_owner, "owner");
+    INTERN(s_grads_active, "grads_active");
+    INTERN(s_got, "got");
+    INTERN(s_names, "names");
+    INTERN(s_base, "base");
+    INTERN(s_counted, "counted");
+    INTERN(s_stem, "stem");
+    INTERN(s_grad, "grad");
+    INTERN(s_launch_queued, "_launch_queued");
+    INTERN(s_launch_at_backward_end, "_launch_at_backward_end");
+    INTERN(s_emit_params_grad, "emit_params_grad");
     INTERN(s_dot_backward, ".backward.");
     INTERN(s_type, "type");
     INTERN(s_value, "value");
@@ -1798,7 +2013,8 @@ PyMODINIT_FUNC PyInit__call(void) {
     if ((s_empty = PyTuple_New(0)) == NULL || (api_names = PyDict_New()) == NULL)
         return NULL;
     if (PyType_Ready(&CallPathType) < 0 || PyType_Ready(&PassOnType) < 0 || PyType_Ready(&FrameType) < 0
-        || PyType_Ready(&NodeHookType) < 0 || PyType_Ready(&ModuleHookType) < 0)
+        || PyType_Ready(&NodeHookType) < 0 || PyType_Ready(&ModuleHookType) < 0
+        || PyType_Ready(&ParamGradHookType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1824,6 +2040,12 @@ PyMODINIT_FUNC PyInit__call(void) {
     Py_INCREF(&ModuleHookType);
     if (PyModule_AddObject(m, "ModuleHook", (PyObject *)&ModuleHookType) < 0) {
         Py_DECREF(&ModuleHookType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ParamGradHookType);
+    if (PyModule_AddObject(m, "ParamGradHook", (PyObject *)&ParamGradHookType) < 0) {
+        Py_DECREF(&ParamGradHookType);
         Py_DECREF(m);
         return NULL;
     }

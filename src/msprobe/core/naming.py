@@ -10,6 +10,7 @@ Tensor file:   {key}.{input|output}.{i}[.{j}...]{suffix}; parameters: {key}.para
 Must not import torch or mindspore.
 """
 
+import functools
 from collections import defaultdict
 
 FORWARD, BACKWARD = "forward", "backward"
@@ -27,6 +28,14 @@ def module_key(prefix, path, class_name, direction, index):
 
 def params_grad_key(prefix, path, class_name, index):
     return f"{prefix}.{path}.{class_name}.parameters_grad.{index}"
+
+
+@functools.lru_cache(maxsize=None)  # one per module, asked once per step for each
+def params_grad_names(base):
+    """(its counter's name, its parameters_grad key without the index) for module `base` ("Module.fc.Linear")."""
+    prefix, rest = base.split(".", 1)
+    path, cls = rest.rsplit(".", 1)
+    return base + ".parameters_grad", params_grad_key(prefix, path, cls, "")
 
 
 def optimizer_update_key(optimizer_class, param_name, index):

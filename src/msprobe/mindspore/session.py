@@ -411,9 +411,8 @@ class DumpSession(CaptureSession):
     def emit_params_grad(self, base, grads):
         if not self.filter.backward or self.overflow_done:
             return
-        prefix, rest = base.split(".", 1)
-        path, cls = rest.rsplit(".", 1)
-        key = naming.params_grad_key(prefix, path, cls, self.counter.next(base + ".parameters_grad"))
+        counted, stem = naming.params_grad_names(base)
+        key = f"{stem}{self.counter.next(counted)}"
         save = self.saves_tensor(key)
         waits = []
         record = {n: [self.gradient_record(g, f"{key}.{n}", save, waits) if g is not None else None]

@@ -5,7 +5,6 @@ record is made (queue, summaries resolved in batches, overflow gate, writer) is 
 Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/host_cost.py.
 """
 
-import functools
 import logging
 import os
 import weakref
@@ -330,7 +329,7 @@ class DumpSession(CaptureSession):
         flt = self.filter
         if not flt.backward or self.gate is not None:
             return
-        counted, stem = _params_grad_names(base)
+        counted, stem = naming.params_grad_names(base)
         key = f"{stem}{self.counter.next(counted)}"
         # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
         # for a batch; at L0 they are taken now (on the device: staged, or launched)
@@ -398,14 +397,6 @@ class DumpSession(CaptureSession):
     def resolve(self):
         with tool_work():
             super().resolve()
-
-
-@functools.lru_cache(maxsize=None)  # one per module, asked once per step for each
-def _params_grad_names(base):
-    """(its counter's name, its parameters_grad key without the index) for module `base`."""
-    prefix, rest = base.split(".", 1)
-    path, cls = rest.rsplit(".", 1)
-    return base + ".parameters_grad", naming.params_grad_key(prefix, path, cls, "")
 
 
 def flat_tensors(v):

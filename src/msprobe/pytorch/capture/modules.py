@@ -6,14 +6,15 @@ gradients through post-accumulate-grad hooks. The root module itself is not reco
 import torch
 
 from msprobe.core.dump.call_capture import CallFrame
+from msprobe.core.naming import params_grad_names
 from msprobe.pytorch import _state
 from msprobe.pytorch.capture.recompute import graph_task_id, recomputing
 from msprobe.pytorch.tool_work import tool_work
 
 try:
-    from msprobe._call import ModuleHook as _ModuleHook
+    from msprobe._call import ModuleHook as _ModuleHook, ParamGradHook as _ParamGradHook
 except ImportError:  # the extension is not built: the Python hooks alone
-    _ModuleHook = None
+    _ModuleHook = _ParamGradHook = None
 
 
 def own_parameters(module):
@@ -113,9 +114,9 @@ class ModuleCapture:
         self.forward_active = self.grads_active = True
         if self._fwd_handles and self._hooked_compiled is None and self.compiled is not None:
             # made before Dynamo was loaded (a model compiled since, in place): again, with the compile check
-            for h in self._fwd_handles:
+            for h in self._fwd_handles + self._grad_handles:
                 h.remove()
-            self._fwd_handles = []
+            self._fwd_handles, self._grad_handles = [], []
         if self._fwd_handles:
             return
         self._hooked_compiled = self.compiled
@@ -228,17 +229,35 @@ class ModuleCapture:
             seen.update(id(p) for _, p in params)
             state = _ParamGradState(self, f"Module.{path}.{class_name(mod)}", [n for n, _ in params])
             for name, p in params:
-                self._grad_handles.append(p.register_post_accumulate_grad_hook(state.hook(name)))
+                self._grad_handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(state, name)))
+
+    def _grad_hook(self, state, name):
+        """A parameter's hook: msprobe._call's ParamGradHook, which records the common case in C and hands
+        every other to the Python one; behind Dynamo's check where Dynamo may trace it (see _hook)."""
+        slow = state.hook(name)
+        if _ParamGradHook is None:
+            return slow
+        fast = _ParamGradHook(state, name, _state, slow)
+        if self.compiled is None:
+            return fast
+        is_compiling = self.compiled.is_compiling
+
+        def hook(param):
+            return (slow if is_compiling() else fast)(param)
+        return hook
 
 
 class _ParamGradState:
-    """Collects the accumulated .grad of one module's parameters; emits parameters_grad when all arrived."""
+    """Collects the accumulated .grad of one module's parameters; emits parameters_grad when all arrived.
+    `counted` and `stem`: its counter's name and its key without the index (the C hook's; the session's
+    `emit_params_grad` makes them from `base`)."""
 
     def __init__(self, owner, base, names):
         self.owner = owner
         self.base = base
         self.names = names
         self.got = {}
+        self.counted, self.stem = params_grad_names(base)
 
     def hook(self, name):
         def on_grad(param):
