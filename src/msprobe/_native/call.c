@@ -642,7 +642,7 @@ static PyObject *call(CallPath *self, PyObject *const *argv, Py_ssize_t nargs) {
     PyObject *entry = api_entry(self, prefix, name);
     if (entry == NULL)
         return NULL;
-    Py_INCREF(entry);  /* (held: a key's str() could run code that changes the table) */
+    Py_INCREF(entry);  /* (held: another call may replace it in the table while this one runs) */
     counted = Py_NewRef(PyList_GET_ITEM(entry, 0));
     count = PyDict_GetItemWithError(self->counts, counted);
     if (count == NULL && PyErr_Occurred())
