@@ -148,18 +148,8 @@ class ModuleCapture:
         Dynamo reads as a constant, so a traced call takes `slow` (a C callable would break its graph)."""
         if _ModuleHook is None:
             return slow
-        fast = _ModuleHook(self, _state, base, self._frames, graph_task_id, slow, post)
-        compiled = self.compiled
-        if compiled is None:
-            return fast
-        is_compiling = compiled.is_compiling
-        if post:
-            def hook(module, args, kwargs, output):
-                return (slow if is_compiling() else fast)(module, args, kwargs, output)
-        else:
-            def hook(module, args, kwargs):
-                return (slow if is_compiling() else fast)(module, args, kwargs)
-        return hook
+        return _behind_compile_check(self.compiled, slow,
+                                     _ModuleHook(self, _state, base, self._frames, graph_task_id, slow, post))
 
     def _pre(self, base):
         compiled = self.compiled
@@ -237,14 +227,19 @@ class ModuleCapture:
         slow = state.hook(name)
         if _ParamGradHook is None:
             return slow
-        fast = _ParamGradHook(state, name, _state, slow)
-        if self.compiled is None:
-            return fast
-        is_compiling = self.compiled.is_compiling
+        return _behind_compile_check(self.compiled, slow, _ParamGradHook(state, name, _state, slow))
 
-        def hook(param):
-            return (slow if is_compiling() else fast)(param)
-        return hook
+
+def _behind_compile_check(compiled, slow, fast):
+    """C hook `fast` as torch calls it: itself while Dynamo is not loaded (`compiled` None), else behind a
+    Python check Dynamo reads as a constant, so that a traced call takes the Python hook `slow`."""
+    if compiled is None:
+        return fast
+    is_compiling = compiled.is_compiling
+
+    def hook(*args):
+        return (slow if is_compiling() else fast)(*args)
+    return hook
 
 
 class _ParamGradState:
