@@ -5,7 +5,8 @@
 `msprobe._frames` walks the call stack for stack.json (core/stack.py); `msprobe._record` makes the
 common records of PyTorch's Summarizer (pytorch/summary/summarizer.py), calling `_moments`' kernel through
 its capsule; `msprobe._call` runs the flow of one recorded PyTorch API call (core/dump/call_capture.py's
-`call`, pytorch/session.py). All are optional: where no C compiler is at hand the build goes on without them and msprobe
+`call`, pytorch/session.py); `msprobe._step_files` makes a step's directory and files in one call that holds no
+GIL (core/dump/writer.py). All are optional: where no C compiler is at hand the build goes on without them and msprobe
 falls back to the framework's own reductions, a Python frame walk and Python records. It is built with OpenMP where the compiler has it (in a PyTorch
 process its threads are then torch's own), and with plain threads where it has not.
 """
@@ -38,5 +39,7 @@ setup(ext_modules=[Extension("msprobe._moments", ["src/msprobe/_native/moments.c
                              depends=["src/msprobe/_native/edges.h"], extra_compile_args=["-O2"],
                              optional=True),
                    Extension("msprobe._record", ["src/msprobe/_native/record.c"], extra_compile_args=["-O2"],
-                             depends=["src/msprobe/_native/moments.h", "src/msprobe/_native/crc.h"], optional=True)],
+                             depends=["src/msprobe/_native/moments.h", "src/msprobe/_native/crc.h"], optional=True),
+                   Extension("msprobe._step_files", ["src/msprobe/_native/step_files.c"], extra_compile_args=["-O2"],
+                             optional=True)],
       cmdclass={"build_ext": BuildExt})

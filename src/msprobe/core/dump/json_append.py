@@ -90,7 +90,7 @@ class JsonAppendFile:
         trailer: the text that closes the file after the growing object.
     """
 
-    def __init__(self, path, head="{", trailer="\n}\n", indent="\n ", finite=False):
+    def __init__(self, path, head="{", trailer="\n}\n", indent="\n ", finite=False, fd=None):
         self.path = path
         self.finite = finite  # values hold no non-finite float: see encode()
         self._trailer = trailer.encode()
@@ -98,14 +98,22 @@ class JsonAppendFile:
         self._sep = b"," + self._sep_first
         self._lock = threading.Lock()
         self.failed = False  # a write failed: nothing more is appended (see seal)
+        self._empty = True
+        if fd is not None:  # made by the caller, `first_bytes(head, trailer)` written at its start
+            self._fd, self._end = fd, len(head.encode())
+            return
         self._end = 0
         self._fd = open_new(path)
-        self._empty = True
         try:
             self._write_end(head.encode())
         except OSError:
             self.close()
             raise
+
+    @staticmethod
+    def first_bytes(head="{", trailer="\n}\n"):
+        """What a new file holds before its first append (for a caller that creates it: `fd`)."""
+        return (head + trailer).encode()
 
     def _write_end(self, chunk, body=b""):
         """Write `chunk`, `body` and the trailer at the end of the object (called holding the lock)."""

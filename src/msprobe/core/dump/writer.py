@@ -22,8 +22,13 @@ import orjson
 
 from msprobe.core.dump.json_append import JsonAppendFile, pwrite_all
 from msprobe.core.errors import MsprobeError
-from msprobe.core.safe_files import make_dir, make_dirs, open_new, open_text
+from msprobe.core.safe_files import DIR_MODE, FILE_MODE, make_dir, make_dirs, open_new, open_text
 from msprobe.core.stack import stack_texts
+
+try:  # the step's directory and files in one call without the GIL (optional, see setup.py)
+    from msprobe import _step_files
+except ImportError:
+    _step_files = None
 
 logger = logging.getLogger(__name__)
 
@@ -121,13 +126,18 @@ class DumpWriter:
         self.rank_dir = rank_dir
         self.on_error = None  # called with an OSError from the writer threads (a full disk)
         self.failed = False
-        self._made_dirs = _make_rank_dir(rank_dir, owner)
+        self.tensor_dir = os.path.join(rank_dir, TENSOR_DIR)
+        self.structure = structure
         self._dump = self._construct = self._stack_fd = None
-        try:
-            self._open_files(task, level, framework, debug, with_tensors, structure, finite_records)
-        except OSError:  # a full disk: nothing half made is left to look like a dump
-            self._remove_made()
-            raise
+        self._stack_len = 2
+        files = self._files(task, level, framework, debug, with_tensors, finite_records)
+        if not self._make_at_once(files, with_tensors, owner):
+            self._made_dirs = _make_rank_dir(rank_dir, owner)
+            try:
+                self._open_files(files, with_tensors)
+            except OSError:  # a full disk: nothing half made is left to look like a dump
+                self._remove_made()
+                raise
         # stack.json entries [keys, lines] by their lines: two calls on one line (told apart by
         # instruction when captured) share an entry, keys in the order they came
         self._stack_entries = {}
@@ -142,30 +152,59 @@ class DumpWriter:
         self._errors = None
         self.records = 0
 
-    def _open_files(self, task, level, framework, debug, with_tensors, structure, finite_records):
-        rank_dir = self.rank_dir
-        self.tensor_dir = os.path.join(rank_dir, TENSOR_DIR)
-        if with_tensors:
-            if make_dir(self.tensor_dir):
-                self._made_dirs.insert(0, self.tensor_dir)
+    def _files(self, task, level, framework, debug, with_tensors, finite_records):
+        """The step's JSON files: (attribute, name, head, trailer, indent, finite), in the order they are made;
+        stack.json (`{}` at first) comes after them."""
         data_dir = os.path.abspath(self.tensor_dir) if with_tensors else None
         head = ("{\n" + f' "task": {json.dumps(task)},\n "level": {json.dumps(level)},\n'
                 f' "framework": {json.dumps(framework)},\n "dump_data_dir": {json.dumps(data_dir)},\n'
                 ' "data": {')
-        self._dump = JsonAppendFile(os.path.join(rank_dir, "debug.json" if debug else "dump.json"),
-                                    head=head, trailer="\n }\n}\n", indent="\n  ", finite=finite_records)
-        self.structure = structure
-        # construct.json maps keys to parent keys or null: never a float
-        self._construct = (JsonAppendFile(os.path.join(rank_dir, "construct.json"), finite=True)
-                           if structure else None)
+        files = [("_dump", "debug.json" if debug else "dump.json", head, "\n }\n}\n", "\n  ", finite_records)]
+        if self.structure:  # construct.json maps keys to parent keys or null: never a float
+            files.append(("_construct", "construct.json", "{", "\n}\n", "\n ", True))
+        return files
+
+    def _make_at_once(self, files, with_tensors, owner):
+        """`step{N}/rank{R}`, dump_tensor_data/ and the step's files in one call that holds no GIL
+        (msprobe._step_files); False when not done: no extension, or anything but the usual case (the dump
+        path missing, the rank directory there, a link, a full disk), which the call undid and
+        `_make_rank_dir`/`_open_files` then meet and word as always."""
+        if _step_files is None:
+            return False
+        rank_dir = self.rank_dir
+        step_dir = os.path.dirname(rank_dir)
+        made = [(os.path.join(rank_dir, name), JsonAppendFile.first_bytes(head, trailer))
+                for _, name, head, trailer, _, _ in files]
+        if self.structure:
+            made.append((os.path.join(rank_dir, "stack.json"), b"{}"))
+        try:
+            made_step, fds = _step_files.make(step_dir, rank_dir, [self.tensor_dir] if with_tensors else [], made,
+                                              DIR_MODE, FILE_MODE)
+        except OSError:
+            return False
+        self._made_dirs = [self.tensor_dir] * with_tensors + [rank_dir] + [step_dir] * made_step
+        if owner is not None:
+            _claimed[os.path.abspath(rank_dir)] = id(owner)
+        for (attr, _, head, trailer, indent, finite), (path, _), fd in zip(files, made, fds):
+            setattr(self, attr, JsonAppendFile(path, head=head, trailer=trailer, indent=indent, finite=finite, fd=fd))
+        if self.structure:
+            self._stack_fd = fds[-1]
+        return True
+
+    def _open_files(self, files, with_tensors):
+        rank_dir = self.rank_dir
+        if with_tensors:
+            if make_dir(self.tensor_dir):
+                self._made_dirs.insert(0, self.tensor_dir)
+        for attr, name, head, trailer, indent, finite in files:
+            setattr(self, attr, JsonAppendFile(os.path.join(rank_dir, name), head=head, trailer=trailer,
+                                               indent=indent, finite=finite))
         # stack.json is opened with the others and rewritten in place at flush (no temporary file and
         # rename: file-system metadata work is the slow part here); its content only grows, so one
         # pwrite from the start leaves a whole file even if the process is killed
-        self._stack_fd = None
-        if structure:
+        if self.structure:
             self._stack_fd = open_new(os.path.join(rank_dir, "stack.json"))
             pwrite_all(self._stack_fd, b"{}", 0)
-        self._stack_len = 2
 
     # -- records -------------------------------------------------------------------------------
     def add(self, key, record, waits=()):
