@@ -475,6 +475,9 @@ class DumpSession(CaptureSession):
         # overflow_check: a backward record is kept when the gradients it computed (its "output") overflow
         self.emit(tracker.key, record, tracker.waits, check=tracker.in_recs)
         self.note_backward(tracker.key, tracker.parent)
+        # MindSpore's grad graph keeps the tracker's hooks, and so the tracker, until the next step: its
+        # records go with the queue's, not a step later (fewer objects for the collector to walk, too)
+        tracker.out_recs = tracker.in_recs = tracker.waits = None
 
     # -- step end --------------------------------------------------------------------------------
     def emit_partial_backward(self):
