@@ -106,6 +106,7 @@ def test_trackers_alive_after_the_step_hold_no_records(models, tmp_path, level):
         gc.collect()
         fired = [o for o in gc.get_objects() if type(o) is GradTracker and o.fired]
         assert fired  # (this checks something only while MindSpore keeps them)
-        assert all(t.out_recs is None and t.in_recs is None and t.waits is None for t in fired)
+        assert all(t.out_recs is None and t.in_recs is None and t.waits is None and t.in_keys is None
+                   for t in fired)
     finally:
         debugger.close()

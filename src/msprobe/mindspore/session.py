@@ -477,7 +477,7 @@ class DumpSession(CaptureSession):
         self.note_backward(tracker.key, tracker.parent)
         # MindSpore's grad graph keeps the tracker's hooks, and so the tracker, until the next step: its
         # records go with the queue's, not a step later (fewer objects for the collector to walk, too)
-        tracker.out_recs = tracker.in_recs = tracker.waits = None
+        tracker.out_recs = tracker.in_recs = tracker.waits = tracker.in_keys = tracker.parts = None
 
     # -- step end --------------------------------------------------------------------------------
     def emit_partial_backward(self):
