@@ -63,7 +63,12 @@ static int make_all(const char *step, const char *rank, PyObject **subdirs, Py_s
     }
     for (Py_ssize_t i = 0; !err && i < nsub; i++) {
         const char *d = PyBytes_AS_STRING(subdirs[i]);
-        if (mkdir(d, (mode_t)dir_mode) != 0 || (subs_made = i + 1, chmod(d, (mode_t)dir_mode) != 0))
+        if (mkdir(d, (mode_t)dir_mode) != 0) {
+            err = errno, *where = d;
+            break;
+        }
+        subs_made = i + 1;
+        if (chmod(d, (mode_t)dir_mode) != 0)
             err = errno, *where = d;
     }
     for (Py_ssize_t i = 0; !err && i < nfiles; i++) {
