@@ -21,6 +21,10 @@
               2 bfloat16, 3 int64, 4 int32), or of `rows` such runs `row_stride` elements apart (a
               slice of a wider tensor: one chunk of a fused qkv projection); the caller keeps the
               memory alive and unchanged during the call.
+   moments_of_sum(addresses, count, threads) -> the same of the element-wise sum of float32 buffers (a
+              tuple of 1 to 8 addresses of `count` elements each), each element added in float32 in
+              the order given, as the framework's `a + b + c` makes it: a gradient reached by several
+              edges, read without the sum in memory.
    _kernel: a capsule of the same reduction for C callers (moments.h).
 */
 #define PY_SSIZE_T_CLEAN
@@ -39,6 +43,8 @@
 /* integers below this magnitude are exact as doubles: from it on, Max/Min could be off by one */
 #define EXACT_INT 9007199254740992.0
 #define MAX_THREADS 8
+/* buffers moments_of_sum adds at most */
+#define MAX_SUMMANDS 8
 /* below this many elements per thread, starting a thread costs more than it saves */
 #define MIN_PER_THREAD (16 * 1024)
 /* from this many elements on the GIL is released during a read */
@@ -49,19 +55,21 @@ typedef struct {
     Py_ssize_t begin, end;
     int kind;
     double mn, mx, sum, sq;
+    /* float32 only: buffers added to `data` element by element, in order, before the element is read */
+    const float *const *addends;
+    int n_addends;
 } Part;
 
 /* -- portable version: eight independent lanes per statistic ------------------------------------ */
-#define REDUCE(TYPE, LOAD)                                                              \
+#define REDUCE(AT)                                                                      \
     do {                                                                                \
-        const TYPE *x = (const TYPE *)p->data;                                          \
         double mn[LANES], mx[LANES], s[LANES], q[LANES];                                \
-        double first = LOAD(x[p->begin]);                                               \
+        double first = AT(p->begin);                                                    \
         for (int j = 0; j < LANES; j++) { mn[j] = mx[j] = first; s[j] = q[j] = 0.0; }  \
         Py_ssize_t i = p->begin;                                                        \
         for (; i + LANES <= p->end; i += LANES) {                                       \
             for (int j = 0; j < LANES; j++) {                                           \
-                double v = LOAD(x[i + j]);                                              \
+                double v = AT(i + j);                                                   \
                 mn[j] = v < mn[j] ? v : mn[j];                                          \
                 mx[j] = v > mx[j] ? v : mx[j];                                          \
                 s[j] += v;                                                              \
@@ -69,7 +77,7 @@ typedef struct {
             }                                                                           \
         }                                                                               \
         for (; i < p->end; i++) {                                                       \
-            double v = LOAD(x[i]);                                                      \
+            double v = AT(i);                                                           \
             mn[0] = v < mn[0] ? v : mn[0];                                              \
             mx[0] = v > mx[0] ? v : mx[0];                                              \
             s[0] += v;                                                                  \
@@ -97,14 +105,25 @@ static inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
-#define AS_DOUBLE(v) ((double)(v))
-#define BF16_AS_DOUBLE(v) ((double)bf16_to_float(v))
+/* element i of the sum of x and the addends, in float32 and in order: what the framework's own additions
+   of the buffers would hold there */
+static inline float sum_at(const float *x, const float *const *more, int k, Py_ssize_t i) {
+    float v = x[i];
+    for (int j = 0; j < k; j++)
+        v += more[j][i];
+    return v;
+}
 
-static void reduce_f32(Part *p) { REDUCE(float, AS_DOUBLE); }
-static void reduce_f64(Part *p) { REDUCE(double, AS_DOUBLE); }
-static void reduce_bf16(Part *p) { REDUCE(uint16_t, BF16_AS_DOUBLE); }
-static void reduce_i64(Part *p) { REDUCE(int64_t, AS_DOUBLE); }
-static void reduce_i32(Part *p) { REDUCE(int32_t, AS_DOUBLE); }
+#define AT(i) ((double)x[i])
+#define BF16_AT(i) ((double)bf16_to_float(x[i]))
+#define SUM_AT(i) ((double)sum_at(x, p->addends, p->n_addends, i))
+
+static void reduce_f32(Part *p) { const float *x = p->data; REDUCE(AT); }
+static void reduce_f64(Part *p) { const double *x = p->data; REDUCE(AT); }
+static void reduce_bf16(Part *p) { const uint16_t *x = p->data; REDUCE(BF16_AT); }
+static void reduce_i64(Part *p) { const int64_t *x = p->data; REDUCE(AT); }
+static void reduce_i32(Part *p) { const int32_t *x = p->data; REDUCE(AT); }
+static void reduce_f32_sum(Part *p) { const float *x = p->data; REDUCE(SUM_AT); }
 
 /* -- x86-64 with AVX2+FMA: 16 floats per step, sums in four double vectors each ------------------- */
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -169,6 +188,23 @@ __attribute__((target("avx2,fma"))) static void reduce_f32_avx2(Part *p) {
     AVX2_REDUCE(F32_SCALAR, F32_LOAD8);
 }
 
+__attribute__((target("avx2,fma"))) static inline __m256 sum_load8(const float *x, const float *const *more, int k,
+                                                                  Py_ssize_t i) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    for (int j = 0; j < k; j++)
+        v = _mm256_add_ps(v, _mm256_loadu_ps(more[j] + i));
+    return v;
+}
+
+__attribute__((target("avx2,fma"))) static void reduce_f32_sum_avx2(Part *p) {
+    const float *x = (const float *)p->data;
+    const float *const *more = p->addends;
+    int k = p->n_addends;
+#define SUM_SCALAR(i) sum_at(x, more, k, i)
+#define SUM_LOAD8(i) sum_load8(x, more, k, i)
+    AVX2_REDUCE(SUM_SCALAR, SUM_LOAD8);
+}
+
 __attribute__((target("avx2,fma"))) static void reduce_bf16_avx2(Part *p) {
     const uint16_t *x = (const uint16_t *)p->data;
 #define BF16_SCALAR(i) bf16_to_float(x[i])
@@ -209,6 +245,16 @@ __attribute__((target("avx2,fma"))) static void reduce_f64_avx2(Part *p) {
 static int use_avx2 = 0;
 
 static void reduce_range(Part *p) {
+    if (p->n_addends > 0) {  /* (float32 only) */
+#ifdef HAVE_AVX2_PATH
+        if (use_avx2) {
+            reduce_f32_sum_avx2(p);
+            return;
+        }
+#endif
+        reduce_f32_sum(p);
+        return;
+    }
 #ifdef HAVE_AVX2_PATH
     if (use_avx2) {
         switch (p->kind) {
@@ -233,13 +279,16 @@ typedef struct {
     const char *base;
     Py_ssize_t r0, r1, c0, c1, stride_bytes;
     int kind;
+    const float *const *addends;
+    int n_addends;
     Part total;
 } Job;
 
 static void *run_job(void *arg) {
     Job *job = (Job *)arg;
     for (Py_ssize_t r = job->r0; r < job->r1; r++) {
-        Part p = {job->base + r * job->stride_bytes, job->c0, job->c1, job->kind, 0, 0, 0, 0};
+        Part p = {.data = job->base + r * job->stride_bytes, .begin = job->c0, .end = job->c1, .kind = job->kind,
+                  .addends = job->addends, .n_addends = job->n_addends};
         reduce_range(&p);
         if (r == job->r0) {
             job->total = p;
@@ -260,8 +309,8 @@ static const int ITEM_SIZE[KINDS] = {4, 8, 2, 8, 4};
    extensions (msprobe._record) that call it without a Python round. Arguments checked by the caller.
    out: max, min, mean, norm. Returns 0 when a sum is not finite (a NaN or inf is in there), or an
    integer is beyond +-2^53: the caller's framework reduces it. */
-static int compute(const void *address, Py_ssize_t count, int kind, long threads, Py_ssize_t rows,
-                   Py_ssize_t row_stride, double out[4]) {
+static int reduce_all(const void *address, const float *const *addends, int n_addends, Py_ssize_t count,
+                      int kind, long threads, Py_ssize_t rows, Py_ssize_t row_stride, double out[4]) {
     Py_ssize_t total = count * rows;
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
@@ -282,6 +331,8 @@ static int compute(const void *address, Py_ssize_t count, int kind, long threads
         j->base = (const char *)address;
         j->stride_bytes = row_stride * ITEM_SIZE[kind];
         j->kind = kind;
+        j->addends = addends;
+        j->n_addends = n_addends;
         j->r0 = by_rows ? lo : 0;
         j->r1 = by_rows ? hi : rows;
         j->c0 = by_rows ? 0 : lo;
@@ -338,6 +389,11 @@ static int compute(const void *address, Py_ssize_t count, int kind, long threads
     return 1;
 }
 
+static int compute(const void *address, Py_ssize_t count, int kind, long threads, Py_ssize_t rows,
+                   Py_ssize_t row_stride, double out[4]) {
+    return reduce_all(address, NULL, 0, count, kind, threads, rows, row_stride, out);
+}
+
 static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 && nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "moments(address, count, kind, threads[, rows, row_stride])");
@@ -365,10 +421,44 @@ static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
+/* moments_of_sum(addresses, count, threads): moments of the float32 buffers' element-wise sum, added in
+   the order given (the framework's `a + b + c`), without the sum in memory */
+static PyObject *moments_of_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "moments_of_sum(addresses: tuple, count, threads)");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    long threads = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (n < 1 || n > MAX_SUMMANDS || count <= 0) {
+        PyErr_Format(PyExc_ValueError, "moments_of_sum: 1..%d addresses and count > 0 (got %zd addresses, "
+                     "count=%zd)", MAX_SUMMANDS, n, count);
+        return NULL;
+    }
+    const float *buffers[MAX_SUMMANDS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        buffers[i] = (const float *)(uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], i));
+        if (PyErr_Occurred())
+            return NULL;
+        if (buffers[i] == NULL) {
+            PyErr_SetString(PyExc_ValueError, "moments_of_sum: an address is zero");
+            return NULL;
+        }
+    }
+    double out[4];
+    if (!reduce_all(buffers[0], buffers + 1, (int)n - 1, count, 0, threads, 1, count, out))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
+}
 
 static PyMethodDef methods[] = {
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
      "moments(address, count, kind, threads[, rows, row_stride]) -> (max, min, mean, norm), None if not finite."},
+    {"moments_of_sum", (PyCFunction)(void (*)(void))moments_of_sum, METH_FASTCALL,
+     "moments_of_sum(addresses, count, threads) -> moments of the float32 buffers' element-wise sum, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,8 +8,9 @@ import os
 
 try:
     from msprobe._moments import moments as _moments, openmp as _openmp, vectorized as _vectorized
+    from msprobe._moments import moments_of_sum as _moments_of_sum
 except ImportError:  # built without a C compiler: the adapters' own reductions take over
-    _moments, _openmp, _vectorized = None, 0, 0
+    _moments, _moments_of_sum, _openmp, _vectorized = None, None, 0, 0
 
 # element kinds the kernel reads, by the dtype names numpy and torch give them (integers: Max and Min come
 # back as ints; one beyond +-2^53, where a double is no longer exact, returns None)
@@ -20,6 +21,11 @@ KINDS = {"float32": 0, "float64": 1, "bfloat16": 2, "int64": 3, "int32": 4}
 ENABLED = _moments is not None and os.environ.get("MSPROBE_NATIVE_STATS", "1") != "0"
 # the kernel itself, for the adapters' per-tensor hot paths (no `moments` frame); None when not ENABLED
 kernel = _moments if ENABLED else None
+# the same of the element-wise sum of float32 buffers, (addresses, count, threads), without the sum in memory
+# (a gradient that reaches an input by several edges); None when not ENABLED
+sum_kernel = _moments_of_sum if ENABLED else None
+# buffers sum_kernel adds at most
+SUM_MAX = 8
 
 
 def moments(address, count, kind, threads=1, rows=1, row_stride=None):

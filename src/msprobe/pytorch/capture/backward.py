@@ -197,6 +197,14 @@ def _walk_nodes(out_nodes, leaf, nonleaf, floor):
     return edges, cast_to
 
 
+def _added(parts):
+    """parts[0] + parts[1] + ..., in that order."""
+    total = parts[0]
+    for g in parts[1:]:
+        total = total + g
+    return total
+
+
 class BackwardTracker:
     """Gradients of one call, emitted as one backward record when every hooked node has run."""
 
@@ -209,7 +217,7 @@ class BackwardTracker:
         # very tensors it handed us, so holding them would record the wrong values.
         self.out_recs = [None] * n_out
         self.in_recs = [None] * n_in
-        self.in_sums = _NONE  # pos -> running sum, for inputs reached by several edges
+        self.in_sums = _NONE  # pos -> (gradients so far, edges still to come), for inputs reached by several edges
         self.waits = [] if save else ()  # file writes: only a tracker that saves has any
         self.pending = 0
         self.fired = False
@@ -372,6 +380,15 @@ class BackwardTracker:
         stem = f"{self.key}.{role}.{i}" if self.save else None  # a file name only for a file
         return session.gradient_record(g, stem, self.save, self.waits)
 
+    def _record_sum(self, pos, parts):
+        """The record of input `pos`'s gradient, the sum of what its edges brought (`parts`, in arrival
+        order): read without the sum in memory where the summarizer can, else added up and recorded."""
+        if not self.save:
+            rec = self.session.summarizer.sum_record(parts)
+            if rec is not None:
+                return rec
+        return self._record("output", pos, _added(parts))
+
     def _record_outputs(self, outs, grad_outputs):
         """(called doing tool work)"""
         for nr, i in outs:
@@ -400,12 +417,14 @@ class BackwardTracker:
                     if pos in self.cast_to:  # what the shared cast's backward would make of this call's share
                         g = g.to(self.cast_to[pos])
                     if pos in self.multi:
-                        prev, left = self.in_sums.get(pos, (None, self.multi[pos]))
-                        g = g if prev is None else prev + g
-                        if left > 1:
-                            self.in_sums[pos] = (g, left - 1)
+                        parts, left = self.in_sums.get(pos, ((), self.multi[pos]))
+                        parts += (g,)
+                        if left > 1:  # (held: autograd then adds to them out of place, never into them)
+                            self.in_sums[pos] = (parts, left - 1)
                             continue
                         self.in_sums.pop(pos, None)
+                        self.in_recs[pos] = self._record_sum(pos, parts)
+                        continue
                     self.in_recs[pos] = self._record("output", pos, g)
         self._done_one()
 
@@ -420,9 +439,9 @@ class BackwardTracker:
         self.fired = True
         session, self.session = self.session, None
         with tool_work():
-            for pos, (g, _) in self.in_sums.items():  # edges that never ran: record what arrived
+            for pos, (parts, _) in self.in_sums.items():  # edges that never ran: record what arrived
                 stem = f"{self.key}.output.{pos}" if self.save else None
-                self.in_recs[pos] = session.gradient_record(g, stem, self.save, self.waits)
+                self.in_recs[pos] = session.gradient_record(_added(parts), stem, self.save, self.waits)
             self.in_sums = _NONE
             session.emit_backward(self)
 

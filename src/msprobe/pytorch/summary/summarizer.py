@@ -83,6 +83,8 @@ class Summarizer:
         self._fields = _STAT_MD5_FIELDS if md5 and stats else ({"md5": None} if md5 else _STAT_FIELDS)
         self._nfields = len(self._fields)
         self.blank_fields = self._fields if (stats or md5) else {}  # a record's value fields, all null
+        # sum_record's kernel: where a dense CPU float32 tensor's record comes from the host kernel
+        self._sum_kernel = native.sum_kernel if stats and not md5 and not device_path else None
         self.entry = None  # the cache entry of the last record made (see summarize)
         # a forward value's record (`record(t)`): deferred, shared (the session sets them)
         self.defer_forward = False
@@ -95,6 +97,29 @@ class Summarizer:
                                    torch.nn.Parameter, _STRIDED, CacheEntry, CACHE_LIMIT,
                                    0 if device_path else host.PARALLEL_MIN, torch.get_num_threads, stats,
                                    md5, self.slots, self._fields, slots.SLOTS_PER_BUFFER, self._unkeyed).record
+
+    def sum_record(self, parts):
+        """The record of `parts[0] + parts[1] + ...` (gradients that reach one input by several edges),
+        read in one pass without the sum in memory; None where that is not the case here (the caller adds
+        them up and records the sum): plain dense CPU float32 tensors of one shape, statistics without
+        md5, the host path. The numbers are the sum's own to the last bit: the kernel adds each element
+        in float32 in this order, as torch does, and reads on the threads `record` would."""
+        kernel = self._sum_kernel
+        if kernel is None or not 1 < len(parts) <= native.SUM_MAX:
+            return None
+        shape = parts[0].shape
+        for p in parts:
+            if (type(p) is not torch.Tensor or p.dtype is not torch.float32 or p.layout is not _STRIDED
+                    or not p.is_cpu or p.shape != shape or not p.is_contiguous()):
+                return None
+        n = parts[0].numel()
+        if n < 2:
+            return None
+        got = kernel(tuple(p.data_ptr() for p in parts), n, torch.get_num_threads() if n >= host.PARALLEL_MIN else 1)
+        if got is None:  # a NaN or inf: torch's reductions of the sum say how it shows
+            return None
+        requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in parts)
+        return _record_dict(dtype_name(torch.float32), shape, native.stats_record(got), requires_grad)
 
     @property
     def native_record(self):
