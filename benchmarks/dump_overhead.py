@@ -16,7 +16,7 @@ processes on a shared machine, the median over rounds drops the rounds a burst s
     python benchmarks/dump_overhead.py --models transformer --configs none,stat_L1 --json out.json
     python benchmarks/dump_overhead.py --check              # exit 1 when a ratio misses its target
     python benchmarks/dump_overhead.py --profile stat_L1 [--device cuda] [--profile-out profile.txt]
-    python benchmarks/dump_overhead.py --models llama,gpt2  # the untuned half (models.py), its own RESULTS.md section
+    python benchmarks/dump_overhead.py --models llama,gpt2,opt  # the untuned half (models.py), its own RESULTS.md section
 
 `--profile CONFIG` times nothing: it shows where a dumped step's host time goes, as cProfile's top
 functions over `--steps` steps of CONFIG on the first model (`--plain`: the steps alone, for a sampling

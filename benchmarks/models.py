@@ -8,9 +8,10 @@
 | `gpt` | the accelerator workload: the transformer with d_model 1024, 8 blocks, 16 heads, sequence 512, batch 8, vocabulary 8192; bf16 autocast on CUDA | cross entropy |
 | `llama` | untuned: a `transformers` Llama built from a config (4 layers, hidden 256, 4 heads, 2 KV heads, MLP 512, RMSNorm and rotary embeddings in Python, SDPA attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
 | `gpt2` | untuned: a `transformers` GPT-2 built from a config (4 layers, n_embd 256, 4 heads, learned positions, LayerNorm, GELU, Conv1D projections, eager attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
+| `opt` | untuned: a `transformers` OPT built from a config (4 layers, hidden 256, 4 heads, FFN 1024 with ReLU, learned positions, separate q/k/v projections, SDPA attention), sequence 128, batch 4, vocabulary 1000 | cross entropy |
 
-`llama` and `gpt2` are the untuned half (benchmarks/README.md says why): they run only when named and
-need `transformers` (the test extra).
+`llama`, `gpt2` and `opt` are the untuned half (benchmarks/README.md says why and which of them a change
+was since looked at): they run only when named and need `transformers` (the test extra).
 
 `Transformer(...)` with other sizes is also the compiled model of compile_overhead.py and the dumped model
 of acc_check_throughput.py. The MindSpore models live in ms_dump_overhead.py (its only user). Models
@@ -23,9 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("transformer", "mlp", "cnn", "gpt", "llama", "gpt2")
+MODELS = ("transformer", "mlp", "cnn", "gpt", "llama", "gpt2", "opt")
 CPU_MODELS = ("transformer", "mlp", "cnn")
-UNTUNED_MODELS = ("llama", "gpt2")
+UNTUNED_MODELS = ("llama", "gpt2", "opt")
 
 
 class Block(nn.Module):
@@ -119,6 +120,20 @@ def hf_gpt2(vocab=1000, hidden=256, layers=4, heads=4, seq=128):
     return GPT2LMHeadModel(cfg)
 
 
+def hf_opt(vocab=1000, hidden=256, layers=4, heads=4, ffn=1024, seq=128):
+    """A `transformers` OPTForCausalLM built from a config (nothing downloaded), SDPA attention."""
+    from transformers import OPTConfig, OPTForCausalLM  # only this workload needs it
+
+    cfg = OPTConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                    ffn_dim=ffn, max_position_embeddings=seq, word_embed_proj_dim=hidden, dropout=0.0,
+                    attn_implementation="sdpa")
+    return OPTForCausalLM(cfg)
+
+
+# the untuned half's builders: each a causal language model trained on token ids
+HF_MODELS = {"llama": hf_llama, "gpt2": hf_gpt2, "opt": hf_opt}
+
+
 class Workload:
     """A model, its optimizer and one fixed batch; `train_step()` is forward + backward + SGD step.
 
@@ -142,13 +157,8 @@ class Workload:
             self.x = torch.randint(0, 1000, (4, 128))
             self.y = torch.randint(0, 1000, (4, 128))
             self.loss_fn = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        elif name == "llama":
-            self.model = hf_llama()
-            self.x = torch.randint(0, 1000, (4, 128))
-            self.y = torch.randint(0, 1000, (4, 128))
-            self.loss_fn = lambda out, y: F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
-        elif name == "gpt2":
-            self.model = hf_gpt2()
+        elif name in HF_MODELS:
+            self.model = HF_MODELS[name]()
             self.x = torch.randint(0, 1000, (4, 128))
             self.y = torch.randint(0, 1000, (4, 128))
             self.loss_fn = lambda out, y: F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))

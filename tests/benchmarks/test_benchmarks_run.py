@@ -51,20 +51,21 @@ def test_pytorch_dump_overhead_quick(tmp_path):
 
 
 def test_dump_overhead_measures_the_untuned_models_into_their_own_section(tmp_path):
-    """`--models llama,gpt2` (transformers models built from a config: the untuned half) train and are dumped
+    """`--models llama,gpt2,opt` (transformers models built from a config: the untuned half) train and are dumped
     like the other models, and their --record goes to a section of its own, not over the tuned models'."""
     pytest.importorskip("transformers")
     dump_overhead = _bench_module("dump_overhead")
     assert dump_overhead.section(["--models", "llama", "--record"]) == "dump_overhead.py --models llama"
     assert dump_overhead.section(["--models=llama"]) == "dump_overhead.py --models llama"
     assert dump_overhead.section(["--models", "gpt2,llama"]) == "dump_overhead.py --models llama,gpt2"
+    assert dump_overhead.section(["--models", "opt,gpt2,llama"]) == "dump_overhead.py --models llama,gpt2,opt"
     assert dump_overhead.section(["--models", "transformer,llama"]) is None
     assert dump_overhead.section(["--quiet"]) is None
     assert dump_overhead.section(["--device", "cuda"]) == "dump_overhead.py --device cuda"
     out = tmp_path / "out.json"
-    run("dump_overhead.py", "--quick", "--quiet", "--models", "llama,gpt2", "--configs", "none,stat_L1",
+    run("dump_overhead.py", "--quick", "--quiet", "--models", "llama,gpt2,opt", "--configs", "none,stat_L1",
         "--threads", "1", "--json", str(out))
-    for name in ("llama", "gpt2"):
+    for name in ("llama", "gpt2", "opt"):
         got = json.loads(out.read_text())["results"][name]
         assert got["stat_L1"]["ratio"] > 0 and got["stat_L1"]["dump_bytes_per_step"] > 0
 
