@@ -100,6 +100,9 @@ def test_host_cost_quick(tmp_path):
     # the bare interception (the L1 mode alone, reading nothing) and msprobe's L1 over it, against 3x
     bare = next(ln for ln in done.stdout.splitlines() if ln.startswith("bare interception"))
     assert "L1 " in bare and "msprobe over it: L1 " in bare and "mix_device" not in bare and "target <= 3x" in bare
+    # and as issue 32 measures it: that mode over each level's records, the device path by its host part
+    issue = next(ln for ln in done.stdout.splitlines() if ln.startswith("bare interception as issue 32"))
+    assert "L1 " in issue and "mix " in issue and "mix_device " in issue and "target <= 3x" in issue
     # the device path's host part, less its kernels (kernels/rec, host us/rec); the CPU path has none
     assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
     # where each config's time goes: a row per config, each phase against its level's floor where measured
@@ -111,6 +114,19 @@ def test_host_cost_quick(tmp_path):
     # dumping adds most in the forward and backward passes, less to starting (an API table already built)
     assert results["L1"]["phases_ms"]["forward+backward"] > results["L1"]["phases_ms"]["start"]
     assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"] + lines["L1_bare"]
+
+
+def test_host_cost_measures_the_issues_bare_floor_over_each_levels_records():
+    """Issue 32's floor is one TorchFunctionMode's cost a step (L1_bare), over the records of each level:
+    an L0 dump writes fewer records than the mode sees calls, so its floor per record is higher."""
+    host_cost = _bench_module("host_cost")
+    results = {"L0": {"records": 100, "us_per_record": 20.0},
+               "L0_device": {"records": 100, "us_per_record": 50.0, "host_us_per_record": 35.0},
+               "L1": {"records": 200, "us_per_record": 20.0},
+               "L1_bare": {"records": 200, "us_per_record": 5.0, "extra_ms": 1.0}}
+    line = host_cost._issue_bare_line(results)
+    assert "L0 10.0 us per record, L1 5.0 us per record" in line
+    assert "L0 2.0x, L0_device 3.5x!, L1 4.0x!" in line
 
 
 def test_host_cost_rounds_take_every_config_in_turn(tmp_path, monkeypatch):
