@@ -126,15 +126,10 @@ CALLS = CallCapture(MindSporeCallOps())
 
 
 class DumpSession(CaptureSession):
-    """Recording state for one step of one rank (see CaptureSession for the arguments).
-
-    The step's files open at the first write, not early on the pool as in PyTorch: a pool thread
-    opening them while PyNative ops run takes the GIL, which changes hands at every op.
-    """
+    """Recording state for one step of one rank (see CaptureSession for the arguments)."""
 
     framework = "mindspore"
     saturating = {"Float16": FLOAT16_MAX, "BFloat16": BFLOAT16_MAX}
-    early_writer = False
 
     def __init__(self, cfg, step, rank, pool=None, dump_path=None, overflow=None):
         # (tensor, record, file stem, save, waits): summarised in one batch at a resolve
@@ -194,6 +189,7 @@ class DumpSession(CaptureSession):
     def renumber(self, step):
         """The session's step number, changed before anything was written (MsprobeInitStep after start)."""
         self.step = step
+        self.renumber_writer()
         if self.graph is not None:
             self.graph.renumber(step)
 

@@ -103,7 +103,6 @@ class GraphOps(NumpyOps):
 
 class NumpySession(CaptureSession):
     framework = "numpy"
-    early_writer = False
 
     def __init__(self, cfg):
         super().__init__(cfg, 0, 0)

@@ -51,7 +51,6 @@ class Summaries:
 
 class Session(CaptureSession):
     framework = "numpy"
-    early_writer = False
     calls = types.SimpleNamespace(ops=types.SimpleNamespace(work=contextlib.nullcontext))
 
     def _new_summarizer(self):
@@ -196,14 +195,11 @@ def test_a_record_never_waits_for_the_step_files_opening_on_the_pool(tmp_path):
     session takes them at its first write, so a record that comes first does not wait for the pool."""
     from msprobe.core.dump import flusher
 
-    class EarlySession(Session):
-        early_writer = True
-
     opening = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as pool:
         pool.submit(opening.wait, 10)  # the pool is busy: the step's files wait their turn
         cfg = config_from_dict({"task": "statistics", "level": "mix", "dump_path": str(tmp_path), "statistics": {}})
-        s = EarlySession(cfg, 0, 0, pool=pool)
+        s = Session(cfg, 0, 0, pool=pool)
         flusher.unwatch(s)
         for i in range(capture.CHECK_EVERY + 2):  # past a look at the queue
             s.record(f"Functional.add.{i}.forward", np.array([float(i), 1.0]))

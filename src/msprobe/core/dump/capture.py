@@ -62,19 +62,18 @@ class CaptureSession(CallRecords, SessionWriter):
         cfg: validated DumpConfig.
         step: the step number (names the step{N} directory).
         rank: rank number for rank{R}, or None for proc{pid}.
-        pool: the writer threads (tensor files; the step's files are opened there when `early_writer`).
+        pool: the writer threads (tensor files; the step's files are opened there as the session starts,
+            but for overflow_check, which writes in few steps: there the first kept record opens them).
         overflow: the run's OverflowBudget (task overflow_check): records pass an OverflowGate.
         dump_path: the directory of the step dirs (default cfg.dump_path).
         lane: one-thread executor for the host side of resolves, or None (inline).
 
     Class attributes an adapter sets: `framework`, `saturating` (dtype name -> largest finite
-    magnitude, for overflow_check), `structure_levels` (levels whose construct.json holds every call),
-    `early_writer` (open the step's files on the pool as the session starts).
+    magnitude, for overflow_check), `structure_levels` (levels whose construct.json holds every call).
     """
 
     saturating = {}
     structure_levels = ("mix", "L0")
-    early_writer = True
     # a call's records are its values' summaries alone (a filter that takes every call, whole; nothing
     # saved; no overflow gate): the adapter may say so for a session, and records with a fixed shape
     # (optimizer_updates.py) are then made without CallCapture's frames
@@ -114,7 +113,7 @@ class CaptureSession(CallRecords, SessionWriter):
         self._lock = threading.Lock()
         self._construct_all = cfg.extra_info and cfg.level in self.structure_levels
         # overflow_check writes in few steps: there the first kept record opens the step's files
-        self._prepare_writer(pool, early=self.early_writer and cfg.task != "overflow_check")
+        self._prepare_writer(pool, early=cfg.task != "overflow_check")
         flusher.watch(self)
 
     def _new_summarizer(self):

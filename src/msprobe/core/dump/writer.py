@@ -493,11 +493,19 @@ class SessionWriter:
 
     def _prepare_writer(self, pool, early=True):
         """`early`: open it now, on `pool` (when there is one); else at the first write. A session whose
-        step number may still change must not open early."""
+        step number changes before its first write calls `renumber_writer`."""
         self.writer = None
         self._writer_lock = threading.Lock()  # (the training thread's tensor file and the flusher's write)
         check_new_rank_dir(step_rank_dir(self.dump_path, self.step, self.rank), self.cfg)  # a rerun: said now
         self._pending_writer = PendingWriter(pool, self._open_writer) if pool is not None and early else None
+
+    def renumber_writer(self):
+        """The step number changed before anything was written: the writer opened early under the old one
+        goes (its directory with it) and the new number's is prepared as that one was."""
+        pending, self._pending_writer = self._pending_writer, None
+        if pending is not None:
+            pending.discard()
+        self._prepare_writer(self.pool, early=pending is not None)
 
     def _open_writer(self):
         cfg = self.cfg
