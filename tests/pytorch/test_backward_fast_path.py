@@ -34,9 +34,10 @@ def test_one_node_shortcut_equals_the_graph_walk(tmp_path, monkeypatch, made, na
     fast = _dump_data(tmp_path / "fast", name, level)
     # (at L0 the RNN's and the dict-output net's modules return several tensors: always the walk)
     assert any(taken) or made.native or (level == "L0" and name in ("rnn", "dictout")), "the shortcut never applied"
-    # (and the other calls walked in C: a root module's input needs no gradient; at mix F.linear's
-    # weight is reached through its transpose, which mix does not fold)
-    assert made.c_walks or level == "L1" or backward._walk is None
+    # (and the other calls walked in C: at mix F.linear's weight is reached through its transpose, which
+    # mix does not fold; a call none of whose inputs needs a gradient, a root module's, walks nothing)
+    assert made.c_walks or not made.walks_wanted or level == "L1" or backward._walk is None
+    assert len(made.c_walks) == len(made.walks_wanted) or backward._walk is None
     _walk_only(monkeypatch)
     monkeypatch.setattr(BackwardTracker, "_attach_one_node", classmethod(lambda cls, *args: False))
     made.clear()
@@ -124,6 +125,7 @@ class _Made:
     def __init__(self):
         self.python_splits, self.python_chains, self.native = [], [], []
         self.c_walks = []  # the walks made in C (edges.c): their edges
+        self.walks_wanted = []  # calls _attach_walk took with an input that needs a gradient
 
     def splits(self):
         """Whether each reads its output's gradient at a reshape's pre-hook."""
@@ -134,7 +136,7 @@ class _Made:
         return self.python_chains + [how for hook in self.native for _, _, how in hook.slots if how is not False]
 
     def clear(self):
-        for made in (self.python_splits, self.python_chains, self.native, self.c_walks):
+        for made in (self.python_splits, self.python_chains, self.native, self.c_walks, self.walks_wanted):
             made.clear()
 
 
@@ -158,6 +160,14 @@ def made(monkeypatch):
 
     monkeypatch.setattr(backward.OneNodeHook, "__init__", counting)
     monkeypatch.setattr(backward, "_input_chain", counting_chain)
+    real_attach_walk = backward.BackwardTracker._attach_walk.__func__
+
+    def counting_attach_walk(cls, session, key, inputs, *args, **kwargs):
+        if any(edge is not None for edge in inputs):
+            got.walks_wanted.append(key)
+        return real_attach_walk(cls, session, key, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(backward.BackwardTracker, "_attach_walk", classmethod(counting_attach_walk))
     if backward._walk is not None:
         real_walk = backward._walk
 
@@ -275,3 +285,16 @@ def test_a_graph_kept_past_its_step_records_nothing_and_pins_no_session(tmp_path
     keys = _backward_keys(tmp_path)
     assert keys.get(0, []) == [], keys
     assert keys[1], "the second step's own backward was not recorded"
+
+
+def test_a_walk_with_no_input_to_reach_finds_no_edge():
+    """_attach_walk skips the walk of a call none of whose inputs needs a gradient (a model fed token
+    ids): both walks find no edge and no cast there, however large the graph."""
+    from msprobe.pytorch.capture import backward
+
+    emb = torch.nn.Embedding(10, 4)
+    out = torch.nn.Linear(4, 4)(emb(torch.tensor([[1, 2, 3]]))).relu().sum()
+    node = out.grad_fn
+    assert backward._walk_nodes({id(node): (node, [(0, 0)])}, {}, {}, -1) == ({}, {})
+    if backward._walk is not None:
+        assert backward._walk([node], {}, {}, -1, backward.MAX_NODES, backward.NODE_TYPES) == ({}, {})

@@ -261,7 +261,9 @@ class BackwardTracker:
                 else:
                     nonleaf[(id(gf), nr)] = pos
                     floor = max(floor, gf._sequence_nr())
-        if _walk is not None and NODE_TYPES is not None:  # the same walk in C (edges.c)
+        if not leaf and not nonleaf:  # no input needs a gradient (a model fed token ids): no edge to find
+            edges, cast_to = _NONE, _NONE
+        elif _walk is not None and NODE_TYPES is not None:  # the same walk in C (edges.c)
             edges, cast_to = _walk([n for n, _ in out_nodes.values()], leaf, nonleaf, floor, MAX_NODES, NODE_TYPES)
         else:
             edges, cast_to = _walk_nodes(out_nodes, leaf, nonleaf, floor)
