@@ -214,7 +214,9 @@ class BackwardTracker:
     def __init__(self, session, key, save, parent, n_out, n_in):
         self.session, self.key, self.save, self.parent = session, key, save, parent
         # Gradients are summarised the moment they arrive: autograd may later accumulate into the
-        # very tensors it handed us, so holding them would record the wrong values.
+        # very tensors it handed us, once no one else holds them. The parts of an input's gradient that
+        # several edges bring are held until the last comes (in_sums): held, autograd adds to them
+        # out of place (tests/pytorch/test_gradient_sums.py checks the record against autograd's own).
         self.out_recs = [None] * n_out
         self.in_recs = [None] * n_in
         self.in_sums = _NONE  # pos -> (gradients so far, edges still to come), for inputs reached by several edges
