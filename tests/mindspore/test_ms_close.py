@@ -50,3 +50,20 @@ def test_a_debugger_let_go_of_after_its_last_step_frees_the_network(models, tmp_
     del net, debugger
     gc.collect()
     assert [r() for r in refs] == [None, None]
+
+
+def test_a_step_that_records_nothing_leaves_no_directory(models, tmp_path):
+    """The step's files are opened on the writer pool as it starts: a step whose network never ran takes
+    them back, and the next step's are where its records are."""
+    from msprobe.mindspore import PrecisionDebugger
+    x, y = models.make_data("mlp")
+    net = models.build("mlp")
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    debugger.start(net)
+    debugger.stop()
+    debugger.step()
+    models.train(net, x, y, steps=1, debugger=debugger)
+    debugger.close()
+    assert os.listdir(tmp_path) == ["step1"]
+    (rank,) = os.listdir(tmp_path / "step1")
+    assert sorted(os.listdir(tmp_path / "step1" / rank)) == ["construct.json", "dump.json", "stack.json"]
