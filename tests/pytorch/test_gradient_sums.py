@@ -121,3 +121,41 @@ def test_a_gradient_read_without_its_sum_in_memory_is_the_sums_record(tmp_path, 
     # against autograd's own: the act's input feeds nothing else, so its .grad is the act's input gradient
     gelu = one_pass[1]["Module.1.act.NewGELU.backward.0"]["output"][0]
     assert gelu == Summarizer().record(net[1].act_in.grad) and gelu["shape"] == [8, 128]
+
+
+@pytest.mark.parametrize("summary_mode", ["md5", "statistics"])
+def test_where_a_sum_is_added_up_anyway_one_tensor_is_held_not_each_part(tmp_path, monkeypatch, summary_mode):
+    """On the device path, with md5 or tensor files the sum is added up: as the parts come, so that a tracker
+    holds one gradient-sized tensor, not one a part (device memory); the records are the added-up sum's."""
+    import json
+
+    from msprobe.pytorch.capture import backward
+
+    held = []
+    with_part = backward.BackwardTracker._with_part
+
+    def spy(self, parts, g):
+        got = with_part(self, parts, g)
+        held.append(len(got))
+        return got
+
+    monkeypatch.setattr(backward.BackwardTracker, "_with_part", spy)
+    if summary_mode == "statistics":
+        monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")  # the accelerator's path, on the CPU
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(tmp_path / "dump"),
+                               "statistics": {"summary_mode": summary_mode}}))
+    net, x = _net(), torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    dbg = PrecisionDebugger(config_path=str(cfg))
+    try:
+        dbg.start(net)
+        net(x).square().mean().backward()
+        dbg.stop()
+        dbg.step()
+    finally:
+        models.finish(dbg)
+    assert held and max(held) == 1  # (each GELU's three parts: never more than one tensor held)
+    data = {k: v for rd in find_rank_dirs(str(tmp_path / "dump")) for k, v in DumpReader(rd.path).data.items()}
+    gelu = data["Module.1.act.NewGELU.backward.0"]["output"][0]
+    want = Summarizer(md5=summary_mode == "md5", device_path=False).record(net[1].act_in.grad)
+    assert {k: gelu[k] for k in want} == want

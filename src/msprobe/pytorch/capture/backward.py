@@ -384,6 +384,13 @@ class BackwardTracker:
         stem = f"{self.key}.{role}.{i}" if self.save else None  # a file name only for a file
         return session.gradient_record(g, stem, self.save, self.waits)
 
+    def _with_part(self, parts, g):
+        """`parts` and gradient `g`: kept apart where the summarizer reads their sum in one pass, else added up
+        as they come (one tensor held, not each part: on an accelerator that is device memory)."""
+        if not parts or (not self.save and self.session.summarizer.reads_sums):
+            return parts + (g,)
+        return (parts[0] + g,)
+
     def _record_sum(self, pos, parts):
         """The record of input `pos`'s gradient, the sum of what its edges brought (`parts`, in arrival
         order): read without the sum in memory where the summarizer can, else added up and recorded."""
@@ -422,7 +429,7 @@ class BackwardTracker:
                         g = g.to(self.cast_to[pos])
                     if pos in self.multi:
                         parts, left = self.in_sums.get(pos, ((), self.multi[pos]))
-                        parts += (g,)
+                        parts = self._with_part(parts, g)
                         if left > 1:  # (held: autograd then adds to them out of place, never into them)
                             self.in_sums[pos] = (parts, left - 1)
                             continue

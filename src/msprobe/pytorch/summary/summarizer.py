@@ -98,6 +98,11 @@ class Summarizer:
                                    0 if device_path else host.PARALLEL_MIN, torch.get_num_threads, stats,
                                    md5, self.slots, self._fields, slots.SLOTS_PER_BUFFER, self._unkeyed).record
 
+    @property
+    def reads_sums(self):
+        """Whether `sum_record` may read a sum of parts in one pass here (else it always declines)."""
+        return self._sum_kernel is not None
+
     def sum_record(self, parts):
         """The record of `parts[0] + parts[1] + ...` (gradients that reach one input by several edges),
         read in one pass without the sum in memory; None where that is not the case here (the caller adds
