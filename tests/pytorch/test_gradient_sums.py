@@ -86,11 +86,12 @@ def _net():
     return nn.Sequential(nn.Linear(16, 32), Block(32), Block(32), nn.Linear(32, 4))
 
 
-def _dump(root, level, net):
+def _dump(root, level, net, dbg=None, steps=2):
+    """{step: dump.json's data} of `steps` training steps of `net` under `dbg` (default: statistics at `level`)."""
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
-    dbg = PrecisionDebugger(dump_path=str(root), level=level, task="statistics")
+    dbg = dbg or PrecisionDebugger(dump_path=str(root), level=level, task="statistics")
     try:
-        for _ in range(2):
+        for _ in range(steps):
             dbg.start(net)
             net(x).square().mean().backward()
             dbg.stop()
@@ -145,17 +146,9 @@ def test_where_a_sum_is_added_up_anyway_one_tensor_is_held_not_each_part(tmp_pat
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(tmp_path / "dump"),
                                "statistics": {"summary_mode": summary_mode}}))
-    net, x = _net(), torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
-    dbg = PrecisionDebugger(config_path=str(cfg))
-    try:
-        dbg.start(net)
-        net(x).square().mean().backward()
-        dbg.stop()
-        dbg.step()
-    finally:
-        models.finish(dbg)
+    net = _net()
+    data = _dump(tmp_path / "dump", "L0", net, PrecisionDebugger(config_path=str(cfg)), steps=1)[0]
     assert held and max(held) == 1  # (each GELU's three parts: never more than one tensor held)
-    data = {k: v for rd in find_rank_dirs(str(tmp_path / "dump")) for k, v in DumpReader(rd.path).data.items()}
     gelu = data["Module.1.act.NewGELU.backward.0"]["output"][0]
     want = Summarizer(md5=summary_mode == "md5", device_path=False).record(net[1].act_in.grad)
     assert {k: gelu[k] for k in want} == want
