@@ -750,3 +750,53 @@ def test_gradient_accumulation_records_each_backward_pass_before_the_next_adds_i
     assert list(host.keys()) == list(device.keys())
     for key in host.keys():
         _same(host[key], device[key], key)
+
+
+def _same_value(a, b):
+    """Equal as the dump writes them: the same type, and the same float to the bit (NaN too)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (a != a and b != b)
+    return a == b
+
+
+def test_rows_filled_in_c_equal_the_python_fill():
+    """msprobe._record's fill of statistics rows gives the record fields readback's numpy fill gives, value
+    for value and type for type, over every reporting case: float64, floats in float32 (rounded within
+    float32's range, left beyond it), integers, bools, NaN and inf in any column."""
+    from msprobe.pytorch.summary import readback
+    pytest.importorskip("msprobe._record", reason="msprobe._record not built (no C compiler)")
+    dtypes = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int8, torch.uint8,
+              torch.bool]
+    special = [0.0, -0.0, 1.5, -3.25, 1e-30, 0.1, 3.4028234663852886e38, 3.5e38, -1e300, 1e300, 2.0 ** 53 + 2,
+               math.inf, -math.inf, math.nan]
+    gen = torch.Generator().manual_seed(3)
+    k = 4000
+    rows = torch.randn((k, 4), dtype=torch.float64, generator=gen) * 10.0 ** torch.randint(-5, 40, (k, 1), generator=gen)
+    pick = torch.randint(0, len(special), (k, 4), generator=gen)
+    use = torch.rand((k, 4), generator=gen) < 0.2  # a fifth of the values special
+    rows = torch.where(use, torch.tensor(special, dtype=torch.float64)[pick], rows)
+    rows[::7, 3] = rows[::7, 3].abs()  # a sum of squares, mostly
+    ns = torch.randint(1, 10 ** 7, (k,), generator=gen).tolist()
+    kinds = [dtypes[i % len(dtypes)] for i in range(k)]
+    want = [{} for _ in range(k)]
+    readback.fill_stats(want, ns, kinds, rows.numpy())
+    got = [{} for _ in range(k)]
+    readback._fill_stats_c(got, ns, kinds, readback.CODES, rows.data_ptr())
+    for i in range(k):
+        assert list(got[i]) == ["Max", "Min", "Mean", "Norm"]
+        for field in got[i]:
+            assert _same_value(got[i][field], want[i][field]), (i, kinds[i], rows[i].tolist(), field, got[i], want[i])
+    # the records waiting for a row get its fields; bad arguments are errors, not a crash
+    waiting = [(3, {"type": "torch.Tensor"}), (0, {})]
+    readback._fill_waiting_c(got, waiting)
+    assert waiting[0][1] == {"type": "torch.Tensor", **got[3]} and waiting[1][1] == got[0]
+    with pytest.raises(IndexError):
+        readback._fill_waiting_c(got, [(k, {})])
+    with pytest.raises(TypeError):
+        readback._fill_waiting_c(got, [(0, "not a dict")])
+    with pytest.raises(ValueError):
+        readback._fill_stats_c([{}], ns[:2], kinds[:2], readback.CODES, rows.data_ptr())
+    with pytest.raises(ValueError):
+        readback._fill_stats_c([{}], [5], ["not a dtype"], readback.CODES, rows.data_ptr())

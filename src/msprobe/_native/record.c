@@ -42,6 +42,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
+#include <math.h>
+
 #include "crc.h"
 #include "moments.h"
 
@@ -956,6 +959,133 @@ static void recorder_dealloc(Recorder *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* fill_stats(fields, ns, dtypes, codes, address): readback.fill_stats in C. Row i of the float64 rows at
+ * `address` (max, min, sum, sum of squares of a tensor of ns[i] elements of dtypes[i]) into dict fields[i]:
+ * Max, Min, Mean (sum / n), Norm (the square root of the sum of squares); `codes` maps a dtype to FILL_EXACT
+ * (float64), FILL_LOW (a float reported in float32: Mean and Norm rounded to it within its range), FILL_INT
+ * (Max and Min as ints when finite) or FILL_BOOL (Max and Min as bools, no Mean or Norm). A row with a NaN
+ * or inf has them as json_float's strings, and NaN in both Max and Min when either is NaN. The caller
+ * keeps the rows alive and knows there are len(ns) of them. */
+enum { FILL_EXACT, FILL_LOW, FILL_INT, FILL_BOOL };
+static PyObject *s_nan_text, *s_inf_text, *s_minus_inf_text;
+
+static PyObject *json_float_of(double x) {
+    if (isfinite(x))
+        return PyFloat_FromDouble(x);
+    PyObject *text = x != x ? s_nan_text : (x > 0 ? s_inf_text : s_minus_inf_text);
+    Py_INCREF(text);
+    return text;
+}
+
+static double in_float32(double x, int low) {
+    return low && fabs(x) <= FLT_MAX ? (double)(float)x : x;
+}
+
+static int set_field(PyObject *rec, PyObject *name, PyObject *value) {
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItem(rec, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static PyObject *fill_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2])
+        || !PyDict_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "fill_stats(fields: list, ns: list, dtypes: list, codes: dict, address: int)");
+        return NULL;
+    }
+    PyObject *fields = args[0], *ns = args[1], *dtypes = args[2], *codes = args[3];
+    Py_ssize_t k = PyList_GET_SIZE(ns);
+    if (PyList_GET_SIZE(fields) < k || PyList_GET_SIZE(dtypes) < k) {
+        PyErr_SetString(PyExc_ValueError, "fill_stats: fewer fields or dtypes than rows");
+        return NULL;
+    }
+    const double *rows = (const double *)PyLong_AsVoidPtr(args[4]);
+    if (rows == NULL && PyErr_Occurred())
+        return NULL;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *rec = PyList_GET_ITEM(fields, i);
+        PyObject *code_obj = PyDict_GetItemWithError(codes, PyList_GET_ITEM(dtypes, i));
+        if (!PyDict_Check(rec) || code_obj == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "fill_stats: row %zd has no dict or no code for its dtype", i);
+            return NULL;
+        }
+        long code = PyLong_AsLong(code_obj);
+        double n = PyFloat_AsDouble(PyList_GET_ITEM(ns, i));
+        if ((code == -1 || n == -1.0) && PyErr_Occurred())
+            return NULL;
+        const double *r = rows + 4 * i;
+        double mx = r[0], mn = r[1];
+        int low = code == FILL_LOW;
+        double mean = in_float32(r[2] / n, low), norm = in_float32(sqrt(r[3]), low);
+        PyObject *vmx, *vmn, *vmean, *vnorm;
+        if (code == FILL_BOOL) {
+            vmx = PyBool_FromLong(mx != 0.0);
+            vmn = PyBool_FromLong(mn != 0.0);
+            vmean = Py_NewRef(Py_None);
+            vnorm = Py_NewRef(Py_None);
+        } else if (isfinite(mx) && isfinite(mn) && isfinite(r[2]) && isfinite(r[3])) {
+            vmx = code == FILL_INT ? PyLong_FromDouble(mx) : PyFloat_FromDouble(mx);
+            vmn = code == FILL_INT ? PyLong_FromDouble(mn) : PyFloat_FromDouble(mn);
+            vmean = PyFloat_FromDouble(mean);
+            vnorm = PyFloat_FromDouble(norm);
+        } else {
+            if (mx != mx || mn != mn)  /* a NaN: torch's max and min say nan */
+                mx = mn = NAN;
+            int ints = code == FILL_INT && isfinite(mx) && isfinite(mn);
+            vmx = ints ? PyLong_FromDouble(mx) : json_float_of(mx);
+            vmn = ints ? PyLong_FromDouble(mn) : json_float_of(mn);
+            vmean = json_float_of(mean);
+            vnorm = json_float_of(norm);
+        }
+        /* (each consumes its value, even after a failure) */
+        int bad = set_field(rec, s_max, vmx) < 0;
+        bad |= set_field(rec, s_min, vmn) < 0;
+        bad |= set_field(rec, s_mean, vmean) < 0;
+        bad |= set_field(rec, s_norm, vnorm) < 0;
+        if (bad)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* fill_waiting(fields, fills): readback's fill of the records that wait for rows, each (row, record): record
+ * updated with fields[row]. */
+static PyObject *fill_waiting(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "fill_waiting(fields: list, fills: list)");
+        return NULL;
+    }
+    PyObject *fields = args[0], *fills = args[1];
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(fills); j++) {
+        PyObject *pair = PyList_GET_ITEM(fills, j);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyDict_Check(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "fill_waiting: fills are (row, record dict) pairs");
+            return NULL;
+        }
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+        if (i == -1 && PyErr_Occurred())
+            return NULL;
+        if (i < 0 || i >= PyList_GET_SIZE(fields)) {
+            PyErr_Format(PyExc_IndexError, "fill_waiting: row %zd of %zd", i, PyList_GET_SIZE(fields));
+            return NULL;
+        }
+        if (PyDict_Update(PyTuple_GET_ITEM(pair, 1), PyList_GET_ITEM(fields, i)) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"fill_stats", (PyCFunction)(void (*)(void))fill_stats, METH_FASTCALL,
+     "fill_stats(fields, ns, dtypes, codes, address): statistics rows into record fields (readback.fill_stats)."},
+    {"fill_waiting", (PyCFunction)(void (*)(void))fill_waiting, METH_FASTCALL,
+     "fill_waiting(fields, fills): each waiting (row, record) updated with fields[row]."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef recorder_methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
      "record(owner, tensor, shared, defer=False) -> the tensor's record, or None: the Python path takes it."},
@@ -975,7 +1105,7 @@ static PyTypeObject RecorderType = {
     .tp_methods = recorder_methods,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record", NULL, -1, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record", NULL, -1, module_methods};
 
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
 
@@ -1046,6 +1176,9 @@ PyMODINIT_FUNC PyInit__record(void) {
     INTERN(s_held, "held");
     INTERN(s_launch, "launch");
     INTERN(s_detach, "detach");
+    INTERN(s_nan_text, "nan");
+    INTERN(s_inf_text, "inf");
+    INTERN(s_minus_inf_text, "-inf");
     if ((minus_one = PyLong_FromLong(-1)) == NULL)
         return NULL;
     if (PyType_Ready(&RecorderType) < 0)
