@@ -29,6 +29,8 @@
  *      `per_buffer` slots.SLOTS_PER_BUFFER); any other through
  *      `owner._slots_of(t, n, span, storage address, defer)` -> (values, slots); the cache and
  *      object-table entries as the Python path makes them.
+ * fill_stats(fields, ns, dtypes, codes, address) and fill_waiting(fields, fills): readback.py's turning of
+ * resolved statistics rows into record fields, and of the records waiting for them (see each function).
  * Everything else (other dtypes, a NaN or inf, other views on the CPU, views that msprobe._crc does not
  * read or that are not contiguous on the device path with md5) is None.
  * Tensor attributes are read through the C-API by interned names: no torch headers, a plain C compiler.
