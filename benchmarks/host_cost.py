@@ -16,6 +16,10 @@ rows of the level cost (target: 3x). Issue 32's "bare interception floor" is L1_
 each call on and hooks its output's autograd node) whatever the level, over that level's records: a second
 line gives it, with a device config's host part against it. At L0 the first line is the stricter (the
 module hooks alone cost less than the mode).
+`L0_records` is the records floor: msprobe's L0 records themselves (the same dump.json records and
+construct.json, checked in tests/benchmarks), made and written the plainest way in Python on the floor's
+hooks and reads (RecordFloor); a line gives msprobe's rows of the level over it: what msprobe costs beyond
+writing its records at all, where the floors above bound the hooks and reads alone.
 A second table splits each config's extra time by phase of the step (PHASES), against the same phase of
 its level's floor: where the cost is.
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
@@ -69,9 +73,11 @@ import sys
 import tempfile
 import time
 
+import orjson
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import msprobe
@@ -108,6 +114,8 @@ ONCE_MIN = 8192
 FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
 # the bare interception of a level: the same hooks, reading nothing (issue 32's floor: L1_bare's, see the doc)
 BARE = {"L0_bare": "L0", "L1_bare": "L1"}
+# the records floor of a level: msprobe's records of it made and written the plainest way in Python (RecordFloor)
+RECORD_FLOORS = {"L0_records": "L0", "L1_records": "L1"}
 # a dump within this many times its level's bare interception (issue 32)
 BARE_TARGET = 3.0
 # --check: the kernel subtraction on a known case (see the module doc); probe -> the level it counts records of
@@ -270,6 +278,237 @@ class ApiFloor(HookFloor):
                 self._stats(g)
 
 
+class _Records:
+    """What both records floors share: a step's records, a record per tensor read (shared by every record of
+    that tensor while it is unchanged), and at step() each file written with one orjson call into a new step
+    directory. Mixed into a floor (HookFloor's hooks and reads)."""
+
+    LEVEL = None
+
+    def _reset(self):
+        self.data, self.construct, self.counts = {}, {}, {}
+        self._recs = {}  # id(tensor) -> (tensor, version, record): the tensor is kept, so its id stays its own
+
+    def _record(self, t):
+        hit = self._recs.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] == t._version:
+            return hit[2]
+        dense = t if t.is_contiguous() else memory_order(t.detach())  # (a weight's gradient may come transposed)
+        n = dense.numel()
+        got = moments._moments(dense.data_ptr(), n, moments.KINDS["float32"],
+                               torch.get_num_threads() if n >= _PARALLEL_MIN else 1)
+        rec = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(t.shape), "Max": got[0],
+               "Min": got[1], "Mean": got[2], "Norm": got[3], "requires_grad": t.requires_grad}
+        self._recs[id(t)] = (t, t._version, rec)
+        return rec
+
+    def _value(self, v):
+        """The record of an argument or result (these models': tensors, Python numbers, None)."""
+        if isinstance(v, torch.Tensor):
+            return self._record(v)
+        if v is None:
+            return None
+        return {"type": type(v).__name__, "value": v}
+
+    def _key(self, name):
+        n = self.counts.get(name, 0)
+        self.counts[name] = n + 1
+        return f"{name}.{n}"
+
+    def _write(self):
+        folder = os.path.join(self.root, f"step{self.steps}", "rank0")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "dump.json"), "wb") as f:
+            f.write(orjson.dumps({"task": "statistics", "level": self.LEVEL, "framework": "pytorch",
+                                  "dump_data_dir": None, "data": self.data}))
+        with open(os.path.join(folder, "construct.json"), "wb") as f:
+            f.write(orjson.dumps(self.construct))
+        self.steps += 1
+        self._reset()
+
+
+class RecordFloor(_Records, HookFloor):
+    """The L0 records floor: msprobe's L0 records of the model, made and written the plainest way in Python —
+    the floor's hooks and one read of each tensor, plus a pre-hook per module (its key, its parent, its
+    inputs), a key per call from a counter per name, a dict per tensor read, a record per forward call,
+    backward call and module's parameter gradients, construct.json's parents, and at step() one orjson call
+    a file. Nothing a dump needs beyond its records (crash-safe appends, a flush by time, stack.json,
+    filters, other dtypes or layouts, the device path) is there: what any Python dump of these records costs
+    at least. Its dump.json and construct.json equal msprobe's L0 dump of the same step (tests/benchmarks)."""
+
+    LEVEL = "L0"
+
+    def __init__(self, root):
+        super().__init__(read=True)
+        self.root, self.steps = root, 0
+        self._names = {}  # module -> (its forward key without the index, its parameters_grad key)
+        self._reset()
+
+    def _reset(self):
+        super()._reset()
+        self.stack = []  # (key, backward record) of the modules running
+        self._consumers = {}  # id(tensor) -> the backward "output" lists its gradient goes into
+
+    def start(self, model):
+        self._forward_on = self._grads_on = True
+        if self._handles:
+            return
+        for name, mod in model.named_modules():
+            if not name:
+                continue
+            base = f"Module.{name}.{type(mod).__name__}"
+            self._names[mod] = (base + ".forward", base + ".parameters_grad.0")
+            self._handles += [mod.register_forward_pre_hook(self._pre), mod.register_forward_hook(self._forward)]
+            for pname, p in mod._parameters.items():
+                if p is not None:
+                    self._handles.append(p.register_post_accumulate_grad_hook(
+                        functools.partial(self._grad_of_param, self._names[mod][1], pname)))
+
+    def _pre(self, mod, args):
+        if not self._forward_on:
+            return
+        key = self._key(self._names[mod][0])
+        parent = self.stack[-1][0] if self.stack else None
+        backward = {"input": [], "output": []}  # (filled as the gradients come)
+        self.construct[key] = parent
+        self.stack.append((key, backward))
+        inputs = []
+        with torch.no_grad():
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    inputs.append(self._record(a))
+                    if a.requires_grad:  # its gradient: what this module's backward gives ("output")
+                        self._consumers.setdefault(id(a), []).append(backward["output"])
+                    else:  # none comes
+                        backward["output"].append(None)
+        self.data[key] = {"input_args": inputs, "input_kwargs": {}}
+
+    def _forward(self, mod, args, out):
+        if not self._forward_on:
+            return
+        key, backward = self.stack.pop()
+        rec = self.data[key]
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        with torch.no_grad():
+            rec["output"] = [self._record(o) for o in outs if isinstance(o, torch.Tensor)]
+            rec["parameters"] = {n: self._record(p) for n, p in mod._parameters.items() if p is not None}
+        bkey = key.replace(".forward.", ".backward.")
+        parent = self.stack[-1][0] if self.stack else None
+        self.construct[bkey] = parent and parent.replace(".forward.", ".backward.")
+        for o in outs:
+            if isinstance(o, torch.Tensor) and o.grad_fn is not None:  # (o is kept by _recs: its id stays)
+                o.grad_fn.register_hook(functools.partial(self._gradients, bkey, backward, id(o)))
+
+    def _gradients(self, bkey, backward, out_id, grad_inputs, grad_outputs):
+        """A module's output gradient: its backward record's "input" (the record is in the dump from now on),
+        and the "output" of the backward records of the modules that took its output."""
+        if not self._grads_on:
+            return
+        self.data[bkey] = backward
+        for g in grad_outputs:
+            if g is not None:
+                rec = self._record(g)
+                backward["input"].append(rec)
+                for given in self._consumers.get(out_id, ()):
+                    given.append(rec)
+
+    def _grad_of_param(self, key, name, p):
+        if not self._grads_on:
+            return
+        rec = self.data.get(key)
+        if rec is None:
+            rec = self.data[key] = {}
+        rec[name] = [self._record(p.grad)]
+
+    def step(self):
+        self._write()
+        super().step()
+
+
+class ApiRecordFloor(_Records, ApiFloor):
+    """The L1 records floor: msprobe's L1 records of the model made the plainest way in Python, on the L1
+    floor's mode — a key per API call (msprobe's table names it), its argument and result records, a node
+    hook for its backward record, and an optimizer step's update record per parameter (global optimizer
+    step hooks: the parameter and its gradient before, the parameter after); written as RecordFloor writes.
+    Its forward and update records equal msprobe's L1 dump of the same step, and so do its backward records'
+    gradients of the outputs; their gradients of the inputs are the node's as it hands them on (F.linear's:
+    bias, input, the weight's transpose), where msprobe's map them to the call's arguments (tests/benchmarks).
+    No stack.json."""
+
+    LEVEL = "L1"
+
+    def __init__(self, root):
+        HookFloor.__init__(self, read=True)
+        self.root, self.steps = root, 0
+        self._reset()
+        self._param_names = {}  # id(parameter) -> its name in the model
+        table = build_api_table()
+        probe = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                api = table.get(func)
+                if api is None:
+                    return func(*args, **(kwargs or {}))
+                return probe._call(api, func, args, kwargs or {})
+
+        self._mode = Mode()
+
+    def _call(self, api, func, args, kwargs):
+        key = self._key(f"{api[0]}.{api[1]}")
+        with torch.no_grad():
+            rec = {"input_args": [self._value(a) for a in args],
+                   "input_kwargs": {k: self._value(v) for k, v in kwargs.items()}}
+        out = func(*args, **kwargs)
+        with torch.no_grad():
+            rec["output"] = [self._value(o) for o in (out if isinstance(out, (tuple, list)) else (out,))]
+        self.data[key + ".forward"] = rec
+        if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+            out.grad_fn.register_hook(functools.partial(self._gradients, key + ".backward"))
+        return out
+
+    def _gradients(self, bkey, grad_inputs, grad_outputs):
+        if self._grads_on:
+            self.data[bkey] = {"input": [self._value(g) for g in grad_outputs],
+                               "output": [self._value(g) for g in grad_inputs]}
+
+    def start(self, model):
+        self._forward_on = self._grads_on = True
+        if not self._handles:
+            self._param_names = {id(p): name for name, p in model.named_parameters()}
+            self._handles = [register_optimizer_step_pre_hook(self._before_update),
+                             register_optimizer_step_post_hook(self._after_update)]
+        self._mode.__enter__()
+
+    def _updated(self, opt):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and id(p) in self._param_names:
+                    yield p, f"Optimizer.{type(opt).__name__}.{self._param_names[id(p)]}"
+
+    def _before_update(self, opt, args, kwargs):
+        if not self._grads_on:
+            return
+        with torch.no_grad():
+            for p, name in self._updated(opt):
+                self.data[self._key(name) + ".forward"] = {"input_args": [self._record(p), self._record(p.grad)],
+                                                          "input_kwargs": {}}
+
+    def _after_update(self, opt, args, kwargs):
+        if not self._grads_on:
+            return
+        with torch.no_grad():
+            for p, name in self._updated(opt):
+                self.data[f"{name}.{self.counts[name] - 1}.forward"]["output"] = [self._record(p)]
+
+    def stop(self):
+        self._mode.__exit__(None, None, None)
+
+    def step(self):
+        self._write()
+        super().step()
+
+
 class KernelProbe(HookFloor):
     """--check's known case: the L0 hooks, each hooked tensor answered by one float64 reduction of
     KNOWN_ELEMENTS elements inside a kernel range: all it adds to the hooks alone is that op (its Python
@@ -305,6 +544,8 @@ def _probe(root, name):
         return floor_probe(FLOORS[name])
     if name in BARE:
         return bare_probe(BARE[name])
+    if name in RECORD_FLOORS:
+        return (RecordFloor if RECORD_FLOORS[name] == "L0" else ApiRecordFloor)(os.path.join(root, name))
     if name in CHECKS:
         return KernelProbe() if name == "hooks+kernels" else HookFloor(read=False)
     return _debugger(root, name)
@@ -484,7 +725,7 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
                 log(f"round {r + 1}/{rounds} done")
             counted = {}
             for name in configs:
-                level = FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
+                level = FLOORS.get(name) or RECORD_FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
                 if level not in counted:  # the records msprobe writes at that level, in one untimed step
                     probe = _debugger(root, level)
                     _step(model, x, opt, probe)
@@ -593,6 +834,9 @@ def render(results, per_summary):
                         else ""))
     if "L1_bare" in results:
         lines.append(_issue_bare_line(results))
+    line = _records_floor_line(results)
+    if line:
+        lines.append(line)
     if floors:
         lines.append("floor: " + ", ".join(f"{level} {us:.1f} us per record" for level, us in floors.items())
                      + " (hooks, each tensor read once; records and tensors are msprobe's at that level): the "
@@ -625,6 +869,21 @@ def _issue_bare_line(results):
             "records): " + ", ".join(f"{level} {us:.1f} us per record" for level, us in per_level.items())
             + (f"; msprobe over it (device configs: their host part): {', '.join(within)} "
                f"(target <= {BARE_TARGET:g}x, !: over)" if within else ""))
+
+
+def _records_floor_line(results):
+    """msprobe's configs against the records floor of their level (RecordFloor; a device config by its host
+    part), or None when none was measured."""
+    floors = {RECORD_FLOORS[c]: r["us_per_record"] for c, r in results.items() if c in RECORD_FLOORS}
+    if not floors:
+        return None
+    over = [f"{name} {r.get('host_us_per_record', r['us_per_record']) / floors[CONFIGS[name][0]]:.2f}x"
+            for name, r in results.items() if name in CONFIGS and CONFIGS[name][0] in floors]
+    return ("records floor (msprobe's records of the level, made and written the plainest way in Python: the "
+            "floor's hooks and reads, a dict a tensor and a record a call, one orjson call a file at step(); no "
+            "crash safety, stack.json or filters): " + ", ".join(f"{level} {us:.1f} us per record"
+                                                               for level, us in floors.items())
+            + (f"; msprobe over it (device configs: their host part): {', '.join(over)}" if over else ""))
 
 
 def _phase_table(results):
@@ -824,7 +1083,8 @@ def _header(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_options(p, rounds=15, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
-    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *BARE])} (default: all; on "
+    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *RECORD_FLOORS, *BARE])} "
+                   "(default: all; on "
                    "cuda those without _device or _floor)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--baseline-src", metavar="DIR",
@@ -848,7 +1108,8 @@ def main(argv=None):
     os.environ.setdefault("MSPROBE_QUIET", "1")  # no "dumping to" line per timed debugger
     on_cuda = args.device == "cuda"
     # on cuda every config is the device path, and the floors' kernel reads host memory
-    allowed = [c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])] + ([] if on_cuda else list(FLOORS)) + list(BARE)
+    allowed = ([c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])]
+               + ([] if on_cuda else [*FLOORS, *RECORD_FLOORS]) + list(BARE))
     configs = [c.strip() for c in (args.configs or ",".join(allowed)).split(",") if c.strip()]
     bad = [c for c in configs if c not in allowed]
     if bad:

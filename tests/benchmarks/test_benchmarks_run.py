@@ -86,7 +86,7 @@ def test_dump_overhead_says_in_one_line_that_the_untuned_models_need_transformer
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
     # a [batch, sequence, features] input (--seq): each Linear flattens it and views its product back
-    done = run("host_cost.py", "--quick", "--seq", "2", "--configs", "L1_floor,L1,mix_device,L1_bare",
+    done = run("host_cost.py", "--quick", "--seq", "2", "--configs", "L1_floor,L1,mix_device,L1_bare,L1_records",
                "--json", str(out))
     assert "input [4, 2, 32]" in done.stdout  # the header says which input was measured
     table, phases = done.stdout.split("extra ms a step by phase")
@@ -103,6 +103,10 @@ def test_host_cost_quick(tmp_path):
     # and as issue 32 measures it: that mode over each level's records, the device path by its host part
     issue = next(ln for ln in done.stdout.splitlines() if ln.startswith("bare interception as issue 32"))
     assert "L1 " in issue and "mix " in issue and "mix_device " in issue and "target <= 3x" in issue
+    # and over the records floor (msprobe's records made the plainest way): its level's configs only
+    records = next(ln for ln in done.stdout.splitlines() if ln.startswith("records floor"))
+    assert "L1 " in records and "msprobe over it (device configs: their host part): L1 " in records
+    assert "mix_device" not in records
     # the device path's host part, less its kernels (kernels/rec, host us/rec); the CPU path has none
     assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
     # where each config's time goes: a row per config, each phase against its level's floor where measured
@@ -110,7 +114,7 @@ def test_host_cost_quick(tmp_path):
     names = ["start", "forward+backward", "optimizer", "stop+step"]
     assert all(list(r["phases_ms"]) == names for r in results.values())
     lines = {ln.split()[0]: ln for ln in phases.splitlines() if ln.startswith(("L1", "mix_device"))}
-    assert set(lines) == {"L1_floor", "L1", "mix_device", "L1_bare"}
+    assert set(lines) == {"L1_floor", "L1", "mix_device", "L1_bare", "L1_records"}
     # dumping adds most in the forward and backward passes, less to starting (an API table already built)
     assert results["L1"]["phases_ms"]["forward+backward"] > results["L1"]["phases_ms"]["start"]
     assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"] + lines["L1_bare"]
@@ -127,6 +131,55 @@ def test_host_cost_measures_the_issues_bare_floor_over_each_levels_records():
     line = host_cost._issue_bare_line(results)
     assert "L0 10.0 us per record, L1 5.0 us per record" in line
     assert "L0 2.0x, L0_device 3.5x!, L1 4.0x!" in line
+
+
+def _dumps_of(host_cost, probe, folder, steps=2):
+    """dump.json and construct.json of the last training step that `probe` (msprobe's debugger or a records
+    floor, writing under `folder`) dumps of host_cost.py's MLP, trained from the same seed."""
+    import torch
+    model, x = host_cost.build()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        host_cost._train(model, x, opt, probe)
+    probe.close()
+    last = next(r for r in host_cost.find_rank_dirs(folder) if r.step == steps - 1)
+    with open(os.path.join(last.path, "dump.json")) as f, open(os.path.join(last.path, "construct.json")) as g:
+        return json.load(f), json.load(g)
+
+
+def test_records_floors_write_msprobes_records(tmp_path, monkeypatch):
+    """The records floors are floors of msprobe's own records: at L0 the floor's dump.json and construct.json
+    are msprobe's; at L1 its forward and update records are msprobe's, and its backward records hold the
+    same gradients (those of the inputs in the autograd node's order, not the call's arguments')."""
+    pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")  # (host_cost._debugger sets it: put back after)
+    want, want_construct = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L0"), tmp_path / "L0")
+    got, got_construct = _dumps_of(host_cost, host_cost.RecordFloor(str(tmp_path / "floor0")), tmp_path / "floor0")
+    assert len(want["data"]) == 240 and got == want and got_construct == want_construct
+    want, _ = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L1"), tmp_path / "L1")
+    got, _ = _dumps_of(host_cost, host_cost.ApiRecordFloor(str(tmp_path / "floor1")), tmp_path / "floor1")
+    w, g = want["data"], got["data"]
+    assert len(w) == 388 and set(g) == set(w)
+    assert {"Optimizer.SGD.0.weight.0.forward", "Tensor.add_.0.forward", "Functional.linear.0.backward"} <= set(w)
+    for key, rec in w.items():
+        if key.endswith(".forward"):
+            assert g[key] == rec, key
+        else:
+            assert g[key]["input"] == rec["input"], key
+            assert sorted(map(json.dumps, g[key]["output"])) == sorted(map(json.dumps, rec["output"])), key
+
+
+def test_host_cost_gives_msprobe_over_the_records_floor():
+    """The records floor's line: each msprobe config of a measured level over it, a device config by its
+    host part; none without a records floor in the results."""
+    host_cost = _bench_module("host_cost")
+    results = {"L0": {"us_per_record": 24.0}, "L0_device": {"us_per_record": 50.0, "host_us_per_record": 30.0},
+               "L1": {"us_per_record": 20.0}, "L0_records": {"us_per_record": 20.0}}
+    line = host_cost._records_floor_line(results)
+    assert "L0 20.0 us per record" in line and "L0 1.20x, L0_device 1.50x" in line and "L1 " not in line
+    assert host_cost._records_floor_line({"L0": {"us_per_record": 24.0}}) is None
 
 
 def test_host_cost_rounds_take_every_config_in_turn(tmp_path, monkeypatch):
