@@ -47,10 +47,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (beside this script: the interleaved rounds, ratios and common options)
 from models import CPU_MODELS, MODELS, UNTUNED_MODELS, Workload  # noqa: E402
 CONFIGS = ("none", "created", "stat_L0", "stat_L1", "stat_mix", "md5_L1", "tensor_L1", "stat_L1_async", "floor_L0",
-           "floor_L1")
+           "floor_L1", "records_L0", "records_L1")
 # the least any hook-based statistics dump of a level does on the same model (host_cost.py's floors: the
 # hooks, each tensor read once a step with msprobe's kernel; no names, records or files); CPU only
 FLOORS = {"floor_L0": "L0", "floor_L1": "L1"}
+# msprobe's records of a level made and written the plainest way in Python on those hooks and reads
+# (host_cost.py's records floors: RecordFloor, ApiRecordFloor); CPU only
+RECORD_FLOORS = {"records_L0": "L0", "records_L1": "L1"}
+CPU_ONLY = {**FLOORS, **RECORD_FLOORS}
 
 # config -> (task, level, summary_mode); None: no debugger ("none") or never started ("created").
 CONFIG_SPECS = {
@@ -64,6 +68,8 @@ CONFIG_SPECS = {
     "stat_L1_async": ("statistics", "L1", "async"),  # async_dump: true, which must cost no more than stat_L1
     "floor_L0": ("floor", "L0", None),
     "floor_L1": ("floor", "L1", None),
+    "records_L0": ("records", "L0", None),
+    "records_L1": ("records", "L1", None),
 }
 
 # Our targets: a config meets its target when its ratio is <= the number.
@@ -95,9 +101,13 @@ class Runner:
             return
         task, level, summary_mode = spec
         self.started = True
-        if task == "floor":  # debugger-shaped: start(model), stop(), step(), close()
+        if task in ("floor", "records"):  # debugger-shaped: start(model), stop(), step(), close()
             import host_cost  # beside this script
-            self.debugger = host_cost.floor_probe(level)
+            if task == "floor":
+                self.debugger = host_cost.floor_probe(level)
+            else:  # (it writes its records under the dump path, as a debugger does)
+                floor = host_cost.RecordFloor if level == "L0" else host_cost.ApiRecordFloor
+                self.debugger = floor(self.dump_path)
             return
         cfg_path = None
         if summary_mode != "statistics":
@@ -284,17 +294,18 @@ def render_table(results, models, configs, metric="wall", targets=TARGETS):
 
 
 def above_floors(results, models, configs):
-    """One line: each statistics config's step time over its level's floor's (the part msprobe could remove)."""
+    """One line: each statistics config's step time over its level's floor's (the part msprobe could remove),
+    and over its records floor's (what msprobe costs beyond making its records at all)."""
     cells = []
-    for floor, level in FLOORS.items():
+    for floor, level in CPU_ONLY.items():
         c = f"stat_{level}"
         if c in configs and floor in configs:
             ratios = ", ".join(f"{m} {results[m][c]['ratio'] / results[m][floor]['ratio']:.2f}x" for m in models)
             cells.append(f"{c} over {floor}: {ratios}")
     if not cells:
         return ""
-    return ("floors (hooks, each tensor read once with msprobe's kernel, nothing else): " + "; ".join(cells)
-            + " (ratio over ratio)")
+    return ("floors (floor_*: hooks, each tensor read once with msprobe's kernel, nothing else; records_*: "
+            "msprobe's records made on them the plainest way in Python): " + "; ".join(cells) + " (ratio over ratio)")
 
 
 def check_targets(results, models, configs, targets=TARGETS):
@@ -373,13 +384,13 @@ def main(argv=None):
         p.error("--retries must be >= 0 and --tolerance >= 1")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    configs = list(args.configs or [c for c in CONFIGS if args.device == "cpu" or c not in FLOORS])
+    configs = list(args.configs or [c for c in CONFIGS if args.device == "cpu" or c not in CPU_ONLY])
     if "none" not in configs:
         configs.insert(0, "none")  # ratios need the baseline
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device")
-    if args.device == "cuda" and any(c in FLOORS for c in configs):
-        p.error("--configs: floor_L0 and floor_L1 read CPU memory; on cuda leave them out")
+    if args.device == "cuda" and any(c in CPU_ONLY for c in configs):
+        p.error(f"--configs: {', '.join(CPU_ONLY)} read CPU memory; on cuda leave them out")
     hf = [m for m in (args.models or ()) if m in UNTUNED_MODELS]
     if hf and importlib.util.find_spec("transformers") is None:
         p.error(f"--models: {', '.join(hf)} need transformers; install it (pip install -e '.[test]')")

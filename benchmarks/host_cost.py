@@ -293,22 +293,34 @@ class _Records:
         hit = self._recs.get(id(t))
         if hit is not None and hit[0] is t and hit[1] == t._version:
             return hit[2]
-        dense = t if t.is_contiguous() else memory_order(t.detach())  # (a weight's gradient may come transposed)
-        n = dense.numel()
-        got = moments._moments(dense.data_ptr(), n, moments.KINDS["float32"],
-                               torch.get_num_threads() if n >= _PARALLEL_MIN else 1)
-        rec = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(t.shape), "Max": got[0],
-               "Min": got[1], "Mean": got[2], "Norm": got[3], "requires_grad": t.requires_grad}
+        rec = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+        kind = moments.KINDS.get(rec["dtype"][6:])
+        if kind is not None and t.layout is torch.strided and t.is_cpu and t.numel():
+            dense = t
+            if not t.is_contiguous():
+                dense = memory_order(t.detach())  # (a weight's gradient may come transposed)
+                if not dense.is_contiguous():  # (msprobe reads such a view in place; a floor may copy it)
+                    dense = dense.contiguous()
+            n = dense.numel()
+            got = moments._moments(dense.data_ptr(), n, kind, torch.get_num_threads() if n >= _PARALLEL_MIN else 1)
+            if got is not None:  # (a NaN or inf: no statistics, a floor errs low)
+                rec.update(Max=got[0], Min=got[1], Mean=got[2], Norm=got[3])
+        rec["requires_grad"] = t.requires_grad  # (other dtypes and layouts: no statistics; a floor errs low)
         self._recs[id(t)] = (t, t._version, rec)
         return rec
 
     def _value(self, v):
-        """The record of an argument or result (these models': tensors, Python numbers, None)."""
+        """The record of an argument or result: a tensor's, a Python scalar's, a list of a sequence's, None;
+        anything else by its type and text."""
         if isinstance(v, torch.Tensor):
             return self._record(v)
         if v is None:
             return None
-        return {"type": type(v).__name__, "value": v}
+        if isinstance(v, (bool, int, float, str)):
+            return {"type": type(v).__name__, "value": v}
+        if isinstance(v, (tuple, list)):
+            return [self._value(x) for x in v]
+        return {"type": type(v).__name__, "value": str(v)}
 
     def _key(self, name):
         n = self.counts.get(name, 0)
@@ -442,13 +454,14 @@ class ApiRecordFloor(_Records, ApiFloor):
         self.root, self.steps = root, 0
         self._reset()
         self._param_names = {}  # id(parameter) -> its name in the model
+        self._busy = False  # in the floor's own hooks: the mode passes calls on
         table = build_api_table()
         probe = self
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 api = table.get(func)
-                if api is None:
+                if api is None or probe._busy:  # (the floor's own calls in its hooks)
                     return func(*args, **(kwargs or {}))
                 return probe._call(api, func, args, kwargs or {})
 
@@ -469,8 +482,12 @@ class ApiRecordFloor(_Records, ApiFloor):
 
     def _gradients(self, bkey, grad_inputs, grad_outputs):
         if self._grads_on:
-            self.data[bkey] = {"input": [self._value(g) for g in grad_outputs],
-                               "output": [self._value(g) for g in grad_inputs]}
+            self._busy = True
+            try:
+                self.data[bkey] = {"input": [self._value(g) for g in grad_outputs],
+                                   "output": [self._value(g) for g in grad_inputs]}
+            finally:
+                self._busy = False
 
     def start(self, model):
         self._forward_on = self._grads_on = True
@@ -489,17 +506,25 @@ class ApiRecordFloor(_Records, ApiFloor):
     def _before_update(self, opt, args, kwargs):
         if not self._grads_on:
             return
-        with torch.no_grad():
-            for p, name in self._updated(opt):
-                self.data[self._key(name) + ".forward"] = {"input_args": [self._record(p), self._record(p.grad)],
-                                                          "input_kwargs": {}}
+        self._busy = True
+        try:
+            with torch.no_grad():
+                for p, name in self._updated(opt):
+                    self.data[self._key(name) + ".forward"] = {"input_args": [self._record(p), self._record(p.grad)],
+                                                              "input_kwargs": {}}
+        finally:
+            self._busy = False
 
     def _after_update(self, opt, args, kwargs):
         if not self._grads_on:
             return
-        with torch.no_grad():
-            for p, name in self._updated(opt):
-                self.data[f"{name}.{self.counts[name] - 1}.forward"]["output"] = [self._record(p)]
+        self._busy = True
+        try:
+            with torch.no_grad():
+                for p, name in self._updated(opt):
+                    self.data[f"{name}.{self.counts[name] - 1}.forward"]["output"] = [self._record(p)]
+        finally:
+            self._busy = False
 
     def stop(self):
         self._mode.__exit__(None, None, None)

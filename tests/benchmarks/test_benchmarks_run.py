@@ -38,10 +38,13 @@ def test_pytorch_dump_overhead_quick(tmp_path):
     out = tmp_path / "out.json"
     # one torch thread: a smoke run needs no more
     done = run("dump_overhead.py", "--quick", "--quiet", "--models", "cnn", "--configs",
-               "none,created,stat_L0,stat_L1,stat_L1_async,floor_L1", "--threads", "1", "--json", str(out))
+               "none,created,stat_L0,stat_L1,stat_L1_async,floor_L1,records_L0", "--threads", "1", "--json", str(out))
     cnn = json.loads(out.read_text())["results"]["cnn"]
     assert cnn["floor_L1"]["dump_bytes_per_step"] == 0 and cnn["floor_L1"]["ratio"] > 0  # no files, timed
     assert "stat_L1 over floor_L1: cnn " in done.stdout
+    # the records floor writes msprobe's records (its own way): about as many bytes as the dump
+    assert cnn["records_L0"]["dump_bytes_per_step"] == pytest.approx(cnn["stat_L0"]["dump_bytes_per_step"], rel=0.3)
+    assert "stat_L0 over records_L0: cnn " in done.stdout
     assert cnn["created"]["dump_bytes_per_step"] == 0  # constructed, never started: writes nothing
     assert cnn["stat_L0"]["dump_bytes_per_step"] > 0
     assert cnn["stat_L0"]["ratio"] > 0 and len(cnn["stat_L0"]["round_ratios"]) == 2
