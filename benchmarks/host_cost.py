@@ -16,10 +16,11 @@ rows of the level cost (target: 3x). Issue 32's "bare interception floor" is L1_
 each call on and hooks its output's autograd node) whatever the level, over that level's records: a second
 line gives it, with a device config's host part against it. At L0 the first line is the stricter (the
 module hooks alone cost less than the mode).
-`L0_records` is the records floor: msprobe's L0 records themselves (the same dump.json records and
-construct.json, checked in tests/benchmarks), made and written the plainest way in Python on the floor's
-hooks and reads (RecordFloor); a line gives msprobe's rows of the level over it: what msprobe costs beyond
-writing its records at all, where the floors above bound the hooks and reads alone.
+`L0_records` and `L1_records` are the records floors: msprobe's records of the level themselves (at L0 the
+same dump.json and construct.json, at L1 the same records but for the order of a backward record's input
+gradients: tests/benchmarks), made and written the plainest way in Python on the floors' hooks and reads
+(RecordFloor, ApiRecordFloor); a line gives msprobe's rows of the level over them: what msprobe costs beyond
+making its records at all, where the floors above bound the hooks and reads alone.
 A second table splits each config's extra time by phase of the step (PHASES), against the same phase of
 its level's floor: where the cost is.
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
@@ -345,8 +346,8 @@ class RecordFloor(_Records, HookFloor):
     inputs), a key per call from a counter per name, a dict per tensor read, a record per forward call,
     backward call and module's parameter gradients, construct.json's parents, and at step() one orjson call
     a file. Nothing a dump needs beyond its records (crash-safe appends, a flush by time, stack.json,
-    filters, other dtypes or layouts, the device path) is there: what any Python dump of these records costs
-    at least. Its dump.json and construct.json equal msprobe's L0 dump of the same step (tests/benchmarks)."""
+    filters, the device path; statistics of a dtype or layout the kernel does not read) is there. Its
+    dump.json and construct.json equal msprobe's L0 dump of host_cost.py's MLP (tests/benchmarks)."""
 
     LEVEL = "L0"
 
@@ -1109,8 +1110,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_options(p, rounds=15, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
     p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *RECORD_FLOORS, *BARE])} "
-                   "(default: all; on "
-                   "cuda those without _device or _floor)")
+                   "(default: all; on cuda those without _device, _floor or _records)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--baseline-src", metavar="DIR",
                    help="the src/ folder of another checkout: measure it and this one in turn, in child processes")
