@@ -481,14 +481,21 @@ class ApiRecordFloor(_Records, ApiFloor):
             out.grad_fn.register_hook(functools.partial(self._gradients, key + ".backward"))
         return out
 
+    @contextlib.contextmanager
+    def _own_work(self):
+        """The floor's reads in its hooks: not recorded by its mode, outside autograd."""
+        self._busy = True
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self._busy = False
+
     def _gradients(self, bkey, grad_inputs, grad_outputs):
         if self._grads_on:
-            self._busy = True
-            try:
+            with self._own_work():
                 self.data[bkey] = {"input": [self._value(g) for g in grad_outputs],
                                    "output": [self._value(g) for g in grad_inputs]}
-            finally:
-                self._busy = False
 
     def start(self, model):
         self._forward_on = self._grads_on = True
@@ -505,27 +512,17 @@ class ApiRecordFloor(_Records, ApiFloor):
                     yield p, f"Optimizer.{type(opt).__name__}.{self._param_names[id(p)]}"
 
     def _before_update(self, opt, args, kwargs):
-        if not self._grads_on:
-            return
-        self._busy = True
-        try:
-            with torch.no_grad():
+        if self._grads_on:
+            with self._own_work():
                 for p, name in self._updated(opt):
                     self.data[self._key(name) + ".forward"] = {"input_args": [self._record(p), self._record(p.grad)],
                                                               "input_kwargs": {}}
-        finally:
-            self._busy = False
 
     def _after_update(self, opt, args, kwargs):
-        if not self._grads_on:
-            return
-        self._busy = True
-        try:
-            with torch.no_grad():
+        if self._grads_on:
+            with self._own_work():
                 for p, name in self._updated(opt):
                     self.data[f"{name}.{self.counts[name] - 1}.forward"]["output"] = [self._record(p)]
-        finally:
-            self._busy = False
 
     def stop(self):
         self._mode.__exit__(None, None, None)
