@@ -77,12 +77,10 @@ class Readback:
         self.copies = None
 
 
-# whether a summary of a dtype reports Mean and Norm in float32 (as the host kernel does)
-_LOW = {d: d.is_floating_point and d != torch.float64
-        for d in (getattr(torch, name) for name in dir(torch)) if isinstance(d, torch.dtype)}
-# how each dtype's row is reported: EXACT, LOW, INT (Max and Min as ints) or BOOL
-CODES = {d: BOOL if d == torch.bool else LOW if low else EXACT if d.is_floating_point else INT
-         for d, low in _LOW.items()}
+# how each dtype's row is reported: EXACT (float64), LOW (Mean and Norm in float32, as the host kernel reports
+# them), INT (Max and Min as ints) or BOOL; one table for both fills
+CODES = {d: BOOL if d == torch.bool else INT if not d.is_floating_point else EXACT if d == torch.float64 else LOW
+         for d in (getattr(torch, name) for name in dir(torch)) if isinstance(d, torch.dtype)}
 
 
 def stats_values_many(ns, dtypes, rows):
@@ -105,22 +103,23 @@ def fill_stats(fields, ns, dtypes, rows):
         mean = rows[:, 2] / n
         norm = np.sqrt(rows[:, 3])
         # float32 precision for non-float64 floats, as the host kernel reports them (within float32's range)
-        low = np.fromiter(map(_LOW.__getitem__, dtypes), dtype=bool, count=k)
+        codes = [CODES[d] for d in dtypes]
+        low = np.fromiter((c == LOW for c in codes), dtype=bool, count=k)
         for col in (mean, norm):
             fits = low & (np.abs(col) <= _FLT_MAX)
             col[fits] = col[fits].astype(np.float32)
         finite = np.isfinite(rows).all(axis=1)
-    for rec, dtype, (mx, mn, _, _), m, nm, ok in zip(fields, dtypes, rows.tolist(), mean.tolist(), norm.tolist(),
-                                                     finite.tolist()):
-        if dtype == torch.bool:
+    for rec, code, (mx, mn, _, _), m, nm, ok in zip(fields, codes, rows.tolist(), mean.tolist(), norm.tolist(),
+                                                    finite.tolist()):
+        if code == BOOL:
             mx, mn, m, nm = bool(mx), bool(mn), None, None
         elif ok:
-            if not dtype.is_floating_point:
+            if code == INT:
                 mx, mn = int(mx), int(mn)
         else:
             if mx != mx or mn != mn:  # a NaN: torch's max and min say nan
                 mx = mn = float("nan")
-            elif not dtype.is_floating_point and math.isfinite(mx) and math.isfinite(mn):
+            elif code == INT and math.isfinite(mx) and math.isfinite(mn):
                 mx, mn = int(mx), int(mn)
             mx, mn, m, nm = json_float(mx), json_float(mn), json_float(m), json_float(nm)
         rec["Max"] = mx
