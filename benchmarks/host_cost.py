@@ -21,6 +21,12 @@ same dump.json and construct.json, at L1 the same records but for the order of a
 gradients: tests/benchmarks), made and written the plainest way in Python on the floors' hooks and reads
 (RecordFloor, ApiRecordFloor); a line gives msprobe's rows of the level over them: what msprobe costs beyond
 making its records at all, where the floors above bound the hooks and reads alone.
+`L0_device_records` and `L1_device_records` are the device records floors: the same records with their reads
+queued and reduced in batches, as the device path must (an L0 forward value copied at its hook, a launch each;
+the rest held and read before an in-place call or the optimizer changes them, and at step()), read back once
+(DeviceRecordFloor: msprobe's device path's dump at L0; at L1 its records as the records floor's); a line gives
+their host part, msprobe's device configs' host part over it, and msprobe's CPU path over it: below 1, the
+CPU path costs less than the plainest device-path dump of the same records.
 A second table splits each config's extra time by phase of the step (PHASES), against the same phase of
 its level's floor: where the cost is.
 `--device cuda` trains the model on the GPU, where its kernels take microseconds and every config takes
@@ -66,6 +72,7 @@ import functools
 import gc
 import importlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -117,6 +124,8 @@ FLOORS = {"L0_floor": "L0", "L1_floor": "L1"}
 BARE = {"L0_bare": "L0", "L1_bare": "L1"}
 # the records floor of a level: msprobe's records of it made and written the plainest way in Python (RecordFloor)
 RECORD_FLOORS = {"L0_records": "L0", "L1_records": "L1"}
+# the same on the device path: values queued and reduced in batches, read back once (DeviceRecordFloor)
+DEVICE_RECORD_FLOORS = {"L0_device_records": "L0", "L1_device_records": "L1"}
 # a dump within this many times its level's bare interception (issue 32)
 BARE_TARGET = 3.0
 # --check: the kernel subtraction on a known case (see the module doc); probe -> the level it counts records of
@@ -532,6 +541,129 @@ class ApiRecordFloor(_Records, ApiFloor):
         super().step()
 
 
+class _DeviceReads:
+    """The device path's part of a records floor, mixed in before it: a tensor's statistics are not read at its
+    record but queued (its record's value fields null until then) and reduced in batches — the tensors of one
+    shape stacked, four reductions, one read back — before anything changes them in place (an
+    optimizer update, an in-place API) and at step(). Values a module's own code may change before any hook
+    sees it (an L0 forward record's: ResNet's `out += identity`) are copied at the hook, a launch each, as
+    msprobe's staging copies them; the rest are held as they are. The copy and the reductions are the probe's
+    `kernel_sites`: device time on an accelerator, subtracted as msprobe's kernels are (module doc)."""
+
+    def _reset(self):
+        super()._reset()
+        self._waiting = []  # (tensor, record) whose statistics are not read yet
+        self._copying = False  # in a forward hook of an L0 floor: values taken now
+
+    @property
+    def kernel_sites(self):
+        return ((_DeviceReads, "_take"), (_DeviceReads, "_reduce_all"))
+
+    def _record(self, t):
+        hit = self._recs.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] == t._version:
+            return hit[2]
+        rec = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+        if t.dtype is torch.float32 and t.layout is torch.strided and t.numel():  # (the MLP's: a floor errs low)
+            rec.update(Max=None, Min=None, Mean=None, Norm=None)
+            self._waiting.append((self._take(t) if self._copying else t, rec))
+        rec["requires_grad"] = t.requires_grad
+        self._recs[id(t)] = (t, t._version, rec)
+        return rec
+
+    def _take(self, t):
+        return t.detach().clone()
+
+    def _reduce(self, xs):
+        """(k, 4) Max/Min/Mean/Norm of k float32 tensors of one shape: float64 sums, Mean and Norm in float32
+        precision, as msprobe's device path reports them."""
+        m = torch.stack(xs).reshape(len(xs), -1).to(torch.float64)
+        moments = (m.sum(1) / m.shape[1], (m * m).sum(1).sqrt())
+        return torch.stack((m.amax(1), m.amin(1), *(v.to(torch.float32).to(torch.float64) for v in moments)), dim=1)
+
+    def _reduce_all(self, batches):
+        return torch.cat([self._reduce(xs) for xs in batches])
+
+    def _resolve(self):
+        waiting, self._waiting = self._waiting, []
+        if not waiting:
+            return
+        groups = {}
+        for x, rec in waiting:
+            group = groups.get(x.shape)
+            if group is None:
+                groups[x.shape] = group = ([], [])
+            group[0].append(x)
+            group[1].append(rec)
+        with torch.no_grad():
+            rows = self._reduce_all([xs for xs, _ in groups.values()]).tolist()
+        for rec, (mx, mn, mean, norm) in zip((rec for _, recs in groups.values() for rec in recs), rows):
+            rec["Max"], rec["Min"], rec["Mean"], rec["Norm"] = mx, mn, mean, norm
+
+
+class DeviceRecordFloor(_DeviceReads, RecordFloor):
+    """The L0 records floor on the device path: RecordFloor's records, a forward value copied at its hook and
+    a gradient held, all reduced at step() (_DeviceReads)."""
+
+    def _pre(self, mod, args):
+        self._copying = True
+        try:
+            super()._pre(mod, args)
+        finally:
+            self._copying = False
+
+    def _forward(self, mod, args, out):
+        self._copying = True
+        try:
+            super()._forward(mod, args, out)
+        finally:
+            self._copying = False
+
+    def step(self):
+        self._resolve()
+        super().step()
+
+
+class DeviceApiRecordFloor(_DeviceReads, ApiRecordFloor):
+    """The L1 records floor on the device path: ApiRecordFloor's records, every value held (the mode sees
+    every call that may change one), reduced before an in-place API, before the optimizer updates and at
+    step() (_DeviceReads)."""
+
+    def _reset(self):
+        super()._reset()
+        self._addresses = set()  # where the waiting tensors' data start
+
+    def _record(self, t):
+        rec = super()._record(t)
+        if self._waiting and self._waiting[-1][1] is rec:
+            self._addresses.add(t.data_ptr())
+        return rec
+
+    def _resolve(self):
+        super()._resolve()
+        self._addresses.clear()
+
+    def _call(self, api, func, args, kwargs):
+        # an in-place API (an optimizer's `p.add_`): the tensor it changes is recorded first (its record is the
+        # call's input), and its values are read before the call if they wait
+        if api[1].endswith("_") and not api[1].endswith("__") and args and isinstance(args[0], torch.Tensor):
+            with torch.no_grad():
+                self._record(args[0])
+            if args[0].data_ptr() in self._addresses:
+                self._resolve()
+        return super()._call(api, func, args, kwargs)
+
+    def _before_update(self, opt, args, kwargs):
+        super()._before_update(opt, args, kwargs)
+        with self._own_work():
+            self._resolve()
+
+    def step(self):
+        with self._own_work():
+            self._resolve()
+        super().step()
+
+
 class KernelProbe(HookFloor):
     """--check's known case: the L0 hooks, each hooked tensor answered by one float64 reduction of
     KNOWN_ELEMENTS elements inside a kernel range: all it adds to the hooks alone is that op (its Python
@@ -569,6 +701,9 @@ def _probe(root, name):
         return bare_probe(BARE[name])
     if name in RECORD_FLOORS:
         return (RecordFloor if RECORD_FLOORS[name] == "L0" else ApiRecordFloor)(os.path.join(root, name))
+    if name in DEVICE_RECORD_FLOORS:
+        return (DeviceRecordFloor if DEVICE_RECORD_FLOORS[name] == "L0" else DeviceApiRecordFloor)(
+            os.path.join(root, name))
     if name in CHECKS:
         return KernelProbe() if name == "hooks+kernels" else HookFloor(read=False)
     return _debugger(root, name)
@@ -748,7 +883,8 @@ def measure(configs, rounds, steps, log, device="cpu", seq=0):
                 log(f"round {r + 1}/{rounds} done")
             counted = {}
             for name in configs:
-                level = FLOORS.get(name) or RECORD_FLOORS.get(name) or BARE.get(name) or CHECKS.get(name) or name
+                level = (FLOORS.get(name) or RECORD_FLOORS.get(name) or DEVICE_RECORD_FLOORS.get(name) or BARE.get(name)
+                         or CHECKS.get(name) or name)
                 if level not in counted:  # the records msprobe writes at that level, in one untimed step
                     probe = _debugger(root, level)
                     _step(model, x, opt, probe)
@@ -789,7 +925,7 @@ def _slot(model, x, opt, root, name, steps, device, got, first=False):
         got["phases"].append([statistics.median(d[i] for d in dumped) - statistics.median(p[i] for p in plain)
                               for i in range(len(PHASES))])
         # the kernels' share of a step (module doc): the device path's on the CPU, and --check's
-        if device == "cpu" and (name in CHECKS or (name in CONFIGS and CONFIGS[name][2])):
+        if device == "cpu" and (name in CHECKS or name in DEVICE_RECORD_FLOORS or (name in CONFIGS and CONFIGS[name][2])):
             got["kernels"].append(_profiled_step(model, x, opt, probe))
     finally:
         probe.close()
@@ -857,9 +993,9 @@ def render(results, per_summary):
                         else ""))
     if "L1_bare" in results:
         lines.append(_issue_bare_line(results))
-    line = _records_floor_line(results)
-    if line:
-        lines.append(line)
+    for line in (_records_floor_line(results), _device_records_floor_line(results)):
+        if line:
+            lines.append(line)
     if floors:
         lines.append("floor: " + ", ".join(f"{level} {us:.1f} us per record" for level, us in floors.items())
                      + " (hooks, each tensor read once; records and tensors are msprobe's at that level): the "
@@ -907,6 +1043,25 @@ def _records_floor_line(results):
             "crash safety, stack.json or filters): " + ", ".join(f"{level} {us:.1f} us per record"
                                                                for level, us in floors.items())
             + (f"; msprobe over it (device configs: their host part): {', '.join(over)}" if over else ""))
+
+
+def _device_records_floor_line(results):
+    """The device records floor's host part per record (DeviceRecordFloor) against msprobe's device configs'
+    host part and its CPU path's cost, level by level; None when none was measured."""
+    floors = {DEVICE_RECORD_FLOORS[c]: r.get("host_us_per_record", r["us_per_record"]) for c, r in results.items()
+              if c in DEVICE_RECORD_FLOORS}
+    if not floors:
+        return None
+    device = [f"{name} {r.get('host_us_per_record', r['us_per_record']) / floors[CONFIGS[name][0]]:.2f}x"
+              for name, r in results.items() if name in CONFIGS and CONFIGS[name][2] and CONFIGS[name][0] in floors]
+    host = [f"{name} {r['us_per_record'] / floors[CONFIGS[name][0]]:.2f}x"
+            for name, r in results.items() if name in CONFIGS and not CONFIGS[name][2] and CONFIGS[name][0] in floors]
+    return ("device records floor (the records floor with its reads queued and reduced in batches, an L0 forward "
+            "value copied at its hook; host part): " + ", ".join(f"{level} {us:.1f} us per record"
+                                                                 for level, us in floors.items())
+            + (f"; msprobe's device path (host part) over it: {', '.join(device)}" if device else "")
+            + (f"; msprobe's CPU path over it: {', '.join(host)} (below 1: the CPU path costs less than the "
+               f"plainest device-path dump's host part)" if host else ""))
 
 
 def _phase_table(results):
@@ -1106,7 +1261,7 @@ def _header(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_options(p, rounds=15, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
-    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *RECORD_FLOORS, *BARE])} "
+    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *RECORD_FLOORS, *DEVICE_RECORD_FLOORS, *BARE])} "
                    "(default: all; on cuda those without _device, _floor or _records)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--baseline-src", metavar="DIR",
@@ -1131,7 +1286,7 @@ def main(argv=None):
     on_cuda = args.device == "cuda"
     # on cuda every config is the device path, and the floors' kernel reads host memory
     allowed = ([c for c in CONFIGS if not (on_cuda and CONFIGS[c][2])]
-               + ([] if on_cuda else [*FLOORS, *RECORD_FLOORS]) + list(BARE))
+               + ([] if on_cuda else [*FLOORS, *RECORD_FLOORS, *DEVICE_RECORD_FLOORS]) + list(BARE))
     configs = [c.strip() for c in (args.configs or ",".join(allowed)).split(",") if c.strip()]
     bad = [c for c in configs if c not in allowed]
     if bad:

@@ -89,7 +89,8 @@ def test_dump_overhead_says_in_one_line_that_the_untuned_models_need_transformer
 def test_host_cost_quick(tmp_path):
     out = tmp_path / "out.json"
     # a [batch, sequence, features] input (--seq): each Linear flattens it and views its product back
-    done = run("host_cost.py", "--quick", "--seq", "2", "--configs", "L1_floor,L1,mix_device,L1_bare,L1_records",
+    done = run("host_cost.py", "--quick", "--seq", "2", "--configs",
+               "L1_floor,L1,mix_device,L1_bare,L1_records,L1_device_records",
                "--json", str(out))
     assert "input [4, 2, 32]" in done.stdout  # the header says which input was measured
     table, phases = done.stdout.split("extra ms a step by phase")
@@ -110,6 +111,10 @@ def test_host_cost_quick(tmp_path):
     records = next(ln for ln in done.stdout.splitlines() if ln.startswith("records floor"))
     assert "L1 " in records and "msprobe over it (device configs: their host part): L1 " in records
     assert "mix_device" not in records
+    # and over the device records floor (the same records, reads queued and batched), by its host part
+    device = next(ln for ln in done.stdout.splitlines() if ln.startswith("device records floor"))
+    assert "L1 " in device and "device path (host part) over it: mix_device" not in device
+    assert "CPU path over it: L1 " in device
     # the device path's host part, less its kernels (kernels/rec, host us/rec); the CPU path has none
     assert rows["L1"][7:9] == ["-", "-"] and float(rows["mix_device"][7]) > 0 and "host us/rec:" in done.stdout
     # where each config's time goes: a row per config, each phase against its level's floor where measured
@@ -117,7 +122,8 @@ def test_host_cost_quick(tmp_path):
     names = ["start", "forward+backward", "optimizer", "stop+step"]
     assert all(list(r["phases_ms"]) == names for r in results.values())
     lines = {ln.split()[0]: ln for ln in phases.splitlines() if ln.startswith(("L1", "mix_device"))}
-    assert set(lines) == {"L1_floor", "L1", "mix_device", "L1_bare", "L1_records"}
+    assert set(lines) == {"L1_floor", "L1", "mix_device", "L1_bare", "L1_records", "L1_device_records"}
+    assert results["L1_device_records"]["host_us_per_record"] > 0  # (profiled: its kernels subtracted)
     # dumping adds most in the forward and backward passes, less to starting (an API table already built)
     assert results["L1"]["phases_ms"]["forward+backward"] > results["L1"]["phases_ms"]["start"]
     assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"] + lines["L1_bare"]
@@ -172,6 +178,66 @@ def test_records_floors_write_msprobes_records(tmp_path, monkeypatch):
         else:
             assert g[key]["input"] == rec["input"], key
             assert sorted(map(json.dumps, g[key]["output"])) == sorted(map(json.dumps, rec["output"])), key
+
+
+def test_device_records_floors_write_msprobes_device_records(tmp_path, monkeypatch):
+    """The device records floors make the records floors' records with their reads queued and reduced in batches:
+    at L0 the dump is msprobe's device path's (an L0 forward value copied at its hook, so the optimizer's change of
+    a parameter does not reach its forward record); at L1 the forward and update records are msprobe's device
+    path's (the values read before the optimizer's in-place update), and its backward records hold the same
+    gradients."""
+    pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")  # (host_cost._debugger sets it: put back after)
+    want, want_construct = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L0_device"),
+                                     tmp_path / "L0_device")
+    floor = host_cost.DeviceRecordFloor(str(tmp_path / "floor0"))
+    got, got_construct = _dumps_of(host_cost, floor, tmp_path / "floor0")
+    assert len(want["data"]) == 240 and got == want and got_construct == want_construct
+    assert not floor._waiting
+    want, _ = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L1_device"), tmp_path / "L1_device")
+    got, _ = _dumps_of(host_cost, host_cost.DeviceApiRecordFloor(str(tmp_path / "floor1")), tmp_path / "floor1")
+    w, g = want["data"], got["data"]
+    assert len(w) == 388 and set(g) == set(w)
+    for key, rec in w.items():
+        if key.endswith(".forward"):
+            assert g[key] == rec, key
+        else:
+            assert g[key]["input"] == rec["input"], key
+            assert sorted(map(json.dumps, g[key]["output"])) == sorted(map(json.dumps, rec["output"])), key
+
+
+def test_device_api_records_floor_reads_a_tensor_before_an_in_place_call_changes_it(tmp_path):
+    """The L1 device records floor holds a value until its batch is read: an in-place API's input record has the
+    values before the call, its output record those after."""
+    torch = pytest.importorskip("torch")
+    host_cost = _bench_module("host_cost")
+    floor = host_cost.DeviceApiRecordFloor(str(tmp_path))
+    floor.start(torch.nn.Linear(2, 2))
+    t = torch.zeros(3)
+    t.add_(1)
+    t.mul_(3)
+    floor.stop()
+    floor.step()
+    floor.close()
+    with open(os.path.join(tmp_path, "step0", "rank0", "dump.json")) as f:
+        data = json.load(f)["data"]
+    assert [(data[k]["input_args"][0]["Max"], data[k]["output"][0]["Max"])
+            for k in ("Tensor.add_.0.forward", "Tensor.mul_.0.forward")] == [(0.0, 1.0), (1.0, 3.0)]
+
+
+def test_host_cost_gives_msprobe_over_the_device_records_floor():
+    """The device records floor's line: msprobe's device configs by their host part over the floor's host part,
+    its CPU path by its whole cost; none without a device records floor in the results."""
+    host_cost = _bench_module("host_cost")
+    results = {"L0": {"us_per_record": 15.0}, "L0_device": {"us_per_record": 50.0, "host_us_per_record": 30.0},
+               "L1": {"us_per_record": 20.0},
+               "L0_device_records": {"us_per_record": 24.0, "host_us_per_record": 20.0}}
+    line = host_cost._device_records_floor_line(results)
+    assert "L0 20.0 us per record" in line and "L0_device 1.50x" in line and "CPU path over it: L0 0.75x" in line
+    assert "L1" not in line
+    assert host_cost._device_records_floor_line({"L0": {"us_per_record": 24.0}}) is None
 
 
 def test_host_cost_gives_msprobe_over_the_records_floor():
