@@ -141,7 +141,14 @@ class Runner:
         dbg.step()
         work.sync()
 
+    def _files_written(self):
+        """Wait for a records floor's files (written on a thread of its own) before they are measured or go."""
+        flush = getattr(self.debugger, "flush", None)
+        if flush is not None:
+            flush()
+
     def dump_bytes(self):
+        self._files_written()
         total = 0
         for d, _, files in os.walk(self.dump_path):
             for f in files:
@@ -168,6 +175,7 @@ class Runner:
         the rotation, the CNN's stat_L0 measured 1.47x against 1.25x in a run without it."""
         if self.debugger is None or not os.path.isdir(self.dump_path):
             return
+        self._files_written()
         entries = os.listdir(self.dump_path)
         for entry in entries:
             shutil.rmtree(os.path.join(self.dump_path, entry), ignore_errors=True)

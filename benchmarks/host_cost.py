@@ -67,6 +67,7 @@ machine's load drifts by more than a change to the hot path is worth, so both si
 
 import argparse
 import ast
+import concurrent.futures
 import contextlib
 import functools
 import gc
@@ -291,9 +292,11 @@ class ApiFloor(HookFloor):
 class _Records:
     """What both records floors share: a step's records, a record per tensor read (shared by every record of
     that tensor while it is unchanged), and at step() each file written with one orjson call into a new step
-    directory. Mixed into a floor (HookFloor's hooks and reads)."""
+    directory, on a thread of the floor's own. Mixed into a floor (HookFloor's hooks and reads)."""
 
     LEVEL = None
+    _writer = None  # (made at the first step: a thread of its own)
+    _written = ()  # the steps' writes handed to it, not waited for yet
 
     def _reset(self):
         self.data, self.construct, self.counts = {}, {}, {}
@@ -338,15 +341,38 @@ class _Records:
         return f"{name}.{n}"
 
     def _write(self):
-        folder = os.path.join(self.root, f"step{self.steps}", "rank0")
-        os.makedirs(folder)
-        with open(os.path.join(folder, "dump.json"), "wb") as f:
-            f.write(orjson.dumps({"task": "statistics", "level": self.LEVEL, "framework": "pytorch",
-                                  "dump_data_dir": None, "data": self.data}))
-        with open(os.path.join(folder, "construct.json"), "wb") as f:
-            f.write(orjson.dumps(self.construct))
+        """The step's files, written by one thread of the floor's own while training goes on (msprobe makes its
+        directories and writes its files on its writer's threads: a floor does no less off the training
+        thread); flush() and close() wait for them."""
+        if self._writer is None:
+            self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="records-floor")
+        self._written += (self._writer.submit(
+            self._write_files, os.path.join(self.root, f"step{self.steps}", "rank0"),
+            {"task": "statistics", "level": self.LEVEL, "framework": "pytorch", "dump_data_dir": None,
+             "data": self.data}, self.construct),)
         self.steps += 1
         self._reset()
+
+    @staticmethod
+    def _write_files(folder, dump, construct):
+        os.makedirs(folder)
+        with open(os.path.join(folder, "dump.json"), "wb") as f:
+            f.write(orjson.dumps(dump))
+        with open(os.path.join(folder, "construct.json"), "wb") as f:
+            f.write(orjson.dumps(construct))
+
+    def flush(self):
+        """Wait for the steps' files (a write that failed raises here)."""
+        written, self._written = self._written, ()
+        for done in written:
+            done.result()
+
+    def close(self):
+        super().close()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+        self.flush()
 
 
 class RecordFloor(_Records, HookFloor):
@@ -1039,8 +1065,8 @@ def _records_floor_line(results):
     over = [f"{name} {r.get('host_us_per_record', r['us_per_record']) / floors[CONFIGS[name][0]]:.2f}x"
             for name, r in results.items() if name in CONFIGS and CONFIGS[name][0] in floors]
     return ("records floor (msprobe's records of the level, made and written the plainest way in Python: the "
-            "floor's hooks and reads, a dict a tensor and a record a call, one orjson call a file at step(); no "
-            "crash safety, stack.json or filters): " + ", ".join(f"{level} {us:.1f} us per record"
+            "floor's hooks and reads, a dict a tensor and a record a call, one orjson call a file at step() on a "
+            "thread of its own; no crash safety, stack.json or filters): " + ", ".join(f"{level} {us:.1f} us per record"
                                                                for level, us in floors.items())
             + (f"; msprobe over it (device configs: their host part): {', '.join(over)}" if over else ""))
 
