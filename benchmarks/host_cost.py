@@ -73,7 +73,6 @@ import functools
 import gc
 import importlib
 import json
-import math
 import os
 import shutil
 import statistics
@@ -604,8 +603,8 @@ class _DeviceReads:
         """(k, 4) Max/Min/Mean/Norm of k float32 tensors of one shape: float64 sums, Mean and Norm in float32
         precision, as msprobe's device path reports them."""
         m = torch.stack(xs).reshape(len(xs), -1).to(torch.float64)
-        moments = (m.sum(1) / m.shape[1], (m * m).sum(1).sqrt())
-        return torch.stack((m.amax(1), m.amin(1), *(v.to(torch.float32).to(torch.float64) for v in moments)), dim=1)
+        mean_norm = (m.sum(1) / m.shape[1], (m * m).sum(1).sqrt())
+        return torch.stack((m.amax(1), m.amin(1), *(v.to(torch.float32).to(torch.float64) for v in mean_norm)), dim=1)
 
     def _reduce_all(self, batches):
         return torch.cat([self._reduce(xs) for xs in batches])
@@ -951,7 +950,8 @@ def _slot(model, x, opt, root, name, steps, device, got, first=False):
         got["phases"].append([statistics.median(d[i] for d in dumped) - statistics.median(p[i] for p in plain)
                               for i in range(len(PHASES))])
         # the kernels' share of a step (module doc): the device path's on the CPU, and --check's
-        if device == "cpu" and (name in CHECKS or name in DEVICE_RECORD_FLOORS or (name in CONFIGS and CONFIGS[name][2])):
+        if device == "cpu" and (name in CHECKS or name in DEVICE_RECORD_FLOORS
+                                or (name in CONFIGS and CONFIGS[name][2])):
             got["kernels"].append(_profiled_step(model, x, opt, probe))
     finally:
         probe.close()
@@ -1287,7 +1287,8 @@ def _header(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_options(p, rounds=15, steps=5, quick=(1, 2), threads=1)  # one thread: host cost, not parallelism
-    p.add_argument("--configs", help=f"comma list of {', '.join([*CONFIGS, *FLOORS, *RECORD_FLOORS, *DEVICE_RECORD_FLOORS, *BARE])} "
+    every = [*CONFIGS, *FLOORS, *RECORD_FLOORS, *DEVICE_RECORD_FLOORS, *BARE]
+    p.add_argument("--configs", help=f"comma list of {', '.join(every)} "
                    "(default: all; on cuda those without _device, _floor or _records)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     p.add_argument("--baseline-src", metavar="DIR",

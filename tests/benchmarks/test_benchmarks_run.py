@@ -156,19 +156,21 @@ def _dumps_of(host_cost, probe, folder, steps=2):
         return json.load(f), json.load(g)
 
 
-def test_records_floors_write_msprobes_records(tmp_path, monkeypatch):
-    """The records floors are floors of msprobe's own records: at L0 the floor's dump.json and construct.json
-    are msprobe's; at L1 its forward and update records are msprobe's, and its backward records hold the
-    same gradients (those of the inputs in the autograd node's order, not the call's arguments')."""
-    pytest.importorskip("torch")
-    host_cost = _bench_module("host_cost")
-    monkeypatch.setenv("MSPROBE_QUIET", "1")
-    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")  # (host_cost._debugger sets it: put back after)
-    want, want_construct = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L0"), tmp_path / "L0")
-    got, got_construct = _dumps_of(host_cost, host_cost.RecordFloor(str(tmp_path / "floor0")), tmp_path / "floor0")
+def _floors_write_msprobes_records(host_cost, tmp_path, device):
+    """msprobe's L0 and L1 dumps of host_cost.py's MLP on the CPU or the device path against those of that path's
+    records floors: at L0 the same dump.json and construct.json; at L1 the same forward and update records, and
+    backward records with the same gradients (those of the inputs in the autograd node's order, not the call's
+    arguments'). Returns the L0 floor."""
+    suffix = "_device" if device else ""
+    floors = ((host_cost.DeviceRecordFloor, host_cost.DeviceApiRecordFloor) if device
+              else (host_cost.RecordFloor, host_cost.ApiRecordFloor))
+    want, want_construct = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L0" + suffix),
+                                     tmp_path / ("L0" + suffix))
+    floor = floors[0](str(tmp_path / "floor0"))
+    got, got_construct = _dumps_of(host_cost, floor, tmp_path / "floor0")
     assert len(want["data"]) == 240 and got == want and got_construct == want_construct
-    want, _ = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L1"), tmp_path / "L1")
-    got, _ = _dumps_of(host_cost, host_cost.ApiRecordFloor(str(tmp_path / "floor1")), tmp_path / "floor1")
+    want, _ = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L1" + suffix), tmp_path / ("L1" + suffix))
+    got, _ = _dumps_of(host_cost, floors[1](str(tmp_path / "floor1")), tmp_path / "floor1")
     w, g = want["data"], got["data"]
     assert len(w) == 388 and set(g) == set(w)
     assert {"Optimizer.SGD.0.weight.0.forward", "Tensor.add_.0.forward", "Functional.linear.0.backward"} <= set(w)
@@ -178,34 +180,29 @@ def test_records_floors_write_msprobes_records(tmp_path, monkeypatch):
         else:
             assert g[key]["input"] == rec["input"], key
             assert sorted(map(json.dumps, g[key]["output"])) == sorted(map(json.dumps, rec["output"])), key
+    return floor
+
+
+def test_records_floors_write_msprobes_records(tmp_path, monkeypatch):
+    """The records floors are floors of msprobe's own records: at L0 the floor's dump.json and construct.json
+    are msprobe's; at L1 its forward and update records are msprobe's, and its backward records hold the
+    same gradients."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("MSPROBE_QUIET", "1")
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "0")  # (host_cost._debugger sets it: put back after)
+    _floors_write_msprobes_records(_bench_module("host_cost"), tmp_path, device=False)
 
 
 def test_device_records_floors_write_msprobes_device_records(tmp_path, monkeypatch):
     """The device records floors make the records floors' records with their reads queued and reduced in batches:
-    at L0 the dump is msprobe's device path's (an L0 forward value copied at its hook, so the optimizer's change of
-    a parameter does not reach its forward record); at L1 the forward and update records are msprobe's device
-    path's (the values read before the optimizer's in-place update), and its backward records hold the same
-    gradients."""
+    the dumps are msprobe's device path's, as the records floors' are its CPU path's (an L0 forward value is
+    copied at its hook, so the optimizer's change of a parameter does not reach its forward record), and
+    nothing waits after the step."""
     pytest.importorskip("torch")
-    host_cost = _bench_module("host_cost")
     monkeypatch.setenv("MSPROBE_QUIET", "1")
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")  # (host_cost._debugger sets it: put back after)
-    want, want_construct = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L0_device"),
-                                     tmp_path / "L0_device")
-    floor = host_cost.DeviceRecordFloor(str(tmp_path / "floor0"))
-    got, got_construct = _dumps_of(host_cost, floor, tmp_path / "floor0")
-    assert len(want["data"]) == 240 and got == want and got_construct == want_construct
+    floor = _floors_write_msprobes_records(_bench_module("host_cost"), tmp_path, device=True)
     assert not floor._waiting
-    want, _ = _dumps_of(host_cost, host_cost._debugger(str(tmp_path), "L1_device"), tmp_path / "L1_device")
-    got, _ = _dumps_of(host_cost, host_cost.DeviceApiRecordFloor(str(tmp_path / "floor1")), tmp_path / "floor1")
-    w, g = want["data"], got["data"]
-    assert len(w) == 388 and set(g) == set(w)
-    for key, rec in w.items():
-        if key.endswith(".forward"):
-            assert g[key] == rec, key
-        else:
-            assert g[key]["input"] == rec["input"], key
-            assert sorted(map(json.dumps, g[key]["output"])) == sorted(map(json.dumps, rec["output"])), key
 
 
 def test_device_api_records_floor_reads_a_tensor_before_an_in_place_call_changes_it(tmp_path):
