@@ -306,6 +306,13 @@ class _Records:
         if hit is not None and hit[0] is t and hit[1] == t._version:
             return hit[2]
         rec = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+        self._statistics(t, rec)
+        rec["requires_grad"] = t.requires_grad  # (other dtypes and layouts: no statistics; a floor errs low)
+        self._recs[id(t)] = (t, t._version, rec)
+        return rec
+
+    def _statistics(self, t, rec):
+        """`t`'s statistics into its record `rec`, read now with msprobe's kernel."""
         kind = moments.KINDS.get(rec["dtype"][6:])
         if kind is not None and t.layout is torch.strided and t.is_cpu and t.numel():
             dense = t
@@ -317,9 +324,6 @@ class _Records:
             got = moments._moments(dense.data_ptr(), n, kind, torch.get_num_threads() if n >= _PARALLEL_MIN else 1)
             if got is not None:  # (a NaN or inf: no statistics, a floor errs low)
                 rec.update(Max=got[0], Min=got[1], Mean=got[2], Norm=got[3])
-        rec["requires_grad"] = t.requires_grad  # (other dtypes and layouts: no statistics; a floor errs low)
-        self._recs[id(t)] = (t, t._version, rec)
-        return rec
 
     def _value(self, v):
         """The record of an argument or result: a tensor's, a Python scalar's, a list of a sequence's, None;
@@ -584,17 +588,11 @@ class _DeviceReads:
     def kernel_sites(self):
         return ((_DeviceReads, "_take"), (_DeviceReads, "_reduce_all"))
 
-    def _record(self, t):
-        hit = self._recs.get(id(t))
-        if hit is not None and hit[0] is t and hit[1] == t._version:
-            return hit[2]
-        rec = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+    def _statistics(self, t, rec):
+        """`t` queued: its record's value fields null until its batch is read."""
         if t.dtype is torch.float32 and t.layout is torch.strided and t.numel():  # (the MLP's: a floor errs low)
             rec.update(Max=None, Min=None, Mean=None, Norm=None)
             self._waiting.append((self._take(t) if self._copying else t, rec))
-        rec["requires_grad"] = t.requires_grad
-        self._recs[id(t)] = (t, t._version, rec)
-        return rec
 
     def _take(self, t):
         return t.detach().clone()
@@ -658,11 +656,11 @@ class DeviceApiRecordFloor(_DeviceReads, ApiRecordFloor):
         super()._reset()
         self._addresses = set()  # where the waiting tensors' data start
 
-    def _record(self, t):
-        rec = super()._record(t)
-        if self._waiting and self._waiting[-1][1] is rec:
+    def _statistics(self, t, rec):
+        waiting = len(self._waiting)
+        super()._statistics(t, rec)
+        if len(self._waiting) > waiting:
             self._addresses.add(t.data_ptr())
-        return rec
 
     def _resolve(self):
         super()._resolve()
