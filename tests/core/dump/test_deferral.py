@@ -80,6 +80,34 @@ def test_a_take_on_another_thread_during_an_inplace_launch_reads_each_item_once(
     assert [float(x.max()) for x in r.deferral.items()] == [9.0]
 
 
+def test_an_inplace_launch_that_selects_everything_reads_the_whole_queue_once():
+    """A select that keeps nothing back (DeviceSummaries' above SHARE_CHECK_MAX waiting) sends the queue as
+    one batch, what was queued since it looked included, and each item once even when the flusher's thread
+    took some meanwhile."""
+    r = None
+    seen = []
+
+    def everything_while_the_flusher_takes_one(items, touching):
+        seen.append(len(items))
+        if len(seen) == 2:
+            flusher = threading.Thread(target=lambda: r.deferral.take().finish())
+            flusher.start()
+            flusher.join()
+        r.deferral.add(np.full(2, 9.0))  # queued after the select looked
+        return list(items), []
+
+    r = Reader(max_items=10, select=everything_while_the_flusher_takes_one)
+    for v in (1.0, 2.0):
+        r.deferral.add(np.full(2, v), 16)
+    r.deferral.launch([np.zeros(1)])
+    assert r.batches == [[1.0, 2.0, 9.0]]
+    assert len(r.deferral) == 0 and r.deferral.held == 0
+    r.deferral.add(np.full(2, 3.0), 16)
+    r.deferral.launch([np.zeros(1)])  # the flusher takes the 3.0 while the select looks
+    assert r.batches == [[1.0, 2.0, 9.0], [3.0], [9.0]]
+    assert len(r.deferral) == 0
+
+
 def test_take_hands_a_batch_read_later_and_keeps_what_comes_after():
     r = Reader(max_items=10)
     r.deferral.add(np.full(2, 5.0))

@@ -69,8 +69,11 @@ class Deferral:
         if not self.queue:
             return
         if touching and self._select is not None:
-            go, _ = self._select(self.items(), touching)
+            go, rest = self._select(self.items(), touching)
             if not go:
+                return
+            if not rest:  # all of them (a large batch): no sorting of the queue by item
+                self._call(self.take().items)
                 return
             chosen = {id(item) for item in go}
             with self._taking:
