@@ -60,6 +60,15 @@ load of the same second, so it resolves a change of a few percent where alternat
     python benchmarks/host_cost.py --toggle msprobe.pytorch.summary.cache.UNKEYED_MAX=0,8192 --configs L0,L1
     python benchmarks/host_cost.py --toggle env:MSPROBE_NATIVE_RECORD=0,1 --configs L1
 
+With --record-calls the timed rounds are not run: in each of --rounds rounds each msprobe config in turn dumps
+--steps steps (after two untimed ones) with a clock around every call of msprobe._record's `record` (the one
+per-tensor entry of both paths), counted by the phase of the step it runs in (PHASES), and around the
+device path's batch reads (DeviceSummaries.launch). It says what a record costs inside a real step, where
+the GIL each torch op releases lets other threads' work (the previous step's writes) in: a loop of records
+alone shows less. The clock's own call is in the numbers (about 0.2 µs a call).
+
+    python benchmarks/host_cost.py --record-calls --configs L0,L0_device,L1,L1_device
+
 With --baseline-src the measurement runs in child processes, this checkout's and the other's msprobe in
 turn (`--alternations` pairs), and the table gives the median of each side and their ratio: a shared
 machine's load drifts by more than a change to the hot path is worth, so both sides must see the same drift.
@@ -1233,6 +1242,86 @@ def toggled(configs, toggle, rounds, steps, log, seq=0):
     return results
 
 
+# where --record-calls counts: msprobe._record's record by the phase of the step it runs in, and the batch reads
+CALL_PARTS = (*PHASES, "batch reads")
+
+
+def record_calls(configs, rounds, steps, log, seq=0):
+    """--record-calls (module doc): {config: {part: [calls a step, µs a call]}}, parts CALL_PARTS. Each round gives each config a
+    debugger of its own for two untimed steps and `steps` timed ones (the configs take turns, so the machine's
+    drift falls on all of them); the sums over rounds are divided. A record that fills a batch counts that
+    batch's launch too."""
+    from msprobe.pytorch.summary.device import DeviceSummaries
+    from msprobe.pytorch.summary.summarizer import Summarizer
+    model, x = build(seq=seq)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
+    native, launch = Summarizer.__dict__["native_record"], DeviceSummaries.launch
+    clock, at, spent = time.perf_counter, [PHASES[0]], {}
+
+    def timed_native(summarizer):  # the session takes the record function as a step starts
+        record = native.fget(summarizer)
+        if record is None:
+            return None
+
+        def timed(*args):  # (lean: its own cost is in the numbers)
+            since = clock()
+            got = record(*args)
+            cell = spent[at[0]]
+            cell[1] += clock() - since
+            cell[0] += 1
+            return got
+        return timed
+
+    def timed_launch(self, touching=None):
+        since = clock()
+        launch(self, touching)
+        cell = spent["batch reads"]
+        cell[1] += clock() - since
+        cell[0] += 1
+
+    totals = {name: {part: [0, 0.0] for part in CALL_PARTS} for name in configs}
+    Summarizer.native_record, DeviceSummaries.launch = property(timed_native), timed_launch
+    try:
+        with harness.young_heap():
+            for r in range(rounds):
+                folder = os.path.join(root, f"r{r}")
+                os.makedirs(folder)
+                for name in configs:
+                    probe = _debugger(folder, name)
+                    try:
+                        for i in range(steps + 2):
+                            if i in (0, 2):  # (the untimed steps' calls are let go)
+                                spent.update({part: [0, 0.0] for part in CALL_PARTS})
+                            phases = iter(PHASES)
+                            at[0] = next(phases)
+                            _train(model, x, opt, probe, lambda: at.__setitem__(0, next(phases)))
+                    finally:
+                        probe.close()
+                    for part, (n, t) in spent.items():
+                        totals[name][part][0] += n
+                        totals[name][part][1] += t
+                shutil.rmtree(folder, ignore_errors=True)
+                log(f"round {r + 1}/{rounds} done")
+    finally:
+        Summarizer.native_record, DeviceSummaries.launch = native, launch
+        os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
+        shutil.rmtree(root, ignore_errors=True)
+    return {name: {part: [n / (rounds * steps), 1e6 * t / n if n else 0.0] for part, (n, t) in parts.items()}
+            for name, parts in totals.items()}
+
+
+def render_record_calls(results):
+    shown = [part for part in CALL_PARTS if any(parts[part][0] for parts in results.values())]
+    lines = ["record calls inside dumped steps (msprobe._record's record, timed around each call, by the phase "
+             "it runs in) and the device path's batch reads (DeviceSummaries.launch): us a call x calls a step",
+             f"{'config':<14}" + "".join(f"{part:>22}" for part in shown), "-" * (14 + 22 * len(shown))]
+    for name, parts in results.items():
+        cells = [f"{us:.1f} us x {n:.0f}" if n else "-" for n, us in (parts[part] for part in shown)]
+        lines.append(f"{name:<14}" + "".join(f"{c:>22}" for c in cells))
+    return "\n".join(lines)
+
+
 def _over(a, b):
     return a / b if b > 0 else float("nan")
 
@@ -1302,6 +1391,9 @@ def main(argv=None):
     p.add_argument("--toggle", metavar="TARGET=A,B",
                    help="in-process A/B of a switch read as a dump starts: MODULE.ATTR=A,B (Python literals) or "
                         "env:NAME=A,B; msprobe configs only (see the module doc)")
+    p.add_argument("--record-calls", action="store_true",
+                   help="instead of the timed rounds: msprobe's record calls timed inside --rounds x --steps dumped "
+                        "steps of each msprobe config, by phase, and the device path's batch reads (see the module doc)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     harness.check_common_options(p, args)
@@ -1343,6 +1435,18 @@ def main(argv=None):
         print(_header(args))
         print(render_toggle(results, toggle))
         return 0
+    if args.record_calls:
+        if args.baseline_src or args.check or on_cuda or args.toggle:
+            p.error("--record-calls: in this process on --device cpu, without --baseline-src, --check or --toggle")
+        others = [c for c in configs if c not in CONFIGS]
+        if args.configs and others:
+            p.error(f"--record-calls: {others} are not msprobe configs; choose from {', '.join(CONFIGS)}")
+        torch.set_num_threads(args.threads)
+        results = record_calls([c for c in configs if c in CONFIGS], args.rounds, args.steps, log, args.seq)
+        harness.write_json(args.json, {"msprobe": os.path.dirname(msprobe.__file__), "record_calls": results})
+        print(_header(args))
+        print(render_record_calls(results))
+        return 0
     if args.baseline_src:
         src = os.path.abspath(args.baseline_src)
         if not os.path.isdir(os.path.join(src, "msprobe")):
@@ -1368,5 +1472,6 @@ if __name__ == "__main__":
     heading = ("host_cost.py --device cuda" if "cuda" in sys.argv[1:]
                else "host_cost.py --baseline-src" if "--baseline-src" in sys.argv[1:]
                else "host_cost.py --toggle" if any(a.startswith("--toggle") for a in sys.argv[1:])
+               else "host_cost.py --record-calls" if "--record-calls" in sys.argv[1:]
                else "host_cost.py --seq" if any(a.startswith("--seq") for a in sys.argv[1:]) else None)
     sys.exit(run_recorded("host_cost.py", main, heading))

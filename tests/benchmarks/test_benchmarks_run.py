@@ -129,6 +129,40 @@ def test_host_cost_quick(tmp_path):
     assert lines["L1"].count("(") == 4 and "(" not in lines["L1_floor"] + lines["mix_device"] + lines["L1_bare"]
 
 
+def test_host_cost_times_the_record_calls_inside_dumped_steps(tmp_path):
+    """--record-calls: msprobe._record's record timed in each phase of real dumped steps, and the device path's
+    batch reads; the CPU path reads at the record (no batch), the device path in batches."""
+    out = tmp_path / "calls.json"
+    done = run("host_cost.py", "--record-calls", "--configs", "L0,L1_device", "--rounds", "1", "--steps", "2",
+               "--quiet", "--json", str(out))
+    rows = {ln.split()[0]: ln for ln in done.stdout.splitlines() if ln.startswith(("L0 ", "L1_device "))}
+    assert set(rows) == {"L0", "L1_device"} and "batch reads" in done.stdout
+    got = json.loads(out.read_text())["record_calls"]
+    assert list(got["L0"]) == ["start", "forward+backward", "optimizer", "stop+step", "batch reads"]
+    # every module's or API's values in forward and backward, each call a positive time
+    assert got["L0"]["forward+backward"][0] > 200 and got["L0"]["forward+backward"][1] > 0
+    assert got["L1_device"]["forward+backward"][0] > 200 and got["L1_device"]["forward+backward"][1] > 0
+    assert got["L0"]["optimizer"][0] == 0 and got["L1_device"]["optimizer"][0] > 0  # L1's update records
+    assert got["L0"]["batch reads"][0] == 0 and rows["L0"].split()[-1] == "-"
+    assert got["L1_device"]["batch reads"][0] >= 1 and got["L1_device"]["batch reads"][1] > 0
+
+
+def test_host_cost_record_calls_puts_back_what_it_timed(capsys):
+    host_cost = _bench_module("host_cost")
+    from msprobe.pytorch.summary.device import DeviceSummaries
+    from msprobe.pytorch.summary.summarizer import Summarizer
+    before = Summarizer.__dict__["native_record"], DeviceSummaries.__dict__["launch"]
+    try:
+        got = host_cost.record_calls(["L0_device"], 1, 1, lambda line: None)
+    finally:
+        os.environ.pop("MSPROBE_DEVICE_SUMMARY", None)
+    assert got["L0_device"]["forward+backward"][0] > 0
+    assert (Summarizer.__dict__["native_record"], DeviceSummaries.__dict__["launch"]) == before
+    with pytest.raises(SystemExit):
+        host_cost.main(["--record-calls", "--configs", "L0,L0_floor"])
+    assert "--record-calls: ['L0_floor'] are not msprobe configs" in capsys.readouterr().err
+
+
 def test_host_cost_measures_the_issues_bare_floor_over_each_levels_records():
     """Issue 32's floor is one TorchFunctionMode's cost a step (L1_bare), over the records of each level:
     an L0 dump writes fewer records than the mode sees calls, so its floor per record is higher."""
