@@ -1247,10 +1247,10 @@ CALL_PARTS = (*PHASES, "batch reads")
 
 
 def record_calls(configs, rounds, steps, log, seq=0):
-    """--record-calls (module doc): {config: {part: [calls a step, µs a call]}}, parts CALL_PARTS. Each round gives each config a
-    debugger of its own for two untimed steps and `steps` timed ones (the configs take turns, so the machine's
-    drift falls on all of them); the sums over rounds are divided. A record that fills a batch counts that
-    batch's launch too."""
+    """--record-calls (module doc): {config: {part: [calls a step, µs a call]}}, parts CALL_PARTS. Each round
+    gives each config a debugger of its own for two untimed steps and `steps` timed ones (the configs take
+    turns, so the machine's drift falls on all of them); the sums over rounds are divided. A record that fills
+    a batch counts that batch's launch too."""
     from msprobe.pytorch.summary.device import DeviceSummaries
     from msprobe.pytorch.summary.summarizer import Summarizer
     model, x = build(seq=seq)
@@ -1392,8 +1392,9 @@ def main(argv=None):
                    help="in-process A/B of a switch read as a dump starts: MODULE.ATTR=A,B (Python literals) or "
                         "env:NAME=A,B; msprobe configs only (see the module doc)")
     p.add_argument("--record-calls", action="store_true",
-                   help="instead of the timed rounds: msprobe's record calls timed inside --rounds x --steps dumped "
-                        "steps of each msprobe config, by phase, and the device path's batch reads (see the module doc)")
+                   help="instead of the timed rounds: msprobe's record calls timed inside --rounds x --steps "
+                        "dumped steps of each msprobe config, by phase, and the device path's batch reads "
+                        "(see the module doc)")
     p.add_argument("--no-summary-cost", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     harness.check_common_options(p, args)
