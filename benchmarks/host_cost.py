@@ -606,6 +606,15 @@ class _DeviceReads:
     def _take(self, t):
         return t.detach().clone()
 
+    @contextlib.contextmanager
+    def _copies(self):
+        """Within it (a forward hook of an L0 floor) a value is copied as it is queued."""
+        self._copying = True
+        try:
+            yield
+        finally:
+            self._copying = False
+
     def _reduce(self, xs):
         """(k, 4) Max/Min/Mean/Norm of k float32 tensors of one shape: float64 sums, Mean and Norm in float32
         precision, as msprobe's device path reports them."""
@@ -638,18 +647,12 @@ class DeviceRecordFloor(_DeviceReads, RecordFloor):
     a gradient held, all reduced at step() (_DeviceReads)."""
 
     def _pre(self, mod, args):
-        self._copying = True
-        try:
+        with self._copies():
             super()._pre(mod, args)
-        finally:
-            self._copying = False
 
     def _forward(self, mod, args, out):
-        self._copying = True
-        try:
+        with self._copies():
             super()._forward(mod, args, out)
-        finally:
-            self._copying = False
 
     def step(self):
         self._resolve()
@@ -1041,6 +1044,12 @@ def render(results, per_summary):
     return "\n".join(lines)
 
 
+def _host_us(r):
+    """A config's µs per record on the host: its host part where its kernels were subtracted (the device path
+    on the CPU), else all of it."""
+    return r.get("host_us_per_record", r["us_per_record"])
+
+
 def _issue_bare_line(results):
     """The bare interception as issue 32 measures it: one TorchFunctionMode passing every call on and
     hooking each output's node (L1_bare), whatever the level, over the records of each config's level; a
@@ -1050,8 +1059,7 @@ def _issue_bare_line(results):
     for name, r in results.items():
         if name not in CONFIGS:
             continue
-        us = r.get("host_us_per_record", r["us_per_record"])
-        over = us * r["records"] / (1e3 * mode_ms)
+        over = _host_us(r) * r["records"] / (1e3 * mode_ms)
         within.append(f"{name} {over:.1f}x" + ("!" if over > BARE_TARGET else ""))
     per_level = {}
     for name, r in results.items():
@@ -1069,7 +1077,7 @@ def _records_floor_line(results):
     floors = {RECORD_FLOORS[c]: r["us_per_record"] for c, r in results.items() if c in RECORD_FLOORS}
     if not floors:
         return None
-    over = [f"{name} {r.get('host_us_per_record', r['us_per_record']) / floors[CONFIGS[name][0]]:.2f}x"
+    over = [f"{name} {_host_us(r) / floors[CONFIGS[name][0]]:.2f}x"
             for name, r in results.items() if name in CONFIGS and CONFIGS[name][0] in floors]
     return ("records floor (msprobe's records of the level, made and written the plainest way in Python: the "
             "floor's hooks and reads, a dict a tensor and a record a call, one orjson call a file at step() on a "
@@ -1081,11 +1089,10 @@ def _records_floor_line(results):
 def _device_records_floor_line(results):
     """The device records floor's host part per record (DeviceRecordFloor) against msprobe's device configs'
     host part and its CPU path's cost, level by level; None when none was measured."""
-    floors = {DEVICE_RECORD_FLOORS[c]: r.get("host_us_per_record", r["us_per_record"]) for c, r in results.items()
-              if c in DEVICE_RECORD_FLOORS}
+    floors = {DEVICE_RECORD_FLOORS[c]: _host_us(r) for c, r in results.items() if c in DEVICE_RECORD_FLOORS}
     if not floors:
         return None
-    device = [f"{name} {r.get('host_us_per_record', r['us_per_record']) / floors[CONFIGS[name][0]]:.2f}x"
+    device = [f"{name} {_host_us(r) / floors[CONFIGS[name][0]]:.2f}x"
               for name, r in results.items() if name in CONFIGS and CONFIGS[name][2] and CONFIGS[name][0] in floors]
     host = [f"{name} {r['us_per_record'] / floors[CONFIGS[name][0]]:.2f}x"
             for name, r in results.items() if name in CONFIGS and not CONFIGS[name][2] and CONFIGS[name][0] in floors]
