@@ -6,6 +6,7 @@ slots; the Triton kernels CUDA uses are checked here in Triton's interpreter whe
 and on a GPU by tests/gpu).
 """
 
+import collections
 import math
 import os
 import subprocess
@@ -16,6 +17,7 @@ import zlib
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.core import checksum
 from msprobe.core.dump import capture as dump_capture
@@ -750,6 +752,42 @@ def test_gradient_accumulation_records_each_backward_pass_before_the_next_adds_i
     assert list(host.keys()) == list(device.keys())
     for key in host.keys():
         _same(host[key], device[key], key)
+
+
+class _CountOps(TorchDispatchMode):
+    """How many times each aten op ran while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_l0_parameter_gradients_wait_for_the_batch_launched_as_the_backward_pass_ends(tmp_path, monkeypatch):
+    """At L0 no API is intercepted, yet `.grad` changes in place only once its backward pass has ended
+    (clipping, the next micro-batch): each parameter's summary joins the batch launched as the pass ends,
+    not a copy (on a GPU, a launch) of its own in the middle of the pass; the records are of the values
+    before the clipping that follows."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    x = torch.randn(3, 16)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    dbg.start(model)
+    loss = model(x).square().mean()
+    counting = _CountOps()
+    with counting:
+        loss.backward()
+    want = {i: (model[i].weight.grad.max().item(), model[i].bias.grad.norm().item()) for i in (0, 2, 4)}
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # in place, and unseen at L0
+    r = _finish_clean(dbg, tmp_path)
+    assert counting.ops["aten.copy_.default"] == 0, counting.ops
+    for i, (top, norm) in want.items():
+        got = r[f"Module.{i}.Linear.parameters_grad.0"]
+        assert got["weight"][0]["Max"] == pytest.approx(top) and got["bias"][0]["Norm"] == pytest.approx(norm)
 
 
 def _same_value(a, b):

@@ -67,7 +67,7 @@ ACCUMULATING_WORKER = textwrap.dedent('''
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    debugger = PrecisionDebugger(dump_path=sys.argv[1], level="mix")
+    debugger = PrecisionDebugger(dump_path=sys.argv[1], level=sys.argv[2])
     debugger.start(model)
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank)) + rank
     with model.no_sync():
@@ -285,21 +285,24 @@ def _values(record, path=""):
     return {path: record}
 
 
-def test_gradient_accumulation_under_ddp_records_the_same_on_the_device_path(tmp_path, monkeypatch):
-    """Each backward pass adds into .grad in place: the device path's gradient records (read in batches)
-    must be the host path's (read at once), on both ranks, with nothing logged as changed in place."""
+@pytest.mark.parametrize("level", ["mix", "L0"])
+def test_gradient_accumulation_under_ddp_records_the_same_on_the_device_path(tmp_path, monkeypatch, level):
+    """Each backward pass adds into .grad in place, and DDP averages it at the pass's end: the device path's
+    gradient records (read in batches; at L0 nothing intercepts an API to launch them early) must be the host
+    path's (read at once), on both ranks, with nothing logged as changed in place."""
     script = tmp_path / "accumulating.py"
     script.write_text(ACCUMULATING_WORKER)
     dumps = {}
     for device_path in ("0", "1"):
         monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", device_path)
         root = tmp_path / f"dump{device_path}"
-        assert sorted(collect(launch(script, root, free_ports(1)[0]))) == [0, 1]
+        assert sorted(collect(launch(script, root, free_ports(1)[0], config=level))) == [0, 1]
         for rank in (0, 1):
             assert not os.path.exists(os.path.join(root, "step0", f"rank{rank}", "dump_error_info.log"))
         dumps[device_path] = [_values(rank_data(root, rank)) for rank in (0, 1)]
     for host, device in zip(dumps["0"], dumps["1"]):
-        assert list(host) == list(device) and any(".backward.output" in k for k in host)
+        assert list(host) == list(device)
+        assert any(".backward." in k and ".output" in k for k in host) and any("parameters_grad" in k for k in host)
         for key, want in host.items():
             got = device[key]
             assert got == (pytest.approx(want, rel=2e-6, abs=1e-6) if isinstance(want, float) else want), key

@@ -1128,8 +1128,8 @@ static PyObject *s_owner, *s_grads_active, *s_got, *s_names, *s_base, *s_counted
 
 /* the module's parameters_grad record, its gradients `grads` (name -> gradient, in the module's order) */
 static PyObject *params_grad_emit(CallPath *cp, PyObject *s, PyObject *state, PyObject *base, PyObject *grads) {
-    PyObject *prev = NULL, *guard = NULL, *counted = NULL, *stem = NULL, *key = NULL, *defer = NULL,
-             *record = NULL, *next = NULL, *r = NULL, *k, *g;
+    PyObject *prev = NULL, *guard = NULL, *counted = NULL, *stem = NULL, *key = NULL, *record = NULL, *next = NULL,
+             *r = NULL, *k, *g;
     Py_ssize_t pos = 0;
     if (work_enter(cp, &prev, &guard) < 0)
         return NULL;
@@ -1151,11 +1151,12 @@ static PyObject *params_grad_emit(CallPath *cp, PyObject *s, PyObject *state, Py
     Py_ssize_t n = got == NULL ? 0 : PyLong_AsSsize_t(got);
     if ((n == -1 && PyErr_Occurred()) || (next = PyLong_FromSsize_t(n + 1)) == NULL
         || PyDict_SetItem(cp->counts, counted, next) < 0 || (key = PyUnicode_FromFormat("%U%zd", stem, n)) == NULL
-        || (defer = PyObject_GetAttr(cp->summarizer, s_defer_forward)) == NULL || (record = PyDict_New()) == NULL)
+        || (record = PyDict_New()) == NULL)
         goto work;
     pos = 0;
     while (PyDict_Next(grads, &pos, &k, &g)) {
-        PyObject *rec = g == Py_None ? Py_NewRef(Py_None) : plain_record(cp, g, Py_False, defer);
+        /* deferred at every level (see the session's emit_params_grad) */
+        PyObject *rec = g == Py_None ? Py_NewRef(Py_None) : plain_record(cp, g, Py_False, Py_True);
         PyObject *one = rec == NULL ? NULL : PyList_New(1);
         if (one == NULL) {
             Py_XDECREF(rec);
@@ -1186,7 +1187,6 @@ work:
     Py_XDECREF(counted);
     Py_XDECREF(stem);
     Py_XDECREF(key);
-    Py_XDECREF(defer);
     Py_XDECREF(record);
     Py_XDECREF(next);
     if (r == NULL)

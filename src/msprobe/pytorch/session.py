@@ -331,9 +331,9 @@ class DumpSession(CaptureSession):
             return
         counted, stem = naming.params_grad_names(base)
         key = f"{stem}{self.counter.next(counted)}"
-        # .grad may change in place (clipping): where the API mode sees that (L1, mix) the summaries wait
-        # for a batch; at L0 they are taken now (on the device: staged, or launched)
-        defer = self.summarizer.defer_forward
+        # deferred at every level, as the module's gradient records are: what waits is launched as this
+        # backward pass ends (_launch_at_backward_end), before clipping or the next pass can change .grad
+        defer = True
         if flt.saves_all_tensors or (flt.tensor_list and flt.saves_tensor(key)):
             waits = []
             record = {n: [self.tensor_record(g, f"{key}.{n}", True, waits, defer=defer) if g is not None else None]
