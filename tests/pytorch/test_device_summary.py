@@ -775,6 +775,10 @@ def test_l0_parameter_gradients_wait_for_the_batch_launched_as_the_backward_pass
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
     x = torch.randn(3, 16)
+    plain = _CountOps()  # (torch's own copies in this backward pass, if any)
+    with plain:
+        model(x).square().mean().backward()
+    model.zero_grad(set_to_none=True)
     dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
     dbg.start(model)
     loss = model(x).square().mean()
@@ -784,7 +788,7 @@ def test_l0_parameter_gradients_wait_for_the_batch_launched_as_the_backward_pass
     want = {i: (model[i].weight.grad.max().item(), model[i].bias.grad.norm().item()) for i in (0, 2, 4)}
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # in place, and unseen at L0
     r = _finish_clean(dbg, tmp_path)
-    assert counting.ops["aten.copy_.default"] == 0, counting.ops
+    assert counting.ops["aten.copy_.default"] == plain.ops["aten.copy_.default"], counting.ops
     for i, (top, norm) in want.items():
         got = r[f"Module.{i}.Linear.parameters_grad.0"]
         assert got["weight"][0]["Max"] == pytest.approx(top) and got["bias"][0]["Norm"] == pytest.approx(norm)
