@@ -2,7 +2,8 @@
 # The GPU checks in one run (a machine with CUDA, no network): the CUDA tests, then the dump overhead of
 # the gpt workload (Triton kernels, and torch's reductions for comparison), the host cost per record of
 # the device path (host_cost.py --device cuda), profiles of a dumped step (cProfile; py-spy of every
-# thread when its wheel is in .whl/), then tensor_L1's write rate.
+# thread when its wheel is in .whl/) while the run is under 7-8 minutes (one command on the device machine gets
+# 10), then, with GPU_CHECK_ALL=1, torch's reductions and tensor_L1's write rate.
 # Usage: bash benchmarks/gpu_check.sh OUT_DIR   (wheels msprobe needs beyond torch in .whl/, if any)
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
@@ -21,12 +22,15 @@ BENCH="python3 benchmarks/dump_overhead.py --device cuda --quiet --tmpdir $PWD/.
 mkdir -p .bench_tmp
 timeout 300 $BENCH --record --rounds 5 --steps 5 --configs none,stat_L0,stat_L1,stat_mix,md5_L1,stat_L1_async \
     2>&1 | tee "$OUT/bench_triton.log"
-timeout 150 python3 benchmarks/host_cost.py --device cuda --rounds 3 --steps 3 --configs L1,mix,md5_L1 \
+timeout 150 python3 benchmarks/host_cost.py --device cuda --rounds 3 --steps 3 --configs L0,L1,mix,md5_L1 \
     2>/dev/null | tee "$OUT/host_cost_cuda.log"
+# µs a record call and the batch reads inside real CUDA steps (the parts the CPU's kernels/rec stands for)
+timeout 90 python3 benchmarks/host_cost.py --device cuda --record-calls --rounds 3 --steps 3 --configs L0,L1 \
+    2>/dev/null | tee "$OUT/record_calls_cuda.log"
 cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
-timeout 120 python3 benchmarks/dump_overhead.py --device cuda --profile stat_L1 --steps 3 --top 40 \
+[ "$SECONDS" -lt 420 ] && timeout 120 python3 benchmarks/dump_overhead.py --device cuda --profile stat_L1 --steps 3 --top 40 \
     --profile-out "$OUT/profile_L1.txt" > /dev/null 2>&1
-if [ -x /tmp/site/bin/py-spy ]; then  # every thread, autograd's device thread too (py-spy's wheel in .whl/)
+if [ -x /tmp/site/bin/py-spy ] && [ "$SECONDS" -lt 480 ]; then  # every thread, autograd's device thread too (py-spy's wheel in .whl/)
     timeout 60 /tmp/site/bin/py-spy record --threads --format raw -r 250 -o "$OUT/pyspy_stat_L0.txt" -- \
         python3 benchmarks/dump_overhead.py --device cuda --profile stat_L0 --steps 20 --plain > /dev/null 2>&1
 fi

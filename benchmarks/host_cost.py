@@ -65,7 +65,8 @@ With --record-calls the timed rounds are not run: in each of --rounds rounds eac
 per-tensor entry of both paths), counted by the phase of the step it runs in (PHASES), and around the
 device path's batch reads (DeviceSummaries.launch). It says what a record costs inside a real step, where
 the GIL each torch op releases lets other threads' work (the previous step's writes) in: a loop of records
-alone shows less. The clock's own call is in the numbers (about 0.2 µs a call).
+alone shows less. The clock's own call is in the numbers (about 0.2 µs a call). With `--device cuda` the batch
+reads are the host's time to queue them (the kernels run after).
 
     python benchmarks/host_cost.py --record-calls --configs L0,L0_device,L1,L1_device
 
@@ -1253,14 +1254,14 @@ def toggled(configs, toggle, rounds, steps, log, seq=0):
 CALL_PARTS = (*PHASES, "batch reads")
 
 
-def record_calls(configs, rounds, steps, log, seq=0):
+def record_calls(configs, rounds, steps, log, device="cpu", seq=0):
     """--record-calls (module doc): {config: {part: [calls a step, µs a call]}}, parts CALL_PARTS. Each round
     gives each config a debugger of its own for two untimed steps and `steps` timed ones (the configs take
     turns, so the machine's drift falls on all of them); the sums over rounds are divided. A record that fills
     a batch counts that batch's launch too."""
     from msprobe.pytorch.summary.device import DeviceSummaries
     from msprobe.pytorch.summary.summarizer import Summarizer
-    model, x = build(seq=seq)
+    model, x = build(device=device, seq=seq)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     root = tempfile.mkdtemp(prefix="msprobe_host_cost_")
     native, launch = Summarizer.__dict__["native_record"], DeviceSummaries.launch
@@ -1444,13 +1445,14 @@ def main(argv=None):
         print(render_toggle(results, toggle))
         return 0
     if args.record_calls:
-        if args.baseline_src or args.check or on_cuda or args.toggle:
-            p.error("--record-calls: in this process on --device cpu, without --baseline-src, --check or --toggle")
+        if args.baseline_src or args.check or args.toggle:
+            p.error("--record-calls: in this process, without --baseline-src, --check or --toggle")
         others = [c for c in configs if c not in CONFIGS]
         if args.configs and others:
             p.error(f"--record-calls: {others} are not msprobe configs; choose from {', '.join(CONFIGS)}")
         torch.set_num_threads(args.threads)
-        results = record_calls([c for c in configs if c in CONFIGS], args.rounds, args.steps, log, args.seq)
+        results = record_calls([c for c in configs if c in CONFIGS], args.rounds, args.steps, log, args.device,
+                               args.seq)
         harness.write_json(args.json, {"msprobe": os.path.dirname(msprobe.__file__), "record_calls": results})
         print(_header(args))
         print(render_record_calls(results))

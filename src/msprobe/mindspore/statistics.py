@@ -131,7 +131,8 @@ def direct_moments(t, dt, address=None):
     n = t.size
     if not n:
         return None
-    # (_direct_kinds is empty unless the kernel is enabled)
+    # (_direct_kinds is empty unless the kernel is enabled); one thread: a team of the kernel's own beside
+    # MindSpore's thread pool slows the step's ops more than it saves (benchmarks/RESULTS.md)
     if address is not None:
         return native.kernel(address, n, _NATIVE_KINDS[dt], 1)
     if _is_contiguous(t):
