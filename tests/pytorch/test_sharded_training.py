@@ -39,6 +39,16 @@ def four(tmp_path_factory):
     return root, _run(root, 4, ["fsdp", "ddp"])
 
 
+@pytest.fixture(scope="module")
+def two_on_device_path(tmp_path_factory):
+    """FSDP2 on 2 ranks with the accelerator's summaries (deferred and read in batches): FSDP2 frees each
+    module's gathered parameters once it has run, under the API records still waiting for them."""
+    root = tmp_path_factory.mktemp("sharded2_device")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+        return root, _run(root, 2, ["fsdp"])
+
+
 def _records(root, setup, rank, step=0):
     with open(root / setup / f"step{step}" / f"rank{rank}" / "dump.json") as f:
         return json.load(f)["data"]
@@ -91,6 +101,31 @@ def test_fsdp2_parameters_are_shards_and_nothing_extra_is_recorded(world, two, f
     assert gathers and all(g["input_args"][0]["Max"] is None for g in gathers)
     # module keys are the model's own class names, not fully_shard's FSDPLinear
     assert "Module.up.Linear.forward.0" in data
+
+
+def _leaves(record, path=""):
+    if isinstance(record, dict):
+        return {k: v for key, sub in record.items() for k, v in _leaves(sub, f"{path}.{key}").items()}
+    if isinstance(record, list):
+        return {k: v for i, sub in enumerate(record) for k, v in _leaves(sub, f"{path}[{i}]").items()}
+    return {path: record}
+
+
+def test_fsdp2_on_the_device_path_records_what_the_host_path_records(two, two_on_device_path):
+    """The summaries waiting for a batch are read before FSDP2 frees the gathered parameters (a crash,
+    or numbers of freed memory, before): every record on both ranks and steps is the host path's."""
+    host_root, host_losses = two
+    device_root, device_losses = two_on_device_path
+    for rank in (0, 1):
+        assert device_losses[rank]["fsdp"] == host_losses[rank]["fsdp"]
+        for step in (0, 1):
+            assert not (device_root / "fsdp" / f"step{step}" / f"rank{rank}" / "dump_error_info.log").exists()
+            host = _leaves(_records(host_root, "fsdp", rank, step))
+            device = _leaves(_records(device_root, "fsdp", rank, step))
+            assert list(device) == list(host) and any(k.endswith("].Max") for k in host)
+            for key, want in host.items():
+                got = device[key]
+                assert got == (pytest.approx(want, rel=2e-6, abs=1e-6) if isinstance(want, float) else want), key
 
 
 @pytest.mark.parametrize("setup", ["tp", "fsdp"])

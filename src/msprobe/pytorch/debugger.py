@@ -18,6 +18,7 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.capture.api_mode import ApiCapture
 from msprobe.pytorch.capture.aten_mode import AtenCapture
 from msprobe.pytorch.capture.debug_save import save_variable
+from msprobe.pytorch.capture.fsdp_reshard import ReshardLaunches
 from msprobe.pytorch.capture.modules import ModuleCapture, has_compiled_modules
 from msprobe.pytorch.capture.patched_api import PatchedApis
 from msprobe.pytorch.session import DumpSession, current_rank
@@ -57,6 +58,7 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         self._api_capture = None
         self._aten_capture = None
         self._modules = None
+        self._reshards = None  # capture/fsdp_reshard.py: launches before FSDP2 frees what records wait for
         self._patched = PatchedApis()
         self._optim_handles = []
         self._optim_frames = {}  # id(optimizer) -> its step's open update records (core/dump/optimizer_updates.py)
@@ -111,10 +113,16 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
         if self._modules is not None:
             self._modules.release()  # hooks of the previous model
             self._modules = None
+        if self._reshards is not None:
+            self._reshards.release()
+            self._reshards = None
 
     def _end_step(self, next_dumped):
         if self._record_order is not None:
             self._record_order.release()
+        if self._reshards is not None and self._reshards.attached and not next_dumped \
+                and not has_compiled_modules(self._model):
+            self._reshards.release()  # (on a compiled model they stay, idle, as the module hooks do)
         if self._modules is None:
             return
         if next_dumped or self._modules.compiled is not None and has_compiled_modules(self._model):
@@ -132,6 +140,8 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             self._record_order.release()
         if self._modules is not None:
             self._modules.release()
+        if self._reshards is not None:
+            self._reshards.release()
         drop_free_stages()  # (close(): the staging buffers kept for the next step go)
 
     def _capture_on(self):
@@ -156,6 +166,9 @@ class PrecisionDebugger(StepApiSources, DumpLifecycle):
             self._compile_marker = compiled.marker(level)
             self._compile_marker.__enter__()
         if level in ("L1", "mix", "L2"):
+            if self._reshards is None:  # (API records made inside an FSDP2 module may wait for a batch)
+                self._reshards = ReshardLaunches(self._model)
+            self._reshards.attach()
             if self._api_capture is None:
                 self._api_capture = ApiCapture()
             self._api_capture.compiled = compiled

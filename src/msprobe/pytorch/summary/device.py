@@ -80,6 +80,11 @@ class DeviceSummaries:
         self._memory = set()
         self.changed = 0  # deferred tensors changed in place before they were read
         self._touching = False  # a launch for an in-place change of known tensors is under way
+        # whether a waiting tensor's memory may be freed under it (FSDP resizes an unsharded parameter's
+        # storage to nothing once its module has run): each is then looked at before it is read, and one
+        # that is gone is not read (its fields resolve to null) but counted in `freed`
+        self.check_freed = False
+        self.freed = 0
 
     @property
     def waiting(self):
@@ -114,6 +119,8 @@ class DeviceSummaries:
         return True
 
     def _launch(self, waiting):
+        if self.check_freed:
+            waiting = self._drop_freed(waiting)
         if self._touching and len(waiting) <= STAGE_PICK:
             waiting = self._stage_waiting(waiting)
         groups, staged = {}, []
@@ -149,6 +156,22 @@ class DeviceSummaries:
                 _give_back(stage)
         # what still waits (kept by a selective launch, or staged just now)
         self._memory = {pair[0][4] for pair in self._waiting.queue}
+
+    def _drop_freed(self, waiting):
+        """The waiting items whose tensor's memory is still there; the others' slots are lost."""
+        kept = []
+        for w in waiting:
+            group, item, x, _, _ = w
+            if x is None or not _freed(x):
+                kept.append(w)
+                continue
+            self.freed += 1
+            if group[0] == BOTH:
+                slots.lose(item[0][2])
+                slots.lose(item[1][1])
+            else:
+                slots.lose(item[2] if group[0] == STATS else item[1])
+        return kept
 
     def _stage_waiting(self, waiting):
         """The few waiting items about to change in place: the small ones on torch's lanes are copied into
@@ -377,6 +400,19 @@ def _launched_first(waiting, touching):
     if len(waiting) > SHARE_CHECK_MAX:
         return waiting, []
     return _split_by_memory(waiting, touching)
+
+
+def _freed(x):
+    """Whether the memory `x` covers is gone: its storage resized below it (how FSDP frees an unsharded
+    parameter). Reading it then reads memory that is no longer the tensor's."""
+    try:
+        nbytes = x.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):  # no storage to look at
+        return False
+    if not x.numel():
+        return False
+    end = x.storage_offset() + sum((size - 1) * step for size, step in zip(x.shape, x.stride())) + 1
+    return nbytes < end * x.element_size()
 
 
 def _storage(x):

@@ -11,7 +11,7 @@ import torch
 
 from msprobe.core import checksum
 from msprobe.core.dump.json_append import json_float
-from msprobe.pytorch.summary.slots import STATS
+from msprobe.pytorch.summary.slots import CHECKSUM, STATS
 
 try:
     from msprobe._record import fill_stats as _fill_stats_c, fill_waiting as _fill_waiting_c
@@ -66,6 +66,8 @@ class Readback:
                 finish = checksum.finish_raw
                 for rec, nbytes, raw in zip(values, buf.nbytes, host.numpy()[:, 0].tolist()):
                     rec["md5"] = finish(raw, nbytes)
+            for i in buf.lost:  # (their rows were never written)
+                values[i].update(_LOST[buf.kind])
             buf.values = values  # before the waiting records: a fill looks again after appending
             fills, buf.fills = buf.fills, []
             if _fill_waiting_c is not None:
@@ -76,6 +78,9 @@ class Readback:
             buf.rows = None  # the device memory goes; the values stay for records that reuse them
         self.copies = None
 
+
+# the fields of a row whose tensor's memory was freed before it was read, by kind
+_LOST = {STATS: {"Max": None, "Min": None, "Mean": None, "Norm": None}, CHECKSUM: {"md5": None}}
 
 # how each dtype's row is reported: EXACT (float64), LOW (Mean and Norm in float32, as the host kernel reports
 # them), INT (Max and Min as ints) or BOOL; one table for both fills

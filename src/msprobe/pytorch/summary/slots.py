@@ -19,9 +19,10 @@ class Buffer:
     """SLOTS_PER_BUFFER rows of one kind on one device; per row made so far (`used` of them): its tensor's
     element count and dtype (statistics) or bytes (checksums), and `fields`: the dict its values go into
     when resolved (a tensor's record fields, shared by its records); `values`: `fields` once resolved
-    (None before); `fills`: (row, record) of other records waiting for it."""
+    (None before); `fills`: (row, record) of other records waiting for it; `lost`: rows whose tensor's
+    memory was freed before it could be read (their fields resolve to null)."""
 
-    __slots__ = ("device", "kind", "rows", "used", "ns", "dtypes", "nbytes", "fields", "values", "fills")
+    __slots__ = ("device", "kind", "rows", "used", "ns", "dtypes", "nbytes", "fields", "values", "fills", "lost")
 
     def __init__(self, device, kind):
         self.device, self.kind = device, kind
@@ -31,6 +32,7 @@ class Buffer:
         self.fields = []
         self.values = None
         self.fills = []
+        self.lost = []
 
     def slot(self, n, dtype, nbytes=0, fields=None):
         """A new slot (self, row) for a tensor of `n` elements of `dtype` (`nbytes`: its bytes, checksums);
@@ -44,6 +46,12 @@ class Buffer:
             self.nbytes.append(nbytes)
         self.fields.append({} if fields is None else fields)
         return (self, i)
+
+
+def lose(slot):
+    """The slot's tensor can no longer be read: its fields resolve to null."""
+    buf, i = slot
+    buf.lost.append(i)
 
 
 def row(slot):
