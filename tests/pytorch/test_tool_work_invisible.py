@@ -25,8 +25,11 @@ class Recorder(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("device_path", [False, True], ids=["host", "device"])
 @pytest.mark.parametrize("level", ["L1", "mix"])
-def test_user_mode_sees_no_tool_reads(tmp_path, level):
+def test_user_mode_sees_no_tool_reads(tmp_path, monkeypatch, level, device_path):
+    """On the device path too: its in-place calls ask which waiting summaries share their memory."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
     model = models.build("transformer")
     data = models.batches("transformer", 1)
     dbg = PrecisionDebugger(dump_path=str(tmp_path), level=level)

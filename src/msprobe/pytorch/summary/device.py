@@ -15,6 +15,7 @@ Guarded by benchmarks/host_cost.py and tests/pytorch/test_device_summary.py.
 import os
 
 import torch
+from torch._C import DisableTorchFunction
 
 from msprobe.core.dump.deferral import Deferral
 from msprobe.pytorch.summary import readback, slots, torch_kernels
@@ -110,9 +111,10 @@ class DeviceSummaries:
         if touching and None not in self._memory:
             memory = self._memory
             try:
-                for t in touching:
-                    if t.untyped_storage().data_ptr() in memory:
-                        return True
+                with DisableTorchFunction():  # (msprobe's own reads: no mode, the user's either, sees them)
+                    for t in touching:
+                        if t.untyped_storage().data_ptr() in memory:
+                            return True
                 return False
             except (RuntimeError, NotImplementedError, TypeError):  # no storage to compare: the long way
                 pass
