@@ -7,7 +7,6 @@ Hot path: `record_call`. Guarded by benchmarks/dump_overhead.py and benchmarks/h
 
 import logging
 import os
-import sys
 import weakref
 
 import torch
@@ -145,9 +144,6 @@ class DumpSession(CaptureSession):
         # is on: L1, mix); at L0 a module's code may change a recorded tensor unseen. Records made inside
         # a compiled graph turn it off while they are made: Inductor reuses a buffer once the op returns.
         self.summarizer.defer_forward = cfg.level in ("L1", "mix")
-        # FSDP frees an unsharded parameter's memory under a summary waiting for it: where it may run (loaded,
-        # a process group up), each waiting tensor is looked at before it is read (DeviceSummaries.check_freed)
-        self.summarizer.slots.check_freed = "torch.distributed.fsdp" in sys.modules and current_rank() is not None
         # a call's backward record may come out at its first node's hook, ahead of the weight's transpose
         # (backward.py): at L1, where no module or parameter hook records in between
         self.fold_transposes = cfg.level == "L1"
@@ -396,8 +392,8 @@ class DumpSession(CaptureSession):
             self._warn(f"{changed} tensor(s) changed in place before their deferred statistics were read: their "
                        "records show the changed values (MSPROBE_DEFER_SUMMARY=0 reads each one as it is recorded)")
         if freed:
-            self._warn(f"{freed} tensor(s) had their memory freed before their deferred statistics were read: "
-                       "their statistics are null (MSPROBE_DEFER_SUMMARY=0 reads each one as it is recorded)")
+            self._warn(f"{freed} tensor(s) had their memory freed or replaced before their deferred statistics were "
+                       "read: their statistics are null (MSPROBE_DEFER_SUMMARY=0 reads each one as it is recorded)")
 
     def _warn(self, message):
         """Said once: dump_error_info.log's writer says it too."""

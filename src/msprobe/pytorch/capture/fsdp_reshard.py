@@ -4,8 +4,8 @@ FSDP2 (`fully_shard`) gathers a module's parameters before its forward and, once
 gathered memory by resizing its storage to nothing. An API record made inside that forward (L1, mix) may
 wait for a batch launch (the device path); the launch must come before the free, or there is nothing left
 to read. FSDP2 frees in a forward hook of its own: a hook put in front of it launches what waits. A free
-that nothing announces (FSDP1, a hand-written offload) is caught at the launch instead
-(DeviceSummaries.check_freed): those fields resolve to null.
+that nothing announces (FSDP1, Megatron's `out.data = ...` on a sent pipeline output) is caught at the
+launch instead (device.py's `_gone`): those fields resolve to null.
 """
 
 import sys

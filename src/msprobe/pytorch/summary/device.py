@@ -81,11 +81,7 @@ class DeviceSummaries:
         self._memory = set()
         self.changed = 0  # deferred tensors changed in place before they were read
         self._touching = False  # a launch for an in-place change of known tensors is under way
-        # whether a waiting tensor's memory may be freed under it (FSDP resizes an unsharded parameter's
-        # storage to nothing once its module has run): each is then looked at before it is read, and one
-        # that is gone is not read (its fields resolve to null) but counted in `freed`
-        self.check_freed = False
-        self.freed = 0
+        self.freed = 0  # deferred tensors whose memory was freed or replaced before they were read (not read)
 
     @property
     def waiting(self):
@@ -121,14 +117,15 @@ class DeviceSummaries:
         return True
 
     def _launch(self, waiting):
-        if self.check_freed:
-            waiting = self._drop_freed(waiting)
         if self._touching and len(waiting) <= STAGE_PICK:
             waiting = self._stage_waiting(waiting)
         groups, staged = {}, []
-        for group, item, x, version, _ in waiting:
+        for group, item, x, version, storage in waiting:
             if x is None:  # a staging buffer (group): its rows reduced together
                 staged.append(group)
+                continue
+            if storage is not None and _gone(x, storage):
+                self._lose(group, item)
                 continue
             if x._version != version:
                 self.changed += 1
@@ -159,31 +156,27 @@ class DeviceSummaries:
         # what still waits (kept by a selective launch, or staged just now)
         self._memory = {pair[0][4] for pair in self._waiting.queue}
 
-    def _drop_freed(self, waiting):
-        """The waiting items whose tensor's memory is still there; the others' slots are lost."""
-        kept = []
-        for w in waiting:
-            group, item, x, _, _ = w
-            if x is None or not _freed(x):
-                kept.append(w)
-                continue
-            self.freed += 1
-            if group[0] == BOTH:
-                slots.lose(item[0][2])
-                slots.lose(item[1][1])
-            else:
-                slots.lose(item[2] if group[0] == STATS else item[1])
-        return kept
+    def _lose(self, group, item):
+        """A waiting item whose tensor's memory is gone: not read, its fields resolve to null."""
+        self.freed += 1
+        if group[0] == BOTH:
+            slots.lose(item[0][2])
+            slots.lose(item[1][1])
+        else:
+            slots.lose(item[2] if group[0] == STATS else item[1])
 
     def _stage_waiting(self, waiting):
         """The few waiting items about to change in place: the small ones on torch's lanes are copied into
         staging (they keep waiting there); the others are returned, to launch now."""
         go = []
         for w in waiting:
-            group, item, x, version, _ = w
+            group, item, x, version, storage = w
             lane = self._lanes.get(x.device) if x is not None and group[0] == STATS else None
             if lane is None or lane.kernels is not None or item[1] > lane.stage_max:
-                go.append(w)
+                go.append(w)  # (the launch looks at it)
+                continue
+            if storage is not None and _gone(x, storage):
+                self._lose(group, item)
                 continue
             if x._version != version:
                 self.changed += 1
@@ -404,17 +397,15 @@ def _launched_first(waiting, touching):
     return _split_by_memory(waiting, touching)
 
 
-def _freed(x):
-    """Whether the memory `x` covers is gone: its storage resized below it (how FSDP frees an unsharded
-    parameter). Reading it then reads memory that is no longer the tensor's."""
+def _gone(x, storage):
+    """Whether `x` no longer holds the memory it was queued with (`storage`: the address of its storage then):
+    that storage freed (FSDP resizes a gathered parameter's to nothing: its address reads 0) or replaced
+    (`x.data = ...`, as Megatron frees a pipeline stage's output once sent). Reading `x` then reads memory
+    that is not what was recorded."""
     try:
-        nbytes = x.untyped_storage().nbytes()
-    except (RuntimeError, NotImplementedError, TypeError):  # no storage to look at
-        return False
-    if not x.numel():
-        return False
-    end = x.storage_offset() + sum((size - 1) * step for size, step in zip(x.shape, x.stride())) + 1
-    return nbytes < end * x.element_size()
+        return x.untyped_storage().data_ptr() != storage
+    except (RuntimeError, NotImplementedError, TypeError):
+        return True
 
 
 def _storage(x):
