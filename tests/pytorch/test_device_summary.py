@@ -385,10 +385,15 @@ def _replace_data(t):
     t.data = torch.empty(1, dtype=t.dtype)  # how Megatron frees a pipeline stage's output once it is sent
 
 
-@pytest.mark.parametrize("free", [_resize_to_nothing, _replace_data], ids=["resized", "replaced"])
+def _replace_data_unseen(t):
+    with torch._C.DisableTorchFunction():  # (no mode sees it)
+        _replace_data(t)
+
+
+@pytest.mark.parametrize("free", [_resize_to_nothing, _replace_data_unseen], ids=["resized", "replaced"])
 @pytest.mark.parametrize("summary", ["statistics", "md5"])
 def test_memory_freed_under_a_waiting_summary_is_not_read(tmp_path, monkeypatch, caplog, summary, free):
-    """A tensor's memory freed or replaced (nothing the API mode sees) while its statistics wait for a batch
+    """A tensor's memory freed or replaced where no mode sees it while its statistics wait for a batch
     launch: its fields are null, the others' are read, the step goes on, and it is said once and logged in
     dump_error_info.log. Without the look the launch read freed memory (a segmentation fault under FSDP2)
     or the replacement's (numbers of nothing the model computed)."""
@@ -417,6 +422,23 @@ def test_memory_freed_under_a_waiting_summary_is_not_read(tmp_path, monkeypatch,
     with open(os.path.join(rank.path, "dump_error_info.log"), encoding="utf-8") as f:
         assert "1 tensor(s) had their memory freed or replaced before their deferred statistics" in f.read()
     assert sum("freed or replaced" in rec.getMessage() for rec in caplog.records) == 1
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_data_replaced_under_the_api_mode_launches_the_waiting_summary_first(tmp_path, monkeypatch, level):
+    """`out.data = torch.empty(1)` on an output whose statistics wait (Megatron, once a pipeline stage's output
+    is sent): the API mode sees the setter and launches them first, so the record is of the values."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level=level)
+    x = torch.randn(4096, requires_grad=True)
+    dbg.start(nn.Identity())  # (mix records a model's modules: one that is not called)
+    out = torch.tanh(x) * 2
+    want = out.detach().clone()
+    _replace_data(out)
+    r = _finish_clean(dbg, tmp_path)
+    got = r["Tensor.__mul__.0.forward"]["output"][0]
+    assert got["shape"] == [4096] and got["Max"] == pytest.approx(want.max().item())
+    assert got["Norm"] == pytest.approx(want.norm().item(), rel=1e-6)
 
 
 def _finish_clean(dbg, dump_path):

@@ -12,7 +12,7 @@ import weakref
 from torch.overrides import TorchFunctionMode
 
 from msprobe.pytorch import _state
-from msprobe.pytorch.capture.api_table import argument_writers, build_api_table, is_inplace
+from msprobe.pytorch.capture.api_table import argument_writers, build_api_table, is_inplace, sets_data
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, operator_name, operator_table
 from msprobe.pytorch.capture.recompute import graph_task_id, recomputing
 from msprobe.pytorch.session import flat_tensors
@@ -171,7 +171,8 @@ class ApiCapture(TorchFunctionMode):
         else:
             by_name = self._unrecorded.get(func)
             if by_name is None:
-                by_name = self._unrecorded[func] = is_inplace(getattr(func, "__name__", "") or "")
+                by_name = self._unrecorded[func] = (is_inplace(getattr(func, "__name__", "") or "")
+                                                    or sets_data(func))
             mutates = by_name or "out" in kwargs or kwargs.get("inplace") is True
         if mutates:
             session.before_mutation(args, kwargs)

@@ -62,6 +62,15 @@ def is_inplace(name):
         "__init__", "__invert__", "__index__", "__int__", "__iter__") or name == "__setitem__"
 
 
+_DATA = torch._C.TensorBase.__dict__["data"]
+
+
+def sets_data(func):
+    """`t.data = other` (the setter of `data`, as a mode is handed it): `t` keeps neither its memory nor its
+    shape (Megatron frees a pipeline stage's output so once it is sent)."""
+    return getattr(func, "__self__", None) is _DATA and getattr(func, "__name__", None) == "__set__"
+
+
 def _given(args, kwargs, pos, name, default=None):
     """Argument `name` of a call, at position `pos` when passed positionally."""
     return args[pos] if len(args) > pos else kwargs.get(name, default)
