@@ -294,6 +294,25 @@ def tensor_records(value):
     return (rec for _, rec in iter_tensor_records(value))
 
 
+def record_leaves(record, path=""):
+    """{path: value} of a record's leaves (`.input_args[0].Max`: its value)."""
+    if isinstance(record, dict):
+        return {k: v for key, sub in record.items() for k, v in record_leaves(sub, f"{path}.{key}").items()}
+    if isinstance(record, list):
+        return {k: v for i, sub in enumerate(record) for k, v in record_leaves(sub, f"{path}[{i}]").items()}
+    return {path: record}
+
+
+def assert_same_leaves(host, device):
+    """Two dumps' leaves ({path: value}) alike: the same paths in the same order, floats to the host kernel's
+    rounding (the device path's reductions are torch's)."""
+    import pytest
+    assert list(device) == list(host)
+    for key, want in host.items():
+        got = device[key]
+        assert got == (pytest.approx(want, rel=2e-6, abs=1e-6) if isinstance(want, float) else want), key
+
+
 def read_raw(path):
     with open(path, encoding="utf-8") as f:
         return json.load(f)

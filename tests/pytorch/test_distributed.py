@@ -21,6 +21,8 @@ import torch.distributed as dist  # noqa: E402
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
+import msprobe_test_models as models  # noqa: E402  (loaded by conftest.py)
+
 WORKER = textwrap.dedent('''
     import datetime, json, os, sys
     import torch
@@ -276,15 +278,6 @@ def test_start_rank_id_names_the_rank_dir(tmp_path):
     assert "Torch.relu.0.forward" in data
 
 
-def _values(record, path=""):
-    """{path: value} of a record's leaves."""
-    if isinstance(record, dict):
-        return {k: v for key, sub in record.items() for k, v in _values(sub, f"{path}.{key}").items()}
-    if isinstance(record, list):
-        return {k: v for i, sub in enumerate(record) for k, v in _values(sub, f"{path}[{i}]").items()}
-    return {path: record}
-
-
 @pytest.mark.parametrize("level", ["mix", "L0"])
 def test_gradient_accumulation_under_ddp_records_the_same_on_the_device_path(tmp_path, monkeypatch, level):
     """Each backward pass adds into .grad in place, and DDP averages it at the pass's end: the device path's
@@ -299,10 +292,7 @@ def test_gradient_accumulation_under_ddp_records_the_same_on_the_device_path(tmp
         assert sorted(collect(launch(script, root, free_ports(1)[0], config=level))) == [0, 1]
         for rank in (0, 1):
             assert not os.path.exists(os.path.join(root, "step0", f"rank{rank}", "dump_error_info.log"))
-        dumps[device_path] = [_values(rank_data(root, rank)) for rank in (0, 1)]
+        dumps[device_path] = [models.record_leaves(rank_data(root, rank)) for rank in (0, 1)]
     for host, device in zip(dumps["0"], dumps["1"]):
-        assert list(host) == list(device)
         assert any(".backward." in k and ".output" in k for k in host) and any("parameters_grad" in k for k in host)
-        for key, want in host.items():
-            got = device[key]
-            assert got == (pytest.approx(want, rel=2e-6, abs=1e-6) if isinstance(want, float) else want), key
+        models.assert_same_leaves(host, device)

@@ -16,6 +16,7 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from gloo_ranks import run_ranks  # noqa: E402
+import msprobe_test_models as models  # noqa: E402  (loaded by conftest.py)
 from msprobe.core.diagnosis import diagnose  # noqa: E402
 from msprobe.core.compare.engine import compare_dumps  # noqa: E402
 
@@ -103,14 +104,6 @@ def test_fsdp2_parameters_are_shards_and_nothing_extra_is_recorded(world, two, f
     assert "Module.up.Linear.forward.0" in data
 
 
-def _leaves(record, path=""):
-    if isinstance(record, dict):
-        return {k: v for key, sub in record.items() for k, v in _leaves(sub, f"{path}.{key}").items()}
-    if isinstance(record, list):
-        return {k: v for i, sub in enumerate(record) for k, v in _leaves(sub, f"{path}[{i}]").items()}
-    return {path: record}
-
-
 def test_fsdp2_on_the_device_path_records_what_the_host_path_records(two, two_on_device_path):
     """The summaries waiting for a batch are read before FSDP2 frees the gathered parameters (a crash,
     or numbers of freed memory, before): every record on both ranks and steps is the host path's."""
@@ -120,12 +113,9 @@ def test_fsdp2_on_the_device_path_records_what_the_host_path_records(two, two_on
         assert device_losses[rank]["fsdp"] == host_losses[rank]["fsdp"]
         for step in (0, 1):
             assert not (device_root / "fsdp" / f"step{step}" / f"rank{rank}" / "dump_error_info.log").exists()
-            host = _leaves(_records(host_root, "fsdp", rank, step))
-            device = _leaves(_records(device_root, "fsdp", rank, step))
-            assert list(device) == list(host) and any(k.endswith("].Max") for k in host)
-            for key, want in host.items():
-                got = device[key]
-                assert got == (pytest.approx(want, rel=2e-6, abs=1e-6) if isinstance(want, float) else want), key
+            host = models.record_leaves(_records(host_root, "fsdp", rank, step))
+            assert any(k.endswith("].Max") for k in host)
+            models.assert_same_leaves(host, models.record_leaves(_records(device_root, "fsdp", rank, step)))
 
 
 @pytest.mark.parametrize("setup", ["tp", "fsdp"])
