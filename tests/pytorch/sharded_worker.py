@@ -1,7 +1,7 @@
 """One rank of the sharded-training tests (run by tests/gloo_ranks.py): a small MLP trained for two steps
 under tensor parallelism, FSDP2 and DDP, each once without and once with a PrecisionDebugger at level mix.
 
-    python sharded_worker.py ROOT SETUPS    (SETUPS: comma-separated of tp, tp_planted, fsdp, ddp)
+    python sharded_worker.py ROOT SETUPS    (SETUPS: comma-separated of tp, tp_planted, fsdp, fsdp_compiled, ddp)
 
 Rank 0 first trains the same model in one process (no process group) into ROOT/single: the golden of
 the sharded-vs-single compares. Every setup is fed the same batch on every rank (the sharded runs must
@@ -75,8 +75,10 @@ def build(setup, mesh):
         if setup == "tp_planted" and rank == world - 1:
             with torch.no_grad():  # one element of the last rank's shard of up.weight
                 model.up.weight._local_tensor[0, 0] += 0.5
-    elif setup == "fsdp":
+    elif setup.startswith("fsdp"):
         from torch.distributed.fsdp import fully_shard
+        if setup == "fsdp_compiled":  # (torchtitan's way: each block compiled, then sharded)
+            model.up.compile(backend="aot_eager")
         fully_shard(model.up, mesh=mesh)
         fully_shard(model.down, mesh=mesh)
         fully_shard(model, mesh=mesh)

@@ -31,7 +31,7 @@ def _run(root, world, setups):
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     root = tmp_path_factory.mktemp("sharded2")
-    return root, _run(root, 2, ["tp", "tp_planted", "fsdp", "ddp"])
+    return root, _run(root, 2, ["tp", "tp_planted", "fsdp", "fsdp_compiled", "ddp"])
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,20 @@ def test_fsdp2_on_the_device_path_records_what_the_host_path_records(two, two_on
             host = models.record_leaves(_records(host_root, "fsdp", rank, step))
             assert any(k.endswith("].Max") for k in host)
             models.assert_same_leaves(host, models.record_leaves(_records(device_root, "fsdp", rank, step)))
+
+
+def test_fsdp2_of_a_compiled_module_trains_as_without_the_dump_and_records_its_calls(two):
+    """A module compiled, then sharded by FSDP2, at mix: its parameters are DTensor shards, which the compiled
+    graph's record op cannot take with plain tensors (the step failed to compile); the record leaves them out
+    (start() says so) and keeps the module's inputs, outputs and API calls."""
+    root, results = two
+    for rank, result in enumerate(results):
+        assert result["fsdp_compiled"]["dumped"] == result["fsdp_compiled"]["plain"]
+        data = _records(root, "fsdp_compiled", rank)
+        up = data["Module.up.Linear.forward.0"]
+        assert up["input_args"][0]["shape"] == [4, 16] and up["output"][0]["Max"] is not None
+        assert "parameters" not in up or not up["parameters"]
+        assert "Module.down.Linear.forward.0" in data and "parameters" in data["Module.down.Linear.forward.0"]
 
 
 @pytest.mark.parametrize("setup", ["tp", "fsdp"])

@@ -45,6 +45,12 @@ def _layout(shape, mesh, placements):
             "local_shape": list(local_shape), "offset": list(offset)}
 
 
+def is_dtensor(t):
+    """Whether `t` is a DTensor (False while the program has not imported DTensor)."""
+    types = _distributed_types()
+    return types is not None and isinstance(t, types[0])
+
+
 def plain_tensor(t):
     """(a plain tensor holding `t`'s local values, the `shard` field of a DTensor or None)."""
     types = _distributed_types()

@@ -47,6 +47,8 @@ class ReshardLaunches:
 
 
 def _before_reshard(module, args, output):
+    if torch.compiler.is_compiling():  # first: Dynamo traces this to nothing (records there are taken at once)
+        return
     session = _state.session
-    if session is not None and session.summarizer.deferred and not torch.compiler.is_compiling():
-        session.before_mutation()  # (inside a compiled graph records are taken at once)
+    if session is not None and session.summarizer.deferred:
+        session.before_mutation()
