@@ -1,7 +1,8 @@
 """One rank of the sharded-training tests (run by tests/gloo_ranks.py): a small MLP trained for two steps
 under tensor parallelism, FSDP2 and DDP, each once without and once with a PrecisionDebugger at level mix.
 
-    python sharded_worker.py ROOT SETUPS    (SETUPS: comma-separated of tp, tp_planted, fsdp, fsdp_compiled, ddp)
+    python sharded_worker.py ROOT SETUPS    (SETUPS: comma-separated of tp, tp_planted, tp_compiled, fsdp, fsdp_compiled,
+    ddp)
 
 Rank 0 first trains the same model in one process (no process group) into ROOT/single: the golden of
 the sharded-vs-single compares. Every setup is fed the same batch on every rank (the sharded runs must
@@ -75,6 +76,8 @@ def build(setup, mesh):
         if setup == "tp_planted" and rank == world - 1:
             with torch.no_grad():  # one element of the last rank's shard of up.weight
                 model.up.weight._local_tensor[0, 0] += 0.5
+        if setup == "tp_compiled":
+            model.compile(backend="aot_eager")
     elif setup.startswith("fsdp"):
         from torch.distributed.fsdp import fully_shard
         if setup == "fsdp_compiled":  # (torchtitan's way: each block compiled, then sharded)

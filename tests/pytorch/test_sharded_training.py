@@ -31,7 +31,7 @@ def _run(root, world, setups):
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     root = tmp_path_factory.mktemp("sharded2")
-    return root, _run(root, 2, ["tp", "tp_planted", "fsdp", "fsdp_compiled", "ddp"])
+    return root, _run(root, 2, ["tp", "tp_planted", "tp_compiled", "fsdp", "fsdp_compiled", "ddp"])
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,20 @@ def test_fsdp2_on_the_device_path_records_what_the_host_path_records(two, two_on
             host = models.record_leaves(_records(host_root, "fsdp", rank, step))
             assert any(k.endswith("].Max") for k in host)
             models.assert_same_leaves(host, models.record_leaves(_records(device_root, "fsdp", rank, step)))
+
+
+def test_tensor_parallel_under_torch_compile_trains_as_without_the_dump(two):
+    """A tensor-parallel model compiled, at mix: its DTensor values are recorded by their type (the compiled
+    graph's record op takes plain tensors: the step failed to compile), the plain tensors between them with
+    their statistics."""
+    root, results = two
+    for rank, result in enumerate(results):
+        assert result["tp_compiled"]["dumped"] == result["tp_compiled"]["plain"]
+        data = _records(root, "tp_compiled", rank)
+        linear = data["Functional.linear.0.forward"]
+        assert [v["type"] for v in linear["input_args"]] == ["torch.distributed.tensor.DTensor"] * 3
+        assert "Max" not in linear["input_args"][1]
+        assert data["Torch.relu.0.forward"]["input_args"][0]["Max"] is not None
 
 
 def test_fsdp2_of_a_compiled_module_trains_as_without_the_dump_and_records_its_calls(two):

@@ -27,7 +27,6 @@ from msprobe.pytorch import _state
 from msprobe.pytorch.capture.compiled_calls import BEGIN, CALL, END, IN_GRAD, OUT_GRAD, CompiledCalls
 from msprobe.pytorch.capture.compiled_functions import inside_function
 from msprobe.pytorch.capture.compiled_sites import api_name, describe, outputs_text, site_of, site_text
-from msprobe.pytorch.capture.fsdp_reshard import fsdp_modules
 from msprobe.pytorch.tensor_subclasses import is_dtensor
 from msprobe.pytorch.tool_work import tool_work
 
@@ -191,10 +190,10 @@ def compile_notes(models, level):
                      "statistics of the API's own inputs and outputs; tensors between them, fused away by the "
                      "compiler, are recorded without (fused_away); aten ops of the compiled backward and of code "
                      "run between graphs are not recorded")
-    if level in ("L0", "mix") and fsdp_modules(models):
-        notes.append("msprobe: FSDP2 with torch.compile: a compiled module's record holds no parameters (they are "
-                     "DTensor shards, which the compiled graph cannot hand over); its inputs and outputs are "
-                     "recorded")
+    if _has_dtensor_parameters(models):
+        notes.append("msprobe: DTensors (FSDP2, tensor parallelism) inside compiled code are recorded by their type, "
+                     "without statistics: the compiled graph's record op takes plain tensors, and a local shard "
+                     "alone would read as the whole tensor (a compiled module's record holds no DTensor parameters)")
     for name, config in _backends(models):
         if name not in _BACKENDS_RUNNING_OPS:
             notes.append(f"msprobe: torch.compile backend {name!r}: msprobe records through a custom op "
@@ -204,6 +203,11 @@ def compile_notes(models, level):
             notes.append("msprobe: torch.compile mode 'reduce-overhead': graphs that hold msprobe's record op run "
                          "without CUDA graphs in dumped steps (the numbers are the same; the step is slower)")
     return notes
+
+
+def _has_dtensor_parameters(models):
+    roots = [models] if isinstance(models, torch.nn.Module) else list(models or ())
+    return any(is_dtensor(p) for root in roots for p in root.parameters())
 
 
 def _backends(models):

@@ -22,6 +22,7 @@ import torch
 
 from msprobe.pytorch.capture.api_table import build_api_table, is_inplace
 from msprobe.pytorch.capture.operator_names import OPERATOR_METHODS, instruction_operator
+from msprobe.pytorch.tensor_subclasses import is_dtensor
 
 _MSPROBE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -46,7 +47,7 @@ def describe(v, tensors, ints, floats):
     """Layout of `v` as nested tuples of constants; tensors, ints and floats become slots holding their
     index in `tensors`, `ints`, `floats` (appended in `flat_tensors` order). Runs under Dynamo, where a
     symbolic int passes for an int: every number travels through the op's lists, never as a constant."""
-    if isinstance(v, torch.Tensor):  # requires_grad as the eager tensor has it (inside a graph none has)
+    if isinstance(v, torch.Tensor) and not is_dtensor(v):  # (requires_grad as the eager tensor has it)
         tensors.append(v)
         return ("T", len(tensors) - 1, v.requires_grad)
     if isinstance(v, bool) or v is None or v is Ellipsis or isinstance(v, (str, torch.dtype, torch.device,
@@ -67,6 +68,8 @@ def describe(v, tensors, ints, floats):
     if isinstance(v, slice):
         return ("SL", describe(v.start, tensors, ints, floats), describe(v.stop, tensors, ints, floats),
                 describe(v.step, tensors, ints, floats))
+    # an object Dynamo traced through, by its type; a DTensor too (tensor parallelism): msprobe::record takes
+    # plain tensors only, and its local shard alone would read as the whole tensor
     return ("O", type(v).__module__, type(v).__qualname__)
 
 
