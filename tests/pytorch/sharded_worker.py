@@ -2,7 +2,7 @@
 under tensor parallelism, FSDP2 and DDP, each once without and once with a PrecisionDebugger at level mix.
 
     python sharded_worker.py ROOT SETUPS    (SETUPS: comma-separated of tp, tp_planted, tp_compiled, fsdp, fsdp_compiled,
-    ddp)
+    ddp, ddp_compiled)
 
 Rank 0 first trains the same model in one process (no process group) into ROOT/single: the golden of
 the sharded-vs-single compares. Every setup is fed the same batch on every rank (the sharded runs must
@@ -87,6 +87,8 @@ def build(setup, mesh):
         fully_shard(model, mesh=mesh)
     elif setup == "ddp":
         model = nn.parallel.DistributedDataParallel(model)
+    elif setup == "ddp_compiled":  # (every rank fed the same batch, as the sharded setups are)
+        model = torch.compile(nn.parallel.DistributedDataParallel(model), backend="aot_eager")
     return model
 
 

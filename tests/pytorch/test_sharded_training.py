@@ -31,7 +31,7 @@ def _run(root, world, setups):
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     root = tmp_path_factory.mktemp("sharded2")
-    return root, _run(root, 2, ["tp", "tp_planted", "tp_compiled", "fsdp", "fsdp_compiled", "ddp"])
+    return root, _run(root, 2, ["tp", "tp_planted", "tp_compiled", "fsdp", "fsdp_compiled", "ddp", "ddp_compiled"])
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,19 @@ def test_tensor_parallel_under_torch_compile_trains_as_without_the_dump(two):
         assert [v["type"] for v in linear["input_args"]] == ["torch.distributed.tensor.DTensor"] * 3
         assert "Max" not in linear["input_args"][1]
         assert data["Torch.relu.0.forward"]["input_args"][0]["Max"] is not None
+
+
+def test_ddp_under_torch_compile_trains_as_without_the_dump_and_records_the_model(two):
+    """torch.compile(DistributedDataParallel(model)) at mix: the model's modules and calls are recorded inside
+    the compiled graphs, named as in one process (no `module.`), and training is unchanged."""
+    root, results = two
+    for rank, result in enumerate(results):
+        assert result["ddp_compiled"]["dumped"] == result["ddp_compiled"]["plain"]
+        data = _records(root, "ddp_compiled", rank)
+        up = data["Module.up.Linear.forward.0"]
+        assert up["output"][0]["shape"] == [4, 32] and up["output"][0]["Max"] is not None
+        assert up["parameters"]["weight"]["shape"] == [32, 16]
+        assert "Functional.linear.0.forward" in data and any(k.endswith(".backward.0") for k in data)
 
 
 def test_fsdp2_of_a_compiled_module_trains_as_without_the_dump_and_records_its_calls(two):
