@@ -118,14 +118,19 @@ def test_fsdp2_on_the_device_path_records_what_the_host_path_records(two, two_on
             models.assert_same_leaves(host, models.record_leaves(_records(device_root, "fsdp", rank, step)))
 
 
+def _unchanged_by_the_dump(run, setup):
+    """Each rank's first dumped step of `setup`, once its losses are checked equal to the plain run's."""
+    root, results = run
+    for rank, result in enumerate(results):
+        assert result[setup]["dumped"] == result[setup]["plain"], (setup, rank)
+        yield _records(root, setup, rank)
+
+
 def test_tensor_parallel_under_torch_compile_trains_as_without_the_dump(two):
     """A tensor-parallel model compiled, at mix: its DTensor values are recorded by their type (the compiled
     graph's record op takes plain tensors: the step failed to compile), the plain tensors between them with
     their statistics."""
-    root, results = two
-    for rank, result in enumerate(results):
-        assert result["tp_compiled"]["dumped"] == result["tp_compiled"]["plain"]
-        data = _records(root, "tp_compiled", rank)
+    for data in _unchanged_by_the_dump(two, "tp_compiled"):
         linear = data["Functional.linear.0.forward"]
         assert [v["type"] for v in linear["input_args"]] == ["torch.distributed.tensor.DTensor"] * 3
         assert "Max" not in linear["input_args"][1]
@@ -135,10 +140,7 @@ def test_tensor_parallel_under_torch_compile_trains_as_without_the_dump(two):
 def test_ddp_under_torch_compile_trains_as_without_the_dump_and_records_the_model(two):
     """torch.compile(DistributedDataParallel(model)) at mix: the model's modules and calls are recorded inside
     the compiled graphs, named as in one process (no `module.`), and training is unchanged."""
-    root, results = two
-    for rank, result in enumerate(results):
-        assert result["ddp_compiled"]["dumped"] == result["ddp_compiled"]["plain"]
-        data = _records(root, "ddp_compiled", rank)
+    for data in _unchanged_by_the_dump(two, "ddp_compiled"):
         up = data["Module.up.Linear.forward.0"]
         assert up["output"][0]["shape"] == [4, 32] and up["output"][0]["Max"] is not None
         assert up["parameters"]["weight"]["shape"] == [32, 16]
@@ -149,10 +151,7 @@ def test_fsdp2_of_a_compiled_module_trains_as_without_the_dump_and_records_its_c
     """A module compiled, then sharded by FSDP2, at mix: its parameters are DTensor shards, which the compiled
     graph's record op cannot take with plain tensors (the step failed to compile); the record leaves them out
     (start() says so) and keeps the module's inputs, outputs and API calls."""
-    root, results = two
-    for rank, result in enumerate(results):
-        assert result["fsdp_compiled"]["dumped"] == result["fsdp_compiled"]["plain"]
-        data = _records(root, "fsdp_compiled", rank)
+    for data in _unchanged_by_the_dump(two, "fsdp_compiled"):
         up = data["Module.up.Linear.forward.0"]
         assert up["input_args"][0]["shape"] == [4, 16] and up["output"][0]["Max"] is not None
         assert "parameters" not in up or not up["parameters"]
