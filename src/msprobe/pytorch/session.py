@@ -349,7 +349,9 @@ class DumpSession(CaptureSession):
 
     def _launch_at_backward_end(self):
         """The next backward pass adds into the `.grad` tensors this one's records are of, in place and
-        unseen by the API mode (gradient accumulation): what they wait for is launched as this pass ends."""
+        unseen by the API mode (gradient accumulation): what they wait for is launched as this pass ends,
+        and read back and written then too — the flusher never reads a device, so a process that dies or
+        hangs after its backward pass would otherwise keep none of the step's records."""
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
         except RuntimeError:  # not in a backward pass (records emitted at the step's end): the flush launches
@@ -358,8 +360,7 @@ class DumpSession(CaptureSession):
 
     def _backward_ended(self):
         self._launch_queued = False
-        with tool_work():
-            self.summarizer.launch()
+        self.resolve()
 
     def emit_backward(self, tracker):
         """Called by a BackwardTracker when the gradients of a call are complete."""

@@ -5,7 +5,9 @@ READY, then sleeps (idle: asleep or hung in a collective makes no record) or spi
 the test sends a real signal 1.5 s later. dump.json, construct.json and stack.json of the step must
 parse and hold exactly the records of a clean run's step (stop() + step()). SIGTERM and SIGINT
 flush, then the process behaves as without msprobe: it dies of SIGTERM, raises KeyboardInterrupt
-on SIGINT, or runs the user's own handler.
+on SIGINT, or runs the user's own handler. `torch-device` is PyTorch on the accelerator's path
+(`MSPROBE_DEVICE_SUMMARY=1`: statistics in device slots, read back in batches), whose summaries are
+read back and written as the backward pass ends.
 """
 
 import json
@@ -74,12 +76,13 @@ MAIN = textwrap.dedent('''
         raise
 ''')
 
-FRAMEWORKS = {"torch": TORCH, "mindspore": MINDSPORE}
+FRAMEWORKS = {"torch": TORCH, "torch-device": TORCH, "mindspore": MINDSPORE}
+DEVICE_PATH = {"torch-device": "1"}  # MSPROBE_DEVICE_SUMMARY of the child (the host path otherwise)
 
 
 def _available(name):
     try:
-        __import__(name)
+        __import__(name.split("-")[0])
     except ImportError:
         return False
     return True
@@ -88,7 +91,8 @@ def _available(name):
 def _spawn(tmp_path, framework, mode, name):
     script = tmp_path / f"{name}.py"
     script.write_text(FRAMEWORKS[framework] + MAIN)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
+               MSPROBE_DEVICE_SUMMARY=DEVICE_PATH.get(framework, "0"))
     return subprocess.Popen([sys.executable, str(script), str(tmp_path / name), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -118,6 +122,8 @@ def _name(case):
 CASES = [
     ("torch", "idle", signal.SIGKILL), ("torch", "busy", signal.SIGKILL), ("torch", "idle", signal.SIGTERM),
     ("torch", "busy", signal.SIGINT), ("torch", "user-handler", signal.SIGTERM),
+    ("torch-device", "idle", signal.SIGKILL), ("torch-device", "busy", signal.SIGKILL),
+    ("torch-device", "idle", signal.SIGTERM),
     ("mindspore", "idle", signal.SIGKILL), ("mindspore", "busy", signal.SIGTERM),
 ]
 
