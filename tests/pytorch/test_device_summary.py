@@ -30,7 +30,7 @@ import msprobe_test_models as models  # loaded by conftest.py
 TASKS = [("statistics", "statistics"), ("statistics", "md5"), ("tensor", "statistics"), ("overflow_check", None)]
 
 
-def _dump(tmp, monkeypatch, device_path, level, task, summary, name="transformer"):
+def _dump(tmp, monkeypatch, device_path, level, task, summary, name="transformer", opt="sgd"):
     monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
     block = {"summary_mode": summary} if summary else {}
     dbg, dump_path = models.make_debugger(tmp, level, task, **block) if block else \
@@ -40,7 +40,7 @@ def _dump(tmp, monkeypatch, device_path, level, task, summary, name="transformer
         with torch.no_grad():
             model.head.weight[0, 0] = float("inf")  # an overflow from the first step on
     try:
-        models.train(model, models.batches(name, 2), dbg)
+        models.train(model, models.batches(name, 2), dbg, opt=opt)
     finally:
         dbg.close()
     return {r.step: DumpReader(r.path) for r in find_rank_dirs(dump_path)}
@@ -61,19 +61,49 @@ def _same(a, b, path):
         assert a == b, (path, a, b)
 
 
-@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
-@pytest.mark.parametrize("task,summary", TASKS)
-def test_device_path_writes_the_records_of_the_host_path(tmp_path, monkeypatch, level, task, summary):
-    host = _dump(tmp_path / "host", monkeypatch, False, level, task, summary)
-    device = _dump(tmp_path / "device", monkeypatch, True, level, task, summary)
+def _assert_same_dumps(host, device):
     assert sorted(host) == sorted(device) and host
     for step in host:
         # every deferred summary was launched before anything changed its tensor
         assert not os.path.exists(os.path.join(device[step].rank_dir, "dump_error_info.log"))
         assert list(host[step].keys()) == list(device[step].keys())
-        assert len(host[step].keys()) > (0 if task == "overflow_check" else 5)
         for key in host[step].keys():
             _same(host[step][key], device[step][key], key)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+@pytest.mark.parametrize("task,summary", TASKS)
+def test_device_path_writes_the_records_of_the_host_path(tmp_path, monkeypatch, level, task, summary):
+    host = _dump(tmp_path / "host", monkeypatch, False, level, task, summary)
+    device = _dump(tmp_path / "device", monkeypatch, True, level, task, summary)
+    _assert_same_dumps(host, device)
+    assert all(len(dump.keys()) > (0 if task == "overflow_check" else 5) for dump in host.values())
+
+
+@pytest.mark.parametrize("name", sorted(set(models.ZOO) - {"transformer"}))
+def test_device_path_writes_the_records_of_the_host_path_on_every_model(tmp_path, monkeypatch, name):
+    """The zoo's other models (a CNN with batch norm, an RNN, in-place calls, dropout, a dict output),
+    trained with Adam, at mix (the module and API records both)."""
+    host = _dump(tmp_path / "host", monkeypatch, False, "mix", "statistics", "statistics", name, "adam")
+    device = _dump(tmp_path / "device", monkeypatch, True, "mix", "statistics", "statistics", name, "adam")
+    _assert_same_dumps(host, device)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_device_path_writes_the_records_of_the_host_path_on_hugging_face_models(tmp_path, monkeypatch, arch,
+                                                                                level):
+    """Models the device path was not tuned on: tiny Llama and GPT-2 from transformers, two micro-batches
+    a step (gradient accumulation); the losses are those of the host path's run."""
+    hf = pytest.importorskip("hf_models")
+    runs = {}
+    for device_path in (False, True):
+        monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
+        dump_path = tmp_path / ("device" if device_path else "host")
+        rank_dir, losses = hf.dump_step(getattr(hf, arch)(), dump_path, level=level, micro_batches=2)
+        runs[device_path] = ({0: DumpReader(str(rank_dir))}, losses)
+    assert runs[False][1] == runs[True][1]
+    _assert_same_dumps(runs[False][0], runs[True][0])
 
 
 class _ReadCounter:
