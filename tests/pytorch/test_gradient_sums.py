@@ -44,6 +44,7 @@ def test_the_sum_kernel_leaves_a_nan_to_torch_and_refuses_bad_arguments():
         native.sum_kernel((a.data_ptr(), 0), 100, 1)
 
 
+@pytest.mark.usefixtures("host_path")
 def test_sum_record_takes_only_what_the_host_kernel_reads():
     s = Summarizer()
     a, b = torch.randn(4, 8), torch.randn(4, 8)
@@ -101,6 +102,7 @@ def _dump(root, level, net, dbg=None, steps=2):
     return {rd.step: DumpReader(rd.path).data for rd in find_rank_dirs(str(root))}
 
 
+@pytest.mark.usefixtures("host_path")
 @pytest.mark.parametrize("level", ["L0", "mix"])
 def test_a_gradient_read_without_its_sum_in_memory_is_the_sums_record(tmp_path, monkeypatch, level):
     summed = []

@@ -19,6 +19,8 @@ from msprobe.pytorch.summary.device import _Stage
 from msprobe.pytorch.summary.slots import Buffer
 from msprobe.pytorch.summary.summarizer import Summarizer
 
+pytestmark = pytest.mark.usefixtures("host_path")  # (conftest.py)
+
 pytest.importorskip("msprobe._record", reason="msprobe._record not built (no C compiler)")
 if host.kernel is None:
     pytest.skip("msprobe._moments not built or MSPROBE_NATIVE_STATS=0", allow_module_level=True)

@@ -56,6 +56,7 @@ def run_script(tmp_path, body):
     assert done.stdout.strip().endswith("ok"), done.stdout[-3000:]
 
 
+@pytest.mark.usefixtures("host_path")
 def test_unrecorded_calls_skip_the_python_handler(tmp_path):
     """The reads a model and an optimizer make never reach the Python handler, nor do the calls it records;
     the C handler is gone once the mode is left, and the debugger is freed at close. Before Dynamo is
@@ -111,6 +112,7 @@ def test_unrecorded_calls_skip_the_python_handler(tmp_path):
     """)
 
 
+@pytest.mark.usefixtures("host_path")
 def test_recorded_calls_reach_the_python_handler_where_it_decides(tmp_path):
     """What the C handler leaves to the Python one: a call that writes an argument behind its version
     (batch norm's running statistics), level L2 (an API call names its aten ops' parent). Operators are

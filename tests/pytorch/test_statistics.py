@@ -19,6 +19,8 @@ from msprobe.pytorch.summary.layout import memory_order
 from msprobe.pytorch.summary.summarizer import Summarizer
 from msprobe_test_models import assert_stats  # loaded by conftest.py
 
+pytestmark = pytest.mark.usefixtures("host_path")  # (conftest.py)
+
 
 @pytest.mark.parametrize("make", [
     lambda: torch.randn(7, 5),

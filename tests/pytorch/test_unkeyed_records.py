@@ -8,6 +8,8 @@ import torch
 from msprobe.pytorch.summary import cache, host
 from msprobe.pytorch.summary.summarizer import Summarizer
 
+pytestmark = pytest.mark.usefixtures("host_path")  # (conftest.py)
+
 TASKS = [dict(stats=True, md5=False), dict(stats=True, md5=True), dict(stats=False, md5=True)]
 PATHS = ["c", "python"]
 
