@@ -106,6 +106,29 @@ def test_device_path_writes_the_records_of_the_host_path_on_hugging_face_models(
     _assert_same_dumps(runs[False][0], runs[True][0])
 
 
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_the_records_are_on_disk_as_the_backward_pass_ends(tmp_path, monkeypatch, level):
+    """The flusher never reads a device, so the records waiting for device summaries are read back and
+    written as the backward pass ends: a process that dies or hangs after it keeps the step (tests/core/
+    dump/test_signals.py kills one). Before stop(), dump.json already holds every record of the step
+    but the backward ones only the step's end completes (a call whose input got no gradient)."""
+    monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1")
+    dbg, dump_path = models.make_debugger(tmp_path, level, "statistics")
+    model = models.build("transformer")
+    (x, y), = models.batches("transformer", 1)
+    dbg.start(model)
+    type(model).loss_of(model(x), y).backward()
+    (rank_dir,) = [r.path for r in find_rank_dirs(dump_path)]
+    written = list(models.read_raw(os.path.join(rank_dir, "dump.json"))["data"])
+    stuck = {t.key for t in dbg._session.trackers}
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    final = DumpReader(rank_dir)
+    assert written and written == [k for k in final.keys() if k not in stuck]
+    assert any(k.endswith(".backward") or ".backward." in k for k in written)
+
+
 class _ReadCounter:
     """Counts the device->host reads msprobe's own code makes: Tensor.item/tolist/cpu/numpy, truth and
     number conversions, `.to("cpu")` and non-blocking copies (what a read back to pinned memory is)."""
