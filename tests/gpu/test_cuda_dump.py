@@ -6,6 +6,7 @@ Skipped without CUDA (CI has none); run on a GPU machine: `python -m pytest test
 
 import json
 import math
+import time
 import zlib
 
 import numpy as np
@@ -281,3 +282,38 @@ def test_sync_batch_norm_gather_steps_are_argument_writers():
         assert writers[f](args, {}) is True
         f(*args)
         assert running_mean.abs().sum().item() > 0, f.__name__
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_records_are_on_disk_as_the_backward_pass_ends(tmp_path, level):
+    """CUDA's backward runs on autograd's device thread, whose end-of-backward callback launches, reads
+    back (non-blocking, an event) and hands the write to the lane thread: dump.json holds the step's
+    records soon after backward() returns, with no stop() (a process killed or hung then keeps them),
+    and their values are those the finished step writes."""
+    torch.manual_seed(0)
+    net = Net().cuda()
+    x = torch.randn(16, 32, device="cuda")
+    dbg = _debugger(tmp_path / "dump", "statistics", level, None)
+    dbg.start(net)
+    net(x).square().sum().backward()
+    stuck = {t.key for t in dbg._session.trackers}
+    path, written = None, {}
+    for _ in range(100):  # the lane writes once the device has run the copies
+        dirs = find_rank_dirs(str(tmp_path / "dump"))
+        if dirs:
+            path = dirs[0].path
+            try:
+                with open(f"{path}/dump.json", encoding="utf-8") as f:
+                    written = json.load(f)["data"]
+            except ValueError:  # read while the lane was writing
+                written = {}
+            if any(k.endswith(".backward") or ".backward." in k for k in written):
+                break
+        time.sleep(0.05)
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    final = DumpReader(path)
+    assert list(written) == [k for k in final.keys() if k not in stuck]
+    for k in written:
+        _close(written[k], final[k], k, True)
