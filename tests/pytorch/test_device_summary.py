@@ -90,17 +90,18 @@ def test_device_path_writes_the_records_of_the_host_path_on_every_model(tmp_path
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-@pytest.mark.parametrize("level", ["L0", "mix"])
+@pytest.mark.parametrize("level,autocast", [("L0", False), ("mix", False), ("mix", True)])
 def test_device_path_writes_the_records_of_the_host_path_on_hugging_face_models(tmp_path, monkeypatch, arch,
-                                                                                level):
+                                                                                level, autocast):
     """Models the device path was not tuned on: tiny Llama and GPT-2 from transformers, two micro-batches
-    a step (gradient accumulation); the losses are those of the host path's run."""
+    a step (gradient accumulation), also under bf16 autocast; the losses are those of the host path's run."""
     hf = pytest.importorskip("hf_models")
     runs = {}
     for device_path in (False, True):
         monkeypatch.setenv("MSPROBE_DEVICE_SUMMARY", "1" if device_path else "0")
         dump_path = tmp_path / ("device" if device_path else "host")
-        rank_dir, losses = hf.dump_step(getattr(hf, arch)(), dump_path, level=level, micro_batches=2)
+        rank_dir, losses = hf.dump_step(getattr(hf, arch)(), dump_path, level=level, micro_batches=2,
+                                        autocast=autocast)
         runs[device_path] = ({0: DumpReader(str(rank_dir))}, losses)
     assert runs[False][1] == runs[True][1]
     _assert_same_dumps(runs[False][0], runs[True][0])
