@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository: its conftest.py and pyproject.toml
 MODULES = ["test_dump_models.py", "test_dump_levels.py", "test_hf_models.py", "test_optimizer_updates.py",
            "test_shared_weight_gradients.py", "test_backward_fast_path.py", "test_overflow_dump.py",
            "test_idle_debugger.py", "test_no_reference_cycles.py", "test_dump_l2.py"]
@@ -23,7 +24,7 @@ def test_the_dump_tests_hold_on_the_device_path():
     env = dict(os.environ, MSPROBE_DEVICE_SUMMARY="1")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                            *(os.path.join(HERE, m) for m in MODULES)],
-                          capture_output=True, text=True, timeout=900, env=env, cwd=os.path.dirname(os.path.dirname(HERE)))
+                          capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in summary and "failed" not in summary, summary
