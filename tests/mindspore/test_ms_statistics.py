@@ -98,3 +98,36 @@ def test_md5_reads_tensors_in_place_too(monkeypatch):
         assert rec == {**stats, "md5": f"{zlib.crc32(raw):08x}"}, name
         assert list(rec) == [*stats, "md5"], name
         assert len(copies) == made[name], name
+
+
+def test_what_the_flusher_may_read_it_reads_without_an_op(monkeypatch):
+    """The flusher thread summarises the waiting tensors while the training thread is idle only where no
+    MindSpore op runs (Summarizer.reads_without_op): float32/float64 in any layout, inf and nan included
+    (copied from their memory, as asnumpy() would order them), other dtypes when contiguous, and a
+    strided float view whose values also go to a tensor file not at all."""
+    ms = pytest.importorskip("mindspore", reason="mindspore cannot be imported (make setup installs it)")
+    from mindspore import mint
+
+    from msprobe.mindspore import statistics
+
+    a = np.random.default_rng(7).standard_normal((6, 8)).astype(np.float32)
+    a[1, 2], a[3, 0] = np.nan, np.inf
+    base = mint.mul(ms.Tensor(a), 1.0)
+    cases = {"strided float with nan": base.transpose(1, 0), "strided float64": base.astype(ms.float64).transpose(1, 0),
+             "int32": ms.Tensor(np.arange(12, dtype=np.int32).reshape(3, 4))}
+    want = {name: statistics.Summarizer(md5=True).summarize(t)[0] for name, t in cases.items()}
+    for name, t in cases.items():  # what asnumpy()'s copy gives
+        values = np.ascontiguousarray(t.asnumpy())
+        assert want[name] == {**want[name], **array_stats(values), "md5": statistics.checksum_of(values)}, name
+    s = statistics.Summarizer(md5=True)
+    assert all(s.reads_without_op(t) for t in cases.values())
+    assert not s.reads_without_op(cases["strided float with nan"], saved=True)
+    assert not s.reads_without_op(ms.Tensor(a).astype(ms.bfloat16))
+    assert not s.reads_without_op(cases["int32"].transpose(1, 0))
+
+    def no_op(*args):
+        raise AssertionError("asnumpy() of a strided view: a MindSpore op")
+    real = statistics.host_view
+    monkeypatch.setattr(statistics, "host_view", lambda t: no_op() if not t.is_contiguous() else real(t))
+    for name, t in cases.items():
+        assert statistics.Summarizer(md5=True).summarize(t)[0] == want[name], name

@@ -24,7 +24,7 @@ from msprobe.core.dump.tensor_files import save_npy
 from msprobe.mindspore import _state, context_params
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording, remove_hook
 from msprobe.mindspore.capture.grad_nodes import NodeGraph
-from msprobe.mindspore.statistics import _UPCAST, Summarizer, host_array
+from msprobe.mindspore.statistics import Summarizer, host_array
 
 _SCALARS = (int, float, bool, str)
 # tensors waiting for their statistics before a resolve summarises them at once (bounds the memory held)
@@ -175,12 +175,13 @@ class DumpSession(CaptureSession):
         self.nodes.add_params(params)
 
     def idle_readable(self):
-        """The flusher may summarise the waiting tensors: CPU tensors read with no MindSpore op (a
-        contiguous tensor needing no bfloat16 upcast: data_ptr()/asnumpy(), which capture ignores),
-        so nothing it does is captured. A device's are read where their ops run."""
+        """The flusher may summarise the waiting tensors: CPU tensors read with no MindSpore op
+        (Summarizer.reads_without_op), so nothing it does is captured or races the training thread's
+        ops. A device's are read where their ops run."""
         if self.held:  # backward records still to be queued: the backward pass is not idle
             return False
-        return self._on_cpu and all(t.dtype not in _UPCAST and t.is_contiguous() for t, *_ in self._late.items())
+        reads = self.summarizer.reads_without_op
+        return self._on_cpu and all(reads(t, save) for t, _, _, save, _ in self._late.items())
 
     def _new_summarizer(self):
         # the Deferral holds _summarise_late weakly: the summarizer must not hold its session in a cycle

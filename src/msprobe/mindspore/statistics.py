@@ -205,6 +205,17 @@ class Summarizer:
         """Tensors queued, not read yet (CaptureSession.before_mutation)."""
         return len(self._late)
 
+    def reads_without_op(self, t, saved=False):
+        """Whether `t` (a CPU tensor) is summarised without running a MindSpore op: a float32/float64
+        tensor read where it lies in any layout (`direct_moments`, `direct_checksum`: its memory through
+        data_ptr() and strides), or a contiguous one asnumpy() views; not bfloat16 (an upcast op), nor
+        another dtype's strided view (asnumpy() makes it contiguous with a kernel). `saved`: its values
+        are also copied for a tensor file (asnumpy(), so contiguous only)."""
+        dtype = t.dtype
+        if dtype in self._direct and not saved:
+            return True
+        return dtype not in _UPCAST and t.is_contiguous()
+
     def launch(self, touching=None):
         """Summarise the queued tensors now: something is about to change some of them in place (which
         ones does not matter: a read waits for MindSpore's whole pipeline anyway)."""
@@ -276,7 +287,8 @@ class Summarizer:
             if self.md5:
                 rec["md5"] = direct_checksum(t, dt, address)
         elif self.stats or self.md5:
-            arr = host_view(t)
+            # (a strided float view with inf/nan: copied from its memory, as asnumpy() would, with no op)
+            arr = host_view(t) if dt is None or address is not None or _is_contiguous(t) else _dense_copy(t, dt)
             if self.stats:
                 rec.update(array_stats(arr))
             if self.md5:

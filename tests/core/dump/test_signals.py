@@ -7,7 +7,8 @@ parse and hold exactly the records of a clean run's step (stop() + step()). SIGT
 flush, then the process behaves as without msprobe: it dies of SIGTERM, raises KeyboardInterrupt
 on SIGINT, or runs the user's own handler. `torch-device` is PyTorch on the accelerator's path
 (`MSPROBE_DEVICE_SUMMARY=1`: statistics in device slots, read back in batches), whose summaries are
-read back and written as the backward pass ends.
+read back and written as the backward pass ends; `mindspore-lm` takes integer token ids and a strided
+view, which the flusher reads without a MindSpore op too.
 """
 
 import json
@@ -49,6 +50,33 @@ MINDSPORE = textwrap.dedent('''
         grad_fn(x, y)
 ''')
 
+# a language model's shape of data: integer token ids into an Embedding, a transposed (strided) view
+MINDSPORE_LM = textwrap.dedent('''
+    import numpy as np
+    import mindspore as ms
+    from mindspore import mint, nn
+    from msprobe.mindspore import PrecisionDebugger
+    ms.set_seed(0)
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(50, 16)
+            self.fc = nn.Dense(16, 4)
+
+        def construct(self, ids):
+            return self.fc(self.emb(ids).transpose(1, 0, 2))
+
+    model = Net()
+    x = ms.Tensor(np.random.default_rng(0).integers(0, 50, (2, 5)).astype(np.int32))
+    y = ms.Tensor(np.zeros((5, 2, 4), np.float32))
+    grad_fn = ms.value_and_grad(lambda a, b: mint.mean((model(a) - b) ** 2), None, model.trainable_params())
+
+    def train_step():
+        debugger.start(model)
+        grad_fn(x, y)
+''')
+
 MAIN = textwrap.dedent('''
     import os, signal, sys, time
     dump_path, mode = sys.argv[1], sys.argv[2]
@@ -76,7 +104,7 @@ MAIN = textwrap.dedent('''
         raise
 ''')
 
-FRAMEWORKS = {"torch": TORCH, "torch-device": TORCH, "mindspore": MINDSPORE}
+FRAMEWORKS = {"torch": TORCH, "torch-device": TORCH, "mindspore": MINDSPORE, "mindspore-lm": MINDSPORE_LM}
 DEVICE_PATH = {"torch-device": "1"}  # MSPROBE_DEVICE_SUMMARY of the child (the host path otherwise)
 
 
@@ -125,6 +153,7 @@ CASES = [
     ("torch-device", "idle", signal.SIGKILL), ("torch-device", "busy", signal.SIGKILL),
     ("torch-device", "idle", signal.SIGTERM),
     ("mindspore", "idle", signal.SIGKILL), ("mindspore", "busy", signal.SIGTERM),
+    ("mindspore-lm", "idle", signal.SIGKILL),
 ]
 
 
