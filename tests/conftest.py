@@ -1,7 +1,7 @@
 """Fixtures every test folder may use: one headless Chromium for the whole session (Playwright's sync API
 runs its event loop while a browser is open, so a second `sync_playwright()` in the same process fails);
 the compare tests' real PyTorch dumps (tests/compare/runs.py, made once per session for tests/compare and
-tests/core/compare alike) and hand-written dump pairs."""
+tests/core/compare alike), hand-written dump pairs, and each loop of the statistics kernel."""
 
 import os
 import shutil
@@ -9,11 +9,25 @@ import shutil
 import pytest
 
 from compare_fixtures import write_dump
+from msprobe.core.dump import moments
+from msprobe.core.dump.moments import LOOPS
 from private_modules import load_private
 
 CHROMIUM = os.environ.get("MSPROBE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(params=range(3), ids=lambda level: LOOPS[level])
+def kernel_loop(request):
+    """The statistics kernel (msprobe._moments) runs each of its loops in turn: the portable one, AVX2 and
+    AVX-512, those this CPU has (the others are skipped, saying so)."""
+    if moments.kernel is None:
+        pytest.skip("msprobe._moments not built")
+    if request.param > moments.VECTORS:
+        pytest.skip(f"this CPU has no {LOOPS[request.param]}")
+    with moments.using_loop(request.param):
+        yield request.param
 
 
 @pytest.fixture(scope="session")

@@ -631,3 +631,22 @@ def test_ms_pt_migration_quick(tmp_path):
     runs = {r["plant"]: r for r in json.loads(out.read_text())}
     assert runs["conv_weight"]["named"] and not runs["identical"]["divergence"]
     assert "| vision (tuning) | mix | 1/1 | 0/1 | 0/2 |" in done.stdout
+
+
+def test_stats_kernel_quick(tmp_path):
+    """Every loop this CPU has is timed on its own (the kernel is told which), and the step table has a row
+    per model and level with each loop's extra time."""
+    out = tmp_path / "k.json"
+    done = run("stats_kernel.py", "--quick", "--quiet", "--models", "mlp", "--json", str(out))
+    from msprobe.core.dump import moments
+    loops = list(moments.LOOPS[:moments.VECTORS + 1])
+    got = json.loads(out.read_text())
+    assert sorted(got["speeds"]) == ["bfloat16 4096", "bfloat16 65536", "float32 4096", "float32 65536"]
+    for speeds in got["speeds"].values():
+        assert sorted(speeds) == sorted(loops + ["torch"]) and all(v > 0 for v in speeds.values())
+    assert sorted(got["steps"]) == ["mlp L0", "mlp L1"]
+    for extra in got["steps"].values():
+        assert sorted(extra) == sorted(loops)
+    if len(loops) > 1:  # the loops are told apart: the portable one reads several times slower
+        assert got["speeds"]["float32 65536"]["portable"] < got["speeds"]["float32 65536"][loops[-1]] / 2
+    assert moments.LOOPS[moments.VECTORS] in done.stdout

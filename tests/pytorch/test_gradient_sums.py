@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(native.sum_kernel is None, reason="msprobe._mome
 
 @pytest.mark.parametrize("n", [2, 15, 16, 17, 129, 4099, 300_001])
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
-def test_the_sum_kernel_reads_what_adding_up_gives(n, k):
+def test_the_sum_kernel_reads_what_adding_up_gives(n, k, kernel_loop):
     gen = torch.Generator().manual_seed(n * 10 + k)
     parts = [torch.randn(n, generator=gen) * 10.0 ** (i - 2) for i in range(k)]
     total = parts[0]

@@ -2,9 +2,9 @@
    min, max, sum and sum of squares).
 
    Framework reductions take one pass per statistic (aminmax, sum, dot: three reads of every tensor);
-   this reads each element once. Sums accumulate in double (the AVX2 path: float within short
-   blocks, then double), in independent lanes (AVX2 vectors on x86-64 CPUs that have them, chosen
-   at import; a portable loop elsewhere).
+   this reads each element once. Sums accumulate in double (the vector loops: float within short
+   blocks, then double), in independent lanes (AVX-512 or AVX2 vectors on x86-64 CPUs that have them,
+   chosen at import; a portable loop elsewhere).
    NaN never wins `x < m ? x : m`, so a NaN shows only in the sums: a non-finite sum returns None,
    "use the framework's own reductions" (exact NaN/inf semantics), which keeps this kernel simple.
    Mean and Norm of float32/bfloat16 data are rounded to float32, as the frameworks report them.
@@ -26,6 +26,8 @@
               the order given, as the framework's `a + b + c` makes it: a gradient reached by several
               edges, read without the sum in memory.
    _kernel: a capsule of the same reduction for C callers (moments.h).
+   use_vectors(level) -> the previous level: the loop every call runs from now on (0 portable, 1 AVX2,
+              2 AVX-512, at most `vectorized`, the widest this CPU runs).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -240,14 +242,132 @@ __attribute__((target("avx2,fma"))) static void reduce_f64_avx2(Part *p) {
     }
     finish_lanes(p, mn, mx, ds, dq, 8);
 }
+
+/* -- x86-64 with AVX-512F: the same loop on 32 floats per step ----------------------------------------
+   The AVX2 loop is bound by its four vector ops per 8 elements (two ports), not by memory, on tensors
+   that are still in cache (the activation just written): 512-bit vectors do twice the elements per op.
+   BLOCK512 keeps 8 elements per lane per float block, as BLOCK does. */
+#define BLOCK512 512
+/* below this many elements the AVX2 loop is the faster: the wide loop's setup and 64-lane finish cost more
+   than its steps save (about 100 ns) */
+#define WIDE_MIN 8192
+#define HI256(v) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+
+#define AVX512_REDUCE(LOAD_SCALAR, LOAD16)                                              \
+    do {                                                                                \
+        Py_ssize_t i = p->begin;                                                        \
+        __m512 first = _mm512_set1_ps(LOAD_SCALAR(i));                                  \
+        __m512 mn[4] = {first, first, first, first}, mx[4] = {first, first, first, first}; \
+        __m512d s[8], q[8];                                                             \
+        for (int j = 0; j < 8; j++) { s[j] = _mm512_setzero_pd(); q[j] = s[j]; }        \
+        while (i + 64 <= p->end) {                                                      \
+            Py_ssize_t stop = i + BLOCK512 < p->end ? i + BLOCK512 : p->end;            \
+            __m512 fs[4], fq[4];                                                        \
+            for (int j = 0; j < 4; j++) { fs[j] = _mm512_setzero_ps(); fq[j] = fs[j]; } \
+            for (; i + 64 <= stop; i += 64) {                                           \
+                for (int j = 0; j < 4; j++) {                                           \
+                    __m512 A = LOAD16(i + 16 * j);                                      \
+                    mn[j] = _mm512_min_ps(A, mn[j]); mx[j] = _mm512_max_ps(A, mx[j]);   \
+                    fs[j] = _mm512_add_ps(fs[j], A); fq[j] = _mm512_fmadd_ps(A, A, fq[j]); \
+                }                                                                       \
+            }                                                                           \
+            for (int j = 0; j < 4; j++) {                                               \
+                s[2 * j] = _mm512_add_pd(s[2 * j], _mm512_cvtps_pd(_mm512_castps512_ps256(fs[j]))); \
+                s[2 * j + 1] = _mm512_add_pd(s[2 * j + 1], _mm512_cvtps_pd(HI256(fs[j])));           \
+                q[2 * j] = _mm512_add_pd(q[2 * j], _mm512_cvtps_pd(_mm512_castps512_ps256(fq[j]))); \
+                q[2 * j + 1] = _mm512_add_pd(q[2 * j + 1], _mm512_cvtps_pd(HI256(fq[j])));           \
+            }                                                                           \
+        }                                                                               \
+        float fmn[64], fmx[64];                                                         \
+        double ds[64], dq[64], dmn[64], dmx[64];                                        \
+        for (int j = 0; j < 4; j++) {                                                   \
+            _mm512_storeu_ps(fmn + 16 * j, mn[j]); _mm512_storeu_ps(fmx + 16 * j, mx[j]); \
+        }                                                                               \
+        for (int j = 0; j < 8; j++) {                                                   \
+            _mm512_storeu_pd(ds + 8 * j, s[j]); _mm512_storeu_pd(dq + 8 * j, q[j]);     \
+        }                                                                               \
+        for (int j = 0; j < 64; j++) { dmn[j] = fmn[j]; dmx[j] = fmx[j]; }              \
+        for (; i < p->end; i++) {                                                       \
+            double v = LOAD_SCALAR(i);                                                  \
+            dmn[0] = v < dmn[0] ? v : dmn[0];                                           \
+            dmx[0] = v > dmx[0] ? v : dmx[0];                                           \
+            ds[0] += v;                                                                 \
+            dq[0] += v * v;                                                             \
+        }                                                                               \
+        finish_lanes(p, dmn, dmx, ds, dq, 64);                                          \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void reduce_f32_avx512(Part *p) {
+    const float *x = (const float *)p->data;
+#define F32_LOAD16(i) _mm512_loadu_ps(x + (i))
+    AVX512_REDUCE(F32_SCALAR, F32_LOAD16);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 sum_load16(const float *x, const float *const *more, int k,
+                                                                 Py_ssize_t i) {
+    __m512 v = _mm512_loadu_ps(x + i);
+    for (int j = 0; j < k; j++)
+        v = _mm512_add_ps(v, _mm512_loadu_ps(more[j] + i));
+    return v;
+}
+
+__attribute__((target("avx512f"))) static void reduce_f32_sum_avx512(Part *p) {
+    const float *x = (const float *)p->data;
+    const float *const *more = p->addends;
+    int k = p->n_addends;
+#define SUM_LOAD16(i) sum_load16(x, more, k, i)
+    AVX512_REDUCE(SUM_SCALAR, SUM_LOAD16);
+}
+
+__attribute__((target("avx512f"))) static void reduce_bf16_avx512(Part *p) {
+    const uint16_t *x = (const uint16_t *)p->data;
+#define BF16_LOAD16(i) _mm512_castsi512_ps(_mm512_slli_epi32(                                   \
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + (i)))), 16))
+    AVX512_REDUCE(BF16_SCALAR, BF16_LOAD16);
+}
+
+__attribute__((target("avx512f"))) static void reduce_f64_avx512(Part *p) {
+    const double *x = (const double *)p->data;
+    Py_ssize_t i = p->begin;
+    __m512d first = _mm512_set1_pd(x[i]);
+    __m512d mn0 = first, mn1 = first, mx0 = first, mx1 = first;
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
+    for (; i + 16 <= p->end; i += 16) {
+        __m512d a = _mm512_loadu_pd(x + i), b = _mm512_loadu_pd(x + i + 8);
+        mn0 = _mm512_min_pd(a, mn0); mx0 = _mm512_max_pd(a, mx0);
+        mn1 = _mm512_min_pd(b, mn1); mx1 = _mm512_max_pd(b, mx1);
+        s0 = _mm512_add_pd(s0, a); q0 = _mm512_fmadd_pd(a, a, q0);
+        s1 = _mm512_add_pd(s1, b); q1 = _mm512_fmadd_pd(b, b, q1);
+    }
+    double mn[16], mx[16], ds[16], dq[16];
+    _mm512_storeu_pd(mn, mn0); _mm512_storeu_pd(mn + 8, mn1);
+    _mm512_storeu_pd(mx, mx0); _mm512_storeu_pd(mx + 8, mx1);
+    _mm512_storeu_pd(ds, s0); _mm512_storeu_pd(ds + 8, s1);
+    _mm512_storeu_pd(dq, q0); _mm512_storeu_pd(dq + 8, q1);
+    for (; i < p->end; i++) {
+        double v = x[i];
+        mn[0] = v < mn[0] ? v : mn[0];
+        mx[0] = v > mx[0] ? v : mx[0];
+        ds[0] += v;
+        dq[0] += v * v;
+    }
+    finish_lanes(p, mn, mx, ds, dq, 16);
+}
 #endif
 
-static int use_avx2 = 0;
+/* the widest loop this CPU runs: 0 portable, 1 AVX2+FMA, 2 AVX-512F, on buffers of WIDE_MIN elements or more
+   (chosen at import; `use_vectors` sets it) */
+static int use_vectors = 0;
+static int best_vectors = 0;
 
 static void reduce_range(Part *p) {
     if (p->n_addends > 0) {  /* (float32 only) */
 #ifdef HAVE_AVX2_PATH
-        if (use_avx2) {
+        if (use_vectors == 2 && p->end - p->begin >= WIDE_MIN) {
+            reduce_f32_sum_avx512(p);
+            return;
+        }
+        if (use_vectors >= 1) {
             reduce_f32_sum_avx2(p);
             return;
         }
@@ -256,7 +376,15 @@ static void reduce_range(Part *p) {
         return;
     }
 #ifdef HAVE_AVX2_PATH
-    if (use_avx2) {
+    if (use_vectors == 2 && p->end - p->begin >= WIDE_MIN) {
+        switch (p->kind) {
+        case 0: reduce_f32_avx512(p); return;
+        case 1: reduce_f64_avx512(p); return;
+        case 2: reduce_bf16_avx512(p); return;
+        default: break;
+        }
+    }
+    if (use_vectors >= 1) {
         switch (p->kind) {
         case 0: reduce_f32_avx2(p); return;
         case 1: reduce_f64_avx2(p); return;
@@ -454,7 +582,25 @@ static PyObject *moments_of_sum(PyObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
+/* use_vectors(level) -> the previous level: run the loop of `level` (0 portable, 1 AVX2, 2 AVX-512) from
+   now on, in this process (tests check each loop against the others; benchmarks compare them) */
+static PyObject *set_vectors(PyObject *self, PyObject *arg) {
+    long level = PyLong_AsLong(arg);
+    if (level == -1 && PyErr_Occurred())
+        return NULL;
+    if (level < 0 || level > best_vectors) {
+        PyErr_Format(PyExc_ValueError, "use_vectors: level must be 0..%d on this CPU (got %ld)", best_vectors,
+                     level);
+        return NULL;
+    }
+    int previous = use_vectors;
+    use_vectors = (int)level;
+    return PyLong_FromLong(previous);
+}
+
 static PyMethodDef methods[] = {
+    {"use_vectors", set_vectors, METH_O,
+     "use_vectors(level) -> previous level: 0 portable loop, 1 AVX2, 2 AVX-512 (at most `vectorized`)."},
     {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
      "moments(address, count, kind, threads[, rows, row_stride]) -> (max, min, mean, norm), None if not finite."},
     {"moments_of_sum", (PyCFunction)(void (*)(void))moments_of_sum, METH_FASTCALL,
@@ -467,8 +613,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_moments", NULL, -1,
 PyMODINIT_FUNC PyInit__moments(void) {
 #ifdef HAVE_AVX2_PATH
     __builtin_cpu_init();
-    use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best_vectors = __builtin_cpu_supports("avx512f") ? 2 : 1;
 #endif
+    use_vectors = best_vectors;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -484,7 +632,7 @@ PyMODINIT_FUNC PyInit__moments(void) {
 #else
     const int openmp = 0;
 #endif
-    if (PyModule_AddIntConstant(m, "vectorized", use_avx2) < 0
+    if (PyModule_AddIntConstant(m, "vectorized", best_vectors) < 0
         || PyModule_AddIntConstant(m, "openmp", openmp) < 0) {
         Py_DECREF(m);
         return NULL;

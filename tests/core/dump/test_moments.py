@@ -1,4 +1,5 @@
-"""The one-pass statistics kernel (msprobe._moments) against numpy in float64."""
+"""The one-pass statistics kernel (msprobe._moments) against numpy in float64, in each of its loops
+(`kernel_loop`: portable, AVX2, AVX-512)."""
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ def test_the_kernel_is_built():
 
 @pytest.mark.parametrize("n", [1, 7, 16, 17, 1000, 300_001])
 @pytest.mark.parametrize("threads", [1, 2, 4])
-def test_float32_and_float64_match_numpy(n, threads):
+def test_float32_and_float64_match_numpy(n, threads, kernel_loop):
     rng = np.random.default_rng(n)
     for dtype, kind in ((np.float32, 0), (np.float64, 1)):
         a = (rng.standard_normal(n) * 3 + 0.5).astype(dtype)
@@ -35,7 +36,7 @@ def test_float32_and_float64_match_numpy(n, threads):
             assert np.float32(got[2]) == got[2] and np.float32(got[3]) == got[3]
 
 
-def test_unaligned_memory_and_bfloat16():
+def test_unaligned_memory_and_bfloat16(kernel_loop):
     rng = np.random.default_rng(0)
     a = rng.standard_normal(10_001).astype(np.float32)
     tail = a[1:]  # starts 4 bytes into the buffer
@@ -46,7 +47,7 @@ def test_unaligned_memory_and_bfloat16():
     _check(native.moments(bits.ctypes.data, bits.size, native.KINDS["bfloat16"], 1), exact, 1.2e-7)
 
 
-def test_nan_or_inf_leaves_the_decision_to_the_framework():
+def test_nan_or_inf_leaves_the_decision_to_the_framework(kernel_loop):
     for bad in (np.nan, np.inf, -np.inf):
         a = np.ones(1000, dtype=np.float32)
         a[517] = bad
@@ -56,7 +57,7 @@ def test_nan_or_inf_leaves_the_decision_to_the_framework():
     got = native.moments(big.ctypes.data, 8, 0, 1)
     assert got[3] == pytest.approx(np.sqrt(8) * 3e30, rel=1e-6)
     # a Norm beyond float32's range never comes back as inf: the portable loop keeps the double,
-    # the AVX2 path's float block sums overflow first and hand the tensor to the framework (None)
+    # the vector loops' float block sums overflow first and hand the tensor to the framework (None)
     huge = np.full(16, 3e38, dtype=np.float32)
     got = native.moments(huge.ctypes.data, 16, 0, 1)
     assert got is None or (np.isfinite(got[3]) and got[3] == pytest.approx(4 * 3e38, rel=1e-6))
@@ -76,7 +77,7 @@ def test_bad_arguments_are_refused():
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 3, 600])
-def test_rows_of_a_wider_buffer(rows, threads):
+def test_rows_of_a_wider_buffer(rows, threads, kernel_loop):
     """One third of each row, as `qkv.chunk(3, -1)[0]`: only those elements are read."""
     rng = np.random.default_rng(rows)
     wide = rng.standard_normal((rows, 3 * 513)).astype(np.float32)
@@ -111,3 +112,32 @@ def test_integers_a_double_cannot_hold_exactly_go_to_the_framework():
     for big in (2 ** 53, 2 ** 53 + 1, -(2 ** 53) - 1, 2 ** 63 - 1, -(2 ** 63)):
         a = np.array([3, big, 4], dtype=np.int64)
         assert native.moments(a.ctypes.data, 3, native.KINDS["int64"], 1) is None
+
+
+@pytest.mark.parametrize("n", [31, 32, 33, 255, 256, 257, 8191, 8192 + 31, 8192 + 64, 8192 + 65, 8192 + 511,
+                               8192 + 513, 100_003])
+def test_every_loop_reads_every_element_once(n):
+    """The loops step 16, 32 or 64 elements at a time over float blocks of 128 to 512, with a scalar tail
+    (AVX-512 from 8192 elements): an extreme placed at each edge of those steps is found, and every loop's
+    sums agree with float64's."""
+    if native.kernel is None:
+        pytest.skip("msprobe._moments not built")
+    rng = np.random.default_rng(n)
+    edges = {0, 1, 15, 16, 31, 32, 63, 64, n // 2, n - 65, n - 64, n - 33, n - 32, n - 17, n - 2, n - 1}
+    for at in sorted(edges & set(range(n))):
+        a = rng.standard_normal(n).astype(np.float32)
+        a[at] = 40.0
+        a[(at + n // 3) % n] = -40.0  # (elsewhere: n // 3 is not a multiple of n)
+        for level in range(native.VECTORS + 1):
+            with native.using_loop(level):
+                got = native.moments(a.ctypes.data, n, 0, 1)
+            assert got[:2] == (40.0, -40.0), (native.LOOPS[level], at)
+            _check(got, a.astype(np.float64), 1.2e-7)
+
+
+def test_a_loop_this_cpu_cannot_run_is_refused():
+    if native.kernel is None:
+        pytest.skip("msprobe._moments not built")
+    with pytest.raises(ValueError, match=f"level must be 0..{native.VECTORS} on this CPU"):
+        native._use_vectors(native.VECTORS + 1)
+    assert native.LOOPS[native.VECTORS] in native.describe()

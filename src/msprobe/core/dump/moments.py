@@ -4,13 +4,19 @@
 Must not import torch or mindspore: callers pass the address of dense memory they keep alive.
 """
 
+import contextlib
 import os
 
 try:
     from msprobe._moments import moments as _moments, openmp as _openmp, vectorized as _vectorized
-    from msprobe._moments import moments_of_sum as _moments_of_sum
+    from msprobe._moments import moments_of_sum as _moments_of_sum, use_vectors as _use_vectors
 except ImportError:  # built without a C compiler: the adapters' own reductions take over
-    _moments, _moments_of_sum, _openmp, _vectorized = None, None, 0, 0
+    _moments, _moments_of_sum, _use_vectors, _openmp, _vectorized = None, None, None, 0, 0
+
+# the kernel's loops by level; this CPU runs those up to VECTORS (the widest, chosen at import; AVX-512 reads
+# buffers of 8192 elements or more, AVX2 the smaller ones: the wide loop's setup costs more than it saves there)
+LOOPS = ("portable", "AVX2", "AVX-512")
+VECTORS = _vectorized
 
 # element kinds the kernel reads, by the dtype names numpy and torch give them (integers: Max and Min come
 # back as ints; one beyond +-2^53, where a double is no longer exact, returns None)
@@ -55,5 +61,15 @@ def describe():
         return "framework reductions (msprobe._moments was not built)"
     if not ENABLED:
         return "framework reductions (MSPROBE_NATIVE_STATS=0)"
-    return ("one-pass C kernel" + (" (AVX2" if _vectorized else " (portable")
-            + (", OpenMP threads)" if _openmp else ", own threads)"))
+    return f"one-pass C kernel ({LOOPS[_vectorized]}, {'OpenMP' if _openmp else 'own'} threads)"
+
+
+@contextlib.contextmanager
+def using_loop(level):
+    """The kernel runs its loop of `level` (an index of LOOPS, at most VECTORS) inside the block, in the whole
+    process: tests check each loop against the others, benchmarks compare them."""
+    previous = _use_vectors(level)
+    try:
+        yield
+    finally:
+        _use_vectors(previous)
