@@ -7,7 +7,8 @@ Two tables:
    kernel costs) beside them. A tensor a dump reads was usually just written, so sizes up to the caches
    are read from them; the largest ones come from memory.
 2. Steps: a dumped training step's extra time with each loop in turn (one debugger per model and level,
-   its dumped steps taking the loops in turn, each followed by a plain step), on dump_overhead.py's models.
+   its dumped steps taking the loops in turn, each followed by a plain step), on dump_overhead.py's models
+   (`--models llama,gpt2,opt`: its untuned half).
    The ratio is each loop's extra time over the widest loop's.
 
     python benchmarks/stats_kernel.py                 # --record: into RESULTS.md
@@ -30,7 +31,7 @@ from msprobe.pytorch import PrecisionDebugger
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (beside this script)
-from models import CPU_MODELS, Workload  # noqa: E402
+from models import CPU_MODELS, UNTUNED_MODELS, Workload  # noqa: E402
 
 SIZES = (4096, 65536, 262144, 1 << 20, 4 << 20)
 DTYPES = {"float32": (torch.float32, 0), "bfloat16": (torch.bfloat16, 2)}
@@ -143,8 +144,9 @@ def render(speeds, costs, loops):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_options(p, rounds=5, steps=3, quick=(1, 1), threads=1)
-    p.add_argument("--models", type=lambda v: harness.parse_list(v, CPU_MODELS, "model"), default=list(CPU_MODELS),
-                   help=f"comma list of {','.join(CPU_MODELS)} (default: all)")
+    p.add_argument("--models", type=lambda v: harness.parse_list(v, CPU_MODELS + UNTUNED_MODELS, "model"),
+                   default=list(CPU_MODELS), help=f"comma list of {','.join(CPU_MODELS + UNTUNED_MODELS)} (default: "
+                   f"{','.join(CPU_MODELS)}; {','.join(UNTUNED_MODELS)}: the untuned half, with transformers installed)")
     p.add_argument("--no-steps", action="store_true", help="the read speeds only")
     args = p.parse_args(argv)
     harness.check_common_options(p, args)
@@ -165,6 +167,17 @@ def main(argv=None):
     return 0
 
 
+def section(argv):
+    """The RESULTS.md section a run with `argv` records into: a run of the untuned models keeps its own (None:
+    the script's)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--models", default="")
+    models = [m for m in p.parse_known_args(argv)[0].models.split(",") if m]
+    if models and all(m in UNTUNED_MODELS for m in models):
+        return "stats_kernel.py --models " + ",".join(m for m in UNTUNED_MODELS if m in models)
+    return None
+
+
 if __name__ == "__main__":
     from results_file import run_recorded  # beside this script; `--record` writes RESULTS.md
-    sys.exit(run_recorded("stats_kernel.py", main))
+    sys.exit(run_recorded("stats_kernel.py", main, section(sys.argv[1:])))
