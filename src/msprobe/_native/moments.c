@@ -243,7 +243,7 @@ __attribute__((target("avx2,fma"))) static void reduce_f64_avx2(Part *p) {
     finish_lanes(p, mn, mx, ds, dq, 8);
 }
 
-/* -- x86-64 with AVX-512F: the same loop on 32 floats per step ----------------------------------------
+/* -- x86-64 with AVX-512F: the same reduction on 64 floats per step, four accumulators per statistic ----
    The AVX2 loop is bound by its four vector ops per 8 elements (two ports), not by memory, on tensors
    that are still in cache (the activation just written): 512-bit vectors do twice the elements per op.
    BLOCK512 keeps 8 elements per lane per float block, as BLOCK does. */

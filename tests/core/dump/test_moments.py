@@ -48,19 +48,22 @@ def test_unaligned_memory_and_bfloat16(kernel_loop):
 
 
 def test_nan_or_inf_leaves_the_decision_to_the_framework(kernel_loop):
-    for bad in (np.nan, np.inf, -np.inf):
-        a = np.ones(1000, dtype=np.float32)
-        a[517] = bad
-        assert native.moments(a.ctypes.data, a.size, 0, 1) is None
+    for n in (1000, 20_003):  # (AVX-512 reads the larger one: from 8192 elements)
+        for at in (517, n - 1):  # inside the vector steps, and in the scalar tail
+            for bad in (np.nan, np.inf, -np.inf):
+                a = np.ones(n, dtype=np.float32)
+                a[at] = bad
+                assert native.moments(a.ctypes.data, a.size, 0, 1) is None, (n, at, bad)
     # finite values whose squares overflow float32 are fine: sums are in double
     big = np.full(8, 3e30, dtype=np.float32)
     got = native.moments(big.ctypes.data, 8, 0, 1)
     assert got[3] == pytest.approx(np.sqrt(8) * 3e30, rel=1e-6)
     # a Norm beyond float32's range never comes back as inf: the portable loop keeps the double,
     # the vector loops' float block sums overflow first and hand the tensor to the framework (None)
-    huge = np.full(16, 3e38, dtype=np.float32)
-    got = native.moments(huge.ctypes.data, 16, 0, 1)
-    assert got is None or (np.isfinite(got[3]) and got[3] == pytest.approx(4 * 3e38, rel=1e-6))
+    for n in (16, 10_000):
+        huge = np.full(n, 3e38, dtype=np.float32)
+        got = native.moments(huge.ctypes.data, n, 0, 1)
+        assert got is None or (np.isfinite(got[3]) and got[3] == pytest.approx(np.sqrt(n) * 3e38, rel=1e-6))
 
 
 def test_bad_arguments_are_refused():
