@@ -1,6 +1,10 @@
 """The one-pass statistics kernel (msprobe._moments) against numpy in float64, in each of its loops
 (`kernel_loop`: portable, AVX2, AVX-512)."""
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -144,3 +148,40 @@ def test_a_loop_this_cpu_cannot_run_is_refused():
     with pytest.raises(ValueError, match=f"level must be 0..{native.VECTORS} on this CPU"):
         native._use_vectors(native.VECTORS + 1)
     assert native.LOOPS[native.VECTORS] in native.describe()
+
+
+# a child process: each loop reads buffers that end where a page without access begins (a read past the
+# end is a segmentation fault, which the parent sees as the child's exit status)
+_GUARDED_READS = textwrap.dedent("""
+    import ctypes, mmap
+    from msprobe.core.dump import moments as native
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    kept = []
+
+    def ending_at_a_guard(nbytes):
+        pages = (nbytes + mmap.PAGESIZE - 1) // mmap.PAGESIZE + 1
+        buf = mmap.mmap(-1, pages * mmap.PAGESIZE)  # zeros
+        kept.append(buf)
+        guard = ctypes.addressof(ctypes.c_char.from_buffer(buf)) + (pages - 1) * mmap.PAGESIZE
+        assert libc.mprotect(guard, mmap.PAGESIZE, 0) == 0
+        return guard - nbytes
+
+    for level in range(native.VECTORS + 1):
+        with native.using_loop(level):
+            for n in (1, 17, 8191, 8192 + 63, 100_003):
+                for kind, itemsize in ((0, 4), (1, 8), (2, 2), (3, 8), (4, 4)):
+                    assert native.moments(ending_at_a_guard(n * itemsize), n, kind, 2)[0] == 0
+                a, b = ending_at_a_guard(n * 4), ending_at_a_guard(n * 4)
+                assert native.sum_kernel((a, b), n, 2)[0] == 0
+    print("read", native.VECTORS + 1, "loops")
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc: Linux")
+def test_no_loop_reads_past_the_end_of_a_buffer():
+    if native.kernel is None:
+        pytest.skip("msprobe._moments not built")
+    done = subprocess.run([sys.executable, "-c", _GUARDED_READS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"exit status {done.returncode} (-11: a read past the end)\n{done.stderr[-2000:]}"
+    assert f"read {native.VECTORS + 1} loops" in done.stdout
