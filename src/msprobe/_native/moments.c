@@ -215,32 +215,39 @@ __attribute__((target("avx2,fma"))) static void reduce_bf16_avx2(Part *p) {
     AVX2_REDUCE(BF16_SCALAR, BF16_LOAD8);
 }
 
+/* float64: no float blocks (the sums are double already); two vectors of W doubles a step, P the intrinsics'
+   prefix (_mm256 or _mm512) and V their vector type */
+#define F64_REDUCE(V, P, W)                                                             \
+    do {                                                                                \
+        const double *x = (const double *)p->data;                                      \
+        Py_ssize_t i = p->begin;                                                        \
+        V first = P##_set1_pd(x[i]);                                                    \
+        V mn0 = first, mn1 = first, mx0 = first, mx1 = first;                           \
+        V s0 = P##_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;                             \
+        for (; i + 2 * (W) <= p->end; i += 2 * (W)) {                                   \
+            V a = P##_loadu_pd(x + i), b = P##_loadu_pd(x + i + (W));                   \
+            mn0 = P##_min_pd(a, mn0); mx0 = P##_max_pd(a, mx0);                         \
+            mn1 = P##_min_pd(b, mn1); mx1 = P##_max_pd(b, mx1);                         \
+            s0 = P##_add_pd(s0, a); q0 = P##_fmadd_pd(a, a, q0);                        \
+            s1 = P##_add_pd(s1, b); q1 = P##_fmadd_pd(b, b, q1);                        \
+        }                                                                               \
+        double mn[2 * (W)], mx[2 * (W)], ds[2 * (W)], dq[2 * (W)];                      \
+        P##_storeu_pd(mn, mn0); P##_storeu_pd(mn + (W), mn1);                           \
+        P##_storeu_pd(mx, mx0); P##_storeu_pd(mx + (W), mx1);                           \
+        P##_storeu_pd(ds, s0); P##_storeu_pd(ds + (W), s1);                             \
+        P##_storeu_pd(dq, q0); P##_storeu_pd(dq + (W), q1);                             \
+        for (; i < p->end; i++) {                                                       \
+            double v = x[i];                                                            \
+            mn[0] = v < mn[0] ? v : mn[0];                                              \
+            mx[0] = v > mx[0] ? v : mx[0];                                              \
+            ds[0] += v;                                                                 \
+            dq[0] += v * v;                                                             \
+        }                                                                               \
+        finish_lanes(p, mn, mx, ds, dq, 2 * (W));                                       \
+    } while (0)
+
 __attribute__((target("avx2,fma"))) static void reduce_f64_avx2(Part *p) {
-    const double *x = (const double *)p->data;
-    Py_ssize_t i = p->begin;
-    __m256d first = _mm256_set1_pd(x[i]);
-    __m256d mn0 = first, mn1 = first, mx0 = first, mx1 = first;
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
-    for (; i + 8 <= p->end; i += 8) {
-        __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + i + 4);
-        mn0 = _mm256_min_pd(a, mn0); mx0 = _mm256_max_pd(a, mx0);
-        mn1 = _mm256_min_pd(b, mn1); mx1 = _mm256_max_pd(b, mx1);
-        s0 = _mm256_add_pd(s0, a); q0 = _mm256_fmadd_pd(a, a, q0);
-        s1 = _mm256_add_pd(s1, b); q1 = _mm256_fmadd_pd(b, b, q1);
-    }
-    double mn[8], mx[8], ds[8], dq[8];
-    _mm256_storeu_pd(mn, mn0); _mm256_storeu_pd(mn + 4, mn1);
-    _mm256_storeu_pd(mx, mx0); _mm256_storeu_pd(mx + 4, mx1);
-    _mm256_storeu_pd(ds, s0); _mm256_storeu_pd(ds + 4, s1);
-    _mm256_storeu_pd(dq, q0); _mm256_storeu_pd(dq + 4, q1);
-    for (; i < p->end; i++) {
-        double v = x[i];
-        mn[0] = v < mn[0] ? v : mn[0];
-        mx[0] = v > mx[0] ? v : mx[0];
-        ds[0] += v;
-        dq[0] += v * v;
-    }
-    finish_lanes(p, mn, mx, ds, dq, 8);
+    F64_REDUCE(__m256d, _mm256, 4);
 }
 
 /* -- x86-64 with AVX-512F: the same reduction on 64 floats per step, four accumulators per statistic ----
@@ -327,31 +334,7 @@ __attribute__((target("avx512f"))) static void reduce_bf16_avx512(Part *p) {
 }
 
 __attribute__((target("avx512f"))) static void reduce_f64_avx512(Part *p) {
-    const double *x = (const double *)p->data;
-    Py_ssize_t i = p->begin;
-    __m512d first = _mm512_set1_pd(x[i]);
-    __m512d mn0 = first, mn1 = first, mx0 = first, mx1 = first;
-    __m512d s0 = _mm512_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
-    for (; i + 16 <= p->end; i += 16) {
-        __m512d a = _mm512_loadu_pd(x + i), b = _mm512_loadu_pd(x + i + 8);
-        mn0 = _mm512_min_pd(a, mn0); mx0 = _mm512_max_pd(a, mx0);
-        mn1 = _mm512_min_pd(b, mn1); mx1 = _mm512_max_pd(b, mx1);
-        s0 = _mm512_add_pd(s0, a); q0 = _mm512_fmadd_pd(a, a, q0);
-        s1 = _mm512_add_pd(s1, b); q1 = _mm512_fmadd_pd(b, b, q1);
-    }
-    double mn[16], mx[16], ds[16], dq[16];
-    _mm512_storeu_pd(mn, mn0); _mm512_storeu_pd(mn + 8, mn1);
-    _mm512_storeu_pd(mx, mx0); _mm512_storeu_pd(mx + 8, mx1);
-    _mm512_storeu_pd(ds, s0); _mm512_storeu_pd(ds + 8, s1);
-    _mm512_storeu_pd(dq, q0); _mm512_storeu_pd(dq + 8, q1);
-    for (; i < p->end; i++) {
-        double v = x[i];
-        mn[0] = v < mn[0] ? v : mn[0];
-        mx[0] = v > mx[0] ? v : mx[0];
-        ds[0] += v;
-        dq[0] += v * v;
-    }
-    finish_lanes(p, mn, mx, ds, dq, 16);
+    F64_REDUCE(__m512d, _mm512, 8);
 }
 #endif
 
