@@ -16,6 +16,7 @@ Two tables:
 """
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -23,7 +24,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 
 from msprobe.core.dump import moments
@@ -152,6 +152,9 @@ def main(argv=None):
     harness.check_common_options(p, args)
     if moments.kernel is None:
         p.error(f"the statistics kernel is not in use here: {moments.describe()}")
+    hf = [m for m in args.models if m in UNTUNED_MODELS]
+    if hf and not args.no_steps and importlib.util.find_spec("transformers") is None:
+        p.error(f"--models: {', '.join(hf)} need transformers; install it (pip install -e '.[test]')")
     torch.set_num_threads(args.threads)
     loops = list(range(moments.VECTORS + 1))
     if not args.quick and len(loops) > 1:
