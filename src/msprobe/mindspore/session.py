@@ -25,22 +25,11 @@ from msprobe.mindspore import _state, context_params
 from msprobe.mindspore.capture.backward import GradTracker, grad_recording, remove_hook
 from msprobe.mindspore.capture.grad_nodes import NodeGraph
 from msprobe.mindspore.statistics import Summarizer, host_array
+from msprobe.mindspore.tool_work import tool_work
 
 _SCALARS = (int, float, bool, str)
 # tensors waiting for their statistics before a resolve summarises them at once (bounds the memory held)
 LATE_LIMIT = 512
-
-
-class _Busy:
-    """Context manager: `_state.busy` set for msprobe's own work (its tensor reads are not recorded)."""
-
-    __slots__ = ("prev",)
-
-    def __enter__(self):
-        self.prev, _state.busy = _state.busy, True
-
-    def __exit__(self, *exc):
-        _state.busy = self.prev
 
 
 class MindSporeCallOps:
@@ -48,7 +37,7 @@ class MindSporeCallOps:
     the DumpSession."""
 
     __slots__ = ()
-    work = _Busy
+    work = tool_work
 
     @staticmethod
     def before_call(s):
