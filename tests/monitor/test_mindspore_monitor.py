@@ -184,3 +184,24 @@ def test_a_closed_monitor_keeps_nothing_alive(tmp_path, monkeypatch):
     del net, opt, mon, grad_fn, loss_fn, grads
     gc.collect()
     assert [r() for r in refs] == [None, None]
+
+
+def test_a_wrapped_optimizer_is_found_and_a_non_optimizer_refused_in_one_line(tmp_path, monkeypatch):
+    from msprobe.core.errors import MsprobeError
+
+    class Wrapper:  # a training library's wrapper: the real optimizer in .optimizer
+        def __init__(self, inner):
+            self.optimizer = inner
+
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    cfg = tmp_path / "monitor.json"
+    cfg.write_text(json.dumps({"wg_distribution": True}))
+    net = Net()
+    opt = nn.SGD(net.trainable_params(), learning_rate=1e-3)
+    mon = TrainerMon(str(cfg))
+    mon.set_monitor(net, grad_acc_steps=1, optimizer=Wrapper(Wrapper(opt)))
+    assert mon.optimizer is opt
+    mon.close()
+    with pytest.raises(MsprobeError, match=r"optimizer Wrapper is not a mindspore.nn.Optimizer .*pass the nn optimizer") as e:
+        TrainerMon(str(cfg)).set_monitor(net, grad_acc_steps=1, optimizer=Wrapper(object()))
+    assert "\n" not in str(e.value)

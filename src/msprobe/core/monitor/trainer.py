@@ -9,10 +9,32 @@ import json
 import logging
 import os
 
+from msprobe.core.errors import MsprobeError
 from msprobe.core.exit_hook import ExitHook
 from msprobe.core.monitor.recorder import output_root
 
 logger = logging.getLogger(__name__)
+
+_MAX_DEPTH = 8  # wrappers of an optimizer looked through (Megatron's, DeepSpeed's, Accelerate's, ...)
+
+
+def unwrap_optimizer(optimizer, optimizer_type, type_name, framework):
+    """The innermost `optimizer_type` reached through `.optimizer` attributes: training libraries' wrappers
+    (Megatron, DeepSpeed, Accelerate, Lightning, Transformers) keep the real optimizer there, sometimes
+    several levels deep. `type_name` and `framework` name them in the error.
+
+    Raises:
+        MsprobeError: nothing on that chain is an `optimizer_type`.
+    """
+    current = optimizer
+    for _ in range(_MAX_DEPTH):
+        if isinstance(current, optimizer_type):
+            return current
+        current = getattr(current, "optimizer", None)
+        if current is None:
+            break
+    raise MsprobeError(f"set_monitor: optimizer {type(optimizer).__name__} is not a {type_name} and has none in "
+                       f"its .optimizer attribute chain; pass the {framework} optimizer")
 
 
 class TrainerMonBase:

@@ -20,7 +20,7 @@ from msprobe.core.monitor.config import load_monitor_config
 from msprobe.core.monitor.ops import stats_from_array
 from msprobe.core.monitor.records import MetricRow
 from msprobe.core.monitor.recorder import StepRecorder
-from msprobe.core.monitor.trainer import TrainerMonBase
+from msprobe.core.monitor.trainer import TrainerMonBase, unwrap_optimizer as unwrap
 from msprobe.mindspore.monitor.cell_hooks import CellActivationMonitor
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 # optimizer attribute holding per-parameter state -> the name msProbe's tables use for it
 MOMENT_NAMES = {"moment1": "exp_avg", "moments1": "exp_avg", "moment2": "exp_avg_sq", "moments2": "exp_avg_sq",
                 "moments": "momentum_buffer", "accum": "sum", "mean_square": "square_avg"}
-_MAX_DEPTH = 8
 
 
 def _rank():
@@ -40,15 +39,8 @@ def _rank():
 
 
 def unwrap_optimizer(optimizer):
-    current = optimizer
-    for _ in range(_MAX_DEPTH):
-        if isinstance(current, nn.Optimizer):
-            return current
-        current = getattr(current, "optimizer", None)
-        if current is None:
-            break
-    raise MsprobeError(f"set_monitor: optimizer {type(optimizer).__name__} is not a mindspore.nn.Optimizer and "
-                       "has none in its .optimizer attribute chain; pass the nn optimizer")
+    """The innermost `mindspore.nn.Optimizer` reached through `.optimizer` attributes (core's unwrap_optimizer)."""
+    return unwrap(optimizer, nn.Optimizer, "mindspore.nn.Optimizer", "nn")
 
 
 def moment_tuples(optimizer):

@@ -8,26 +8,12 @@ per-parameter state tensors shaped like the parameter: `exp_avg`/`exp_avg_sq` (A
 
 import torch
 
-from msprobe.core.errors import MsprobeError
-
-_MAX_DEPTH = 8
+from msprobe.core.monitor import trainer
 
 
 def unwrap_optimizer(optimizer):
-    """The innermost `torch.optim.Optimizer` reached through `.optimizer` attributes.
-
-    Raises:
-        MsprobeError: nothing on that chain is a torch optimizer.
-    """
-    current = optimizer
-    for _ in range(_MAX_DEPTH):
-        if isinstance(current, torch.optim.Optimizer):
-            return current
-        current = getattr(current, "optimizer", None)
-        if current is None:
-            break
-    raise MsprobeError(f"set_monitor: optimizer {type(optimizer).__name__} is not a torch.optim.Optimizer and "
-                       "has none in its .optimizer attribute chain; pass the torch optimizer")
+    """The innermost `torch.optim.Optimizer` reached through `.optimizer` attributes (core's unwrap_optimizer)."""
+    return trainer.unwrap_optimizer(optimizer, torch.optim.Optimizer, "torch.optim.Optimizer", "torch")
 
 
 def moment_tensors(optimizer, params):
