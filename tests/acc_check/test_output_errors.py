@@ -63,3 +63,14 @@ def test_one_pass_matches_the_reference_functions(tested, bench, dtype, k, rms):
     expected = tensor_metrics(tested, bench)
     for field in ("cosine", "max_abs_err", "max_rel_err", "message"):
         assert _same(getattr(got, field), getattr(expected, field)), (field, getattr(got, field))
+
+
+def test_an_apis_outputs_flattened_in_order_with_their_compare_paths():
+    from msprobe.core.acc_check.execution import flat_outputs
+    a, b, c = np.zeros(2), np.ones(3), np.full(1, 2.0)
+    out = (a, [b, (c, 7)], None, "text", 1.5)
+    got = flat_outputs(out, np.ndarray, (bool, int, float))
+    assert [(p, v if not isinstance(v, np.ndarray) else id(v)) for p, v in got] == [
+        ("0", id(a)), ("1.0", id(b)), ("1.1.0", id(c)), ("1.1.1", 7), ("4", 1.5)]
+    assert flat_outputs(a, np.ndarray, (int,)) == [("0", a)]  # a lone output is "0"
+    assert flat_outputs(3 + 1j, np.ndarray, (bool, int, float)) == []  # not one of the framework's numbers

@@ -158,6 +158,21 @@ class CaseExecutor:
         return func, tree, named, grad_index
 
 
+def flat_outputs(out, tensor_type, scalars, path=""):
+    """(index path, value) of every tensor (`tensor_type`) or number (`scalars`) in an API's output, nested
+    lists and tuples walked in order; the path names the output as its compare row does ("0", "1.0")."""
+    if isinstance(out, tensor_type):
+        return [(path or "0", out)]
+    if isinstance(out, (list, tuple)):
+        items = []
+        for i, v in enumerate(out):
+            items += flat_outputs(v, tensor_type, scalars, f"{path}.{i}" if path else str(i))
+        return items
+    if isinstance(out, scalars):
+        return [(path or "0", out)]
+    return []
+
+
 def oversized(case, limit):
     """Why a case's recorded tensors are too big to build (one line), or "" when they fit in `limit`
     elements (inputs and outputs together, as the run holds them all at once)."""

@@ -12,7 +12,7 @@ import msprobe.mindspore  # noqa: F401  (numpy 2 compatibility shim: must run be
 import mindspore as ms
 
 from msprobe.core.acc_check import dtypes
-from msprobe.core.acc_check.execution import CaseExecutor, ComparedTensor, SkipCase
+from msprobe.core.acc_check.execution import CaseExecutor, ComparedTensor, SkipCase, flat_outputs
 from msprobe.core.acc_check.input_spec import TensorSpec, build_call, output_gradient_specs
 from msprobe.mindspore.acc_check.resolver import MindSporeResolver
 from msprobe.mindspore.capture.api_table import is_in_place
@@ -184,17 +184,9 @@ def _value(spec):
     return v
 
 
-def _flatten(out, path=""):
-    if isinstance(out, ms.Tensor):
-        return [(path or "0", out)]
-    if isinstance(out, (list, tuple)):
-        items = []
-        for i, v in enumerate(out):
-            items += _flatten(v, f"{path}.{i}" if path else str(i))
-        return items
-    if isinstance(out, (bool, int, float)):
-        return [(path or "0", out)]
-    return []
+def _flatten(out):
+    """(index path, value) of every tensor or number in an API's output (core's flat_outputs)."""
+    return flat_outputs(out, ms.Tensor, (bool, int, float))
 
 
 def _compared(name, t, b):

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from msprobe.core.acc_check import dtypes
-from msprobe.core.acc_check.execution import CaseExecutor, ComparedTensor, SkipCase
+from msprobe.core.acc_check.execution import CaseExecutor, ComparedTensor, SkipCase, flat_outputs
 from msprobe.core.acc_check.input_spec import TensorSpec, build_call, output_gradient_specs
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.acc_check.random_apis import RANDOM_APIS
@@ -238,18 +238,9 @@ def _python_value(spec, device):
     return v
 
 
-def _flatten(out, path=""):
-    """(index path, value) of every tensor or number in an API's output."""
-    if isinstance(out, torch.Tensor):
-        return [(path or "0", out)]
-    if isinstance(out, (list, tuple)):
-        items = []
-        for i, v in enumerate(out):
-            items += _flatten(v, f"{path}.{i}" if path else str(i))
-        return items
-    if isinstance(out, (bool, int, float, complex)) and not isinstance(out, torch.Size):
-        return [(path or "0", out)]
-    return []
+def _flatten(out):
+    """(index path, value) of every tensor or number in an API's output (core's flat_outputs)."""
+    return flat_outputs(out, torch.Tensor, (bool, int, float, complex))
 
 
 def _identical(t, b):
